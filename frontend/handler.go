@@ -1,0 +1,53 @@
+package frontend
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/mzproxy/mzproxy/frontend/wire"
+)
+
+// Handler opens sessions. The proxy implements it; the frontend never looks
+// inside.
+type Handler interface {
+	// Connect opens the session of a client that has passed the frontend's
+	// authentication. With passthrough authentication the handler itself
+	// authenticates the client through relay (the frontend has not), and must
+	// return only after the backend accepted it. Responses of the session are
+	// written to w. An error is sent to the client as FATAL.
+	Connect(ctx context.Context, start wire.Startup, relay wire.AuthRelay, w *wire.Writer) (Session, error)
+}
+
+// Session serves one client. All its methods except Cancel are called from
+// the connection's own goroutine, one at a time, so it needs no lock for its
+// own state.
+type Session interface {
+	// ParameterStatus returns the parameters to report to the client after
+	// authentication (server_version, client_encoding, ...).
+	ParameterStatus() map[string]string
+
+	// Handle processes one client message (decoded as msg, raw as frame,
+	// which is only valid during the call) and writes every response it owes
+	// through the session's writer. It flushes the writer whenever the client
+	// must see what was written (at ReadyForQuery, CopyInResponse, ...).
+	//
+	// An error of severity ERROR means the message failed and nothing more
+	// will be written for it: the frontend sends the ErrorResponse, then
+	// ReadyForQuery for a Query, or skips messages until Sync for the
+	// extended protocol. Before returning such an error the session must have
+	// written the responses owed to earlier messages. Any other error ends the
+	// connection (sent as FATAL when it is a *pgerr.Error).
+	Handle(ctx context.Context, msg pgproto3.FrontendMessage, frame []byte) error
+
+	// TxStatus is the transaction status for ReadyForQuery: 'I', 'T' or 'E'.
+	TxStatus() byte
+
+	// Cancel asks the session to stop the statement it is running now, if
+	// any. It is called from another goroutine (a CancelRequest's).
+	Cancel()
+
+	// Close releases the session's resources. The client connection is
+	// closed by the frontend.
+	Close() error
+}

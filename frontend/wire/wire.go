@@ -1,0 +1,201 @@
+// Package wire frames PostgreSQL protocol messages over a byte stream. It is
+// the one place that trusts a length field: every length is checked against a
+// maximum before anything is allocated or read.
+//
+// Both sides of the proxy use it: the frontend for client connections, the
+// proxy for backend connections. Frames are relayed as raw bytes where nothing
+// needs decoding, so a DataRow crosses the proxy without being parsed.
+package wire
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// DefaultMaxMessageSize bounds a typed message (including its length word).
+const DefaultMaxMessageSize = 64 << 20
+
+// MaxStartupPacketSize is PostgreSQL's own limit for the untyped startup packet.
+const MaxStartupPacketSize = 10000
+
+// ErrorKind tells why framing failed.
+type FrameError struct {
+	Msg string
+}
+
+func (e *FrameError) Error() string { return e.Msg }
+
+// Reader reads messages. Not safe for concurrent use.
+type Reader struct {
+	br      *bufio.Reader
+	max     int
+	discard int    // bytes of the previous frame still in br
+	big     []byte // frames larger than br's buffer
+}
+
+// NewReader returns a Reader over r with a buffer of size bytes that refuses
+// messages longer than max bytes.
+func NewReader(r io.Reader, size, max int) *Reader {
+	if max <= 0 {
+		max = DefaultMaxMessageSize
+	}
+	return &Reader{br: bufio.NewReaderSize(r, size), max: max}
+}
+
+// Reset makes the Reader read from r, dropping anything buffered.
+func (r *Reader) Reset(src io.Reader) {
+	r.br.Reset(src)
+	r.discard = 0
+}
+
+// Buffered reports how many bytes can be read without blocking, not counting
+// the frame most recently returned.
+func (r *Reader) Buffered() int { return r.br.Buffered() - r.discard }
+
+func (r *Reader) release() error {
+	if r.discard > 0 {
+		n := r.discard
+		r.discard = 0
+		if _, err := r.br.Discard(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Next reads one typed message and returns its type byte and the whole frame
+// (type, length and body). The frame is valid until the next call.
+func (r *Reader) Next() (byte, []byte, error) {
+	if err := r.release(); err != nil {
+		return 0, nil, err
+	}
+	hdr, err := r.br.Peek(5)
+	if err != nil {
+		return 0, nil, err
+	}
+	n := int(binary.BigEndian.Uint32(hdr[1:5]))
+	if n < 4 {
+		return 0, nil, &FrameError{fmt.Sprintf("invalid message length %d for message type %q", n, hdr[0])}
+	}
+	if n > r.max-1 {
+		return 0, nil, &FrameError{fmt.Sprintf("message of type %q is too large (%d bytes, limit %d)", hdr[0], n+1, r.max)}
+	}
+	total := n + 1
+	if total <= r.br.Size() {
+		frame, err := r.br.Peek(total)
+		if err != nil {
+			return 0, nil, noEOF(err)
+		}
+		r.discard = total
+		return frame[0], frame, nil
+	}
+	if cap(r.big) < total {
+		r.big = make([]byte, total)
+	}
+	frame := r.big[:total]
+	if _, err := io.ReadFull(r.br, frame); err != nil {
+		return 0, nil, noEOF(err)
+	}
+	return frame[0], frame, nil
+}
+
+// NextUntyped reads a startup-phase message (length word, then body) and
+// returns its body.
+func (r *Reader) NextUntyped() ([]byte, error) {
+	if err := r.release(); err != nil {
+		return nil, err
+	}
+	hdr, err := r.br.Peek(4)
+	if err != nil {
+		return nil, err
+	}
+	n := int(binary.BigEndian.Uint32(hdr))
+	if n < 8 || n > MaxStartupPacketSize {
+		return nil, &FrameError{fmt.Sprintf("invalid length of startup packet (%d)", n)}
+	}
+	frame, err := r.br.Peek(n)
+	if err != nil {
+		return nil, noEOF(err)
+	}
+	r.discard = n
+	return frame[4:], nil
+}
+
+// A stream that ends inside a frame was cut short: that is not a clean EOF.
+func noEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// Body returns a frame's body (what follows the type and length).
+func Body(frame []byte) []byte { return frame[5:] }
+
+// Writer buffers messages for one stream. Not safe for concurrent use.
+type Writer struct {
+	bw *bufio.Writer
+}
+
+// NewWriter returns a Writer over w with a buffer of size bytes.
+func NewWriter(w io.Writer, size int) *Writer {
+	return &Writer{bw: bufio.NewWriterSize(w, size)}
+}
+
+// Reset makes the Writer write to w, dropping anything buffered.
+func (w *Writer) Reset(dst io.Writer) { w.bw.Reset(dst) }
+
+// WriteFrame queues a raw frame.
+func (w *Writer) WriteFrame(frame []byte) error {
+	_, err := w.bw.Write(frame)
+	return err
+}
+
+// Send queues an encoded message.
+func (w *Writer) Send(msg pgproto3.Message) error {
+	buf, err := msg.Encode(w.bw.AvailableBuffer())
+	if err != nil {
+		return err
+	}
+	_, err = w.bw.Write(buf)
+	return err
+}
+
+// Buffered reports the bytes queued and not yet written.
+func (w *Writer) Buffered() int { return w.bw.Buffered() }
+
+// Flush writes everything queued.
+func (w *Writer) Flush() error { return w.bw.Flush() }
+
+// Startup is what a client asked for in its StartupMessage.
+type Startup struct {
+	User     string
+	Database string
+	// Params holds every parameter the client sent, including user,
+	// database, application_name and options.
+	Params map[string]string
+	// RemoteAddr is the client's address, for logs.
+	RemoteAddr string
+	// TLS reports whether the client connection is encrypted.
+	TLS bool
+}
+
+// AuthRelay lets a handler run an authentication exchange with the client
+// (passthrough authentication relays the backend's own exchange).
+type AuthRelay interface {
+	// SendAuth sends an authentication request to the client and flushes.
+	SendAuth(msg pgproto3.BackendMessage) error
+	// ReceiveAuth reads the client's next authentication response frame
+	// ('p': password, SASLInitialResponse or SASLResponse).
+	ReceiveAuth() ([]byte, error)
+}
+
+// ErrSessionOver is returned by a session that has already told the client
+// why it ends (it relayed the backend's FATAL error): the frontend closes the
+// connection without another word.
+var ErrSessionOver = errors.New("session over")

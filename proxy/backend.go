@@ -1,0 +1,327 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/mzproxy/mzproxy/frontend/wire"
+	"github.com/mzproxy/mzproxy/pgerr"
+)
+
+const (
+	backendReadBuffer  = 32 << 10
+	backendWriteBuffer = 16 << 10
+	// backendMaxMessage bounds what the proxy accepts from its backend: a
+	// DataRow can be as large as PostgreSQL's 1 GB field limit allows.
+	backendMaxMessage = 1<<30 + 1<<20
+)
+
+// backend is one session's connection to PostgreSQL, after startup, owned
+// by that session.
+type backend struct {
+	nc     net.Conn
+	r      *wire.Reader
+	w      *wire.Writer
+	pid    uint32
+	secret []byte
+	params map[string]string
+	cfg    *pgconn.Config // for cancel requests
+}
+
+// connectBackend opens a backend connection for start with pgconn, which
+// handles TLS and authentication to the backend, then takes the socket over.
+func connectBackend(ctx context.Context, base *pgconn.Config, start wire.Startup, password string) (*backend, error) {
+	cfg := base.Copy()
+	cfg.User = start.User
+	cfg.Database = start.Database
+	if password != "" {
+		cfg.Password = password
+	}
+	cfg.RuntimeParams = backendParams(base.RuntimeParams, start.Params)
+	pc, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	hj, err := pc.Hijack()
+	if err != nil {
+		pc.Close(ctx)
+		return nil, pgerr.Wrap(pgerr.ConnectionFailure, err)
+	}
+	return newBackend(hj.Conn, hj.PID, hj.SecretKey, hj.ParameterStatuses, cfg), nil
+}
+
+func newBackend(nc net.Conn, pid uint32, secret []byte, params map[string]string, cfg *pgconn.Config) *backend {
+	return &backend{
+		nc:     nc,
+		r:      wire.NewReader(nc, backendReadBuffer, backendMaxMessage),
+		w:      wire.NewWriter(nc, backendWriteBuffer),
+		pid:    pid,
+		secret: secret,
+		params: params,
+		cfg:    cfg,
+	}
+}
+
+// backendParams are the startup parameters passed on: the client's, less
+// those the proxy sets itself, over the configured defaults.
+func backendParams(defaults, client map[string]string) map[string]string {
+	out := make(map[string]string, len(defaults)+len(client))
+	for k, v := range defaults {
+		out[k] = v
+	}
+	for k, v := range client {
+		switch k {
+		case "user", "database":
+			continue
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// connectError turns a failed backend connection into what the client
+// should see: the backend's own error when it sent one.
+func connectError(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return fromPgError(pe)
+	}
+	return pgerr.Fatal(pgerr.ConnectionFailure, "mzproxy could not connect to its PostgreSQL backend: %v", err)
+}
+
+func fromPgError(pe *pgconn.PgError) *pgerr.Error {
+	return &pgerr.Error{
+		Severity: pe.Severity,
+		Code:     pgerr.Code(pe.Code),
+		Message:  pe.Message,
+		Detail:   pe.Detail,
+		Hint:     pe.Hint,
+	}
+}
+
+// connectPassthrough opens a backend connection and relays the backend's
+// authentication exchange to the client, so the backend authenticates the
+// client itself.
+func connectPassthrough(ctx context.Context, base *pgconn.Config, start wire.Startup, relay wire.AuthRelay) (*backend, error) {
+	cfg := base.Copy()
+	cfg.User = start.User
+	cfg.Database = start.Database
+	cfg.RuntimeParams = backendParams(base.RuntimeParams, start.Params)
+	nc, err := dialBackend(ctx, cfg)
+	if err != nil {
+		return nil, pgerr.Fatal(pgerr.ConnectionFailure, "mzproxy could not connect to its PostgreSQL backend: %v", err)
+	}
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = nc.SetDeadline(deadline)
+	}
+	b, err := passthroughStartup(nc, cfg, relay)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	_ = nc.SetDeadline(time.Time{})
+	return b, nil
+}
+
+func dialBackend(ctx context.Context, cfg *pgconn.Config) (net.Conn, error) {
+	network, address := pgconn.NetworkAddress(cfg.Host, cfg.Port)
+	nc, err := cfg.DialFunc(ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.TLSConfig == nil || network == "unix" {
+		return nc, nil
+	}
+	// SSLRequest, then TLS if the server agrees.
+	req, _ := (&pgproto3.SSLRequest{}).Encode(nil)
+	if _, err := nc.Write(req); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	var answer [1]byte
+	if _, err := nc.Read(answer[:]); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	if answer[0] != 'S' {
+		nc.Close()
+		return nil, fmt.Errorf("backend refused TLS")
+	}
+	tc := tls.Client(nc, cfg.TLSConfig)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return tc, nil
+}
+
+func passthroughStartup(nc net.Conn, cfg *pgconn.Config, relay wire.AuthRelay) (*backend, error) {
+	params := map[string]string{"user": cfg.User, "database": cfg.Database}
+	for k, v := range cfg.RuntimeParams {
+		params[k] = v
+	}
+	b := newBackend(nc, 0, nil, map[string]string{}, cfg)
+	if err := b.w.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersion30, Parameters: params}); err != nil {
+		return nil, err
+	}
+	if err := b.w.Flush(); err != nil {
+		return nil, err
+	}
+	lost := func(err error) error {
+		return pgerr.Fatal(pgerr.ConnectionFailure, "backend connection lost during startup: %v", err)
+	}
+	for {
+		typ, frame, err := b.r.Next()
+		if err != nil {
+			return nil, lost(err)
+		}
+		body := wire.Body(frame)
+		switch typ {
+		case 'R':
+			if err := relayAuthStep(b, body, relay); err != nil {
+				return nil, err
+			}
+		case 'S':
+			var ps pgproto3.ParameterStatus
+			if err := ps.Decode(body); err == nil {
+				b.params[ps.Name] = ps.Value
+			}
+		case 'K':
+			var kd pgproto3.BackendKeyData
+			if err := kd.Decode(body); err != nil {
+				return nil, lost(err)
+			}
+			b.pid, b.secret = kd.ProcessID, kd.SecretKey
+		case 'E':
+			var er pgproto3.ErrorResponse
+			if err := er.Decode(body); err != nil {
+				return nil, lost(err)
+			}
+			return nil, backendError(&er)
+		case 'N', 'v':
+			// Notices and protocol negotiation during startup: nothing
+			// for the client to act on.
+		case 'Z':
+			return b, nil
+		default:
+			return nil, lost(fmt.Errorf("unexpected message type %q", typ))
+		}
+	}
+}
+
+// relayAuthStep passes one authentication request to the client and, when
+// it expects an answer, the client's answer back to the backend.
+func relayAuthStep(b *backend, body []byte, relay wire.AuthRelay) error {
+	if len(body) < 4 {
+		return pgerr.Fatal(pgerr.ProtocolViolation, "malformed authentication request from backend")
+	}
+	var msg pgproto3.BackendMessage
+	switch kind := uint32(body[0])<<24 | uint32(body[1])<<16 | uint32(body[2])<<8 | uint32(body[3]); kind {
+	case pgproto3.AuthTypeOk:
+		return nil
+	case pgproto3.AuthTypeCleartextPassword:
+		msg = &pgproto3.AuthenticationCleartextPassword{}
+	case pgproto3.AuthTypeMD5Password:
+		m := &pgproto3.AuthenticationMD5Password{}
+		if err := m.Decode(body); err != nil {
+			return pgerr.Fatal(pgerr.ProtocolViolation, "malformed authentication request from backend")
+		}
+		msg = m
+	case pgproto3.AuthTypeSASL:
+		m := &pgproto3.AuthenticationSASL{}
+		if err := m.Decode(body); err != nil {
+			return pgerr.Fatal(pgerr.ProtocolViolation, "malformed authentication request from backend")
+		}
+		// Channel binding would bind to the proxy's TLS session, not the
+		// backend's: offer only the mechanisms without it.
+		var mechs []string
+		for _, mech := range m.AuthMechanisms {
+			if !strings.HasSuffix(mech, "-PLUS") {
+				mechs = append(mechs, mech)
+			}
+		}
+		m.AuthMechanisms = mechs
+		msg = m
+	case pgproto3.AuthTypeSASLContinue:
+		m := &pgproto3.AuthenticationSASLContinue{}
+		if err := m.Decode(body); err != nil {
+			return pgerr.Fatal(pgerr.ProtocolViolation, "malformed authentication request from backend")
+		}
+		msg = m
+	case pgproto3.AuthTypeSASLFinal:
+		m := &pgproto3.AuthenticationSASLFinal{}
+		if err := m.Decode(body); err != nil {
+			return pgerr.Fatal(pgerr.ProtocolViolation, "malformed authentication request from backend")
+		}
+		// No answer is expected to the final message.
+		return relay.SendAuth(m)
+	default:
+		return pgerr.Fatal(pgerr.FeatureNotSupported, "authentication method %d requested by the backend is not supported in passthrough mode", kind)
+	}
+	if err := relay.SendAuth(msg); err != nil {
+		return err
+	}
+	answer, err := relay.ReceiveAuth()
+	if err != nil {
+		return err
+	}
+	if err := b.w.WriteFrame(answer); err != nil {
+		return err
+	}
+	return b.w.Flush()
+}
+
+func backendError(er *pgproto3.ErrorResponse) *pgerr.Error {
+	return &pgerr.Error{
+		Severity: er.Severity,
+		Code:     pgerr.Code(er.Code),
+		Message:  er.Message,
+		Detail:   er.Detail,
+		Hint:     er.Hint,
+	}
+}
+
+// cancel asks the backend to cancel whatever this connection runs, over a
+// new connection, as a PostgreSQL client does.
+func (b *backend) cancel(ctx context.Context) error {
+	if b.pid == 0 {
+		return nil
+	}
+	ctx, done := context.WithTimeout(ctx, 5*time.Second)
+	defer done()
+	nc, err := dialBackend(ctx, b.cfg)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = nc.SetDeadline(deadline)
+	}
+	req, err := (&pgproto3.CancelRequest{ProcessID: b.pid, SecretKey: b.secret}).Encode(nil)
+	if err != nil {
+		return err
+	}
+	if _, err := nc.Write(req); err != nil {
+		return err
+	}
+	// The server closes the connection when it has processed the request.
+	var buf [1]byte
+	_, _ = nc.Read(buf[:])
+	return nil
+}
+
+// close sends Terminate and closes the socket.
+func (b *backend) close() {
+	_ = b.nc.SetWriteDeadline(time.Now().Add(time.Second))
+	_ = b.w.Send(&pgproto3.Terminate{})
+	_ = b.w.Flush()
+	_ = b.nc.Close()
+}

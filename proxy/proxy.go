@@ -1,0 +1,78 @@
+// Package proxy is mzproxy's adapter core: it opens a backend connection for
+// each client session and sequences the session's statements against it.
+//
+// For now every statement is forwarded unchanged: the session relays
+// protocol messages to its own backend connection and streams the answers
+// back without buffering whole results. The timestamp model (oracle,
+// catalog, read holds, optimistic writes) is layered on this path.
+package proxy
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/sirupsen/logrus"
+
+	"github.com/mzproxy/mzproxy/frontend/wire"
+	"github.com/mzproxy/mzproxy/pgerr"
+)
+
+// Config configures a Proxy.
+type Config struct {
+	// Backend is where sessions connect: host, port, TLS and defaults.
+	// Each session connects as its client's user to its client's database.
+	Backend *pgconn.Config
+	// Passthrough relays the backend's authentication to the client
+	// instead of logging in to the backend on the client's behalf.
+	Passthrough bool
+	// Password returns the backend password for a user, if the proxy knows
+	// one (from the users file); "" leaves Backend's password.
+	Password func(user string) string
+	Logger   *logrus.Entry
+}
+
+// Proxy opens sessions; it implements the frontend's Handler (through a
+// thin adapter in cmd/mzproxy, so neither package imports the other).
+type Proxy struct {
+	cfg Config
+	log *logrus.Entry
+}
+
+// New returns a Proxy.
+func New(cfg Config) *Proxy {
+	log := cfg.Logger
+	if log == nil {
+		log = logrus.NewEntry(logrus.StandardLogger())
+	}
+	return &Proxy{cfg: cfg, log: log}
+}
+
+// Connect opens a session for an authenticated client (or, with
+// passthrough, authenticates it through relay). ctx is the client
+// connection's: when it ends, the session's backend work is canceled.
+func (p *Proxy) Connect(ctx context.Context, start wire.Startup, relay wire.AuthRelay, client *wire.Writer) (*Session, error) {
+	if _, ok := start.Params["replication"]; ok {
+		return nil, pgerr.Fatal(pgerr.FeatureNotSupported, "mzproxy does not support replication connections")
+	}
+	var (
+		be  *backend
+		err error
+	)
+	if p.cfg.Passthrough {
+		if relay == nil {
+			return nil, pgerr.Fatal(pgerr.InternalError, "passthrough authentication without a client relay")
+		}
+		be, err = connectPassthrough(ctx, p.cfg.Backend, start, relay)
+	} else {
+		password := ""
+		if p.cfg.Password != nil {
+			password = p.cfg.Password(start.User)
+		}
+		be, err = connectBackend(ctx, p.cfg.Backend, start, password)
+	}
+	if err != nil {
+		return nil, err
+	}
+	log := p.log.WithFields(logrus.Fields{"user": start.User, "database": start.Database, "backend_pid": be.pid})
+	return newSession(ctx, p, be, client, log), nil
+}

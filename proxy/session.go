@@ -1,0 +1,300 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/sirupsen/logrus"
+
+	"github.com/mzproxy/mzproxy/frontend/wire"
+	"github.com/mzproxy/mzproxy/pgerr"
+)
+
+// maxPipeline bounds the extended-protocol messages forwarded before their
+// responses are read. Without a bound a client pipelining without Sync
+// could fill both socket buffers and deadlock the proxy against its backend.
+const maxPipeline = 128
+
+// cancelGrace is how long a canceled session waits for the backend to
+// answer its CancelRequest before the backend connection is cut.
+const cancelGrace = 5 * time.Second
+
+type copyState uint8
+
+const (
+	copyNone     copyState = iota
+	copyQuery              // COPY FROM STDIN started by a simple Query
+	copyExtended           // COPY FROM STDIN started by Execute
+)
+
+// Session is one client's session: it owns one backend connection and
+// relays the client's messages to it and the backend's answers back.
+// Methods other than Cancel run on the client connection's goroutine.
+type Session struct {
+	proxy  *Proxy
+	be     *backend
+	client *wire.Writer
+	log    *logrus.Entry
+
+	tx      byte // transaction status from the last ReadyForQuery
+	pending int  // extended-protocol messages forwarded and not yet answered
+	copy    copyState
+
+	// busy is set while a request is with the backend, so that a cancel
+	// reaches the backend only when there is something to cancel.
+	busy     atomic.Bool
+	// midRequest is set while an exchange has not reached its end, so a
+	// session closed in the middle (client gone) cancels the backend work.
+	midRequest bool
+	stopWait func() bool // unregisters the connection-context watcher
+	closeMu  sync.Mutex
+	closed   bool
+}
+
+func newSession(ctx context.Context, p *Proxy, be *backend, client *wire.Writer, log *logrus.Entry) *Session {
+	s := &Session{proxy: p, be: be, client: client, log: log, tx: 'I'}
+	// The connection's context ends when the client has gone or the server
+	// forces connections closed: stop the backend's work then.
+	s.stopWait = context.AfterFunc(ctx, s.abandon)
+	return s
+}
+
+// ParameterStatus implements frontend.Session.
+func (s *Session) ParameterStatus() map[string]string { return s.be.params }
+
+// TxStatus implements frontend.Session.
+func (s *Session) TxStatus() byte { return s.tx }
+
+// Handle implements frontend.Session: it forwards the message and, where the
+// protocol says the client now waits for answers, relays them.
+func (s *Session) Handle(ctx context.Context, msg pgproto3.FrontendMessage, frame []byte) error {
+	switch msg.(type) {
+	case *pgproto3.Query, *pgproto3.FunctionCall:
+		if err := s.forward(frame); err != nil {
+			return err
+		}
+		return s.exchange(ctx, untilReady)
+	case *pgproto3.Parse, *pgproto3.Bind, *pgproto3.Describe, *pgproto3.Execute, *pgproto3.Close:
+		if err := s.forward(frame); err != nil {
+			return err
+		}
+		s.pending++
+		if s.pending < maxPipeline {
+			return nil
+		}
+		// Make the backend answer what it has so far.
+		if err := s.be.w.Send(&pgproto3.Flush{}); err != nil {
+			return s.lost(err)
+		}
+		return s.exchange(ctx, untilAnswered)
+	case *pgproto3.Sync:
+		if err := s.forward(frame); err != nil {
+			return err
+		}
+		if s.copy != copyNone {
+			// The backend ignores Sync during copy-in.
+			return nil
+		}
+		return s.exchange(ctx, untilReady)
+	case *pgproto3.Flush:
+		if err := s.forward(frame); err != nil {
+			return err
+		}
+		if s.copy != copyNone {
+			return nil
+		}
+		return s.exchange(ctx, untilAnswered)
+	case *pgproto3.CopyData:
+		if s.copy == copyNone {
+			// Outside COPY, PostgreSQL drops these (the tail of a COPY that
+			// failed); so do we.
+			return nil
+		}
+		return s.forward(frame)
+	case *pgproto3.CopyDone, *pgproto3.CopyFail:
+		if s.copy == copyNone {
+			return nil
+		}
+		if err := s.forward(frame); err != nil {
+			return err
+		}
+		mode := untilAnswered
+		if s.copy == copyQuery {
+			mode = untilReady
+		}
+		s.copy = copyNone
+		return s.exchange(ctx, mode)
+	default:
+		return pgerr.Fatal(pgerr.ProtocolViolation, "unexpected message type %T", msg)
+	}
+}
+
+func (s *Session) forward(frame []byte) error {
+	if err := s.be.w.WriteFrame(frame); err != nil {
+		return s.lost(err)
+	}
+	return nil
+}
+
+type exchangeMode uint8
+
+const (
+	// untilReady relays until ReadyForQuery.
+	untilReady exchangeMode = iota
+	// untilAnswered relays until every forwarded extended-protocol message
+	// has its answer (or an error made the backend skip the rest).
+	untilAnswered
+)
+
+// exchange flushes what was forwarded and relays the backend's messages to
+// the client until mode is satisfied, or until the backend asks the client
+// for COPY data.
+func (s *Session) exchange(ctx context.Context, mode exchangeMode) error {
+	if err := s.be.w.Flush(); err != nil {
+		return s.lost(err)
+	}
+	if mode == untilAnswered && s.pending == 0 {
+		return s.flushClient()
+	}
+	s.busy.Store(true)
+	defer s.busy.Store(false)
+	s.midRequest = true
+	for {
+		if s.be.r.Buffered() == 0 && s.client.Buffered() > 0 {
+			// About to wait for the backend: let the client see what is
+			// here (rows of a slow query arrive as they are produced).
+			if err := s.client.Flush(); err != nil {
+				return err
+			}
+		}
+		typ, frame, err := s.be.r.Next()
+		if err != nil {
+			return s.lost(err)
+		}
+		if err := s.client.WriteFrame(frame); err != nil {
+			return err
+		}
+		switch typ {
+		case 'Z':
+			s.tx = frame[5]
+			s.pending = 0
+			return s.flushClient()
+		case '1', '2', '3', 'T', 'n', 'C', 'I', 's':
+			// The final answer to one extended message ('T' and 'n' end a
+			// Describe; a simple Query's are counted too, harmlessly, as
+			// its ReadyForQuery resets the count).
+			if s.pending > 0 {
+				s.pending--
+			}
+			if mode == untilAnswered && s.pending == 0 {
+				return s.flushClient()
+			}
+		case 'E':
+			if fatal, err := s.backendErrorIsFatal(frame); fatal {
+				_ = s.client.Flush()
+				return err
+			}
+			// After an error the backend skips to Sync.
+			s.pending = 0
+			if mode == untilAnswered {
+				return s.flushClient()
+			}
+		case 'G':
+			// CopyInResponse: the client must now send the data.
+			if mode == untilReady {
+				s.copy = copyQuery
+			} else {
+				s.copy = copyExtended
+			}
+			return s.flushClient()
+		}
+	}
+}
+
+// flushClient ends an exchange that completed as the protocol expects.
+func (s *Session) flushClient() error {
+	s.midRequest = false
+	return s.client.Flush()
+}
+
+// backendErrorIsFatal reports whether an ErrorResponse ends the backend
+// connection; the client has been sent the backend's own message, so the
+// session only has to end.
+func (s *Session) backendErrorIsFatal(frame []byte) (bool, error) {
+	var er pgproto3.ErrorResponse
+	if err := er.Decode(wire.Body(frame)); err != nil {
+		return true, s.lost(err)
+	}
+	switch er.Severity {
+	case "FATAL", "PANIC":
+		s.log.WithField("sqlstate", er.Code).Info("backend ended the session: " + er.Message)
+		return true, wire.ErrSessionOver
+	}
+	return false, nil
+}
+
+// lost reports a failed backend connection.
+func (s *Session) lost(err error) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, net.ErrClosed) {
+		return pgerr.Fatal(pgerr.QueryCanceled, "canceling statement: the client connection closed")
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return pgerr.Fatal(pgerr.ConnectionFailure, "server closed the connection unexpectedly")
+	}
+	var fe *wire.FrameError
+	if errors.As(err, &fe) {
+		return pgerr.Fatal(pgerr.ProtocolViolation, "malformed message from the backend: %s", fe.Msg)
+	}
+	return pgerr.Fatal(pgerr.ConnectionFailure, "lost the connection to the backend: %v", err)
+}
+
+// Cancel implements frontend.Session: a CancelRequest for this session
+// becomes a CancelRequest for its backend connection, if a request is with
+// the backend now.
+func (s *Session) Cancel() {
+	if !s.busy.Load() {
+		return
+	}
+	go func() {
+		if err := s.be.cancel(context.Background()); err != nil {
+			s.log.WithError(err).Warn("could not send cancel request to backend")
+		}
+	}()
+}
+
+// abandon stops backend work whose client is gone: cancel the running
+// query, and if the backend does not answer within the grace period, cut
+// the backend connection so the session's goroutine is released.
+func (s *Session) abandon() {
+	if s.busy.Load() {
+		if err := s.be.cancel(context.Background()); err != nil {
+			s.log.WithError(err).Warn("could not send cancel request to backend")
+		}
+	}
+	_ = s.be.nc.SetReadDeadline(time.Now().Add(cancelGrace))
+}
+
+// Close implements frontend.Session.
+func (s *Session) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	s.stopWait()
+	if s.midRequest || s.copy != copyNone {
+		// Closing mid-request: make sure the backend's work stops
+		// rather than running on for a client that is gone.
+		_ = s.be.cancel(context.Background())
+	}
+	s.be.close()
+	return nil
+}
