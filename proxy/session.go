@@ -49,13 +49,13 @@ type Session struct {
 
 	// busy is set while a request is with the backend, so that a cancel
 	// reaches the backend only when there is something to cancel.
-	busy     atomic.Bool
+	busy atomic.Bool
 	// midRequest is set while an exchange has not reached its end, so a
 	// session closed in the middle (client gone) cancels the backend work.
 	midRequest bool
-	stopWait func() bool // unregisters the connection-context watcher
-	closeMu  sync.Mutex
-	closed   bool
+	stopWait   func() bool // unregisters the connection-context watcher
+	closeMu    sync.Mutex
+	closed     bool
 }
 
 func newSession(ctx context.Context, p *Proxy, be *backend, client *wire.Writer, log *logrus.Entry) *Session {
