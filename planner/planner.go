@@ -1,0 +1,343 @@
+package planner
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/mzproxy/mzproxy/pgerr"
+	pg "github.com/pganalyze/pg_query_go/v6"
+)
+
+// Options are the session state a plan depends on (and is cached under).
+type Options struct {
+	// SearchPath is the session's search_path, passed unchanged to
+	// Catalog.Lookup.
+	SearchPath []string
+	// ExplicitTimestamp forces the history rewrite of every read even at
+	// the present ("history mode", used to prove the rewrite changes no
+	// answer).
+	ExplicitTimestamp bool
+}
+
+// Statement is one planned statement. Statements returned by Plan may be
+// shared by concurrent callers through the cache: treat them as read-only.
+type Statement struct {
+	Kind Kind
+	// Tag is the command tag PostgreSQL reports ("SELECT", "INSERT",
+	// "CREATE TABLE", ...; "SELECT" for CREATE TABLE AS and SELECT INTO, as
+	// on the wire). "" when unknown.
+	Tag string
+	// SQL is the statement's text, without its semicolon and without
+	// Materialize syntax (AS OF, RETAIN HISTORY). "" when nothing is left
+	// for PostgreSQL (ALTER TABLE t SET (RETAIN HISTORY FOR ...)).
+	SQL string
+	// Params is the highest $n the statement uses.
+	Params int
+	// Reads and Writes are the relations referenced, as written, resolved.
+	// Writes include the targets of DDL.
+	Reads, Writes []Ref
+	// Inputs are the managed tables read, transitively through views.
+	Inputs    []*Object
+	UsesMzNow bool
+
+	AsOf             *AsOf
+	ExplainTimestamp *ExplainTimestampStmt
+	Subscribe        *Subscribe
+	Retention        *Retention
+	Txn              *Transaction // KindTransaction
+	Var              *Var         // KindSet, KindShow, KindReset
+	Cursor           *Cursor      // KindCursor
+	// Inner is the statement inside EXPLAIN, DECLARE, PREPARE and COPY
+	// (query) TO: Kind, Tag and Params only (relations are on the outer
+	// statement).
+	Inner *Statement
+
+	// Template is the statement rewritten to read at the timestamp
+	// parameter; nil when the statement runs as SQL unchanged (a read of
+	// the present, a write, DDL, ...). A Template is made for reads with
+	// AS OF, reads calling mz_now(), and every read in history mode.
+	Template *Template
+}
+
+// ExplainTimestampStmt is EXPLAIN TIMESTAMP [AS TEXT|JSON] FOR <select>.
+type ExplainTimestampStmt struct {
+	Format ExplainFormat
+	Inner  *Statement // the SELECT, planned (with its AsOf and Template)
+}
+
+// NeedsTimestamp reports whether the statement's SQL must be rendered from
+// Template.
+func (s *Statement) NeedsTimestamp() bool { return s.Template != nil }
+
+// plan plans a query string without the cache, returning the catalog
+// lookups the plan depends on.
+func plan(sql string, cat Catalog, opts Options) ([]*Statement, []dep, error) {
+	parts, err := splitStatements(sql)
+	if err != nil {
+		return nil, nil, fromParser(sql, err).place(sql, 0)
+	}
+	var (
+		out  []*Statement
+		deps []dep
+	)
+	for _, p := range parts {
+		st, d, err := planOne(p.text, p.toks, cat, opts)
+		if err != nil {
+			var se *SyntaxError
+			if errors.As(err, &se) {
+				return nil, nil, se.place(sql, p.offset)
+			}
+			return nil, nil, err
+		}
+		out = append(out, st)
+		deps = append(deps, d...)
+	}
+	return out, deps, nil
+}
+
+// planOne plans one statement (text without its semicolon). Syntax errors
+// carry offsets into text.
+func planOne(text string, toks []token, cat Catalog, opts Options) (*Statement, []dep, error) {
+	mz, err := preparse(text, toks)
+	if err != nil {
+		return nil, nil, err
+	}
+	st := &Statement{SQL: mz.text, Params: maxParam(text, toks), AsOf: mz.asOf, Retention: mz.retention}
+
+	switch {
+	case mz.explainTS != nil:
+		return planExplainTimestamp(st, text, mz, cat, opts)
+	case mz.subscribe:
+		return planSubscribe(st, text, toks, cat, opts)
+	case mz.retention != nil && mz.text == "":
+		return planRetentionOnly(st, text, toks, cat, opts)
+	}
+
+	r, err := pg.Parse(mz.text)
+	if err != nil {
+		se := fromParser(mz.text, err)
+		return nil, nil, se
+	}
+	if len(r.Stmts) != 1 {
+		// The splitter and the parser disagree about statement
+		// boundaries (should not happen).
+		return nil, nil, syntaxAt(text, 0)
+	}
+	n := r.Stmts[0].Stmt
+	classify(st, n)
+	setInner(st, n)
+
+	a := &analyzer{cat: cat, path: opts.SearchPath}
+	a.statement(n)
+	if a.err != nil {
+		return nil, nil, a.err
+	}
+	st.Reads, st.Writes, st.Inputs, st.UsesMzNow = a.reads, a.writes, a.inputs, a.usesMzNow
+	if st.Kind == KindRead && len(a.writes) > 0 {
+		// WITH d AS (DELETE ... RETURNING ...) SELECT ...
+		st.Kind = KindWrite
+	}
+
+	if st.UsesMzNow && st.Kind != KindRead && st.Kind != KindExplain && st.Kind != KindCursor && st.Kind != KindCopyTo {
+		return nil, nil, pgerr.New(pgerr.FeatureNotSupported, "calls to mz_now in write statements are not supported")
+	}
+	if st.AsOf != nil && st.Kind != KindRead {
+		return nil, nil, pgerr.New(pgerr.FeatureNotSupported, "AS OF is only supported for SELECT")
+	}
+	if (st.AsOf != nil || st.UsesMzNow || opts.ExplicitTimestamp) && rewritable(st) {
+		if err := rewriteStatement(st, n, cat, opts); err != nil {
+			return nil, nil, err
+		}
+	}
+	return st, a.deps, nil
+}
+
+// rewritable reports whether a statement reads at a timestamp: SELECT and
+// the SELECT inside EXPLAIN, DECLARE and COPY (...) TO. CREATE TABLE AS and
+// views are DDL and read the present.
+func rewritable(st *Statement) bool {
+	switch st.Kind {
+	case KindRead:
+		return true
+	case KindExplain, KindCopyTo:
+		return st.Inner != nil && st.Inner.Kind == KindRead
+	case KindCursor:
+		return st.Cursor.Declare && st.Inner != nil && st.Inner.Kind == KindRead
+	}
+	return false
+}
+
+// rewriteStatement makes st.Template. n is mutated.
+func rewriteStatement(st *Statement, n *pg.Node, cat Catalog, opts Options) error {
+	a := &analyzer{cat: cat, path: opts.SearchPath, rewrite: true, param: st.Params + 1}
+	a.statement(n)
+	if a.err != nil {
+		return a.err
+	}
+	if !a.rewrote {
+		st.Template = &Template{segs: []string{st.SQL}, param: a.param, size: len(st.SQL)}
+		return nil
+	}
+	if a.locking && len(st.Inputs) > 0 {
+		return pgerr.New(pgerr.FeatureNotSupported, "FOR UPDATE/SHARE is not supported at an explicit timestamp")
+	}
+	fixQualified(n, a.qualified)
+	out, err := deparse(n)
+	if err != nil {
+		return pgerr.New(pgerr.InternalError, "deparsing the rewritten statement: %v", err)
+	}
+	t, err := newTemplate(out, a.param)
+	if err != nil {
+		return pgerr.New(pgerr.InternalError, "scanning the rewritten statement: %v", err)
+	}
+	st.Template = t
+	return nil
+}
+
+// setInner classifies the statement inside EXPLAIN, DECLARE, PREPARE and
+// COPY (query) TO.
+func setInner(st *Statement, n *pg.Node) {
+	var q *pg.Node
+	switch x := n.Node.(type) {
+	case *pg.Node_ExplainStmt:
+		q = x.ExplainStmt.Query
+	case *pg.Node_DeclareCursorStmt:
+		q = x.DeclareCursorStmt.Query
+	case *pg.Node_PrepareStmt:
+		q = x.PrepareStmt.Query
+	case *pg.Node_CopyStmt:
+		q = x.CopyStmt.Query
+	}
+	if q == nil {
+		return
+	}
+	in := &Statement{}
+	classify(in, q)
+	if in.Kind == KindRead {
+		if s := q.GetSelectStmt(); s != nil && s.WithClause != nil && hasDMLCTE(s.WithClause) {
+			in.Kind = KindWrite
+		}
+	}
+	st.Inner = in
+	if st.Kind == KindCopyTo && in.Kind == KindWrite {
+		st.Kind = KindWrite // COPY (INSERT ... RETURNING ...) TO STDOUT
+	}
+}
+
+func hasDMLCTE(w *pg.WithClause) bool {
+	for _, c := range w.Ctes {
+		switch c.GetCommonTableExpr().GetCtequery().GetNode().(type) {
+		case *pg.Node_InsertStmt, *pg.Node_UpdateStmt, *pg.Node_DeleteStmt, *pg.Node_MergeStmt:
+			return true
+		}
+	}
+	return false
+}
+
+// maxParam is the highest $n among the tokens.
+func maxParam(sql string, toks []token) int {
+	m := 0
+	for _, t := range toks {
+		if t.tok == pg.Token_PARAM {
+			if v, err := strconv.Atoi(sql[t.start+1 : t.end]); err == nil && v > m {
+				m = v
+			}
+		}
+	}
+	return m
+}
+
+// shiftErr moves a syntax error of a sub-text starting at byte k of its
+// statement.
+func shiftErr(err error, k int) error {
+	var se *SyntaxError
+	if errors.As(err, &se) && se.off >= 0 {
+		se.off += k
+	}
+	return err
+}
+
+func planExplainTimestamp(st *Statement, text string, mz *mzSyntax, cat Catalog, opts Options) (*Statement, []dep, error) {
+	k := len(text) - len(mz.inner)
+	toks, err := scanTokens(mz.inner)
+	if err != nil {
+		return nil, nil, shiftErr(fromParser(mz.inner, err), k)
+	}
+	inner, deps, err := planOne(mz.inner, toks, cat, opts)
+	if err != nil {
+		return nil, nil, shiftErr(err, k)
+	}
+	if inner.Kind != KindRead {
+		return nil, nil, pgerr.New(pgerr.FeatureNotSupported, "EXPLAIN TIMESTAMP is only supported for SELECT")
+	}
+	st.Kind, st.Tag, st.SQL = KindExplainTimestamp, "EXPLAIN", text
+	st.ExplainTimestamp = &ExplainTimestampStmt{Format: *mz.explainTS, Inner: inner}
+	st.AsOf = inner.AsOf
+	st.Reads, st.Inputs, st.UsesMzNow = inner.Reads, inner.Inputs, inner.UsesMzNow
+	return st, deps, nil
+}
+
+func planSubscribe(st *Statement, text string, toks []token, cat Catalog, opts Options) (*Statement, []dep, error) {
+	sub, query, err := preparseSubscribe(text, toks)
+	if err != nil {
+		return nil, nil, err
+	}
+	st.Kind, st.Tag, st.Subscribe, st.SQL = KindSubscribe, "SUBSCRIBE", sub, text
+	st.AsOf = sub.AsOf
+	var (
+		inner *Statement
+		deps  []dep
+		k     int
+	)
+	if query != "" {
+		k = strings.Index(text, query)
+	} else {
+		query = "TABLE " + sub.Object.String()
+	}
+	qt, err := scanTokens(query)
+	if err != nil {
+		return nil, nil, shiftErr(fromParser(query, err), k)
+	}
+	inner, deps, err = planOne(query, qt, cat, Options{SearchPath: opts.SearchPath})
+	if err != nil {
+		return nil, nil, shiftErr(err, k)
+	}
+	if inner.Kind != KindRead {
+		return nil, nil, pgerr.New(pgerr.FeatureNotSupported, "SUBSCRIBE is only supported for SELECT")
+	}
+	if sub.Object == nil {
+		sub.Query = inner
+	}
+	st.Reads, st.Inputs, st.UsesMzNow = inner.Reads, inner.Inputs, inner.UsesMzNow
+	return st, deps, nil
+}
+
+// planRetentionOnly plans an ALTER TABLE whose only subcommand was SET/RESET
+// (RETAIN HISTORY ...): nothing is left for PostgreSQL.
+func planRetentionOnly(st *Statement, text string, toks []token, cat Catalog, opts Options) (*Statement, []dep, error) {
+	// ALTER TABLE [IF EXISTS] [ONLY] name SET|RESET (...)
+	i := 2
+	if i+1 < len(toks) && toks[i].tok == pg.Token_IF_P && toks[i+1].tok == pg.Token_EXISTS {
+		i += 2
+	}
+	j := i
+	for j < len(toks) && !(toks[j].word(text) == "set" || toks[j].word(text) == "reset") {
+		j++
+	}
+	if i >= j {
+		return nil, nil, syntaxAt(text, toks[min(i, len(toks)-1)].start)
+	}
+	r, err := pg.Parse("TABLE " + text[toks[i].start:toks[j-1].end])
+	if err != nil || len(r.Stmts) != 1 || len(r.Stmts[0].Stmt.GetSelectStmt().GetFromClause()) != 1 {
+		return nil, nil, syntaxAt(text, toks[i].start)
+	}
+	rv := r.Stmts[0].Stmt.GetSelectStmt().FromClause[0].GetRangeVar()
+	if rv == nil {
+		return nil, nil, syntaxAt(text, toks[i].start)
+	}
+	a := &analyzer{cat: cat, path: opts.SearchPath}
+	a.target(rv)
+	st.Kind, st.Tag, st.Writes = KindDDL, "ALTER TABLE", a.writes
+	return st, a.deps, nil
+}

@@ -1,0 +1,178 @@
+package planner
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/mzproxy/mzproxy/pgerr"
+	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// Replacement nodes are never assembled field by field: pg_query's deparser
+// is C and a node shape it does not expect crashes the process. Each one is
+// cut out of a tree the parser itself produced for equivalent SQL.
+
+// replaceTable replaces the FROM item n (a reference to managed table o)
+// with `(SELECT <cols> FROM <history> WHERE mz_from <= $N AND mz_to > $N)
+// AS <alias>`.
+func (a *analyzer) replaceTable(n *pg.Node, rv *pg.RangeVar, o *Object) {
+	var b strings.Builder
+	b.WriteString("SELECT * FROM (SELECT ")
+	for i, c := range o.Columns {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(quoteAlways(c))
+	}
+	p := "$" + strconv.Itoa(a.param)
+	fmt.Fprintf(&b, " FROM %s.%s WHERE mz_from <= %s AND mz_to > %s) AS x",
+		quoteAlways(o.History.Schema), quoteAlways(o.History.Name), p, p)
+	r, err := pg.Parse(b.String())
+	if err != nil || o.History.Name == "" {
+		a.fail(pgerr.New(pgerr.InternalError, "cannot build the history read of %q: %v", o.Name, err))
+		return
+	}
+	sub := r.Stmts[0].Stmt.GetSelectStmt().FromClause[0].GetRangeSubselect()
+	sub.Alias = aliasFor(rv)
+	a.noteQualified(rv, o)
+	n.Node = &pg.Node_RangeSubselect{RangeSubselect: sub}
+	a.rewrote = true
+}
+
+// mzNowExpr is `$N::bigint`. mz_now() is of type mz_timestamp in
+// Materialize; here it is the chosen timestamp as a bigint (milliseconds
+// since the Unix epoch), which compares and does arithmetic with integer
+// columns the way Materialize's casts allow.
+func (a *analyzer) mzNowExpr() *pg.Node {
+	r, err := pg.Parse("SELECT $" + strconv.Itoa(a.param) + "::bigint")
+	if err != nil {
+		panic("planner: parsing a parameter cast: " + err.Error())
+	}
+	return r.Stmts[0].Stmt.GetSelectStmt().TargetList[0].GetResTarget().Val
+}
+
+// quoteAlways double-quotes an identifier.
+func quoteAlways(s string) string {
+	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}
+
+// fixQualified rewrites column references qualified with a schema
+// (public.t.a, db.public.t.a) whose relation was replaced by a subquery
+// aliased t: a subquery has no schema, so they become t.a.
+func fixQualified(n *pg.Node, qualified []string) {
+	if len(qualified) == 0 {
+		return
+	}
+	visit(n.ProtoReflect(), func(m protoreflect.Message) {
+		cr, ok := m.Interface().(*pg.ColumnRef)
+		if !ok || len(cr.Fields) < 3 {
+			return
+		}
+		f := cr.Fields
+		k := len(f) - 3 // index of the schema
+		key := f[k].GetString_().GetSval() + "\x00" + f[k+1].GetString_().GetSval()
+		for _, q := range qualified {
+			if q == key {
+				cr.Fields = f[k+1:]
+				return
+			}
+		}
+	})
+}
+
+// visit calls fn for every message under m.
+func visit(m protoreflect.Message, fn func(protoreflect.Message)) {
+	fn(m)
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Kind() != protoreflect.MessageKind {
+			return true
+		}
+		if fd.IsList() {
+			l := v.List()
+			for i := 0; i < l.Len(); i++ {
+				visit(l.Get(i).Message(), fn)
+			}
+			return true
+		}
+		visit(v.Message(), fn)
+		return true
+	})
+}
+
+// deparse turns one statement back into SQL.
+func deparse(n *pg.Node) (string, error) {
+	return pg.Deparse(&pg.ParseResult{Version: 170007, Stmts: []*pg.RawStmt{{Stmt: n}}})
+}
+
+// Template is a rewritten statement with holes for the timestamp. The
+// proxy splices the timestamp into every hole: "$N" under the extended
+// protocol (the timestamp then travels as an extra int8 parameter), or a
+// literal like '1700000000000'::int8 under the simple protocol.
+type Template struct {
+	segs  []string // len(segs) = holes + 1
+	param int
+	size  int
+}
+
+// newTemplate splits sql at every parameter token $param. The positions come
+// from pg_query's scanner, so a "$3" inside a string literal, a comment or
+// a dollar-quoted body is never a hole.
+func newTemplate(sql string, param int) (*Template, error) {
+	toks, err := scanTokens(sql)
+	if err != nil {
+		return nil, err
+	}
+	want := "$" + strconv.Itoa(param)
+	t := &Template{param: param}
+	last := 0
+	for _, tk := range toks {
+		if tk.tok == pg.Token_PARAM && sql[tk.start:tk.end] == want {
+			t.segs = append(t.segs, sql[last:tk.start])
+			last = tk.end
+		}
+	}
+	t.segs = append(t.segs, sql[last:])
+	for _, s := range t.segs {
+		t.size += len(s)
+	}
+	return t, nil
+}
+
+// Param is the number of the timestamp parameter: the statement's own
+// parameter count plus one.
+func (t *Template) Param() int { return t.param }
+
+// Holes is the number of places the timestamp goes.
+func (t *Template) Holes() int { return len(t.segs) - 1 }
+
+// Segments returns the text between the holes (do not modify).
+func (t *Template) Segments() []string { return t.segs }
+
+// Render splices param into every hole, e.g. Render("$3") or
+// Render("'1700000000000'::int8").
+func (t *Template) Render(param string) string {
+	if len(t.segs) == 1 {
+		return t.segs[0]
+	}
+	var b strings.Builder
+	b.Grow(t.size + len(param)*(len(t.segs)-1))
+	for i, s := range t.segs {
+		if i > 0 {
+			b.WriteString(param)
+		}
+		b.WriteString(s)
+	}
+	return b.String()
+}
+
+// RenderParam renders the template for the extended protocol: every hole
+// becomes $N.
+func (t *Template) RenderParam() string { return t.Render("$" + strconv.Itoa(t.param)) }
+
+// RenderLiteral renders the template for the simple protocol with ts as a
+// literal.
+func (t *Template) RenderLiteral(ts uint64) string {
+	return t.Render("'" + strconv.FormatUint(ts, 10) + "'::int8")
+}
