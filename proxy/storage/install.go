@@ -1,0 +1,89 @@
+package storage
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+//go:embed install.sql
+var installSQL string
+
+// installLockKey is the pg_advisory_xact_lock key that serializes Install
+// across proxies sharing a backend ("mzproxy" in ASCII).
+const installLockKey int64 = 0x6d7a70726f7879
+
+// InstallScript returns the SQL that Install runs for SchemaVersion, with
+// the schema name filled in. Exposed for inspection and manual installs.
+func InstallScript() string {
+	// Schema is a plain lower-case identifier, so it needs no quoting, and
+	// the script may also use it inside string literals.
+	return strings.ReplaceAll(installSQL, "@SCHEMA@", Schema)
+}
+
+// ErrNotSuperuser is returned (wrapped) by Install when the connected role
+// cannot create event triggers.
+var ErrNotSuperuser = errors.New("storage: installing mzproxy's backend schema needs a superuser (it creates event triggers)")
+
+// Install creates or upgrades the private schema, its state tables, functions
+// and event triggers. It is idempotent (a database already at SchemaVersion
+// is left alone) and safe when several proxies start at once: the work runs
+// in one transaction under an advisory lock. conn must be a superuser
+// connection; it must not be inside a transaction.
+func Install(ctx context.Context, conn *pgx.Conn) error {
+	var super bool
+	var role string
+	if err := conn.QueryRow(ctx, "SELECT rolsuper, rolname FROM pg_roles WHERE rolname = current_user").Scan(&super, &role); err != nil {
+		return fmt.Errorf("storage: install: %w", err)
+	}
+	if !super {
+		return fmt.Errorf("%w; role %q is not one: connect the proxy's backend as a superuser, or have one install it once", ErrNotSuperuser, role)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("storage: install: %w", err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // no-op after Commit
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", installLockKey); err != nil {
+		return fmt.Errorf("storage: install: %w", err)
+	}
+	v, err := installedVersion(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("storage: install: %w", err)
+	}
+	switch {
+	case v == SchemaVersion:
+		return tx.Commit(ctx)
+	case v > SchemaVersion:
+		return fmt.Errorf("storage: backend schema %q is at version %d, newer than this proxy's %d: upgrade the proxy", Schema, v, SchemaVersion)
+	case v != 0:
+		// Only version 1 exists; later versions add migrations here.
+		return fmt.Errorf("storage: backend schema %q is at unknown version %d", Schema, v)
+	}
+	// The simple protocol runs the multi-statement script in the transaction.
+	if _, err := tx.Conn().PgConn().Exec(ctx, InstallScript()).ReadAll(); err != nil {
+		return fmt.Errorf("storage: install version %d: %w", SchemaVersion, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("storage: install version %d: %w", SchemaVersion, err)
+	}
+	return nil
+}
+
+// installedVersion is the highest installed schema version, 0 if none.
+func installedVersion(ctx context.Context, tx pgx.Tx) (int, error) {
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", Schema+".schema_version").Scan(&exists); err != nil {
+		return 0, err
+	}
+	if !exists {
+		return 0, nil
+	}
+	var v int
+	err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+Schema+".schema_version").Scan(&v)
+	return v, err
+}

@@ -1,0 +1,187 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrOracleClosed is returned by Oracle methods after Close.
+var ErrOracleClosed = errors.New("storage: oracle is closed")
+
+// Oracle is the timestamp oracle's client over one dedicated backend
+// connection. Its methods are safe for concurrent use.
+//
+// ReadTS batches: concurrent callers share one backend round trip. A caller
+// always joins the next round trip to start, never one already in flight,
+// so the timestamp it gets was read after its call began and reflects
+// every write that committed before that (linearizability).
+//
+// One goroutine, started by NewOracle and stopped by Close, owns the
+// connection; callers' contexts bound their wait, not the round trip, so a
+// caller giving up never cancels a query that others wait for.
+type Oracle struct {
+	conn   *pgx.Conn
+	ctx    context.Context // the loop's; canceled by Close
+	cancel context.CancelFunc
+
+	kick chan struct{}    // a read batch is pending (buffered 1)
+	reqs chan *oracleCall // WriteTS / ApplyWrite
+	done chan struct{}    // closed when the loop has exited
+
+	mu      sync.Mutex
+	pending *readBatch // the batch the next round trip will serve
+
+	roundTrips atomic.Int64
+	closeOnce  sync.Once
+}
+
+type readBatch struct {
+	done chan struct{} // closed when ts/err are set
+	ts   uint64
+	err  error
+}
+
+type oracleCall struct {
+	sql   string
+	args  []any
+	scan  bool             // the statement returns one bigint
+	reply chan oracleReply // buffered 1: the loop never blocks on it
+}
+
+type oracleReply struct {
+	ts  uint64
+	err error
+}
+
+// NewOracle returns an Oracle that owns conn (Close closes it). conn must
+// be used by nothing else and must see the installed schema.
+func NewOracle(conn *pgx.Conn) *Oracle {
+	ctx, cancel := context.WithCancel(context.Background())
+	o := &Oracle{
+		conn:   conn,
+		ctx:    ctx,
+		cancel: cancel,
+		kick:   make(chan struct{}, 1),
+		reqs:   make(chan *oracleCall),
+		done:   make(chan struct{}),
+	}
+	go o.loop()
+	return o
+}
+
+// RoundTrips is the number of backend round trips made so far (for tests
+// and metrics).
+func (o *Oracle) RoundTrips() int64 { return o.roundTrips.Load() }
+
+// ReadTS returns the oracle's read timestamp.
+func (o *Oracle) ReadTS(ctx context.Context) (uint64, error) {
+	o.mu.Lock()
+	b := o.pending
+	if b == nil {
+		b = &readBatch{done: make(chan struct{})}
+		o.pending = b
+	}
+	o.mu.Unlock()
+	select {
+	case o.kick <- struct{}{}:
+	default: // a kick is already queued; it will take this batch
+	}
+	select {
+	case <-b.done:
+		return b.ts, b.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-o.done:
+		return 0, ErrOracleClosed
+	}
+}
+
+// WriteTS allocates a write timestamp, never below the upper.
+func (o *Oracle) WriteTS(ctx context.Context) (uint64, error) {
+	return o.call(ctx, &oracleCall{sql: WriteTSSQL, scan: true})
+}
+
+// ApplyWrite raises read_ts and write_ts to at least t. Commits through
+// begin_write need not call it: they apply their timestamp in the commit
+// transaction itself.
+func (o *Oracle) ApplyWrite(ctx context.Context, t uint64) error {
+	_, err := o.call(ctx, &oracleCall{sql: ApplyWriteSQL, args: []any{ts(t)}})
+	return err
+}
+
+func (o *Oracle) call(ctx context.Context, c *oracleCall) (uint64, error) {
+	c.reply = make(chan oracleReply, 1)
+	select {
+	case o.reqs <- c:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-o.done:
+		return 0, ErrOracleClosed
+	}
+	select {
+	case r := <-c.reply:
+		return r.ts, r.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-o.done:
+		return 0, ErrOracleClosed
+	}
+}
+
+// Close stops the loop, failing waiting callers with ErrOracleClosed, and
+// closes the connection.
+func (o *Oracle) Close() error {
+	var err error
+	o.closeOnce.Do(func() {
+		o.cancel()
+		<-o.done
+		err = o.conn.Close(context.Background())
+	})
+	return err
+}
+
+func (o *Oracle) loop() {
+	defer close(o.done)
+	for {
+		select {
+		case <-o.ctx.Done():
+			return
+		case <-o.kick:
+			o.mu.Lock()
+			b := o.pending
+			o.pending = nil
+			o.mu.Unlock()
+			if b == nil {
+				continue
+			}
+			b.ts, b.err = o.queryTS(ReadTSSQL)
+			close(b.done)
+		case c := <-o.reqs:
+			var r oracleReply
+			if c.scan {
+				r.ts, r.err = o.queryTS(c.sql, c.args...)
+			} else {
+				o.roundTrips.Add(1)
+				_, r.err = o.conn.Exec(o.ctx, c.sql, c.args...)
+				if r.err != nil {
+					r.err = fmt.Errorf("storage: oracle: %w", r.err)
+				}
+			}
+			c.reply <- r
+		}
+	}
+}
+
+func (o *Oracle) queryTS(sql string, args ...any) (uint64, error) {
+	o.roundTrips.Add(1)
+	var t int64
+	if err := o.conn.QueryRow(o.ctx, sql, args...).Scan(&t); err != nil {
+		return 0, fmt.Errorf("storage: oracle: %w", err)
+	}
+	return uint64(t), nil
+}

@@ -1,0 +1,92 @@
+package storage
+
+import (
+	"errors"
+	"math"
+	"strconv"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/mzproxy/mzproxy/pgerr"
+)
+
+// Schema is the proxy's private schema in the backend database. Every
+// relation and function named in this package lives in it.
+const Schema = "mzproxy"
+
+// SchemaVersion is the version of the backend layout this package installs.
+const SchemaVersion = 1
+
+// Infinity is mz_to of a current version: a version is visible at ts when
+// mz_from <= ts AND mz_to > ts.
+const Infinity int64 = math.MaxInt64
+
+// WriteTSSetting is the transaction-local setting that holds the commit
+// timestamp of a proxy write transaction (set by begin_write). The history
+// triggers and the event triggers read it; when it is unset a write or DDL
+// on a managed relation did not come through the proxy.
+const WriteTSSetting = "mzproxy.write_ts"
+
+// SQL the proxy runs per statement. Each returns one bigint (or nothing).
+const (
+	// BeginWriteSQL takes the commit slot of the current backend
+	// transaction: it locks the txns row, picks T, sets upper = T+1 and
+	// read_ts = T, and returns T. Idempotent within a transaction.
+	BeginWriteSQL = "SELECT " + Schema + ".begin_write()"
+	// BeginWriteAtSQL ($1 = T) is the compare-and-append of the optimistic
+	// loop: it succeeds only if upper <= T, else fails with
+	// CodeUpperConflict (see UpperConflict).
+	BeginWriteAtSQL = "SELECT " + Schema + ".begin_write_at($1)"
+	// ReadTSSQL returns the oracle's read timestamp (in any snapshot: the
+	// timestamp of the newest committed write).
+	ReadTSSQL = "SELECT " + Schema + ".read_ts()"
+	// WriteTSSQL allocates a write timestamp: GREATEST(write_ts+1, now_ms,
+	// upper, read_ts+1).
+	WriteTSSQL = "SELECT " + Schema + ".write_ts()"
+	// ApplyWriteSQL ($1 = T) raises read_ts and write_ts to at least T.
+	ApplyWriteSQL = "SELECT " + Schema + ".apply_write($1)"
+	// CatalogRevisionSQL returns the catalog revision, bumped by every DDL
+	// through the proxy.
+	CatalogRevisionSQL = "SELECT revision FROM " + Schema + ".catalog_revision"
+	// UpperSQL returns the shared transaction-log upper.
+	UpperSQL = "SELECT upper FROM " + Schema + ".txns"
+)
+
+// SQLSTATEs raised by the backend functions and triggers. Class MZ is not
+// used by PostgreSQL (classes starting with I-Z are implementation-defined
+// and PostgreSQL only uses XX there).
+const (
+	// CodeUpperConflict: begin_write_at(T) found upper > T (or read_ts >= T).
+	// The error's DETAIL is the actual upper, a decimal number.
+	CodeUpperConflict pgerr.Code = "MZ001"
+	// CodeWriteOutsideProxy: INSERT/UPDATE/DELETE/TRUNCATE/COPY on a managed
+	// table in a transaction that did not call begin_write.
+	CodeWriteOutsideProxy pgerr.Code = "MZ002"
+	// CodeDDLOutsideProxy: ALTER/DROP/... of a managed relation outside a
+	// proxy write transaction, or dropping a history trigger.
+	CodeDDLOutsideProxy pgerr.Code = "MZ003"
+)
+
+// UpperConflict reports whether err is begin_write_at's conflict, and if so
+// the actual upper it carried.
+func UpperConflict(err error) (upper uint64, ok bool) {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != string(CodeUpperConflict) {
+		return 0, false
+	}
+	u, perr := strconv.ParseUint(pe.Detail, 10, 64)
+	if perr != nil {
+		return 0, false
+	}
+	return u, true
+}
+
+// ts converts a timestamp for a bigint parameter. Timestamps are uint64
+// milliseconds in Go and int8 in the backend; values above MaxInt64 do not
+// occur on the EpochMilliseconds timeline.
+func ts(t uint64) int64 {
+	if t > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(t)
+}
