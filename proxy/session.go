@@ -54,8 +54,15 @@ type Session struct {
 	// session closed in the middle (client gone) cancels the backend work.
 	midRequest bool
 	stopWait   func() bool // unregisters the connection-context watcher
-	closeMu    sync.Mutex
-	closed     bool
+
+	// listening is set once the session ran LISTEN: from then on the
+	// backend is also read between statements, so that notifications reach
+	// a client that waits for them without sending anything.
+	listening bool
+	idleRead  chan struct{} // closed when the idle reader has stopped; nil if none
+	clientMu  sync.Mutex    // serializes client writes with the idle reader
+	closeMu   sync.Mutex
+	closed    bool
 }
 
 func newSession(ctx context.Context, p *Proxy, be *backend, client *wire.Writer, log *logrus.Entry) *Session {
@@ -75,6 +82,19 @@ func (s *Session) TxStatus() byte { return s.tx }
 // Handle implements frontend.Session: it forwards the message and, where the
 // protocol says the client now waits for answers, relays them.
 func (s *Session) Handle(ctx context.Context, msg pgproto3.FrontendMessage, frame []byte) error {
+	if s.idleRead != nil {
+		if err := s.stopIdleReader(); err != nil {
+			return err
+		}
+	}
+	err := s.handle(ctx, msg, frame)
+	if err == nil && s.listening && s.tx == 'I' && !s.midRequest && s.copy == copyNone {
+		s.startIdleReader()
+	}
+	return err
+}
+
+func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, frame []byte) error {
 	switch msg.(type) {
 	case *pgproto3.Query, *pgproto3.FunctionCall:
 		if err := s.forward(frame); err != nil {
@@ -186,7 +206,12 @@ func (s *Session) exchange(ctx context.Context, mode exchangeMode) error {
 			s.tx = frame[5]
 			s.pending = 0
 			return s.flushClient()
-		case '1', '2', '3', 'T', 'n', 'C', 'I', 's':
+		case 'C':
+			if isListen(frame) {
+				s.listening = true
+			}
+			fallthrough
+		case '1', '2', '3', 'T', 'n', 'I', 's':
 			// The final answer to one extended message ('T' and 'n' end a
 			// Describe; a simple Query's are counted too, harmlessly, as
 			// its ReadyForQuery resets the count).
@@ -255,6 +280,52 @@ func (s *Session) lost(err error) error {
 	return pgerr.Fatal(pgerr.ConnectionFailure, "lost the connection to the backend: %v", err)
 }
 
+// isListen reports whether a CommandComplete frame is LISTEN's.
+func isListen(frame []byte) bool {
+	return len(frame) >= 12 && string(frame[5:12]) == "LISTEN\x00"
+}
+
+// startIdleReader relays what the backend sends while the session is idle
+// (NotificationResponse, NoticeResponse, ParameterStatus, or the FATAL error
+// of a terminated backend) until stopIdleReader.
+func (s *Session) startIdleReader() {
+	done := make(chan struct{})
+	s.idleRead = done
+	go func() {
+		defer close(done)
+		for {
+			typ, frame, err := s.be.r.Next()
+			if err != nil {
+				// A deadline from stopIdleReader, or a dead backend
+				// (noticed again on the next request).
+				return
+			}
+			s.clientMu.Lock()
+			err = s.client.WriteFrame(frame)
+			if err == nil {
+				err = s.client.Flush()
+			}
+			s.clientMu.Unlock()
+			if err != nil || typ == 'E' {
+				return
+			}
+		}
+	}()
+}
+
+// stopIdleReader interrupts the idle reader's blocked read and waits for
+// it. A frame cut by the deadline stays buffered: the reader only peeks
+// until a frame is complete.
+func (s *Session) stopIdleReader() error {
+	_ = s.be.nc.SetReadDeadline(time.Now())
+	<-s.idleRead
+	s.idleRead = nil
+	if err := s.be.nc.SetReadDeadline(time.Time{}); err != nil {
+		return s.lost(err)
+	}
+	return nil
+}
+
 // Cancel implements frontend.Session: a CancelRequest for this session
 // becomes a CancelRequest for its backend connection, if a request is with
 // the backend now.
@@ -290,6 +361,9 @@ func (s *Session) Close() error {
 	}
 	s.closed = true
 	s.stopWait()
+	if s.idleRead != nil {
+		_ = s.stopIdleReader()
+	}
 	if s.midRequest || s.copy != copyNone {
 		// Closing mid-request: make sure the backend's work stops
 		// rather than running on for a client that is gone.
