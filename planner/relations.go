@@ -164,6 +164,15 @@ func (a *analyzer) node(n *pg.Node, sc *scope) {
 				a.target(rv)
 			}
 		}
+	case *pg.Node_DropStmt:
+		a.dropStmt(x.DropStmt)
+	case *pg.Node_GrantStmt:
+		// GRANT ... ON t: t is the DDL's target.
+		for _, o := range x.GrantStmt.Objects {
+			if rv := o.GetRangeVar(); rv != nil {
+				a.target(rv)
+			}
+		}
 	case *pg.Node_Constraint:
 		// REFERENCES t reads t; everything else in a constraint is an
 		// expression.
@@ -411,4 +420,25 @@ func (a *analyzer) noteQualified(rv *pg.RangeVar, o *Object) {
 
 func stringNode(s string) *pg.Node {
 	return &pg.Node{Node: &pg.Node_String_{String_: &pg.String{Sval: s}}}
+}
+
+// dropStmt records the relations DROP TABLE/VIEW/... names as targets.
+func (a *analyzer) dropStmt(d *pg.DropStmt) {
+	switch d.RemoveType {
+	case pg.ObjectType_OBJECT_TABLE, pg.ObjectType_OBJECT_VIEW, pg.ObjectType_OBJECT_MATVIEW,
+		pg.ObjectType_OBJECT_INDEX, pg.ObjectType_OBJECT_SEQUENCE, pg.ObjectType_OBJECT_FOREIGN_TABLE:
+	default:
+		return
+	}
+	for _, o := range d.Objects {
+		items := o.GetList().GetItems()
+		if len(items) == 0 {
+			continue
+		}
+		rv := &pg.RangeVar{Relname: items[len(items)-1].GetString_().GetSval()}
+		if len(items) > 1 {
+			rv.Schemaname = items[len(items)-2].GetString_().GetSval()
+		}
+		a.target(rv)
+	}
 }
