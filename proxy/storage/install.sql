@@ -723,7 +723,7 @@ BEGIN
         RETURN;
     END IF;
     FOR r IN SELECT * FROM pg_event_trigger_dropped_objects() LOOP
-        IF r.object_type = 'trigger' AND r.original AND r.object_name LIKE 'mzproxy\_history\_%' THEN
+        IF r.object_type = 'trigger' AND r.original AND r.object_identity LIKE 'mzproxy\_history\_% on %' THEN
             RAISE EXCEPTION 'cannot drop trigger %: mzproxy records the table''s history with it', r.object_identity
                 USING ERRCODE = 'MZ003';
         END IF;

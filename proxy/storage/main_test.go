@@ -1,0 +1,124 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
+
+	"github.com/mzproxy/mzproxy/proxy/embedded"
+)
+
+// server is the PostgreSQL the package's tests share; each test gets its own
+// database (event triggers and the schema are per database).
+var server *embedded.Server
+
+func TestMain(m *testing.M) {
+	code := run(m)
+	os.Exit(code)
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "mzstorage")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	server, err = embedded.Start(ctx, embedded.Config{
+		DataDir:      dir,
+		ChmodParents: true,
+		Settings:     map[string]string{"fsync": "off", "synchronous_commit": "off"},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "storage tests need a PostgreSQL:", err)
+		return 1
+	}
+	code := m.Run()
+	if err := server.Stop(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			return 1
+		}
+	}
+	return code
+}
+
+var dbSeq atomic.Int64
+
+// newDB creates a fresh database and returns a connection string for it.
+func newDB(t testing.TB) string {
+	t.Helper()
+	ctx := context.Background()
+	name := fmt.Sprintf("st%d_%d", os.Getpid(), dbSeq.Add(1))
+	admin := connect(t, server.ConnString("postgres", "postgres"))
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	admin.Close(ctx)
+	return server.ConnString("postgres", name)
+}
+
+func connect(t testing.TB, cs string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// installedDB is newDB plus Install, with one open connection.
+func installedDB(t testing.TB) (string, *pgx.Conn) {
+	t.Helper()
+	cs := newDB(t)
+	conn := connect(t, cs)
+	if err := Install(context.Background(), conn); err != nil {
+		t.Fatal(err)
+	}
+	return cs, conn
+}
+
+// inWrite runs stmts in one proxy write transaction and returns its T.
+func inWrite(t testing.TB, conn *pgx.Conn, stmts ...string) uint64 {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var ts int64
+	if err := tx.QueryRow(ctx, BeginWriteSQL).Scan(&ts); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stmts {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return uint64(ts)
+}
+
+func queryInt(t testing.TB, q Querier, sql string, args ...any) int64 {
+	t.Helper()
+	var v int64
+	if err := q.QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return v
+}
