@@ -233,7 +233,11 @@ func (r *runner) runFile(ctx context.Context, path string) *FileReport {
 		fr.Results = append(fr.Results, res)
 		fr.add(Failed)
 		if w := r.opts.Verbose; w != nil {
-			fmt.Fprintf(w, "%s:%d: %s\n", path, line, perr)
+			msg := perr.Error()
+			if pe != nil {
+				msg = pe.Msg
+			}
+			fmt.Fprintf(w, "%s:%d: %s\n", path, line, msg)
 		}
 	}
 	if r.opts.Rewrite && len(fs.edits) > 0 {
@@ -687,7 +691,9 @@ func (fs *fileState) simple(ctx context.Context, rec *Record) {
 		return
 	}
 	res, err := execute(ctx, c, rec.SQL, true)
-	var rows, tail []string
+	// rows are the data lines, tail the COMPLETE and error lines; all is
+	// both in the order they came.
+	var rows, tail, all []string
 	for _, rs := range res {
 		for _, row := range rs.rows {
 			vals := make([]string, len(row))
@@ -697,9 +703,13 @@ func (fs *fileState) simple(ctx context.Context, rec *Record) {
 					vals[i] = "NULL"
 				}
 			}
-			rows = append(rows, strings.Join(vals, ","))
+			l := strings.Join(vals, ",")
+			rows = append(rows, l)
+			all = append(all, l)
 		}
-		tail = append(tail, "COMPLETE "+strconv.FormatInt(rs.tag.RowsAffected(), 10))
+		l := "COMPLETE " + strconv.FormatInt(rs.tag.RowsAffected(), 10)
+		tail = append(tail, l)
+		all = append(all, l)
 	}
 	if err != nil {
 		var pe *pgconn.PgError
@@ -707,17 +717,20 @@ func (fs *fileState) simple(ctx context.Context, rec *Record) {
 			fs.fail(rec, "simple failed: "+err.Error(), nil, nil)
 			return
 		}
-		tail = append(tail, "db error: "+pe.Severity+": "+pe.Message)
+		ls := []string{"db error: " + pe.Severity + ": " + pe.Message}
 		if pe.Detail != "" {
-			tail = append(tail, "DETAIL: "+pe.Detail)
+			ls = append(ls, "DETAIL: "+pe.Detail)
 		}
 		if pe.Hint != "" {
-			tail = append(tail, "HINT: "+pe.Hint)
+			ls = append(ls, "HINT: "+pe.Hint)
 		}
+		tail = append(tail, ls...)
+		all = append(all, ls...)
 	}
 	var ok bool
 	var expected, actual []string
 	if rec.Multiline {
+		// The text up to EOF is the rows; the COMPLETE lines follow EOF.
 		var lines []string
 		for _, r := range rows {
 			lines = append(lines, strings.Split(r, "\n")...)
@@ -726,7 +739,10 @@ func (fs *fileState) simple(ctx context.Context, rec *Record) {
 		expected = append(append(slices.Clone(rec.Expected), "EOF"), rec.After...)
 		actual = append(append(lines, "EOF"), tail...)
 	} else {
-		actual = append(rows, tail...)
+		// A value may hold newlines; the expectation is line by line.
+		for _, l := range all {
+			actual = append(actual, strings.Split(l, "\n")...)
+		}
 		expected = rec.Expected
 		ok = slices.Equal(actual, expected)
 	}
