@@ -1,7 +1,9 @@
 package timeouts
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/mzproxy/mzproxy/pgerr"
 )
@@ -160,4 +162,98 @@ func TestParseAgainstPostgres(t *testing.T) {
 				tc.in, e.Code, e.Severity, e.Message, e.Hint, tc.msg, tc.hint)
 		}
 	}
+}
+
+// The other three settings share statement_timeout's rules; their name
+// shows in the messages (checked against PostgreSQL 15 as well).
+func TestParseNames(t *testing.T) {
+	for _, tc := range []struct{ name, in, msg, hint string }{
+		{"lock_timeout", "abc", `invalid value for parameter "lock_timeout": "abc"`, ""},
+		{"idle_session_timeout", "-5", `-5 ms is outside the valid range for parameter "idle_session_timeout" (0 .. 2147483647)`, ""},
+		{"idle_in_transaction_session_timeout", "5x", `invalid value for parameter "idle_in_transaction_session_timeout": "5x"`, unitsHint},
+		{"Statement_Timeout", "abc", `invalid value for parameter "Statement_Timeout": "abc"`, ""},
+	} {
+		_, err := Parse(tc.name, tc.in)
+		e, ok := err.(*pgerr.Error)
+		if !ok || e.Code != pgerr.InvalidParameterValue || e.Message != tc.msg || e.Hint != tc.hint {
+			t.Errorf("Parse(%q, %q) = %v; want %q hint %q", tc.name, tc.in, err, tc.msg, tc.hint)
+		}
+	}
+}
+
+func TestFormat(t *testing.T) {
+	for _, tc := range []struct {
+		in   time.Duration
+		want string
+	}{
+		{0, "0"},
+		{time.Millisecond, "1ms"},
+		{1500 * time.Millisecond, "1500ms"},
+		{time.Second, "1s"},
+		{90 * time.Second, "90s"},
+		{time.Minute, "1min"},
+		{90 * time.Minute, "90min"},
+		{time.Hour, "1h"},
+		{36 * time.Hour, "36h"},
+		{24 * time.Hour, "1d"},
+		{24 * 24 * time.Hour, "24d"},
+		{maxMillis * time.Millisecond, "2147483647ms"},
+		{1500 * time.Microsecond, "1ms"}, // below a millisecond is dropped
+		{-time.Second, "-1000"},          // never a setting's value; no unit, as PostgreSQL
+	} {
+		if got := Format(tc.in); got != tc.want {
+			t.Errorf("Format(%v) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestLookupParam(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want Param
+		ok   bool
+	}{
+		{"statement_timeout", StatementTimeout, true},
+		{"STATEMENT_TIMEOUT", StatementTimeout, true},
+		{"lock_timeout", LockTimeout, true},
+		{"idle_in_transaction_session_timeout", IdleInTransactionSessionTimeout, true},
+		{"Idle_Session_Timeout", IdleSessionTimeout, true},
+		{"statement-timeout", 0, false},
+		{"", 0, false},
+	} {
+		got, ok := LookupParam(tc.name)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("LookupParam(%q) = %v, %v; want %v, %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+		if ok && got.String() != strings.ToLower(tc.name) {
+			t.Errorf("%v.String() = %q", got, got.String())
+		}
+	}
+	if s := Param(99).String(); s != "Param(99)" {
+		t.Errorf("Param(99).String() = %q", s)
+	}
+}
+
+// FuzzParse checks that Parse never panics, that what it accepts is in
+// range and whole milliseconds, and that SHOW's text parses back to it.
+func FuzzParse(f *testing.F) {
+	for _, tc := range parseCases {
+		f.Add(tc.in)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := Parse("statement_timeout", s)
+		if err != nil {
+			if pgerr.Of(err) != pgerr.InvalidParameterValue {
+				t.Fatalf("Parse(%q): error %v with code %s", s, err, pgerr.Of(err))
+			}
+			return
+		}
+		if d < 0 || d > maxMillis*time.Millisecond || d%time.Millisecond != 0 {
+			t.Fatalf("Parse(%q) = %v: out of range or not whole milliseconds", s, d)
+		}
+		back, err := Parse("statement_timeout", Format(d))
+		if err != nil || back != d {
+			t.Fatalf("Parse(Format(%v)) = %v, %v", d, back, err)
+		}
+	})
 }
