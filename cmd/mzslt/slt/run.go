@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -76,9 +77,30 @@ func Run(ctx context.Context, opts Options, files ...string) (*Report, error) {
 	}
 	r := &runner{opts: opts, cfg: cfg}
 	defer r.closeAdmin()
+	// Creating and dropping a database takes a while; the database for
+	// the next file is made while the current one runs, and finished
+	// databases are dropped in the background. All of it is done before
+	// Run returns.
+	defer r.bg.Wait()
 	rep := &Report{}
-	for _, f := range files {
-		fr := r.runFile(ctx, f)
+	var next chan dbResult
+	defer func() {
+		if next != nil {
+			r.bg.Go(func() {
+				if res := <-next; res.err == nil {
+					r.dropDB(res.name)
+				}
+			})
+		}
+	}()
+	for i, f := range files {
+		pre := next
+		next = nil
+		prefetch := func() {}
+		if opts.FreshDB && i+1 < len(files) {
+			prefetch = func() { next = r.prefetchDB(ctx) }
+		}
+		fr := r.runFile(ctx, f, pre, prefetch)
 		rep.Files = append(rep.Files, fr)
 		rep.Passed += fr.Passed
 		rep.Failed += fr.Failed
@@ -91,13 +113,32 @@ func Run(ctx context.Context, opts Options, files ...string) (*Report, error) {
 }
 
 type runner struct {
-	opts  Options
-	cfg   *pgconn.Config
-	admin *pgconn.PgConn // on the URL's database, for CREATE/DROP DATABASE
+	opts Options
+	cfg  *pgconn.Config
+	bg   sync.WaitGroup // background CREATE/DROP DATABASE
+
+	adminMu sync.Mutex
+	admin   *pgconn.PgConn // on the URL's database, for CREATE/DROP DATABASE
+}
+
+type dbResult struct {
+	name string
+	err  error
+}
+
+// prefetchDB starts making a database in the background.
+func (r *runner) prefetchDB(ctx context.Context) chan dbResult {
+	ch := make(chan dbResult, 1)
+	r.bg.Go(func() {
+		name, err := r.createDB(ctx)
+		ch <- dbResult{name, err}
+	})
+	return ch
 }
 
 var dbSeq atomic.Int64
 
+// adminConn is called with adminMu held.
 func (r *runner) adminConn(ctx context.Context) (*pgconn.PgConn, error) {
 	if r.admin != nil && !r.admin.IsClosed() {
 		return r.admin, nil
@@ -123,6 +164,8 @@ func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`)
 
 // createDB makes a database with a name no other run uses.
 func (r *runner) createDB(ctx context.Context) (string, error) {
+	r.adminMu.Lock()
+	defer r.adminMu.Unlock()
 	c, err := r.adminConn(ctx)
 	if err != nil {
 		return "", err
@@ -143,7 +186,11 @@ func (r *runner) createDB(ctx context.Context) (string, error) {
 // just before, but a backend may not have exited yet, so WITH (FORCE) ends
 // stragglers; a server that does not know the option gets plain DROP,
 // retried while the database is still in use.
-func (r *runner) dropDB(ctx context.Context, name string) error {
+func (r *runner) dropDB(name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r.adminMu.Lock()
+	defer r.adminMu.Unlock()
 	c, err := r.adminConn(ctx)
 	if err != nil {
 		return err
@@ -180,7 +227,9 @@ type fileState struct {
 	edits []edit
 }
 
-func (r *runner) runFile(ctx context.Context, path string) *FileReport {
+// runFile runs one file. pre, when not nil, delivers the file's fresh
+// database; prefetch is called once the file has its database.
+func (r *runner) runFile(ctx context.Context, path string, pre chan dbResult, prefetch func()) *FileReport {
 	fr := &FileReport{File: path}
 	src, err := os.ReadFile(path)
 	if err != nil {
@@ -196,11 +245,18 @@ func (r *runner) runFile(ctx context.Context, path string) *FileReport {
 		labels:    map[string]string{},
 	}
 	defer fs.close()
-	if r.opts.FreshDB {
-		if fs.db, err = r.createDB(ctx); err != nil {
-			fr.Err = fmt.Errorf("create database: %w", err)
-			return fr
-		}
+	if pre != nil {
+		res := <-pre
+		fs.db, err = res.name, res.err
+	} else if r.opts.FreshDB {
+		fs.db, err = r.createDB(ctx)
+	}
+	prefetch()
+	if err != nil {
+		fr.Err = fmt.Errorf("create database: %w", err)
+		return fr
+	}
+	if fs.db != "" {
 		fs.created = append(fs.created, fs.db)
 	}
 
@@ -298,11 +354,14 @@ func (fs *fileState) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	fs.closeConns(ctx)
-	for _, db := range fs.created {
-		if err := fs.r.dropDB(ctx, db); err != nil && fs.rep.Err == nil {
-			fs.rep.Err = fmt.Errorf("drop database %s: %w", db, err)
+	created, rep := fs.created, fs.rep
+	fs.r.bg.Go(func() {
+		for _, db := range created {
+			if err := fs.r.dropDB(db); err != nil && rep.Err == nil {
+				rep.Err = fmt.Errorf("drop database %s: %w", db, err)
+			}
 		}
-	}
+	})
 }
 
 func (fs *fileState) closeConns(ctx context.Context) {
