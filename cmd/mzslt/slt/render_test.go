@@ -38,8 +38,8 @@ func TestRender(t *testing.T) {
 		{'I', f8, "1e+20", false, "1"},
 		{'I', boolOID, "t", false, "1"},
 		{'I', boolOID, "f", false, "0"},
-		{'I', 20, "4294967297", false, "1"},          // low 32 bits of 2^32+1
-		{'I', 20, "2147483648", false, "-2147483648"}, // int wraps
+		{'I', 20, "4294967297", false, "1"},            // low 32 bits of 2^32+1
+		{'I', 20, "2147483648", false, "-2147483648"},  // int wraps
 		{'I', 20, "99999999999999999999", false, "-1"}, // strtol saturates to LONG_MAX
 		{'I', 20, "-99999999999999999999", false, "0"}, // LONG_MIN's low bits
 		{'R', int4, "5", false, "5.000"},
