@@ -81,6 +81,13 @@
 //     hand): it is stopped like Stop does (SIGINT, then SIGQUIT, then SIGKILL)
 //     and a fresh one is started.
 //
+// # Platforms
+//
+// The guarantees above (Pdeathsig, telling a live postmaster from a recycled
+// pid through /proc) are Linux's. The package also builds on other Unix
+// systems, where a postmaster can outlive a killed mzproxy and a stale
+// postmaster.pid is left to PostgreSQL's own check. Windows is not supported.
+//
 // # Errors
 //
 // Start waits until a real connection (pgconn, as the superuser) succeeds,

@@ -86,6 +86,7 @@ type Server struct {
 	lockOnce sync.Once
 
 	proc     *os.Process
+	ready    atomic.Bool // Start returned it
 	stopping atomic.Bool
 	done     chan struct{}
 	exitErr  error // written before done is closed
@@ -203,6 +204,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		s.abort()
 		return nil, fmt.Errorf("embedded: PostgreSQL did not start: %w%s", err, tailSince(s.logPath, logStart))
 	}
+	s.ready.Store(true)
 	s.log.WithFields(logrus.Fields{"version": s.version, "socket_dir": s.sockDir, "pid": s.proc.Pid}).Info("embedded PostgreSQL ready")
 	return s, nil
 }
@@ -521,9 +523,12 @@ func (s *Server) startPostmaster(id identity, settings map[string]string, logFil
 			_ = os.Remove(s.sockDir) // only if postgres left it empty
 		}
 		s.releaseLock()
-		if s.stopping.Load() {
+		switch {
+		case !s.ready.Load():
+			// Start reports this one, with the log's tail.
+		case s.stopping.Load():
 			s.log.WithError(err).Info("embedded PostgreSQL stopped")
-		} else {
+		default:
 			s.log.WithError(err).Error("embedded PostgreSQL exited unexpectedly")
 		}
 		close(s.done)

@@ -205,6 +205,11 @@ func TestKillParent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stdin, err := helper.StdinPipe() // held open until the kill
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
 	if err := helper.Start(); err != nil {
 		t.Fatal(err)
 	}

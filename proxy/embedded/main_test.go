@@ -15,8 +15,9 @@ import (
 )
 
 // helperEnv makes the test binary a stand-in for mzproxy: it starts a
-// server in the named data dir, prints "pid <postmaster pid>" and sleeps
-// until killed. TestKillParent kill -9s it.
+// server in the named data dir, prints "pid <postmaster pid>" and waits
+// until killed. TestKillParent kill -9s it. The helper also exits when its
+// stdin closes, so it cannot outlive a test binary that dies.
 const helperEnv = "MZPROXY_EMBEDDED_TEST_HELPER"
 
 func TestMain(m *testing.M) {
@@ -36,7 +37,8 @@ func runHelper(dir string) {
 		os.Exit(1)
 	}
 	fmt.Println("pid", s.PID())
-	time.Sleep(time.Hour)
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	os.Exit(2)
 }
 
 // testConfig is a Config for a throwaway cluster in a fresh temp dir.
