@@ -76,9 +76,11 @@ func parseSlot(name, value string) (slot, error) {
 	return slot{ms: int32(d / time.Millisecond), set: true}, nil
 }
 
-// SetDefault sets the layer src of name to value. An error for
+// SetDefault sets the layer src of name to value. It knows only the tracked
+// settings (see LookupParam) and rejects any other name with 42704; pass
+// the rest of a StartupMessage on to the backend. An error for
 // SourceStartup is FATAL, as PostgreSQL ends a connection whose startup
-// options it cannot apply.
+// settings it cannot apply.
 func (s *Settings) SetDefault(src Source, name, value string) error {
 	p, err := s.lookup(name)
 	if err == nil {
