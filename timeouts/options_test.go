@@ -32,7 +32,7 @@ func TestParseStartupOptions(t *testing.T) {
 		{in: `-c statement_timeout=5s\`, want: []o{{"statement_timeout", "5s"}}},
 		{in: "-c Statement_Timeout=7s", want: []o{{"Statement_Timeout", "7s"}}},
 		{in: "-c statement_timeout=1s=2", want: []o{{"statement_timeout", "1s=2"}}}, // server: invalid value
-		{in: "-c =5", want: []o{{"", "5"}}},                                        // server: unrecognized ""
+		{in: "-c =5", want: []o{{"", "5"}}},                                         // server: unrecognized ""
 		{in: "-c work_mem=1MB -S 2000", want: []o{{"work_mem", "1MB"}, {"work_mem", "2000"}}},
 		{in: "-Fe", want: []o{{"fsync", "false"}, {"datestyle", "euro"}}}, // server: fsync cannot be changed now
 		{in: "-e", want: []o{{"datestyle", "euro"}}},
