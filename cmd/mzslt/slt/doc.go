@@ -36,6 +36,14 @@
 // are not truncated. Only an error the server reports satisfies "statement
 // error": a dropped connection fails the record.
 //
+// # Reports
+//
+// Run returns a Report with per-file counts and every record's Result
+// (file, line, kind, outcome, message). Diff lists the records on which two
+// reports disagree, for running the same files against mzproxy and against
+// PostgreSQL; Expected (ReadExpected) checks per-file counts against a
+// committed file such as cmd/mzslt/testdata/sqlite-expected.txt.
+//
 // # Connections
 //
 // Each file runs on one connection (plus one per named simple connection),

@@ -188,3 +188,23 @@ func TestExpected(t *testing.T) {
 		t.Errorf("Write:\n%s", b.String())
 	}
 }
+
+func TestDiff(t *testing.T) {
+	a := &Report{Files: []*FileReport{{File: "f", Results: []Result{
+		{File: "f", Line: 1, Kind: KindStatement, Outcome: Passed},
+		{File: "f", Line: 5, Kind: KindQuery, Outcome: Passed},
+		{File: "f", Line: 9, Kind: KindQuery, Outcome: Skipped},
+	}}}}
+	b := &Report{Files: []*FileReport{{File: "f", Results: []Result{
+		{File: "f", Line: 1, Kind: KindStatement, Outcome: Passed},
+		{File: "f", Line: 5, Kind: KindQuery, Outcome: Failed, Message: "wrong result"},
+	}}}}
+	got := Diff(a, b)
+	want := []string{"f:5: query: passed vs failed (wrong result)", "f:9: query: skipped vs absent"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("Diff = %q, want %q", got, want)
+	}
+	if d := Diff(a, a); len(d) != 0 {
+		t.Errorf("Diff of a run with itself = %q", d)
+	}
+}

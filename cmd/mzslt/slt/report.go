@@ -184,3 +184,64 @@ func (exp Expected) lookup(file string) (string, Counts, bool) {
 	c, ok := exp[best]
 	return best, c, ok && best != ""
 }
+
+// Diff compares two runs of the same files record by record (say mzproxy's
+// against PostgreSQL's) and returns one line per record whose outcome
+// differs, or that only one run has: "file:line: kind: passed vs failed
+// (message)". Files are matched by path, records by line. No lines means
+// the runs agree on every record.
+func Diff(a, b *Report) []string {
+	type key struct {
+		file string
+		line int
+	}
+	index := func(r *Report) (map[key]Result, []key) {
+		m := map[key]Result{}
+		var order []key
+		for _, f := range r.Files {
+			if f.Err != nil {
+				k := key{f.File, 0}
+				m[k] = Result{File: f.File, Kind: "file", Outcome: Failed, Message: f.Err.Error()}
+				order = append(order, k)
+			}
+			for _, res := range f.Results {
+				k := key{res.File, res.Line}
+				if _, dup := m[k]; !dup {
+					order = append(order, k)
+				}
+				m[k] = res
+			}
+		}
+		return m, order
+	}
+	ma, oa := index(a)
+	mb, ob := index(b)
+	show := func(r Result, ok bool) string {
+		switch {
+		case !ok:
+			return "absent"
+		case r.Message != "":
+			return fmt.Sprintf("%s (%s)", r.Outcome, r.Message)
+		}
+		return r.Outcome.String()
+	}
+	var out []string
+	seen := map[key]bool{}
+	for _, k := range append(oa, ob...) {
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		ra, okA := ma[k]
+		rb, okB := mb[k]
+		if okA && okB && ra.Outcome == rb.Outcome && ra.Kind == rb.Kind {
+			continue
+		}
+		kind := ra.Kind
+		if !okA {
+			kind = rb.Kind
+		}
+		out = append(out, fmt.Sprintf("%s:%d: %s: %s vs %s", k.file, k.line, kind, show(ra, okA), show(rb, okB)))
+	}
+	return out
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -152,12 +153,21 @@ func TestSQLiteCorpus(t *testing.T) {
 	for k := range exp {
 		files = append(files, filepath.Join(dir, k))
 	}
+	slices.Sort(files)
+	reps := map[Protocol]*Report{}
 	for _, p := range []Protocol{Extended, Simple} {
 		t.Run(string(p), func(t *testing.T) {
 			rep := run(t, Options{Protocol: p}, files...)
 			for _, d := range exp.Compare(rep) {
 				t.Error(d)
 			}
+			reps[p] = rep
 		})
+	}
+	// The protocols agree record by record, not only in counts.
+	if len(reps) == 2 {
+		for _, d := range Diff(reps[Extended], reps[Simple]) {
+			t.Errorf("extended vs simple: %s", d)
+		}
 	}
 }
