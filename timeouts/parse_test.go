@@ -137,6 +137,19 @@ var parseCases = []struct {
 	{"35792min", "", `invalid value for parameter "statement_timeout": "35792min"`, "Value exceeds integer range."},
 	{"596h", "596h", "", ""},
 	{"597h", "", `invalid value for parameter "statement_timeout": "597h"`, "Value exceeds integer range."},
+	{"-.5s", "", `invalid value for parameter "statement_timeout": "-.5s"`, ""},
+	{" .5s", "", `invalid value for parameter "statement_timeout": " .5s"`, ""},
+	{"+.5", "", `invalid value for parameter "statement_timeout": "+.5"`, ""},
+	{".5", "0", "", ""},
+	{"-.5", "", `invalid value for parameter "statement_timeout": "-.5"`, ""},
+	{" 1.5", "2ms", "", ""},
+	{"1e3 s", "1000s", "", ""},
+	{"0e5", "0", "", ""},
+	{"0.0e-400", "0", "", ""},
+	{"-0x10", "", `-16 ms is outside the valid range for parameter "statement_timeout" (0 .. 2147483647)`, ""},
+	{"0X1F", "31ms", "", ""},
+	{"  -  5", "", `invalid value for parameter "statement_timeout": "  -  5"`, ""},
+	{"- 5", "", `invalid value for parameter "statement_timeout": "- 5"`, ""},
 }
 
 func TestParseAgainstPostgres(t *testing.T) {
