@@ -64,5 +64,8 @@
 // the statement's context, whose cause (Timeout or, through Cancel,
 // UserCancel) tells the two apart; Budget.Err turns an ended context into
 // PostgreSQL's error. The phase is never shown to the client (the text is
-// PostgreSQL's), but is kept in the error as an *Interruption.
+// PostgreSQL's), but is kept in the error as an *Interruption. Work the
+// backend does for the statement gets the rest of the budget as its own
+// statement_timeout (Budget.BackendTimeout), so it stops even if a cancel
+// is lost on the way.
 package timeouts

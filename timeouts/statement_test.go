@@ -287,3 +287,27 @@ func TestBudgetPhaseAcrossGoroutines(t *testing.T) {
 		t.Fatalf("Err = %v (%+v), want a user cancel in phase execute", err, in)
 	}
 }
+
+func TestBudgetBackendTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		timeout time.Duration
+		elapsed time.Duration
+		want    string
+		wantOK  bool
+	}{
+		{0, time.Hour, "0", true},
+		{5 * time.Second, 0, "5000", true},
+		{5 * time.Second, 1500 * time.Millisecond, "3500", true},
+		{5 * time.Second, 1500*time.Millisecond + time.Microsecond, "3500", true}, // 3499.999ms rounds up
+		{5 * time.Second, 5*time.Second - time.Nanosecond, "1", true},
+		{5 * time.Second, 5 * time.Second, "", false},
+		{5 * time.Second, 6 * time.Second, "", false},
+		{100 * 24 * time.Hour, 0, "2147483647", true},
+	} {
+		got, ok := NewBudget(t0, tc.timeout).BackendTimeout(t0.Add(tc.elapsed))
+		if got != tc.want || ok != tc.wantOK {
+			t.Errorf("timeout %v, elapsed %v: BackendTimeout = %q, %v; want %q, %v",
+				tc.timeout, tc.elapsed, got, ok, tc.want, tc.wantOK)
+		}
+	}
+}
