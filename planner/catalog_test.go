@@ -64,8 +64,8 @@ func (c *fakeCatalog) drop(schema, name string) {
 
 // define runs catalog commands, one a line:
 //
-//	table schema.name col,col,...
-//	view schema.name col,col,... AS <sql>
+//	table schema.name col|col|...      (columns may contain spaces)
+//	view schema.name col|col|... AS <sql>
 //	drop schema.name
 func (c *fakeCatalog) define(input string) error {
 	for _, line := range strings.Split(input, "\n") {
@@ -73,23 +73,24 @@ func (c *fakeCatalog) define(input string) error {
 		if line == "" {
 			continue
 		}
-		f := strings.SplitN(line, " ", 4)
-		if len(f) < 2 {
-			return fmt.Errorf("bad catalog line %q", line)
-		}
-		sch, name, _ := strings.Cut(f[1], ".")
+		verb, rest, _ := strings.Cut(line, " ")
+		qn, rest, _ := strings.Cut(rest, " ")
+		colText, viewSQL, isView := strings.Cut(rest, " AS ")
+		sch, name, _ := strings.Cut(qn, ".")
 		var cols []string
-		if len(f) > 2 && f[2] != "-" {
-			cols = strings.Split(f[2], ",")
+		if colText != "" && colText != "-" {
+			cols = strings.Split(colText, "|")
 		}
+		f := []string{verb}
+		_ = isView
 		switch f[0] {
 		case "table":
 			c.addTable(sch, name, cols...)
 		case "view":
-			if len(f) < 4 || !strings.HasPrefix(f[3], "AS ") {
+			if !isView {
 				return fmt.Errorf("bad view line %q", line)
 			}
-			c.addView(sch, name, strings.TrimPrefix(f[3], "AS "), cols...)
+			c.addView(sch, name, viewSQL, cols...)
 		case "drop":
 			c.drop(sch, name)
 		default:

@@ -1,0 +1,158 @@
+package planner
+
+import (
+	"sync"
+	"testing"
+)
+
+func TestCacheHitsAndRevisions(t *testing.T) {
+	cat := newFakeCatalog()
+	cat.addTable("public", "t", "a")
+	p := New(16)
+	opts := Options{SearchPath: []string{"public"}}
+	q := "SELECT * FROM t AS OF 5"
+
+	first, err := p.Plan(q, cat, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, _ := p.Plan(q, cat, opts)
+	if &first[0] != &second[0] || first[0] != second[0] {
+		t.Fatal("a hit must return the cached plan")
+	}
+	if s := p.Stats(); s.Hits != 1 || s.Misses != 1 || s.Len != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+
+	// Other keys: search_path and history mode.
+	p.Plan(q, cat, Options{SearchPath: []string{"s", "public"}})
+	p.Plan(q, cat, Options{SearchPath: []string{"public"}, ExplicitTimestamp: true})
+	if s := p.Stats(); s.Misses != 3 {
+		t.Fatalf("stats %+v", s)
+	}
+
+	// DDL on an unrelated table: the revision moves, the plan is re-validated
+	// and reused.
+	cat.addTable("public", "other", "x")
+	again, _ := p.Plan(q, cat, opts)
+	if again[0] != first[0] {
+		t.Fatal("an unrelated change must not invalidate the plan")
+	}
+	if s := p.Stats(); s.Hits != 2 || s.Misses != 3 {
+		t.Fatalf("stats %+v", s)
+	}
+
+	// A change to t (new column) invalidates it.
+	cat.addTable("public", "t", "a", "b")
+	changed, _ := p.Plan(q, cat, opts)
+	if changed[0] == first[0] || changed[0].Inputs[0].ID == first[0].Inputs[0].ID {
+		t.Fatal("a change to a dependency must re-plan")
+	}
+	// A name that was unmanaged and becomes managed invalidates too.
+	q2 := "SELECT * FROM later"
+	before, _ := p.Plan(q2, cat, opts)
+	if before[0].Reads[0].Managed() {
+		t.Fatal("later is not managed yet")
+	}
+	cat.addTable("public", "later", "z")
+	after, _ := p.Plan(q2, cat, opts)
+	if !after[0].Reads[0].Managed() {
+		t.Fatal("later is managed now")
+	}
+	// Dropping a view's base changes nothing for the view's plan but the
+	// lookup of the base: re-plan.
+	cat.addView("public", "v", "SELECT later.z FROM public.later;", "z")
+	p.Plan("SELECT * FROM v", cat, opts)
+	cat.drop("public", "later")
+	if _, err := p.Plan("SELECT * FROM v", cat, Options{SearchPath: []string{"public"}, ExplicitTimestamp: true}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Errors are not cached.
+	if _, err := p.Plan("SELEC 1", cat, opts); err == nil {
+		t.Fatal("want a syntax error")
+	}
+	n := p.Stats().Len
+	p.Plan("SELEC 1", cat, opts)
+	if p.Stats().Len != n {
+		t.Fatal("errors must not be cached")
+	}
+	p.Purge()
+	if p.Stats().Len != 0 {
+		t.Fatal("purge")
+	}
+}
+
+func TestCacheConcurrent(t *testing.T) {
+	cat := newFakeCatalog()
+	cat.addTable("public", "t", "a")
+	p := New(4)
+	queries := []string{"SELECT 1", "SELECT * FROM t", "SELECT * FROM t AS OF 3", "INSERT INTO t VALUES (1)",
+		"SELECT a FROM t WHERE a = $1", "BEGIN", "COMMIT"}
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 200; i++ {
+				q := queries[(i+g)%len(queries)]
+				st, err := p.Plan(q, cat, Options{SearchPath: []string{"public"}, ExplicitTimestamp: i%2 == 0})
+				if err != nil || len(st) != 1 {
+					t.Errorf("%s: %v", q, err)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	s := p.Stats()
+	if s.Hits+s.Misses != 8*200 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func BenchmarkPlanCached(b *testing.B) {
+	cat := newFakeCatalog()
+	cat.addTable("public", "t", "a", "b")
+	p := New(128)
+	opts := Options{SearchPath: []string{"public"}}
+	q := "SELECT a, b FROM t WHERE a = $1"
+	if _, err := p.Plan(q, cat, opts); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := p.Plan(q, cat, opts); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkPlanUncached(b *testing.B) {
+	cat := newFakeCatalog()
+	cat.addTable("public", "t", "a", "b")
+	p := New(0)
+	opts := Options{SearchPath: []string{"public"}}
+	q := "SELECT a, b FROM t WHERE a = $1"
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := p.Plan(q, cat, opts); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkPlanRewrite(b *testing.B) {
+	cat := newFakeCatalog()
+	cat.addTable("public", "t", "a", "b")
+	p := New(0)
+	opts := Options{SearchPath: []string{"public"}}
+	q := "SELECT a, b FROM t WHERE a = $1 AS OF 1700000000000"
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := p.Plan(q, cat, opts); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
