@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
@@ -250,4 +251,23 @@ func connectURL(t testing.TB, ctx context.Context, url string) *pgx.Conn {
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	return conn
+}
+
+// connectCancelable opens a pgx connection to url whose context
+// cancellation sends a CancelRequest (pgconn's default closes the socket).
+func connectCancelable(t testing.TB, ctx context.Context, url string) (*pgx.Conn, error) {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: 20 * time.Second}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn, nil
 }

@@ -1,0 +1,207 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// hbaMu serializes edits of the shared cluster's pg_hba.conf.
+var hbaMu sync.Mutex
+
+// passwordRole creates a login role with a password on the test
+// PostgreSQL and, when method is not "", makes the cluster require that
+// method for it on the Unix socket (the cluster otherwise trusts local
+// connections). It waits until the new rule is in force.
+func passwordRole(t testing.TB, ctx context.Context, role, password, method string) {
+	t.Helper()
+	direct := connectDirect(t, ctx)
+	if _, err := direct.Exec(ctx, fmt.Sprintf("DROP ROLE IF EXISTS %s", role)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := direct.Exec(ctx, fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", role, strings.ReplaceAll(password, "'", "''"))); err != nil {
+		t.Fatal(err)
+	}
+	if method == "" {
+		return
+	}
+	hbaMu.Lock()
+	defer hbaMu.Unlock()
+	hba := filepath.Join(env.pg.PGData(), "pg_hba.conf")
+	old, err := os.ReadFile(hba)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// First match wins: the rule goes before the initdb's trust lines.
+	rule := fmt.Sprintf("local all %s %s\n", role, method)
+	if err := os.WriteFile(hba, append([]byte(rule), old...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var ok bool
+	if err := direct.QueryRow(ctx, "SELECT pg_reload_conf()").Scan(&ok); err != nil || !ok {
+		t.Fatalf("pg_reload_conf: %v", err)
+	}
+	// The postmaster rereads the file asynchronously: wait until a
+	// connection without the password is refused.
+	eventually(t, 20*time.Second, "pg_hba.conf reload", func() bool {
+		c, err := pgx.Connect(ctx, directURL(role, "postgres"))
+		if err == nil {
+			c.Close(ctx)
+			return false
+		}
+		return true
+	})
+}
+
+// withPassword returns url with the password set.
+func withPassword(rawURL, password string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		panic(err)
+	}
+	u.User = url.UserPassword(u.User.Username(), password)
+	return u.String()
+}
+
+// TestAuthTrust: the default on a loopback listener lets any user in as the
+// user it names; the backend then decides (here: a role that does not
+// exist is refused by PostgreSQL itself, with its SQLSTATE).
+func TestAuthTrust(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	p := startProxy(t, "--auth", "trust")
+	p.mustAlive(t, ctx)
+	_, err := pgx.Connect(ctx, p.URL("no_such_role_trust", "postgres"))
+	wantCode(t, err, "28000")
+	_, err = pgx.Connect(ctx, p.URL("postgres", "no_such_database"))
+	wantCode(t, err, "3D000")
+}
+
+// TestAuthSCRAM: the proxy authenticates clients itself with SCRAM-SHA-256
+// against a users file holding a plaintext password and a verifier copied
+// from PostgreSQL's pg_authid.
+func TestAuthSCRAM(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	// The roles exist on the backend, which trusts the proxy's local
+	// connections for them.
+	passwordRole(t, ctx, "scram_alice", "unused-on-backend", "")
+	passwordRole(t, ctx, "scram_bob", "bob's pw", "")
+	direct := connectDirect(t, ctx)
+	var verifier string
+	if err := direct.QueryRow(ctx, "SELECT rolpassword FROM pg_authid WHERE rolname = 'scram_bob'").Scan(&verifier); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(verifier, "SCRAM-SHA-256$") {
+		t.Fatalf("pg_authid has %q; want a SCRAM verifier (password_encryption)", verifier)
+	}
+	users := filepath.Join(t.TempDir(), "users.txt")
+	content := fmt.Sprintf("# test users\n\"scram_alice\" \"secret\"\n\"scram_bob\" \"%s\"\n", verifier)
+	if err := os.WriteFile(users, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, "--auth", "scram-sha-256", "--users-file", users)
+
+	tests := []struct {
+		user, password string
+		code           string // "" for success
+	}{
+		{"scram_alice", "secret", ""},
+		{"scram_alice", "wrong", "28P01"},
+		{"scram_alice", "", "28P01"},
+		{"scram_bob", "bob's pw", ""},
+		{"scram_bob", "secret", "28P01"},
+		{"scram_nobody", "secret", "28P01"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.user+"/"+tt.password, func(t *testing.T) {
+			conn, err := pgx.Connect(ctx, withPassword(p.URL(tt.user, "postgres"), tt.password))
+			if tt.code != "" {
+				if err == nil {
+					conn.Close(ctx)
+				}
+				wantCode(t, err, tt.code)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			var who string
+			if err := conn.QueryRow(ctx, "SELECT current_user").Scan(&who); err != nil || who != tt.user {
+				t.Fatalf("current_user %q %v", who, err)
+			}
+		})
+	}
+
+	// psql with a password from PGPASSWORD, as a user would.
+	if _, err := os.Stat("/usr/bin/psql"); err == nil {
+		out := p.psqlTarget().mustRun(t, "", []string{"PGUSER=scram_alice", "PGPASSWORD=secret"}, "-At", "-U", "scram_alice", "-c", "SELECT current_user")
+		if out != "scram_alice\n" {
+			t.Fatalf("psql: %q", out)
+		}
+	}
+}
+
+// TestAuthPassthrough: the proxy relays the backend's own authentication.
+// It runs against the test cluster for a role that needs no password (the
+// exchange is empty) and for roles that pg_hba.conf makes authenticate with
+// scram-sha-256 and with a cleartext password.
+func TestAuthPassthrough(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	passwordRole(t, ctx, "pt_scram", "scram pw", "scram-sha-256")
+	passwordRole(t, ctx, "pt_clear", "clear pw", "password")
+	p := startProxy(t, "--auth", "passthrough")
+
+	tests := []struct {
+		user, password string
+		code           string
+	}{
+		{"postgres", "", ""}, // trusted by the backend: no exchange
+		{"pt_scram", "scram pw", ""},
+		{"pt_scram", "wrong", "28P01"},
+		{"pt_scram", "", "28P01"},
+		{"pt_clear", "clear pw", ""},
+		{"pt_clear", "wrong", "28P01"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.user+"/"+tt.password, func(t *testing.T) {
+			u := p.URL(tt.user, "postgres")
+			if tt.password != "" {
+				u = withPassword(u, tt.password)
+			}
+			conn, err := connectCancelable(t, ctx, u)
+			if tt.code != "" {
+				if tt.password == "" && err != nil && sqlState(err) == "" {
+					// pgx refuses to answer a password request without a
+					// password before it reaches the server.
+					return
+				}
+				wantCode(t, err, tt.code)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var who string
+			if err := conn.QueryRow(ctx, "SELECT current_user").Scan(&who); err != nil || who != tt.user {
+				t.Fatalf("current_user %q %v", who, err)
+			}
+			// Cancel works for a passthrough session too (the backend key
+			// came from the relayed startup).
+			qctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			_, err = conn.Exec(qctx, "SELECT pg_sleep(20)")
+			wantCode(t, err, "57014")
+		})
+	}
+}
