@@ -231,12 +231,6 @@ type fileState struct {
 // database; prefetch is called once the file has its database.
 func (r *runner) runFile(ctx context.Context, path string, pre chan dbResult, prefetch func()) *FileReport {
 	fr := &FileReport{File: path}
-	src, err := os.ReadFile(path)
-	if err != nil {
-		fr.Err = err
-		return fr
-	}
-	recs, perr := Parse(src)
 	fs := &fileState{
 		r: r, path: path, rep: fr,
 		conns:     map[string]*pgconn.PgConn{},
@@ -245,6 +239,8 @@ func (r *runner) runFile(ctx context.Context, path string, pre chan dbResult, pr
 		labels:    map[string]string{},
 	}
 	defer fs.close()
+	// The database first, so that a prefetched one is always dropped.
+	var err error
 	if pre != nil {
 		res := <-pre
 		fs.db, err = res.name, res.err
@@ -259,6 +255,12 @@ func (r *runner) runFile(ctx context.Context, path string, pre chan dbResult, pr
 	if fs.db != "" {
 		fs.created = append(fs.created, fs.db)
 	}
+	src, err := os.ReadFile(path)
+	if err != nil {
+		fr.Err = err
+		return fr
+	}
+	recs, perr := Parse(src)
 
 	halted := false
 	for i := range recs {
@@ -280,19 +282,15 @@ func (r *runner) runFile(ctx context.Context, path string, pre chan dbResult, pr
 		}
 	}
 	if perr != nil && !halted {
+		// The original runner stops at a record it cannot read, as an error.
+		line, msg := 0, perr.Error()
 		var pe *ParseError
-		line := 0
 		if errors.As(perr, &pe) {
-			line = pe.Line
+			line, msg = pe.Line, pe.Msg
 		}
-		res := Result{File: path, Line: line, Kind: KindParse, Outcome: Failed, Message: perr.Error()}
-		fr.Results = append(fr.Results, res)
+		fr.Results = append(fr.Results, Result{File: path, Line: line, Kind: KindParse, Outcome: Failed, Message: msg})
 		fr.add(Failed)
 		if w := r.opts.Verbose; w != nil {
-			msg := perr.Error()
-			if pe != nil {
-				msg = pe.Msg
-			}
 			fmt.Fprintf(w, "%s:%d: %s\n", path, line, msg)
 		}
 	}
