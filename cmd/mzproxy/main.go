@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -105,10 +106,34 @@ func main() {
 		fmt.Fprintln(os.Stderr, "mzproxy:", err)
 		os.Exit(2)
 	}
+	if path := os.Getenv("MZPROXY_CPU_PROFILE"); path != "" {
+		// For finding where the proxy's time goes under a benchmark.
+		stopProfile, err := startCPUProfile(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "mzproxy:", err)
+			os.Exit(2)
+		}
+		defer stopProfile()
+	}
 	if err := run(cfg, log); err != nil {
 		log.WithError(err).Error("mzproxy stopped")
 		os.Exit(1)
 	}
+}
+
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 func newLogger(cfg *config) (*logrus.Entry, error) {
