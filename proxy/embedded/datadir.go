@@ -216,40 +216,55 @@ func makeSocketDir(dir string, tmp bool, id identity) error {
 	return nil
 }
 
-// clearLeftovers deals with the lock files of an earlier run. It runs
-// with the data dir's flock held, so whatever they name is not managed by a
-// live Server: a live postmaster of ours is stopped, any other file is
-// stale and removed.
+// clearLeftovers deals with what an earlier run left in the data dir. It
+// runs with the data dir's flock held, so no live Server manages any
+// postgres process working there: such processes are leftovers and are
+// stopped, and lock files that would stop postgres from starting go.
 func (s *Server) clearLeftovers(ctx context.Context) error {
 	if !canJudgePids {
 		return nil // postgres's own check decides
 	}
+	pidFile := filepath.Join(s.pgData, "postmaster.pid")
 	sockName := filepath.Join(s.sockDir, ".s.PGSQL."+strconv.Itoa(s.port))
-	for _, lf := range []struct{ path, also string }{
-		{filepath.Join(s.pgData, "postmaster.pid"), ""},
-		{sockName + ".lock", sockName},
-	} {
-		pid, err := readLockPid(lf.path)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err == nil && isPostgresFor(pid, s.pgData) {
+
+	// A postmaster whose mzproxy died without taking it along.
+	for _, path := range []string{pidFile, sockName + ".lock"} {
+		if pid, err := readLockPid(path); err == nil && isPostgresFor(pid, s.pgData) {
 			s.log.WithField("pid", pid).Warn("a postmaster of an earlier run still serves this data dir; stopping it")
-			if err := stopLeftover(ctx, pid, s.pgData); err != nil {
+			if err := stopLeftover(ctx, pid, s.pgData, postmasterSteps); err != nil {
 				return err
 			}
-			// A clean shutdown removed its files; a killed one left them.
-			if _, err := os.Stat(lf.path); err != nil {
-				continue
-			}
 		}
-		s.log.WithField("file", lf.path).Info("removing a stale lock file")
-		if err := os.Remove(lf.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("embedded: removing stale %s: %w", lf.path, err)
+	}
+	// Backends orphaned by a postmaster that was SIGKILLed: one busy in a
+	// long query notices only when it next waits, and must not write to the
+	// data dir next to a new postmaster.
+	for _, pid := range postgresIn(s.pgData) {
+		s.log.WithField("pid", pid).Warn("a backend of an earlier run still works in this data dir; stopping it")
+		if err := stopLeftover(ctx, pid, s.pgData, orphanSteps); err != nil {
+			return err
 		}
-		if lf.also != "" {
-			_ = os.Remove(lf.also)
+	}
+
+	// A postmaster.pid naming a dead process is left to postgres: it removes
+	// the file itself after checking that nothing still has the old shared
+	// memory attached. One naming a live process (a recycled pid, now
+	// someone else's) or nothing readable would make postgres refuse to
+	// start: it goes.
+	if pid, err := readLockPid(pidFile); err == nil && (pid == 0 || !processGone(pid)) && !isPostgresFor(pid, s.pgData) {
+		s.log.WithField("file", pidFile).Info("removing a stale postmaster.pid")
+		if err := os.Remove(pidFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("embedded: removing stale %s: %w", pidFile, err)
 		}
+	}
+	// The socket's lock file guards nothing postgres does not re-check, and
+	// the socket dir is ours alone.
+	if pid, err := readLockPid(sockName + ".lock"); err == nil && !isPostgresFor(pid, s.pgData) {
+		s.log.WithField("file", sockName+".lock").Info("removing a stale socket lock file")
+		if err := os.Remove(sockName + ".lock"); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("embedded: removing stale %s: %w", sockName+".lock", err)
+		}
+		_ = os.Remove(sockName)
 	}
 	return nil
 }
@@ -273,30 +288,41 @@ func readLockPid(path string) (int, error) {
 	return pid, nil
 }
 
-// stopLeftover stops a postmaster that is not our child: SIGINT, then
-// SIGQUIT, then SIGKILL, re-checking before each signal that the pid still
-// is that postmaster.
-func stopLeftover(ctx context.Context, pid int, pgData string) error {
-	steps := []struct {
-		sig  syscall.Signal
-		wait time.Duration
-	}{
+type stopStep struct {
+	sig  syscall.Signal
+	wait time.Duration
+}
+
+var (
+	// A postmaster: fast shutdown, then immediate, then kill.
+	postmasterSteps = []stopStep{
 		{syscall.SIGINT, 10 * time.Second},
-		{syscall.SIGQUIT, shutdownGrace},
-		{syscall.SIGKILL, shutdownGrace},
+		{syscall.SIGQUIT, 5 * time.Second},
+		{syscall.SIGKILL, 5 * time.Second},
 	}
+	// A backend without a postmaster: SIGQUIT makes it exit at once.
+	orphanSteps = []stopStep{
+		{syscall.SIGQUIT, 2 * time.Second},
+		{syscall.SIGKILL, 5 * time.Second},
+	}
+)
+
+// stopLeftover stops a postgres process that is not our child, signal by
+// signal, re-checking before each that the pid still is a postgres process
+// in pgData (pids get recycled).
+func stopLeftover(ctx context.Context, pid int, pgData string, steps []stopStep) error {
 	for _, step := range steps {
 		if !isPostgresFor(pid, pgData) {
 			return nil
 		}
 		if err := syscall.Kill(pid, step.sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return fmt.Errorf("embedded: a postmaster of an earlier run (pid %d) still serves %s and cannot be stopped: %w", pid, pgData, err)
+			return fmt.Errorf("embedded: a postgres process of an earlier run (pid %d) still works in %s and cannot be stopped: %w", pid, pgData, err)
 		}
 		if waitGone(ctx, pid, step.wait) {
 			return nil
 		}
 	}
-	return fmt.Errorf("embedded: a postmaster of an earlier run (pid %d) still serves %s and survived SIGKILL", pid, pgData)
+	return fmt.Errorf("embedded: a postgres process of an earlier run (pid %d) still works in %s and survived SIGKILL", pid, pgData)
 }
 
 // waitGone polls until pid is gone, d has passed or ctx has ended.

@@ -70,16 +70,22 @@
 // A Server holds an flock on DataDir/mzproxy.lock for the postmaster's
 // lifetime; a second Start on the same DataDir while it is held fails with
 // [ErrDataDirInUse]. Once Start has the lock, nobody else manages this
-// directory, so a postmaster.pid (or socket lock file) left behind is treated
-// so:
+// directory, so any postgres process still working in it (its working
+// directory is our pgdata, read from /proc) is a leftover:
 //
-//   - its pid is not a live postgres process whose working directory is our
-//     pgdata (dead, a zombie, or reused by an unrelated process): the file is
-//     removed and postgres starts;
-//   - its pid is such a process (a postmaster whose mzproxy died without
-//     taking it along, e.g. on a system without Pdeathsig, or one started by
-//     hand): it is stopped like Stop does (SIGINT, then SIGQUIT, then SIGKILL)
-//     and a fresh one is started.
+//   - a postmaster named by postmaster.pid or the socket lock file (its
+//     mzproxy died without taking it along, e.g. on a system without
+//     Pdeathsig, or it was started by hand) is stopped like Stop does:
+//     SIGINT, then SIGQUIT, then SIGKILL;
+//   - backends orphaned by a postmaster that was SIGKILLed (one busy in a long
+//     query notices only when it next waits) get SIGQUIT, then SIGKILL,
+//     so that no process of the old run writes beside the new postmaster.
+//
+// Then stale lock files: a postmaster.pid naming a dead process is left to
+// postgres, which removes it after checking that no process still has the
+// old shared memory attached; one naming a live process that is not ours
+// (a recycled pid) or no pid at all would make postgres refuse to start, so
+// it is removed, as is a socket lock file that names no postmaster of ours.
 //
 // # Platforms
 //

@@ -143,13 +143,8 @@ func TestStaleLockFiles(t *testing.T) {
 		{"torn file", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := os.WriteFile(filepath.Join(pgdata, "postmaster.pid"), []byte(tc.content), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			sockDir := filepath.Join(cfg.DataDir, "sock")
-			if err := os.WriteFile(filepath.Join(sockDir, ".s.PGSQL.5432.lock"), []byte(tc.content), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			writeAsPostgres(t, filepath.Join(pgdata, "postmaster.pid"), tc.content)
+			writeAsPostgres(t, filepath.Join(cfg.DataDir, "sock", ".s.PGSQL.5432.lock"), tc.content)
 			s := startServer(t, cfg)
 			if got := queryInt(t, s, "SELECT 1"); got != 1 {
 				t.Fatalf("SELECT 1 = %d", got)
@@ -159,6 +154,23 @@ func TestStaleLockFiles(t *testing.T) {
 				t.Fatalf("the unrelated process was killed")
 			}
 		})
+	}
+}
+
+// writeAsPostgres writes a file as postgres would have: owned by the owner
+// of the directory it is in.
+func writeAsPostgres(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Dir(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	if err := os.Chown(path, int(st.Uid), int(st.Gid)); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -386,5 +398,52 @@ func TestVersions(t *testing.T) {
 		if got := majorVersion(tc.in); got != tc.major {
 			t.Errorf("majorVersion(%q) = %q, want %q", tc.in, got, tc.major)
 		}
+	}
+}
+
+// TestOrphanedBackend: a postmaster killed with SIGKILL leaves a backend
+// busy in a loop (it notices the death only when it next waits). The next
+// Start stops it rather than run a second postmaster beside it.
+func TestOrphanedBackend(t *testing.T) {
+	cfg := testConfig(t)
+	s := startServer(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.ConnString("", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var backend int
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend); err != nil {
+		t.Fatal(err)
+	}
+	busy := make(chan error, 1)
+	go func() {
+		_, err := conn.Exec(ctx, "DO $$BEGIN LOOP END LOOP; END$$")
+		busy <- err
+	}()
+	// Wait until the loop runs.
+	for queryInt(t, s, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'DO %' AND state = 'active'") == 0 {
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	if err := syscall.Kill(s.PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-s.Done()
+	if processGone(backend) {
+		t.Fatalf("the backend died with its postmaster; nothing to test")
+	}
+
+	s2 := startServer(t, cfg)
+	if !processGone(backend) {
+		t.Fatalf("orphaned backend %d still runs", backend)
+	}
+	if got := queryInt(t, s2, "SELECT 1"); got != 1 {
+		t.Fatalf("SELECT 1 = %d", got)
+	}
+	if err := <-busy; err == nil {
+		t.Errorf("the busy loop ended without an error")
 	}
 }

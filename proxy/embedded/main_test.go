@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -103,16 +102,4 @@ func waitNoPostgresIn(t *testing.T, pgdata string, d time.Duration) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-func postgresIn(pgdata string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err == nil && isPostgresFor(pid, pgdata) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
 }

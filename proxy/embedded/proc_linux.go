@@ -97,3 +97,16 @@ func processGone(pid int) bool {
 	end := bytes.LastIndexByte(stat, ')')
 	return end < 0 || end+2 >= len(stat) || stat[end+2] == 'Z' || stat[end+2] == 'X'
 }
+
+// postgresIn lists the postgres processes working in pgdata.
+func postgresIn(pgdata string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err == nil && pid != os.Getpid() && isPostgresFor(pid, pgdata) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
