@@ -119,7 +119,7 @@ func TestStartQueryRestart(t *testing.T) {
 }
 
 func TestStaleLockFiles(t *testing.T) {
-	cfg := testConfig(t)
+	cfg := clusterConfig(t)
 	stopServer(t, startServer(t, cfg))
 	pgdata := filepath.Join(cfg.DataDir, "pgdata")
 
@@ -175,7 +175,7 @@ func writeAsPostgres(t *testing.T, path, content string) {
 }
 
 func TestDataDirInUse(t *testing.T) {
-	cfg := testConfig(t)
+	cfg := clusterConfig(t)
 	s := startServer(t, cfg)
 	_, err := Start(context.Background(), cfg)
 	if !errors.Is(err, ErrDataDirInUse) {
@@ -189,7 +189,7 @@ func TestDataDirInUse(t *testing.T) {
 // TestLeftoverPostmaster: the owner of a postmaster is gone (its lock is
 // released) but the postmaster still runs; the next Start stops it.
 func TestLeftoverPostmaster(t *testing.T) {
-	cfg := testConfig(t)
+	cfg := clusterConfig(t)
 	old := startServer(t, cfg)
 	exec1(t, old, "CREATE TABLE t (x int); INSERT INTO t VALUES (7)")
 	old.releaseLock() // as if its mzproxy had died
@@ -210,6 +210,7 @@ func TestLeftoverPostmaster(t *testing.T) {
 
 func TestKillParent(t *testing.T) {
 	dataDir := filepath.Join(t.TempDir(), "data")
+	copyTemplate(t, dataDir)
 	helper := exec.Command(os.Args[0], "-test.run=^$")
 	helper.Env = append(os.Environ(), helperEnv+"="+dataDir)
 	helper.Stderr = os.Stderr
@@ -248,15 +249,14 @@ func TestKillParent(t *testing.T) {
 	waitNoPostgresIn(t, pgdata, 5*time.Second)
 
 	// The next run starts over what the killed one left.
-	cfg := Config{DataDir: dataDir, ChmodParents: true, Settings: map[string]string{"fsync": "off"}, Logger: testLogger()}
-	s := startServer(t, cfg)
+	s := startServer(t, testConfigAt(dataDir))
 	if got := queryInt(t, s, "SELECT 1"); got != 1 {
 		t.Fatalf("SELECT 1 = %d", got)
 	}
 }
 
 func TestStartupFailureShowsLog(t *testing.T) {
-	cfg := testConfig(t)
+	cfg := clusterConfig(t)
 	cfg.Settings["shared_buffers"] = "plenty"
 	_, err := Start(context.Background(), cfg)
 	if err == nil {
@@ -286,8 +286,8 @@ func TestStartContextEnds(t *testing.T) {
 }
 
 func TestLongDataDirUsesTmpSocket(t *testing.T) {
-	cfg := testConfig(t)
-	cfg.DataDir = filepath.Join(t.TempDir(), strings.Repeat("d", 100))
+	cfg := testConfigAt(filepath.Join(t.TempDir(), strings.Repeat("d", 100)))
+	copyTemplate(t, cfg.DataDir)
 	s := startServer(t, cfg)
 	if !strings.HasPrefix(s.SocketDir(), "/tmp/mzproxy-") {
 		t.Fatalf("SocketDir() = %q", s.SocketDir())
@@ -305,7 +305,7 @@ func TestStopEscalates(t *testing.T) {
 	defer func(d time.Duration) { shutdownGrace = d }(shutdownGrace)
 	shutdownGrace = 300 * time.Millisecond
 
-	cfg := testConfig(t)
+	cfg := clusterConfig(t)
 	s := startServer(t, cfg)
 	// A stopped postmaster ignores SIGINT and SIGQUIT until SIGKILL.
 	if err := syscall.Kill(s.PID(), syscall.SIGSTOP); err != nil {
@@ -405,7 +405,7 @@ func TestVersions(t *testing.T) {
 // busy in a loop (it notices the death only when it next waits). The next
 // Start stops it rather than run a second postmaster beside it.
 func TestOrphanedBackend(t *testing.T) {
-	cfg := testConfig(t)
+	cfg := clusterConfig(t)
 	s := startServer(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +26,17 @@ func TestMain(m *testing.M) {
 		runHelper(dir)
 		return
 	}
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	if template.dir != "" {
+		_ = os.RemoveAll(template.dir)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 func runHelper(dir string) {
@@ -40,14 +52,62 @@ func runHelper(dir string) {
 	os.Exit(2)
 }
 
-// testConfig is a Config for a throwaway cluster in a fresh temp dir.
+// testConfig is a Config for a throwaway data dir, empty so far.
 func testConfig(t *testing.T) Config {
 	t.Helper()
+	return testConfigAt(filepath.Join(t.TempDir(), "data"))
+}
+
+func testConfigAt(dataDir string) Config {
 	return Config{
-		DataDir:      filepath.Join(t.TempDir(), "data"),
+		DataDir:      dataDir,
 		ChmodParents: true,
 		Settings:     map[string]string{"fsync": "off"},
 		Logger:       testLogger(),
+	}
+}
+
+// clusterConfig is testConfig with a cluster already in place, copied from
+// one made once per test binary: initdb is the slowest part of a start, and
+// only a few tests are about it.
+func clusterConfig(t *testing.T) Config {
+	t.Helper()
+	dataDir := filepath.Join(t.TempDir(), "data")
+	copyTemplate(t, dataDir)
+	return testConfigAt(dataDir)
+}
+
+var template struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// copyTemplate puts a copy of the template cluster at dataDir/pgdata.
+func copyTemplate(t *testing.T, dataDir string) {
+	t.Helper()
+	template.once.Do(func() {
+		template.dir, template.err = os.MkdirTemp("", "mzproxy-embedded-template-")
+		if template.err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		var s *Server
+		s, template.err = Start(ctx, testConfigAt(template.dir))
+		if template.err == nil {
+			template.err = s.Stop(ctx)
+		}
+	})
+	if template.err != nil {
+		t.Fatalf("making the template cluster: %v", template.err)
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// cp -a keeps the owner (the postgres user when root) and modes.
+	if out, err := exec.Command("cp", "-a", filepath.Join(template.dir, "pgdata"), filepath.Join(dataDir, "pgdata")).CombinedOutput(); err != nil {
+		t.Fatalf("copying the template cluster: %v: %s", err, out)
 	}
 }
 
