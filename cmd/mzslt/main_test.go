@@ -65,7 +65,7 @@ func TestCLI(t *testing.T) {
 	needServer(t)
 	dir := t.TempDir()
 	exp := filepath.Join(dir, "expected.txt")
-	os.WriteFile(exp, []byte("slt/testdata/pass.slt 24 0 3\nslt/testdata/fail.slt 3 18 0\n"), 0o644)
+	os.WriteFile(exp, []byte("slt/testdata/pass.slt 24 0 3\nslt/testdata/fail.slt 3 19 1\n"), 0o644)
 	badExp := filepath.Join(dir, "bad-expected.txt")
 	os.WriteFile(badExp, []byte("slt/testdata/fail.slt 21 0 0\n"), 0o644)
 
@@ -78,10 +78,10 @@ func TestCLI(t *testing.T) {
 	}{
 		{"pass", []string{"--url", url, "slt/testdata/pass.slt"}, 0, "24 passed, 0 failed, 3 skipped", "slt/testdata/pass.slt: 24 passed"},
 		{"pass simple", []string{"--url", url, "--protocol", "simple", "slt/testdata/pass.slt"}, 0, "24 passed, 0 failed, 3 skipped", ""},
-		{"fail", []string{"--url", url, "slt/testdata/pass.slt", "slt/testdata/fail.slt"}, 1, "27 passed, 18 failed, 3 skipped", ""},
-		{"verbose", []string{"--url", url, "--verbose", "slt/testdata/fail.slt"}, 1, "3 passed, 18 failed, 0 skipped", "slt/testdata/fail.slt:10: wrong result"},
-		{"expect", []string{"--url", url, "--expect", exp, "slt/testdata/pass.slt", "slt/testdata/fail.slt"}, 0, "27 passed, 18 failed, 3 skipped", ""},
-		{"expect mismatch", []string{"--url", url, "--expect", badExp, "slt/testdata/fail.slt"}, 1, "3 passed, 18 failed, 0 skipped", "unexpected counts"},
+		{"fail", []string{"--url", url, "slt/testdata/pass.slt", "slt/testdata/fail.slt"}, 1, "27 passed, 19 failed, 4 skipped", ""},
+		{"verbose", []string{"--url", url, "--verbose", "slt/testdata/fail.slt"}, 1, "3 passed, 19 failed, 1 skipped", "slt/testdata/fail.slt:10: wrong result"},
+		{"expect", []string{"--url", url, "--expect", exp, "slt/testdata/pass.slt", "slt/testdata/fail.slt"}, 0, "27 passed, 19 failed, 4 skipped", ""},
+		{"expect mismatch", []string{"--url", url, "--expect", badExp, "slt/testdata/fail.slt"}, 1, "3 passed, 19 failed, 1 skipped", "unexpected counts"},
 		{"engine", []string{"--url", url, "--engine", "sqlite", "slt/testdata/pass.slt"}, 1, "", ""},
 		{"missing file", []string{"--url", url, "no/such.slt"}, 1, "0 passed, 0 failed, 0 skipped", "no such file"},
 		{"no url", []string{"slt/testdata/pass.slt"}, 2, "", "usage"},

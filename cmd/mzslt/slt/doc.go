@@ -14,7 +14,8 @@
 // through atof and "%.3f", text with NULL, "(empty)" and '@' for bytes
 // outside 0x20-0x7E. Results with more values than the hash threshold are
 // compared as "<n> values hashing to <md5>"; a labelled query must hash like
-// every earlier query with that label in the file.
+// the first query with that label in the file (a skipped one counts, with
+// the hash of its expected output, as in the original's verify mode).
 //
 // Materialize's additions: "statement count N"; "statement error <regex>"
 // and "query error <regex>" (unanchored, tried on the server's message and

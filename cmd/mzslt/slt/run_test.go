@@ -97,6 +97,9 @@ func TestProvenAbleToFail(t *testing.T) {
 			}
 			labelSet := false
 			for i, r := range fail.Results {
+				if r.Outcome == Skipped {
+					continue // the record that gives a label its value
+				}
 				want := Failed
 				if i < 2 {
 					want = Passed
@@ -111,8 +114,8 @@ func TestProvenAbleToFail(t *testing.T) {
 					t.Errorf("fail.slt:%d: failed without a message", r.Line)
 				}
 			}
-			if fail.Failed != 18 {
-				t.Errorf("fail.slt: %s, want 18 failed", fail.Counts)
+			if fail.Failed != 19 {
+				t.Errorf("fail.slt: %s, want 19 failed", fail.Counts)
 			}
 			if rep.OK() {
 				t.Error("Report.OK with failures")
