@@ -21,7 +21,8 @@
 //	  pgdata.initdb/  initdb's work directory; renamed to pgdata when initdb succeeds,
 //	                  so a killed first start never leaves a half-made cluster behind
 //	  sock/           the Unix socket .s.PGSQL.<Port> (see below)
-//	  postgres.log    output of initdb and postgres, appended to
+//	  postgres.log    output of initdb and postgres, appended to; a Start that
+//	                  finds it over 64 MiB moves it to postgres.log.1 first
 //	  mzproxy.lock    flock(2)ed by the Server that owns the directory
 //
 // The cluster is made with UTF8, locale C, trust authentication for local

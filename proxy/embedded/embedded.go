@@ -72,6 +72,10 @@ var reservedSettings = map[string]bool{
 	"data_directory":          true,
 }
 
+// maxLogSize is the size of postgres.log past which Start moves it to
+// postgres.log.1 (replacing an older one) and begins a new one.
+const maxLogSize = 64 << 20
+
 // Server is a running embedded PostgreSQL. Its methods are safe for
 // concurrent use.
 type Server struct {
@@ -161,6 +165,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	started := false
 	defer func() {
 		if !started {
+			if s.tmpSockDir {
+				_ = os.Remove(s.sockDir)
+			}
 			s.releaseLock()
 		}
 	}()
@@ -176,6 +183,11 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 
+	// Postgres writes to the log as long as it runs; it is rotated only here,
+	// between runs, and only once it is big.
+	if fi, err := os.Stat(s.logPath); err == nil && fi.Size() > maxLogSize {
+		_ = os.Rename(s.logPath, s.logPath+".1")
+	}
 	logFile, err := os.OpenFile(s.logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: %w", err)
@@ -566,7 +578,11 @@ func (s *Server) waitReady(ctx context.Context) error {
 		}
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code != "57P03" { // 57P03: still starting up
-			return fmt.Errorf("server answers but refuses %q: %w", s.superUser, err)
+			hint := ""
+			if pgErr.Code == "28000" {
+				hint = " (an existing cluster keeps the superuser initdb made it with)"
+			}
+			return fmt.Errorf("server answers but refuses %q%s: %w", s.superUser, hint, err)
 		}
 		lastErr = err
 		select {

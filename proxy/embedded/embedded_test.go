@@ -267,7 +267,14 @@ func TestStartupFailureShowsLog(t *testing.T) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}
 	}
-	// The failed start released the data dir.
+	// A superuser the cluster was not made with.
+	cfg.Settings["shared_buffers"] = "16MB"
+	cfg.SuperUser = "someone_else"
+	if _, err := Start(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "keeps the superuser") {
+		t.Errorf("Start with another superuser = %v", err)
+	}
+	cfg.SuperUser = ""
+	// The failed starts released the data dir.
 	delete(cfg.Settings, "shared_buffers")
 	s := startServer(t, cfg)
 	if got := queryInt(t, s, "SELECT 1"); got != 1 {
