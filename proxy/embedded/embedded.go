@@ -297,7 +297,8 @@ var shutdownGrace = 5 * time.Second
 // Stop shuts PostgreSQL down: SIGINT (fast shutdown: sessions are
 // disconnected, a checkpoint is written) and wait. When ctx ends first it
 // sends SIGQUIT (immediate shutdown) and, if the postmaster is still there
-// five seconds later, SIGKILL; it then returns an error saying so. Stop
+// five seconds later, SIGKILL, to it and then to any backend it left
+// behind; it then returns an error saying so. Stop
 // returns nil when the server is already down. It may be called more than
 // once and concurrently.
 func (s *Server) Stop(ctx context.Context) error {
@@ -324,8 +325,7 @@ func (s *Server) Stop(ctx context.Context) error {
 	case <-t.C:
 	}
 	s.log.Warn("immediate shutdown did not finish in time; sending SIGKILL")
-	s.signal(syscall.SIGKILL)
-	<-s.done
+	s.kill()
 	return fmt.Errorf("embedded: fast shutdown cut short (%w); PostgreSQL killed with SIGKILL", context.Cause(ctx))
 }
 
@@ -340,8 +340,18 @@ func (s *Server) abort() {
 		return
 	case <-t.C:
 	}
+	s.kill()
+}
+
+// kill SIGKILLs the postmaster and then its backends: a killed postmaster
+// cannot take them down, and one busy in a query would go on until it next
+// waits.
+func (s *Server) kill() {
 	s.signal(syscall.SIGKILL)
 	<-s.done
+	for _, pid := range postgresIn(s.pgData) {
+		_ = stopLeftover(context.Background(), pid, s.pgData, []stopStep{{syscall.SIGKILL, shutdownGrace}})
+	}
 }
 
 func (s *Server) signal(sig os.Signal) {

@@ -328,7 +328,9 @@ func TestStopEscalates(t *testing.T) {
 	if s.Err() == nil {
 		t.Errorf("Err() = nil after SIGKILL")
 	}
-	waitNoPostgresIn(t, filepath.Join(cfg.DataDir, "pgdata"), 5*time.Second)
+	if pids := postgresIn(filepath.Join(cfg.DataDir, "pgdata")); len(pids) > 0 {
+		t.Errorf("postgres processes %v survived Stop", pids)
+	}
 }
 
 func TestConfigErrors(t *testing.T) {
