@@ -1,0 +1,130 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mzproxy/mzproxy/cmd/mzslt/slt"
+)
+
+// corpusDir is the shared sqllogictest corpus, beside the repository (CI
+// lays shared/ next to the clone).
+func corpusDir(t *testing.T) string {
+	dir := filepath.Join(moduleRoot(), "..", "shared", "slt", "sqlite")
+	if _, err := os.Stat(dir); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("conformance corpus missing at %s: CI must lay shared/ beside the clone", dir)
+		}
+		t.Skipf("conformance corpus not found at %s (it is the team's shared/slt/sqlite)", dir)
+	}
+	return dir
+}
+
+func corpusFiles(t *testing.T, dir string) []string {
+	files, err := filepath.Glob(filepath.Join(dir, "select*.test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evidence, err := filepath.Glob(filepath.Join(dir, "evidence", "*.test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, evidence...)
+	sort.Strings(files)
+	if len(files) < 5 {
+		t.Fatalf("only %d corpus files in %s", len(files), dir)
+	}
+	return files
+}
+
+// TestConformance is the conformance net: the sqllogictest corpus, run
+// directly against PostgreSQL and through mzproxy over both protocols,
+// must give the same outcome for every record, and the per-file counts
+// must stay those committed in cmd/mzslt/testdata/sqlite-expected.txt (so a
+// change on either side shows up).
+func TestConformance(t *testing.T) {
+	dir := corpusDir(t)
+	files := corpusFiles(t, dir)
+	f, err := os.Open(filepath.Join(moduleRoot(), "cmd", "mzslt", "testdata", "sqlite-expected.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	expected, err := slt.ReadExpected(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t)
+	for _, protocol := range []slt.Protocol{slt.Simple, slt.Extended} {
+		t.Run(string(protocol), func(t *testing.T) {
+			ctx := testContext(t)
+			run := func(url string) (*slt.Report, time.Duration) {
+				start := time.Now()
+				rep, err := slt.Run(ctx, slt.Options{URL: url, Protocol: protocol, FreshDB: true, Timeout: time.Minute}, files...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, fr := range rep.Files {
+					if fr.Err != nil {
+						t.Errorf("%s: %v", fr.File, fr.Err)
+					}
+				}
+				return rep, time.Since(start)
+			}
+			direct, directTime := run(directURL("postgres", "postgres"))
+			proxied, proxyTime := run(p.URL("postgres", "postgres"))
+			for _, line := range slt.Diff(direct, proxied) {
+				t.Errorf("direct vs mzproxy: %s", line)
+			}
+			for name, rep := range map[string]*slt.Report{"direct": direct, "mzproxy": proxied} {
+				if diffs := expected.Compare(rep); len(diffs) > 0 {
+					t.Errorf("%s: counts differ from sqlite-expected.txt:\n%s", name, strings.Join(diffs, "\n"))
+				}
+			}
+			t.Logf("%s protocol: direct %s (%s), mzproxy %s (%s): %.2fx",
+				protocol, direct.Counts, directTime.Round(time.Millisecond),
+				proxied.Counts, proxyTime.Round(time.Millisecond),
+				proxyTime.Seconds()/directTime.Seconds())
+		})
+	}
+}
+
+// TestOwnSLT runs mzproxy's own sqllogictest files (testdata/slt) through
+// the proxy, and directly against PostgreSQL: they describe PostgreSQL's
+// behaviour that mzproxy must keep, so both must pass.
+func TestOwnSLT(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "slt", "*.slt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no SLT files in testdata/slt")
+	}
+	p := startProxy(t)
+	for _, target := range []struct{ name, url string }{
+		{"mzproxy", p.URL("postgres", "postgres")},
+		{"direct", directURL("postgres", "postgres")},
+	} {
+		for _, protocol := range []slt.Protocol{slt.Simple, slt.Extended} {
+			t.Run(target.name+"/"+string(protocol), func(t *testing.T) {
+				var failures strings.Builder
+				rep, err := slt.Run(testContext(t), slt.Options{
+					URL: target.url, Protocol: protocol, FreshDB: true, Verbose: &failures, Timeout: time.Minute,
+				}, files...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !rep.OK() {
+					t.Errorf("%s\n%s", rep.Counts, failures.String())
+				}
+				if rep.Passed == 0 {
+					t.Error("no record passed")
+				}
+			})
+		}
+	}
+}
