@@ -1,0 +1,72 @@
+// Package planner is mzproxy's SQL work: it turns a query string into
+// planned statements, without I/O, clocks or mutable globals.
+//
+// # What Plan does with a query string
+//
+//  1. Split. The string is tokenized with PostgreSQL's own scanner
+//     (pg_query's Scan) and cut at top-level semicolons (not inside
+//     parentheses or a BEGIN ATOMIC body). Empty statements vanish.
+//  2. Materialize syntax. Still on tokens, so literals, dollar quotes,
+//     quoted identifiers and comments are never mistaken for syntax:
+//     a trailing `AS OF [AT LEAST] <expr>` of a query is cut off (the
+//     expression text goes to Statement.AsOf for the proxy to evaluate);
+//     `EXPLAIN TIMESTAMP [AS TEXT|JSON] FOR <select>` and
+//     `SUBSCRIBE ...` are recognised; `RETAIN HISTORY [=] FOR '<interval>'`
+//     is removed from CREATE TABLE ... WITH (...) and ALTER TABLE ...
+//     SET/RESET (...), other options staying intact.
+//  3. Parse with pg_query (PostgreSQL's grammar). Syntax errors are
+//     *pgerr.Error with SQLSTATE 42601, PostgreSQL's message and position
+//     (Extra['P']), and match errors.Is(err, ErrSyntax) so that the proxy
+//     can choose to forward the text and let the backend answer instead.
+//  4. Classify (Kind, command tag, transaction/SET/cursor details) and find
+//     the relations read and written with SQL's scoping (CTEs shadow
+//     tables, recursive CTEs see themselves, FOR UPDATE OF names are not
+//     relations, functions in FROM are not relations), resolved through the
+//     Catalog the proxy implements.
+//  5. Rewrite, only for a read at an explicit timestamp: a query with AS
+//     OF, a query calling mz_now(), or any query in history mode
+//     (Options.ExplicitTimestamp). A present read is forwarded unchanged:
+//     in mzproxy's storage model the current tables show exactly the state
+//     at the oracle's read timestamp.
+//
+// # The rewrite
+//
+// Every reference to a managed table becomes
+//
+//	(SELECT "c1", "c2" FROM "mzproxy"."h17" WHERE mz_from <= $N AND mz_to > $N) AS alias
+//
+// where alias is the reference's own alias (with its column aliases) or the
+// table's name, and $N is the statement's own parameter count plus one. A
+// column reference qualified with a schema (public.t.a) becomes t.a. A
+// managed view that reads managed tables (transitively) is replaced by its
+// definition (Object.ViewSQL), rewritten the same way; views reading only
+// unmanaged relations stay as they are. mz_now() becomes $N::bigint: the
+// chosen timestamp in milliseconds since the Unix epoch (Materialize's type
+// is mz_timestamp; bigint compares with integer columns the same way).
+//
+// The rewritten tree is deparsed by pg_query, and the result is kept as a
+// Template: the text between the places $N occurs, found by scanning the
+// output's tokens, never by string search. The proxy renders it with "$N"
+// (extended protocol, the timestamp being one more int8 parameter) or with
+// a literal like '1700000000000'::int8 (simple protocol).
+//
+// Replacement nodes are always cut out of trees pg_query itself parsed,
+// never assembled by hand: the deparser is C, and a node of an unexpected
+// shape would crash the process. FuzzRewrite checks that every rewrite
+// re-parses and that rewriting its output again is a no-op.
+//
+// Refused at an explicit timestamp (SQLSTATE 0A000): FOR UPDATE/SHARE on a
+// statement reading managed tables, TABLESAMPLE on a managed table, mz_now()
+// in a write. Not rewritten: system columns (xmin, ctid) of managed tables
+// do not exist in the history subquery; a whole-row reference (SELECT t
+// FROM t) has a record type instead of t's composite type.
+//
+// # The plan cache
+//
+// Planner caches the plans of a query string per (text, search_path,
+// history mode). A hit at the catalog revision it was made at returns
+// without parsing (about 60 ns, no allocation). A hit at another revision
+// repeats the plan's catalog lookups and reuses the plan if every name still
+// resolves to the same definition; so DDL on one table does not flush
+// unrelated plans. Plans are shared: callers must not modify them.
+package planner
