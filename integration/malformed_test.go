@@ -1,0 +1,137 @@
+package integration
+
+import (
+	"encoding/binary"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// TestMaxConnections: the client beyond --max-connections is refused as
+// PostgreSQL refuses it, and a slot freed is usable again.
+func TestMaxConnections(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	p := startProxy(t, "--max-connections", "2")
+	c1, err := pgx.Connect(ctx, p.URL("postgres", "postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2 := p.connect(t, ctx)
+	_, err = pgx.Connect(ctx, p.URL("postgres", "postgres"))
+	wantCode(t, err, "53300")
+	if !strings.Contains(err.Error(), "sorry, too many clients already") {
+		t.Fatalf("message: %v", err)
+	}
+	// The two admitted sessions work.
+	for _, c := range []*pgx.Conn{c1, c2} {
+		var n int
+		if err := c.QueryRow(ctx, "SELECT 1").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c1.Close(ctx)
+	eventually(t, 15*time.Second, "a slot is free again", func() bool {
+		c, err := pgx.Connect(ctx, p.URL("postgres", "postgres"))
+		if err != nil {
+			if sqlState(err) != "53300" {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			return false
+		}
+		c.Close(ctx)
+		return true
+	})
+}
+
+// startupBytes is a StartupMessage for postgres/postgres.
+func startupBytes() []byte {
+	b, _ := (&pgproto3.StartupMessage{
+		ProtocolVersion: pgproto3.ProtocolVersion30,
+		Parameters:      map[string]string{"user": "postgres", "database": "postgres"},
+	}).Encode(nil)
+	return b
+}
+
+func be32(vs ...uint32) []byte {
+	var b []byte
+	for _, v := range vs {
+		b = binary.BigEndian.AppendUint32(b, v)
+	}
+	return b
+}
+
+// TestMalformedInput sends bytes no driver would to the real proxy
+// process: each connection gets an ErrorResponse with 08P01 where the
+// protocol allows one and is closed, and the process goes on serving.
+func TestMalformedInput(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	p := startProxy(t, "--max-message-size", "1024")
+
+	tests := []struct {
+		name string
+		// afterStartup sends bytes once a session is established.
+		afterStartup bool
+		send         []byte
+		// code is the SQLSTATE of the expected ErrorResponse; "" means the
+		// proxy just closes (PostgreSQL does so for an incomplete packet).
+		code string
+	}{
+		{name: "HTTP request", send: []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), code: "08P01"},
+		{name: "startup length too small", send: be32(4, 196608), code: "08P01"},
+		{name: "startup length huge", send: be32(0x7fffffff, 196608), code: "08P01"},
+		// PostgreSQL answers an unsupported protocol version with 0A000.
+		{name: "protocol 2.0", send: append(be32(8+8, 2<<16), "user\x00x\x00\x00"...), code: "0A000"},
+		{name: "protocol 4.0", send: append(be32(8+8, 4<<16), "user\x00x\x00\x00"...), code: "0A000"},
+		{name: "startup parameters not terminated", send: append(be32(8+6, 196608), "user\x00x"...), code: "08P01"},
+		{name: "startup cut short", send: be32(100, 196608)[:6], code: ""},
+		{name: "unknown message type", afterStartup: true, send: []byte{'y', 0, 0, 0, 4}, code: "08P01"},
+		{name: "length below 4", afterStartup: true, send: []byte{'Q', 0, 0, 0, 2}, code: "08P01"},
+		{name: "negative length", afterStartup: true, send: []byte{'Q', 0xff, 0xff, 0xff, 0xff}, code: "08P01"},
+		{name: "oversized query", afterStartup: true, send: func() []byte {
+			b, _ := (&pgproto3.Query{String: "SELECT '" + strings.Repeat("x", 2000) + "'"}).Encode(nil)
+			return b
+		}(), code: "08P01"},
+		{name: "malformed Bind", afterStartup: true, send: []byte{'B', 0, 0, 0, 6, 'x', 0}, code: "08P01"},
+		{name: "query without terminator", afterStartup: true, send: []byte{'Q', 0, 0, 0, 7, 'a', 'b', 'c'}, code: "08P01"},
+		{name: "second StartupMessage", afterStartup: true, send: startupBytes(), code: "08P01"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := p.dialRaw(t)
+			if tt.afterStartup {
+				c.startup()
+			}
+			c.write(tt.send)
+			if tt.name == "startup cut short" {
+				// The client gives up mid-packet.
+				_ = c.nc.(interface{ CloseWrite() error }).CloseWrite()
+			}
+			if tt.code == "" {
+				c.expectClosed()
+				return
+			}
+			c.expectFatal(tt.code)
+		})
+	}
+	t.Cleanup(func() { p.mustAlive(t, ctx) })
+
+	t.Run("message just under the limit", func(t *testing.T) {
+		t.Parallel()
+		conn := p.connect(t, ctx)
+		var s string
+		q := "SELECT '" + strings.Repeat("x", 900) + "'"
+		if err := conn.QueryRow(ctx, q).Scan(&s); err != nil || len(s) != 900 {
+			t.Fatalf("%d %v", len(s), err)
+		}
+		// Results are not bounded by the client message limit.
+		if err := conn.QueryRow(ctx, "SELECT repeat('y', 100000)").Scan(&s); err != nil || len(s) != 100000 {
+			t.Fatalf("%d %v", len(s), err)
+		}
+	})
+}
