@@ -163,7 +163,7 @@ func (c *conn) startup() (wire.Startup, bool) {
 		case code>>16 == protocolMajor3:
 			return c.startupMessage(body)
 		default:
-			c.fatal(pgerr.Fatal(pgerr.FeatureNotSupported,
+			c.fatal(pgerr.Fatal(pgerr.ProtocolViolation,
 				"unsupported frontend protocol %d.%d: server supports 3.0 to 3.0", code>>16, code&0xffff))
 			return wire.Startup{}, false
 		}
