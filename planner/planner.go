@@ -12,7 +12,7 @@ import (
 // Options are the session state a plan depends on (and is cached under).
 type Options struct {
 	// SearchPath is the session's search_path, passed unchanged to
-	// Catalog.Lookup.
+	// Catalog.Lookup (expand "$user" before, if the catalog needs it).
 	SearchPath []string
 	// ExplicitTimestamp forces the history rewrite of every read even at
 	// the present ("history mode", used to prove the rewrite changes no
@@ -40,6 +40,9 @@ type Statement struct {
 	// Inputs are the managed tables read, transitively through views.
 	Inputs    []*Object
 	UsesMzNow bool
+	// Locking is true when a SELECT has FOR UPDATE/SHARE (it takes row
+	// locks, so it is not a pure read).
+	Locking bool
 
 	AsOf             *AsOf
 	ExplainTimestamp *ExplainTimestampStmt
@@ -133,7 +136,7 @@ func planOne(text string, toks []token, cat Catalog, opts Options) (*Statement, 
 	if a.err != nil {
 		return nil, nil, a.err
 	}
-	st.Reads, st.Writes, st.Inputs, st.UsesMzNow = a.reads, a.writes, a.inputs, a.usesMzNow
+	st.Reads, st.Writes, st.Inputs, st.UsesMzNow, st.Locking = a.reads, a.writes, a.inputs, a.usesMzNow, a.locking
 	if st.Kind == KindRead && len(a.writes) > 0 {
 		// WITH d AS (DELETE ... RETURNING ...) SELECT ...
 		st.Kind = KindWrite

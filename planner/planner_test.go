@@ -89,6 +89,9 @@ func formatStatement(b *strings.Builder, s *Statement, indent string) {
 	if s.UsesMzNow {
 		b.WriteString(" mz_now")
 	}
+	if s.Locking {
+		b.WriteString(" locking")
+	}
 	b.WriteString("\n")
 	if s.SQL != "" {
 		fmt.Fprintf(b, "%ssql: %s\n", indent, s.SQL)
