@@ -338,11 +338,18 @@ func (c *conn) serve() {
 			}
 			skipUntilSync = false
 		}
-		c.handling.Store(true)
-		c.watchdog.Reset(clientCheckInterval)
+		// Only messages that wait for the backend can take long enough for
+		// the client to vanish meanwhile.
+		watch := waitsForBackend(typ)
+		if watch {
+			c.handling.Store(true)
+			c.watchdog.Reset(clientCheckInterval)
+		}
 		err = c.sess.Handle(c.ctx, msg, frame)
-		c.handling.Store(false)
-		c.watchdog.Stop()
+		if watch {
+			c.handling.Store(false)
+			c.watchdog.Stop()
+		}
 		if err == nil {
 			continue
 		}
@@ -416,6 +423,17 @@ func (c *conn) wakeIfIdle() {
 	if c.idle.Load() {
 		_ = c.nc.SetReadDeadline(time.Now())
 	}
+}
+
+// waitsForBackend reports whether a client message makes the session wait
+// for the backend's answers: Query, Sync, Flush, FunctionCall, and the end
+// of COPY data. Parse, Bind and the like are only queued.
+func waitsForBackend(typ byte) bool {
+	switch typ {
+	case 'Q', 'S', 'H', 'F', 'c', 'f':
+		return true
+	}
+	return false
 }
 
 // clientCheckInterval is how often a long-running message checks that its
