@@ -31,7 +31,8 @@
 // (listen_addresses is empty). Unix socket paths are limited to 107 bytes; when
 // DataDir/sock/.s.PGSQL.<Port> would be longer, the socket directory is
 // /tmp/mzproxy-<hash of DataDir> instead (created 0700, and refused if it
-// exists with another owner or as a symlink); it is removed again by Stop.
+// exists with another owner or as a symlink); it is removed again when the
+// postmaster exits.
 //
 // max_connections defaults to 200 since every proxy session holds a backend
 // connection. fsync stays on unless [Config.Settings] turns it off; with
@@ -63,8 +64,9 @@
 // backend stops.
 //
 // [Server.Stop] sends SIGINT (fast shutdown) and waits; when its context ends
-// first it sends SIGQUIT, and SIGKILL five seconds later. [Server.Done] is
-// closed when the postmaster has exited for any reason.
+// first it sends SIGQUIT, and SIGKILL five seconds later (then also to any
+// backend the killed postmaster left behind). [Server.Done] is closed when
+// the postmaster has exited for any reason.
 //
 // # Leftovers from an earlier run
 //

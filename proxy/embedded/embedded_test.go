@@ -51,6 +51,7 @@ func exec1(t *testing.T, s *Server, q string) {
 }
 
 func TestStartQueryRestart(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	s := startServer(t, cfg)
 
@@ -119,6 +120,7 @@ func TestStartQueryRestart(t *testing.T) {
 }
 
 func TestStaleLockFiles(t *testing.T) {
+	t.Parallel()
 	cfg := clusterConfig(t)
 	stopServer(t, startServer(t, cfg))
 	pgdata := filepath.Join(cfg.DataDir, "pgdata")
@@ -175,6 +177,7 @@ func writeAsPostgres(t *testing.T, path, content string) {
 }
 
 func TestDataDirInUse(t *testing.T) {
+	t.Parallel()
 	cfg := clusterConfig(t)
 	s := startServer(t, cfg)
 	_, err := Start(context.Background(), cfg)
@@ -189,6 +192,7 @@ func TestDataDirInUse(t *testing.T) {
 // TestLeftoverPostmaster: the owner of a postmaster is gone (its lock is
 // released) but the postmaster still runs; the next Start stops it.
 func TestLeftoverPostmaster(t *testing.T) {
+	t.Parallel()
 	cfg := clusterConfig(t)
 	old := startServer(t, cfg)
 	exec1(t, old, "CREATE TABLE t (x int); INSERT INTO t VALUES (7)")
@@ -209,6 +213,7 @@ func TestLeftoverPostmaster(t *testing.T) {
 }
 
 func TestKillParent(t *testing.T) {
+	t.Parallel()
 	dataDir := filepath.Join(t.TempDir(), "data")
 	copyTemplate(t, dataDir)
 	helper := exec.Command(os.Args[0], "-test.run=^$")
@@ -256,6 +261,7 @@ func TestKillParent(t *testing.T) {
 }
 
 func TestStartupFailureShowsLog(t *testing.T) {
+	t.Parallel()
 	cfg := clusterConfig(t)
 	cfg.Settings["shared_buffers"] = "plenty"
 	_, err := Start(context.Background(), cfg)
@@ -293,6 +299,7 @@ func TestStartContextEnds(t *testing.T) {
 }
 
 func TestLongDataDirUsesTmpSocket(t *testing.T) {
+	t.Parallel()
 	cfg := testConfigAt(filepath.Join(t.TempDir(), strings.Repeat("d", 100)))
 	copyTemplate(t, cfg.DataDir)
 	s := startServer(t, cfg)
@@ -308,6 +315,8 @@ func TestLongDataDirUsesTmpSocket(t *testing.T) {
 	}
 }
 
+// TestStopEscalates is not parallel: it shortens shutdownGrace, which
+// sequential tests restore before the parallel ones run.
 func TestStopEscalates(t *testing.T) {
 	defer func(d time.Duration) { shutdownGrace = d }(shutdownGrace)
 	shutdownGrace = 300 * time.Millisecond
@@ -334,6 +343,7 @@ func TestStopEscalates(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
+	t.Parallel()
 	base := func() Config {
 		return Config{DataDir: filepath.Join(t.TempDir(), "data"), Logger: testLogger()}
 	}
@@ -414,6 +424,7 @@ func TestVersions(t *testing.T) {
 // busy in a loop (it notices the death only when it next waits). The next
 // Start stops it rather than run a second postmaster beside it.
 func TestOrphanedBackend(t *testing.T) {
+	t.Parallel()
 	cfg := clusterConfig(t)
 	s := startServer(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

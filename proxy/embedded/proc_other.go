@@ -9,7 +9,8 @@ import (
 )
 
 // startTied starts cmd. Outside Linux there is no Pdeathsig, so a postmaster
-// can outlive a killed mzproxy; the next Start on the same DataDir stops it.
+// can outlive a killed mzproxy; the next Start on the same DataDir then fails
+// with PostgreSQL's "lock file already exists" in the log tail.
 func startTied(cmd *exec.Cmd, _ syscall.Signal) (<-chan error, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
