@@ -37,10 +37,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "usage: mzslt --url postgres://... [flags] file.slt...\n")
 		fl.PrintDefaults()
 	}
-	if err := fl.Parse(args); err != nil {
-		return 2
+	// Flags may come before, between or after the files.
+	var files []string
+	for {
+		if err := fl.Parse(args); err != nil {
+			return 2
+		}
+		if fl.NArg() == 0 {
+			break
+		}
+		files = append(files, fl.Arg(0))
+		args = fl.Args()[1:]
 	}
-	if *url == "" || fl.NArg() == 0 {
+	if *url == "" || len(files) == 0 {
 		fl.Usage()
 		return 2
 	}
@@ -72,7 +81,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *verbose {
 		opts.Verbose = stdout
 	}
-	rep, err := slt.Run(ctx, opts, fl.Args()...)
+	rep, err := slt.Run(ctx, opts, files...)
 	if err != nil {
 		fmt.Fprintln(stderr, "mzslt:", err)
 		return 2

@@ -78,6 +78,7 @@ func TestCLI(t *testing.T) {
 	}{
 		{"pass", []string{"--url", url, "slt/testdata/pass.slt"}, 0, "24 passed, 0 failed, 3 skipped", "slt/testdata/pass.slt: 24 passed"},
 		{"pass simple", []string{"--url", url, "--protocol", "simple", "slt/testdata/pass.slt"}, 0, "24 passed, 0 failed, 3 skipped", ""},
+		{"flags after files", []string{"slt/testdata/pass.slt", "--url", url, "slt/testdata/fail.slt", "--verbose"}, 1, "27 passed, 19 failed, 4 skipped", "fail.slt:10: wrong result"},
 		{"fail", []string{"--url", url, "slt/testdata/pass.slt", "slt/testdata/fail.slt"}, 1, "27 passed, 19 failed, 4 skipped", ""},
 		{"verbose", []string{"--url", url, "--verbose", "slt/testdata/fail.slt"}, 1, "3 passed, 19 failed, 1 skipped", "slt/testdata/fail.slt:10: wrong result"},
 		{"expect", []string{"--url", url, "--expect", exp, "slt/testdata/pass.slt", "slt/testdata/fail.slt"}, 0, "27 passed, 19 failed, 4 skipped", ""},
