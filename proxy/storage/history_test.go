@@ -117,7 +117,9 @@ func TestHistoryRandom(t *testing.T) {
 		func() []string {
 			return []string{fmt.Sprintf("DELETE FROM nk WHERE ctid IN (SELECT ctid FROM nk WHERE a IS NOT DISTINCT FROM %s LIMIT %d)", pick([]string{"1", "2", "NULL"}), 1+rng.IntN(3))}
 		},
-		func() []string { return []string{fmt.Sprintf("DELETE FROM nk WHERE b IS NOT DISTINCT FROM %s", pick(vals))} },
+		func() []string {
+			return []string{fmt.Sprintf("DELETE FROM nk WHERE b IS NOT DISTINCT FROM %s", pick(vals))}
+		},
 		func() []string {
 			return []string{fmt.Sprintf("UPDATE nk SET b = %s, f = f * 2 WHERE ctid IN (SELECT ctid FROM nk ORDER BY random() LIMIT %d)", pick(vals), 1+rng.IntN(4))}
 		},

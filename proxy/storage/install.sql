@@ -243,9 +243,21 @@ $$;
 
 -- (Re)generate the history trigger functions and triggers of table p_id.
 -- The function bodies are static SQL with the column list spelled out, so
--- the hot path runs cached plans. The functions run with fixed output
--- settings so that a row's text (and its stored hash) does not depend on
--- the writing session's DateStyle, TimeZone, extra_float_digits, ...
+-- the hot path runs cached plans.
+--
+-- Retraction (DELETE, the old rows of UPDATE) has two forms:
+--  * keyed: the table has a primary key that is not deferrable. After every
+--    statement the current versions are then unique per key, and the old
+--    rows of one statement have distinct keys, so a join on the key through
+--    the history lookup index finds exactly one version per old row.
+--  * general (no primary key, or a deferrable one): multiset matching by
+--    whole-row text, one version per old row (row_number within equal rows).
+--    Without a key, candidates are found through the stored hash of the
+--    row's text; the functions then run with fixed output settings so the
+--    text (and so the hash) does not depend on the writing session's
+--    DateStyle, TimeZone, extra_float_digits, ...
+-- Either way versions written at this same timestamp are deleted outright,
+-- and a count check raises if history ever disagrees with the table.
 CREATE OR REPLACE FUNCTION @SCHEMA@.gen_triggers(p_id bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $gen$
@@ -260,6 +272,8 @@ DECLARE
     otext text;
     htext text;
     pk name[];
+    pk_deferrable bool;
+    hash_expr text;
     okeys text := '';
     ogroup text := '';
     kjoin text;
@@ -267,10 +281,7 @@ DECLARE
     retract_sql text;
     insert_sql text;
     tg name;
-    settings text := $s$
-SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres' SET TimeZone = 'UTC'
-SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'
-SET search_path = pg_catalog, pg_temp$s$;
+    settings text := '';
 BEGIN
     SELECT * INTO c FROM @SCHEMA@.catalog WHERE id = p_id;
     h := c.history;
@@ -281,11 +292,17 @@ BEGIN
     ntext := @SCHEMA@.row_text(p_id, 'n.');
     otext := @SCHEMA@.row_text(p_id, 'd.');
     htext := @SCHEMA@.row_text(p_id, 'h.');
-    IF cols = '' THEN
-        -- A table with no columns: rows are all alike, ROW() works.
-        cols := ''; ncols := '';
-    END IF;
     pk := @SCHEMA@.pk_columns(c.oid);
+    SELECT x.condeferrable INTO pk_deferrable FROM pg_constraint x WHERE x.conrelid = c.oid AND x.contype = 'p';
+
+    IF pk IS NULL THEN
+        settings := $s$
+SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres' SET TimeZone = 'UTC'
+SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
+        hash_expr := 'hashtext(' || ntext || ')';
+    ELSE
+        hash_expr := '0';  -- unused while the table has a key
+    END IF;
 
     check_sql := $c$
     _t := nullif(current_setting('mzproxy.write_ts', true), '')::bigint;
@@ -297,9 +314,9 @@ BEGIN
 
     insert_sql := format($i$
     INSERT INTO %s (%s mz_from, mz_to, mz_hash)
-    SELECT %s _t, 9223372036854775807, hashtext(%s) FROM mz_new n;$i$,
+    SELECT %s _t, 9223372036854775807, %s FROM mz_new n;$i$,
         h, CASE WHEN cols = '' THEN '' ELSE cols || ',' END,
-        CASE WHEN ncols = '' THEN '' ELSE ncols || ',' END, ntext);
+        CASE WHEN ncols = '' THEN '' ELSE ncols || ',' END, hash_expr);
 
     IF pk IS NOT NULL THEN
         SELECT string_agg(format('d.%I AS %I, ', k, 'k' || i), '' ORDER BY i),
@@ -311,10 +328,21 @@ BEGIN
         kjoin := 'h.mz_hash = hashtext(o.txt) AND ';
     END IF;
 
-    -- Retract one current version per deleted row, matched by whole-row
-    -- text (multiset: row_number within equal rows); versions written at
-    -- this same timestamp are deleted outright.
-    retract_sql := format($r$
+    IF pk IS NOT NULL AND NOT pk_deferrable THEN
+        SELECT string_agg(format('h.%I = d.%I AND ', k, k), '' ORDER BY i)
+          INTO kjoin FROM unnest(pk) WITH ORDINALITY AS u(k, i);
+        retract_sql := format($r$
+    WITH del AS (
+        DELETE FROM %s h USING mz_old d
+         WHERE %s h.mz_to = 9223372036854775807 AND h.mz_from = _t RETURNING 1
+    ), upd AS (
+        UPDATE %s h SET mz_to = _t FROM mz_old d
+         WHERE %s h.mz_to = 9223372036854775807 AND h.mz_from <> _t RETURNING 1
+    )
+    SELECT (SELECT count(*) FROM del) + (SELECT count(*) FROM upd), (SELECT count(*) FROM mz_old)
+      INTO _k, _n;$r$, h, kjoin, h, kjoin);
+    ELSE
+        retract_sql := format($r$
     WITH o AS (
         SELECT %s %s AS txt, count(*) AS n FROM mz_old d GROUP BY %s txt
     ), c AS MATERIALIZED (
@@ -327,12 +355,14 @@ BEGIN
         UPDATE %s h SET mz_to = _t FROM c WHERE h.ctid = c.tid AND c.rn <= c.n AND c.mz_from <> _t RETURNING 1
     )
     SELECT (SELECT count(*) FROM del) + (SELECT count(*) FROM upd), (SELECT coalesce(sum(n), 0) FROM o)
-      INTO _k, _n;
+      INTO _k, _n;$r$,
+            okeys, otext, ogroup, h, kjoin, htext, h, h);
+    END IF;
+    retract_sql := retract_sql || $r$
     IF _k <> _n THEN
-        RAISE EXCEPTION 'mzproxy: history of %%.%% is out of step: %% rows removed but %% versions found', TG_TABLE_SCHEMA, TG_TABLE_NAME, _n, _k
+        RAISE EXCEPTION 'mzproxy: history of %.% is out of step: % rows removed but % versions found', TG_TABLE_SCHEMA, TG_TABLE_NAME, _n, _k
             USING ERRCODE = 'XX000';
-    END IF;$r$,
-        okeys, otext, ogroup, h, kjoin, htext, h, h);
+    END IF;$r$;
 
     EXECUTE format($f$
 CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER %s
@@ -362,7 +392,7 @@ END
 $body$$f$, fn || '_upd', settings, check_sql, retract_sql, insert_sql);
 
     EXECUTE format($f$
-CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER %s
+CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
 AS $body$
 DECLARE _t bigint;
 BEGIN%s
@@ -370,7 +400,7 @@ BEGIN%s
     UPDATE %s SET mz_to = _t WHERE mz_to = 9223372036854775807;
     RETURN NULL;
 END
-$body$$f$, fn || '_trunc', settings, check_sql, h, h);
+$body$$f$, fn || '_trunc', check_sql, h, h);
 
     -- Drop only what exists: DROP TRIGGER IF EXISTS would send the client a NOTICE.
     FOR tg IN SELECT tgname FROM pg_trigger WHERE tgrelid = c.oid AND tgname LIKE 'mzproxy\_history\_%' LOOP
@@ -412,8 +442,10 @@ BEGIN
     ucols := @SCHEMA@.col_list(p_id, 'u.');
     utext := @SCHEMA@.row_text(p_id, 'u.');
     htext := @SCHEMA@.row_text(p_id, 'h.');
-    EXECUTE format('UPDATE %s h SET mz_hash = hashtext(%s) WHERE mz_to = 9223372036854775807 AND mz_hash <> hashtext(%s)',
-                   c.history, htext, htext);
+    IF @SCHEMA@.pk_columns(c.oid) IS NULL THEN
+        EXECUTE format('UPDATE %s h SET mz_hash = hashtext(%s) WHERE mz_to = 9223372036854775807 AND mz_hash <> hashtext(%s)',
+                       c.history, htext, htext);
+    END IF;
     EXECUTE format($q$
     CREATE TEMP TABLE mz_resync ON COMMIT DROP AS
     SELECT coalesce(u.txt, h.txt) AS txt, coalesce(u.n, 0) - coalesce(h.n, 0) AS diff
@@ -458,6 +490,15 @@ DECLARE
     i record;
 BEGIN
     SELECT * INTO c FROM @SCHEMA@.catalog WHERE id = p_id;
+    -- The hash lookup serves retraction in tables without a primary key;
+    -- only current versions are ever looked up.
+    IF @SCHEMA@.pk_columns(c.oid) IS NULL THEN
+        IF to_regclass('@SCHEMA@.' || quote_ident('h' || p_id || '_mz_hash')) IS NULL THEN
+            EXECUTE format('CREATE INDEX %I ON %s (mz_hash) WHERE mz_to = 9223372036854775807', 'h' || p_id || '_mz_hash', c.history);
+        END IF;
+    ELSIF to_regclass('@SCHEMA@.' || quote_ident('h' || p_id || '_mz_hash')) IS NOT NULL THEN
+        EXECUTE format('DROP INDEX @SCHEMA@.%I', 'h' || p_id || '_mz_hash');
+    END IF;
     FOR i IN
         SELECT x.indexrelid,
                (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY k.ord)
@@ -572,6 +613,11 @@ BEGIN
         INSERT INTO @SCHEMA@.columns VALUES (p_id, u.attnum, u.name, u.type);
         changed := true;
     END LOOP;
+    -- A table that lost its primary key needs hashes of its current versions.
+    IF @SCHEMA@.pk_columns(c.oid) IS NULL
+       AND to_regclass('@SCHEMA@.' || quote_ident('h' || p_id || '_mz_hash')) IS NULL THEN
+        changed := true;
+    END IF;
     IF changed THEN
         PERFORM @SCHEMA@.resync(p_id, p_ts);
     END IF;
@@ -598,9 +644,6 @@ BEGIN
       INTO defs FROM @SCHEMA@.user_columns(p_oid) uc;
     EXECUTE format('CREATE TABLE %s (%s mz_from int8 NOT NULL, mz_to int8 NOT NULL, mz_hash int4 NOT NULL)', hist, defs);
     EXECUTE format('CREATE INDEX %I ON %s (mz_to)', 'h' || id || '_mz_to', hist);
-    -- Rows of the hash lookup for tables without a primary key: only the
-    -- current versions are ever looked up.
-    EXECUTE format('CREATE INDEX %I ON %s (mz_hash) WHERE mz_to = 9223372036854775807', 'h' || id || '_mz_hash', hist);
     INSERT INTO @SCHEMA@.catalog (id, kind, oid, schema_name, name, history, created_ts, revision)
     SELECT id, 'table', r.oid, n.nspname, r.relname, hist, p_ts, p_rev
       FROM pg_class r JOIN pg_namespace n ON n.oid = r.relnamespace WHERE r.oid = p_oid;

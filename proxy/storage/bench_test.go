@@ -1,0 +1,80 @@
+package storage
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// BenchmarkWrite compares single-row writes to a plain table with the same
+// writes to a managed table through begin_write (history trigger included).
+// Each op is one transaction: BEGIN; [begin_write;] stmt; COMMIT, sent as one
+// pipelined batch so round trips do not dominate.
+//
+//	go test ./proxy/storage/ -run '^$' -bench Write -benchtime 3000x
+func BenchmarkWrite(b *testing.B) {
+	_, conn := installedDB(b)
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, `CREATE TABLE plain_k (id int PRIMARY KEY, v text, n int);
+		CREATE TABLE plain_nk (id int, v text, n int)`); err != nil {
+		b.Fatal(err)
+	}
+	inWrite(b, conn, `CREATE TABLE man_k (id int PRIMARY KEY, v text, n int)`, `CREATE TABLE man_nk (id int, v text, n int)`)
+
+	run := func(b *testing.B, managed bool, stmt func(i int) (string, []any)) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			batch := &pgx.Batch{}
+			batch.Queue("BEGIN")
+			if managed {
+				batch.Queue(BeginWriteSQL)
+			}
+			sql, args := stmt(i)
+			batch.Queue(sql, args...)
+			batch.Queue("COMMIT")
+			if err := conn.SendBatch(ctx, batch).Close(); err != nil {
+				conn.Exec(ctx, "ROLLBACK")
+				b.Fatal(err)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		managed bool
+		table   string
+	}{
+		{"plain/pk", false, "plain_k"}, {"managed/pk", true, "man_k"},
+		{"plain/nokey", false, "plain_nk"}, {"managed/nokey", true, "man_nk"},
+	} {
+		next := 0 // ids stay distinct over the benchmark's repeated runs
+		b.Run("insert/"+tc.name, func(b *testing.B) {
+			run(b, tc.managed, func(int) (string, []any) {
+				next++
+				return "INSERT INTO " + tc.table + " VALUES ($1, 'value', $1)", []any{next}
+			})
+		})
+	}
+	// Updates by key of rows that exist (the inserts above made them).
+	for _, tc := range []struct {
+		name    string
+		managed bool
+		table   string
+	}{
+		{"plain/pk", false, "plain_k"}, {"managed/pk", true, "man_k"},
+	} {
+		b.Run("update/"+tc.name, func(b *testing.B) {
+			if _, err := conn.Exec(ctx, "ANALYZE "+tc.table); err != nil {
+				b.Fatal(err)
+			}
+			var lo int
+			conn.QueryRow(ctx, "SELECT min(id) FROM "+tc.table).Scan(&lo)
+			run(b, tc.managed, func(i int) (string, []any) {
+				return "UPDATE " + tc.table + " SET n = n + 1 WHERE id = $1", []any{lo + i%1000}
+			})
+		})
+	}
+	b.Run("begin_write_only", func(b *testing.B) {
+		run(b, true, func(int) (string, []any) { return "SELECT 1", nil })
+	})
+}

@@ -1,0 +1,91 @@
+// Package storage is the durable, PostgreSQL-side half of mzproxy's model:
+// the private schema (Schema, "mzproxy") with its state tables, PL/pgSQL
+// functions and triggers, installed by Install, plus the small Go API the
+// proxy core uses to read it.
+//
+// # Layout
+//
+// Install runs install.sql (schema version SchemaVersion) in one
+// transaction under pg_advisory_xact_lock, so proxies starting together do
+// not race; a database already at the version is left alone. It needs a
+// superuser because it creates event triggers. The schema holds:
+//
+//   - oracle(timeline, read_ts) and oracle_write(timeline, write_ts): the
+//     timestamp oracle on the EpochMilliseconds timeline. Separate tables:
+//     every commit holds the read_ts row lock until it commits, and
+//     allocating a write timestamp must not queue behind that.
+//   - txns(upper): the shared transaction-log upper (one row).
+//   - catalog: one row per managed table or view (id, kind, oid, schema and
+//     name kept in sync on RENAME/SET SCHEMA, history relation, view SQL,
+//     created_ts, dropped_ts, revision); catalog_revision, bumped by every
+//     DDL through the proxy; columns, the attnum -> history column map.
+//   - collections(id, since, retain_ms): compaction state per managed table.
+//   - incarnations and read_holds: tables only, for leases and read holds.
+//   - h<id>: the history relation of managed table <id>: the user's columns
+//     (same names, types and collations, no constraints) plus mz_from,
+//     mz_to (Infinity while current) and mz_hash. A version is visible at
+//     ts when mz_from <= ts AND mz_to > ts. Indexes: mz_to (compaction),
+//     (key columns, mz_to) per primary key / unique index of the user table
+//     (lookups), and for tables without a primary key mz_hash over the
+//     current versions (retraction).
+//
+// # Functions
+//
+//   - begin_write() / begin_write_at(T): the commit slot of the current
+//     backend transaction (BeginWriteSQL, BeginWriteAtSQL). They lock the
+//     txns row, choose T (GREATEST(write_ts+1, read_ts+1, now_ms, upper),
+//     or exactly T when upper <= T — else SQLSTATE MZ001 with the actual
+//     upper as DETAIL, see UpperConflict), set upper = T+1 and read_ts = T,
+//     and record T in the transaction-local setting mzproxy.write_ts. A
+//     second call in the same transaction returns the same T. An abort
+//     undoes all of it.
+//   - read_ts(), write_ts(), apply_write(T): the oracle. write_ts() never
+//     returns less than the committed upper, so it stays ahead of every
+//     applied write without begin_write touching the write_ts row.
+//   - History triggers, generated per table as static SQL (no dynamic SQL
+//     on the hot path): AFTER INSERT/UPDATE/DELETE/TRUNCATE FOR EACH
+//     STATEMENT with transition tables, so COPY and multi-row statements
+//     cost one call. INSERT adds versions at T; DELETE retracts one current
+//     version per deleted row (by key when the table has a non-deferrable
+//     primary key, otherwise as a multiset by whole-row text found through
+//     mz_hash); UPDATE retracts and inserts; TRUNCATE retracts everything;
+//     a version both written and retracted at T is deleted outright. ON
+//     CONFLICT DO UPDATE and MERGE fire the same triggers. Without
+//     mzproxy.write_ts (a write that bypassed the proxy) they raise MZ002.
+//   - Event triggers. Through the proxy (mzproxy.write_ts set): a new
+//     ordinary permanent table outside system schemas (CREATE TABLE, CREATE
+//     TABLE AS, SELECT INTO, LIKE) becomes managed at T (rows it already
+//     has are copied into history at T); CREATE VIEW is recorded with its
+//     pg_get_viewdef text; ALTER TABLE reconciles the history table (see
+//     reconcile in install.sql); DROP marks dropped_ts = T and keeps the
+//     history; every DDL bumps the revision. Outside the proxy: DDL that
+//     changes or drops a managed relation fails with MZ003 (index DDL,
+//     COMMENT, GRANT and REVOKE are allowed), other DDL passes untouched and
+//     what it creates stays unmanaged.
+//
+// # Why read_ts is applied inside the commit transaction
+//
+// The proxy forwards a read of the present unchanged: its backend snapshot
+// is its timestamp. That is only correct if, in every snapshot, the
+// oracle's read_ts equals the timestamp of the newest write the snapshot
+// contains. begin_write sets read_ts := T in the same transaction as the
+// write's data, so both become visible atomically at COMMIT: no snapshot
+// can see the data without the timestamp or the timestamp without the data,
+// and a read that asks the oracle after a write was acknowledged gets at
+// least its T. Writes serialize on the txns row, so T order is commit order.
+//
+// # Go API
+//
+// LoadCatalog and CatalogRevision read the catalog; Frontiers reads the
+// upper and each collection's since; Oracle wraps a dedicated connection and
+// batches ReadTS calls (a caller joins the next round trip, never one in
+// flight). The SQL the proxy runs per statement is exported as constants.
+//
+// # Known limits
+//
+// Partitioned tables, partitions and inheritance children are not managed.
+// DDL outside the proxy that drops a managed table's column indirectly
+// (DROP TYPE ... CASCADE) desynchronizes its history triggers until the
+// next ALTER through the proxy. The bypass check trusts mzproxy.write_ts:
+// it stops accidents, it is not a security boundary.
+package storage
