@@ -1,9 +1,21 @@
 // Command mzslt runs sqllogictest files against a PostgreSQL-wire endpoint
-// (mzproxy or PostgreSQL directly). It prints one line per file and ends
-// with the total, "N passed, N failed, N skipped", alone on the last line.
-// The exit status is 1 when a record failed or a file could not run (or,
-// with --expect, when the per-file counts differ from the expected ones),
-// 2 for bad usage.
+// (mzproxy or PostgreSQL directly); the format is described in package slt.
+//
+//	mzslt --url 'postgres://postgres@/postgres?host=/tmp/pg' [flags] file.slt...
+//
+// Each file runs in a database of its own, created through the URL's
+// database and dropped afterwards (--no-fresh-db runs in the URL's
+// database). It prints one line per file, "<file>: N passed, N failed, N
+// skipped", and ends with the total, "N passed, N failed, N skipped",
+// alone on the last line; --verbose first prints every failure with
+// file:line, SQL, expected and actual output. The exit status is 1 when a
+// record failed or a file could not run, 2 for bad usage. With --expect
+// FILE (lines "<path> <passed> <failed> <skipped>", matched against the
+// end of each file's path) the exit status instead says whether every
+// file's counts are the expected ones, e.g.
+//
+//	mzslt --url ... --expect cmd/mzslt/testdata/sqlite-expected.txt \
+//		../shared/slt/sqlite/select*.test ../shared/slt/sqlite/evidence/*.test
 package main
 
 import (
