@@ -524,9 +524,10 @@ BEGIN
 END
 $$;
 
--- Grant SELECT on the history table to the user table's owner and to every
--- role that may SELECT the user table, so explicit-timestamp reads (which
--- the proxy rewrites into reads of history) work for the same roles.
+-- Mirror SELECT on the user table (owner included) as SELECT on the history
+-- table, so explicit-timestamp reads (rewritten into reads of history) work
+-- for exactly the roles that may read the table. Run on manage and after
+-- every GRANT/REVOKE through the proxy.
 CREATE OR REPLACE FUNCTION @SCHEMA@.sync_grants(p_id bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
@@ -536,13 +537,21 @@ DECLARE
 BEGIN
     SELECT * INTO c FROM @SCHEMA@.catalog WHERE id = p_id;
     FOR g IN
-        SELECT DISTINCT CASE WHEN e.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(r.rolname) END AS who
-          FROM pg_class k
-          CROSS JOIN LATERAL aclexplode(coalesce(k.relacl, acldefault('r', k.relowner))) e
-          LEFT JOIN pg_roles r ON r.oid = e.grantee
-         WHERE k.oid = c.oid AND e.privilege_type = 'SELECT'
+        WITH want AS (
+            SELECT e.grantee FROM pg_class k
+             CROSS JOIN LATERAL aclexplode(coalesce(k.relacl, acldefault('r', k.relowner))) e
+             WHERE k.oid = c.oid AND e.privilege_type = 'SELECT'
+        ), have AS (
+            SELECT e.grantee FROM pg_class k
+             CROSS JOIN LATERAL aclexplode(k.relacl) e
+             WHERE k.oid = c.history::regclass AND e.privilege_type = 'SELECT' AND e.grantee <> k.relowner
+        )
+        SELECT 'GRANT' AS op, w.grantee FROM want w WHERE w.grantee NOT IN (SELECT grantee FROM have)
+        UNION ALL
+        SELECT 'REVOKE', h.grantee FROM have h WHERE h.grantee NOT IN (SELECT grantee FROM want)
     LOOP
-        EXECUTE format('GRANT SELECT ON %s TO %s', c.history, g.who);
+        EXECUTE format('%s SELECT ON %s %s %s', g.op, c.history, CASE g.op WHEN 'GRANT' THEN 'TO' ELSE 'FROM' END,
+                       CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE g.grantee::regrole::text END);
     END LOOP;
 END
 $$;
@@ -701,7 +710,12 @@ BEGIN
     PERFORM set_config('mzproxy.in_ddl', 'on', true);
     UPDATE @SCHEMA@.catalog_revision SET revision = revision + 1 RETURNING revision INTO rev;
     FOR r IN SELECT * FROM pg_event_trigger_ddl_commands() LOOP
-        IF r.classid <> 'pg_class'::regclass OR r.schema_name = '@SCHEMA@' THEN
+        IF r.command_tag IN ('GRANT', 'REVOKE') THEN
+            -- GRANT does not say which relations it touched.
+            PERFORM @SCHEMA@.sync_grants(g.id) FROM @SCHEMA@.catalog g WHERE g.kind = 'table' AND g.dropped_ts IS NULL;
+            CONTINUE;
+        END IF;
+        IF r.classid IS DISTINCT FROM 'pg_class'::regclass OR r.schema_name = '@SCHEMA@' THEN
             CONTINUE;
         END IF;
         -- The relation the command is about (an index's table for CREATE INDEX).
