@@ -266,8 +266,8 @@ func TestBeginWriteAtConflict(t *testing.T) {
 			done <- err
 			return
 		}
-		defer txb.Rollback(ctx)
 		_, err = txb.Exec(ctx, BeginWriteAtSQL, ta) // waits for txa
+		txb.Rollback(ctx)                           // before done: conn is the test's again after that
 		done <- err
 	}()
 	if err := txa.Commit(ctx); err != nil {
