@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -308,4 +310,173 @@ func TestHistoryCascadeAndSameTimestamp(t *testing.T) {
 	if after := queryInt(t, conn, "SELECT count(*) FROM "+child); after != before {
 		t.Fatalf("insert+update+delete at one timestamp left %d versions", after-before)
 	}
+}
+
+// Odd names and types: quoted identifiers, a table without columns, enum,
+// domain, array, jsonb, a type in another schema, generated and identity
+// columns; reserved column names are refused.
+func TestHistoryOddTables(t *testing.T) {
+	_, conn := installedDB(t)
+	ctx := context.Background()
+	inWrite(t, conn,
+		`CREATE SCHEMA "My Schema"`,
+		`CREATE TYPE "My Schema".mood AS ENUM ('sad', 'ok', 'happy')`,
+		`CREATE DOMAIN posint AS int CHECK (VALUE > 0)`,
+		`CREATE TABLE "My Schema"."Odd Table" ("Col A" int GENERATED ALWAYS AS IDENTITY, "b""q" "My Schema".mood, c posint, d jsonb, e text[], f int GENERATED ALWAYS AS (c * 2) STORED)`,
+		`CREATE TABLE empty ()`,
+		`INSERT INTO "My Schema"."Odd Table" ("b""q", c, d, e) VALUES ('ok', 1, '{"a": [1, 2]}', '{x,"y z"}'), ('sad', 2, NULL, NULL), ('sad', 2, NULL, NULL)`,
+		`INSERT INTO empty DEFAULT VALUES`, `INSERT INTO empty DEFAULT VALUES`)
+	t2 := inWrite(t, conn,
+		`UPDATE "My Schema"."Odd Table" SET "b""q" = 'happy', d = d || '{"b": 1}' WHERE c = 1`,
+		`DELETE FROM "My Schema"."Odd Table" WHERE ctid = (SELECT min(ctid) FROM "My Schema"."Odd Table" WHERE c = 2)`,
+		`DELETE FROM empty WHERE ctid = (SELECT min(ctid) FROM empty)`)
+	cat, err := LoadCatalog(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	odd := cat.ByName("My Schema", "Odd Table")
+	if odd == nil || len(odd.Columns) != 6 || odd.Columns[1].Type != `"My Schema".mood` || odd.Columns[2].Type != "public.posint" {
+		t.Fatalf("odd table: %+v", odd)
+	}
+	cols := `"Col A", "b""q", c, d, e, f`
+	got := snapshotRows(t, conn, "SELECT ROW("+cols+")::text FROM "+odd.History+" WHERE mz_from <= $1 AND mz_to > $1", int64(t2))
+	want := snapshotRows(t, conn, `SELECT ROW(`+cols+`)::text FROM "My Schema"."Odd Table"`)
+	if !slices.Equal(got, want) {
+		t.Errorf("odd table at %d: %v, want %v", t2, got, want)
+	}
+	empty := cat.ByName("public", "empty")
+	if n := queryInt(t, conn, "SELECT count(*) FROM "+empty.History+" WHERE mz_from <= $1 AND mz_to > $1", int64(t2)); n != 1 || len(empty.Columns) != 0 {
+		t.Errorf("empty table history at %d: %d rows, want 1", t2, n)
+	}
+	tx, _ := conn.Begin(ctx)
+	defer tx.Rollback(ctx)
+	queryInt(t, tx, BeginWriteSQL)
+	_, err = tx.Exec(ctx, `CREATE TABLE bad (mz_from int)`)
+	wantCode(t, err, "42939", "reserved column name")
+}
+
+// The storage model's central claim: in any backend snapshot, read_ts is
+// the newest commit's timestamp, upper = read_ts+1, and the table equals its
+// history at read_ts. Checked with concurrent writers and readers.
+func TestSnapshotInvariantConcurrent(t *testing.T) {
+	cs, conn := installedDB(t)
+	ctx := context.Background()
+	inWrite(t, conn, `CREATE TABLE c (w int, i int, v text)`)
+	cat, err := LoadCatalog(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hist := cat.ByName("public", "c").History
+
+	const writers, perWriter, readers = 4, 25, 2
+	errs := make(chan error, writers+readers)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var seen sync.Map // T -> writer, to catch two commits at one T
+	for w := 0; w < writers; w++ {
+		wc := connect(t, cs)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < perWriter; i++ {
+				tx, err := wc.Begin(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				var ts int64
+				err = tx.QueryRow(ctx, BeginWriteSQL).Scan(&ts)
+				if err == nil {
+					_, err = tx.Exec(ctx, `INSERT INTO c VALUES ($1, $2, 'v'), ($1, $2, 'v')`, w, i)
+				}
+				if err == nil && i%3 == 2 {
+					_, err = tx.Exec(ctx, `UPDATE c SET v = v || 'x' WHERE w = $1 AND i = $2 - 1`, w, i)
+				}
+				if err == nil && i%5 == 4 {
+					_, err = tx.Exec(ctx, `DELETE FROM c WHERE w = $1 AND i = $2 - 2 AND ctid = (SELECT min(ctid) FROM c WHERE w = $1 AND i = $2 - 2)`, w, i)
+				}
+				if err == nil {
+					err = tx.Commit(ctx)
+				}
+				if err != nil {
+					tx.Rollback(ctx)
+					errs <- err
+					return
+				}
+				if prev, dup := seen.LoadOrStore(ts, w); dup {
+					errs <- fmt.Errorf("writers %v and %d both committed at %d", prev, w, ts)
+					return
+				}
+			}
+		}()
+	}
+	var checks atomic.Int64
+	var rwg sync.WaitGroup
+	for r := 0; r < readers; r++ {
+		rc := connect(t, cs)
+		rwg.Add(1)
+		go func() {
+			defer rwg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := checkSnapshot(ctx, rc, hist); err != nil {
+					errs <- err
+					return
+				}
+				checks.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	rwg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if err := checkSnapshot(ctx, conn, hist); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d snapshot checks during %d commits", checks.Load(), writers*perWriter)
+}
+
+func checkSnapshot(ctx context.Context, conn *pgx.Conn, hist string) error {
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	var readTS, upper, maxFrom int64
+	if err := tx.QueryRow(ctx, "SELECT "+Schema+".read_ts(), (SELECT upper FROM "+Schema+".txns), (SELECT coalesce(max(mz_from), 0) FROM "+hist+")").Scan(&readTS, &upper, &maxFrom); err != nil {
+		return err
+	}
+	if upper != readTS+1 || maxFrom > readTS {
+		return fmt.Errorf("snapshot: read_ts %d, upper %d, newest version %d", readTS, upper, maxFrom)
+	}
+	table, err := collectText(ctx, tx, "SELECT ROW(w, i, v)::text FROM c")
+	if err != nil {
+		return err
+	}
+	h, err := collectText(ctx, tx, "SELECT ROW(w, i, v)::text FROM "+hist+" WHERE mz_from <= $1 AND mz_to > $1", readTS)
+	if err != nil {
+		return err
+	}
+	if !slices.Equal(table, h) {
+		return fmt.Errorf("snapshot at read_ts %d: table has %d rows, history %d", readTS, len(table), len(h))
+	}
+	return nil
+}
+
+func collectText(ctx context.Context, q Querier, sql string, args ...any) ([]string, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	slices.Sort(out)
+	return out, err
 }
