@@ -43,9 +43,10 @@ type Session struct {
 	client *wire.Writer
 	log    *logrus.Entry
 
-	tx      byte // transaction status from the last ReadyForQuery
-	pending int  // extended-protocol messages forwarded and not yet answered
-	copy    copyState
+	tx    byte  // transaction status from the last ReadyForQuery
+	units queue // requests forwarded whose answers have not all arrived
+	muted bool  // an injected request failed: drop answers until the client's ReadyForQuery
+	copy  copyState
 
 	// busy is set while a request is with the backend, so that a cancel
 	// reaches the backend only when there is something to cancel.
@@ -92,161 +93,6 @@ func (s *Session) Handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 		s.startIdleReader()
 	}
 	return err
-}
-
-func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, frame []byte) error {
-	switch msg.(type) {
-	case *pgproto3.Query, *pgproto3.FunctionCall:
-		if err := s.forward(frame); err != nil {
-			return err
-		}
-		return s.exchange(ctx, untilReady)
-	case *pgproto3.Parse, *pgproto3.Bind, *pgproto3.Describe, *pgproto3.Execute, *pgproto3.Close:
-		if err := s.forward(frame); err != nil {
-			return err
-		}
-		s.pending++
-		if s.pending < maxPipeline {
-			return nil
-		}
-		// Make the backend answer what it has so far.
-		if err := s.be.w.Send(&pgproto3.Flush{}); err != nil {
-			return s.lost(err)
-		}
-		return s.exchange(ctx, untilAnswered)
-	case *pgproto3.Sync:
-		if err := s.forward(frame); err != nil {
-			return err
-		}
-		if s.copy != copyNone {
-			// The backend ignores Sync during copy-in.
-			return nil
-		}
-		return s.exchange(ctx, untilReady)
-	case *pgproto3.Flush:
-		if err := s.forward(frame); err != nil {
-			return err
-		}
-		if s.copy != copyNone {
-			return nil
-		}
-		return s.exchange(ctx, untilAnswered)
-	case *pgproto3.CopyData:
-		if s.copy == copyNone {
-			// Outside COPY, PostgreSQL drops these (the tail of a COPY that
-			// failed); so do we.
-			return nil
-		}
-		return s.forward(frame)
-	case *pgproto3.CopyDone, *pgproto3.CopyFail:
-		if s.copy == copyNone {
-			return nil
-		}
-		if err := s.forward(frame); err != nil {
-			return err
-		}
-		mode := untilAnswered
-		if s.copy == copyQuery {
-			mode = untilReady
-		}
-		s.copy = copyNone
-		return s.exchange(ctx, mode)
-	default:
-		return pgerr.Fatal(pgerr.ProtocolViolation, "unexpected message type %T", msg)
-	}
-}
-
-func (s *Session) forward(frame []byte) error {
-	if err := s.be.w.WriteFrame(frame); err != nil {
-		return s.lost(err)
-	}
-	return nil
-}
-
-type exchangeMode uint8
-
-const (
-	// untilReady relays until ReadyForQuery.
-	untilReady exchangeMode = iota
-	// untilAnswered relays until every forwarded extended-protocol message
-	// has its answer (or an error made the backend skip the rest).
-	untilAnswered
-)
-
-// exchange flushes what was forwarded and relays the backend's messages to
-// the client until mode is satisfied, or until the backend asks the client
-// for COPY data.
-func (s *Session) exchange(ctx context.Context, mode exchangeMode) error {
-	if err := s.be.w.Flush(); err != nil {
-		return s.lost(err)
-	}
-	if mode == untilAnswered && s.pending == 0 {
-		return s.flushClient()
-	}
-	s.busy.Store(true)
-	defer s.busy.Store(false)
-	s.midRequest = true
-	for {
-		if s.be.r.Buffered() == 0 && s.client.Buffered() > 0 {
-			// About to wait for the backend: let the client see what is
-			// here (rows of a slow query arrive as they are produced).
-			if err := s.client.Flush(); err != nil {
-				return err
-			}
-		}
-		typ, frame, err := s.be.r.Next()
-		if err != nil {
-			return s.lost(err)
-		}
-		if err := s.client.WriteFrame(frame); err != nil {
-			return err
-		}
-		switch typ {
-		case 'Z':
-			s.tx = frame[5]
-			s.pending = 0
-			return s.flushClient()
-		case 'C':
-			if isListen(frame) {
-				s.listening = true
-			}
-			fallthrough
-		case '1', '2', '3', 'T', 'n', 'I', 's':
-			// The final answer to one extended message ('T' and 'n' end a
-			// Describe; a simple Query's are counted too, harmlessly, as
-			// its ReadyForQuery resets the count).
-			if s.pending > 0 {
-				s.pending--
-			}
-			if mode == untilAnswered && s.pending == 0 {
-				return s.flushClient()
-			}
-		case 'E':
-			if fatal, err := s.backendErrorIsFatal(frame); fatal {
-				_ = s.client.Flush()
-				return err
-			}
-			// After an error the backend skips to Sync.
-			s.pending = 0
-			if mode == untilAnswered {
-				return s.flushClient()
-			}
-		case 'G':
-			// CopyInResponse: the client must now send the data.
-			if mode == untilReady {
-				s.copy = copyQuery
-			} else {
-				s.copy = copyExtended
-			}
-			return s.flushClient()
-		}
-	}
-}
-
-// flushClient ends an exchange that completed as the protocol expects.
-func (s *Session) flushClient() error {
-	s.midRequest = false
-	return s.client.Flush()
 }
 
 // backendErrorIsFatal reports whether an ErrorResponse ends the backend

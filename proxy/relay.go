@@ -1,0 +1,306 @@
+package proxy
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/mzproxy/mzproxy/pgerr"
+)
+
+// A unit is one request forwarded to the backend whose answers have not all
+// arrived. Answers come back in request order, so the head of the queue
+// owns every answer until the message that ends it.
+type unit struct {
+	kind unitKind
+	disp disposition
+	// relayZ: the client gets this unit's ReadyForQuery. False for a
+	// client Query that the proxy wrapped in a transaction of its own: the
+	// ReadyForQuery the client sees is the wrapper's last.
+	relayZ bool
+	then   followUp
+}
+
+type unitKind uint8
+
+const (
+	uParse unitKind = iota
+	uBind
+	uDescribeStatement // ParameterDescription, then RowDescription or NoData
+	uDescribePortal    // RowDescription or NoData
+	uExecute
+	uClose
+	uSync  // ReadyForQuery
+	uQuery // simple Query or FunctionCall: everything until ReadyForQuery
+)
+
+// extended reports whether an error during the unit makes the backend skip
+// the requests after it until Sync.
+func (k unitKind) extended() bool { return k != uSync && k != uQuery }
+
+type disposition uint8
+
+const (
+	// relay: the client asked for this and sees every answer.
+	relay disposition = iota
+	// swallow: the proxy asked for this; its answers are dropped, except an
+	// error, which the client must see (the client's own request then
+	// failed for that reason).
+	swallow
+)
+
+// followUp is a request the proxy sends once a unit is done, because it
+// could not be pipelined (the unit was a COPY that needed the client's data
+// first).
+type followUp uint8
+
+const (
+	thenNothing followUp = iota
+	thenCommit
+)
+
+// queue is a FIFO of units that reuses its storage.
+type queue struct {
+	items []unit
+	head  int
+}
+
+func (q *queue) push(u unit) { q.items = append(q.items, u) }
+func (q *queue) len() int    { return len(q.items) - q.head }
+
+func (q *queue) front() *unit {
+	if q.head == len(q.items) {
+		return nil
+	}
+	return &q.items[q.head]
+}
+
+func (q *queue) pop() {
+	q.head++
+	if q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+	}
+}
+
+// handle forwards one client message and, when the client now waits for
+// answers, relays them.
+func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, frame []byte) error {
+	switch m := msg.(type) {
+	case *pgproto3.Query, *pgproto3.FunctionCall:
+		return s.request(ctx, frame, unit{kind: uQuery, relayZ: true}, true)
+	case *pgproto3.Parse:
+		return s.request(ctx, frame, unit{kind: uParse}, false)
+	case *pgproto3.Bind:
+		return s.request(ctx, frame, unit{kind: uBind}, false)
+	case *pgproto3.Describe:
+		kind := uDescribePortal
+		if m.ObjectType == 'S' {
+			kind = uDescribeStatement
+		}
+		return s.request(ctx, frame, unit{kind: kind}, false)
+	case *pgproto3.Execute:
+		return s.request(ctx, frame, unit{kind: uExecute}, false)
+	case *pgproto3.Close:
+		return s.request(ctx, frame, unit{kind: uClose}, false)
+	case *pgproto3.Sync:
+		if s.copy != copyNone {
+			// The backend ignores Sync during copy-in.
+			return s.forward(frame)
+		}
+		return s.request(ctx, frame, unit{kind: uSync, relayZ: true}, true)
+	case *pgproto3.Flush:
+		if err := s.forward(frame); err != nil {
+			return err
+		}
+		if s.copy != copyNone {
+			return nil
+		}
+		return s.exchange(ctx)
+	case *pgproto3.CopyData:
+		if s.copy == copyNone {
+			// Outside COPY, PostgreSQL drops these (the tail of a COPY that
+			// failed); so do we.
+			return nil
+		}
+		return s.forward(frame)
+	case *pgproto3.CopyDone, *pgproto3.CopyFail:
+		if s.copy == copyNone {
+			return nil
+		}
+		if err := s.forward(frame); err != nil {
+			return err
+		}
+		s.copy = copyNone
+		return s.exchange(ctx)
+	default:
+		return pgerr.Fatal(pgerr.ProtocolViolation, "unexpected message type %T", msg)
+	}
+}
+
+// request forwards a client request; wait says the client now waits for
+// the answers. Without a wait the request stays queued, unless so many are
+// queued that the backend must be made to answer (a client pipelining
+// without Sync could otherwise fill both socket buffers and deadlock).
+func (s *Session) request(ctx context.Context, frame []byte, u unit, wait bool) error {
+	if err := s.forward(frame); err != nil {
+		return err
+	}
+	s.units.push(u)
+	if wait {
+		return s.exchange(ctx)
+	}
+	if s.units.len() < maxPipeline {
+		return nil
+	}
+	if err := s.be.w.Send(&pgproto3.Flush{}); err != nil {
+		return s.lost(err)
+	}
+	return s.exchange(ctx)
+}
+
+func (s *Session) forward(frame []byte) error {
+	if err := s.be.w.WriteFrame(frame); err != nil {
+		return s.lost(err)
+	}
+	return nil
+}
+
+// exchange flushes what was forwarded and relays the backend's answers
+// until every queued unit is done, or until the backend asks the client for
+// COPY data.
+func (s *Session) exchange(ctx context.Context) error {
+	if err := s.be.w.Flush(); err != nil {
+		return s.lost(err)
+	}
+	if s.units.len() == 0 {
+		return s.flushClient()
+	}
+	s.busy.Store(true)
+	defer s.busy.Store(false)
+	s.midRequest = true
+	for {
+		if s.be.r.Buffered() == 0 && s.client.Buffered() > 0 {
+			// About to wait for the backend: let the client see what is
+			// here (rows of a slow query arrive as they are produced).
+			if err := s.client.Flush(); err != nil {
+				return err
+			}
+		}
+		typ, frame, err := s.be.r.Next()
+		if err != nil {
+			return s.lost(err)
+		}
+		u := s.units.front()
+		if u == nil || typ == 'A' || typ == 'S' || typ == 'N' {
+			// Asynchronous messages (or, with nothing queued, anything)
+			// go to the client, except notices about the proxy's own
+			// requests.
+			if typ != 'N' || u == nil || (u.disp == relay && !s.muted) {
+				if err := s.client.WriteFrame(frame); err != nil {
+					return err
+				}
+			}
+			if u == nil {
+				if typ == 'E' {
+					if fatal, err := s.backendErrorIsFatal(frame); fatal {
+						_ = s.client.Flush()
+						return err
+					}
+				}
+				return s.flushClient()
+			}
+			continue
+		}
+		if s.relays(u, typ) {
+			if err := s.client.WriteFrame(frame); err != nil {
+				return err
+			}
+		}
+		done := false
+		switch typ {
+		case 'Z':
+			s.tx = frame[5]
+			if u.relayZ {
+				s.muted = false
+			}
+			done = true
+		case '1', '2', '3':
+			done = true
+		case 'T', 'n':
+			done = u.kind == uDescribeStatement || u.kind == uDescribePortal
+		case 'C', 'I', 's':
+			if typ == 'C' && isListen(frame) {
+				s.listening = true
+			}
+			done = u.kind == uExecute
+		case 'E':
+			if fatal, err := s.backendErrorIsFatal(frame); fatal {
+				_ = s.client.Flush()
+				return err
+			}
+			if u.disp == swallow {
+				// The proxy's own request failed and the client has been
+				// told why: what the client asked for next fails only as
+				// a consequence, so it is not shown.
+				s.muted = true
+			}
+			if u.kind.extended() {
+				// The backend now skips everything until Sync.
+				for u := s.units.front(); u != nil && u.kind != uSync; u = s.units.front() {
+					s.units.pop()
+				}
+			}
+		case 'G':
+			// CopyInResponse: the client must now send the data; the unit
+			// stays queued until the COPY ends.
+			s.copy = copyExtended
+			if u.kind == uQuery {
+				s.copy = copyQuery
+			}
+			return s.flushClient()
+		}
+		if done {
+			then := u.then
+			s.units.pop()
+			if then == thenCommit {
+				if err := s.sendInternal("COMMIT"); err != nil {
+					return err
+				}
+			}
+		}
+		if s.units.len() == 0 {
+			return s.flushClient()
+		}
+	}
+}
+
+// relays reports whether the client sees an answer of unit u.
+func (s *Session) relays(u *unit, typ byte) bool {
+	if typ == 'Z' {
+		return u.relayZ
+	}
+	if s.muted {
+		return false
+	}
+	return u.disp == relay || typ == 'E'
+}
+
+// sendInternal sends a simple Query of the proxy's own whose answers the
+// client does not see, except its ReadyForQuery, which ends the client's
+// request.
+func (s *Session) sendInternal(sql string) error {
+	if err := s.be.w.Send(&pgproto3.Query{String: sql}); err != nil {
+		return s.lost(err)
+	}
+	s.units.push(unit{kind: uQuery, disp: swallow, relayZ: true})
+	if err := s.be.w.Flush(); err != nil {
+		return s.lost(err)
+	}
+	return nil
+}
+
+// flushClient ends an exchange that completed as the protocol expects.
+func (s *Session) flushClient() error {
+	s.midRequest = false
+	return s.client.Flush()
+}
