@@ -59,6 +59,7 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startProxy(t)
+	directRuns := map[slt.Protocol]*slt.Report{}
 	for _, protocol := range []slt.Protocol{slt.Simple, slt.Extended} {
 		t.Run(string(protocol), func(t *testing.T) {
 			ctx := testContext(t)
@@ -76,6 +77,7 @@ func TestConformance(t *testing.T) {
 				return rep, time.Since(start)
 			}
 			direct, directTime := run(directURL("postgres", "postgres"))
+			directRuns[protocol] = direct
 			proxied, proxyTime := run(p.URL("postgres", "postgres"))
 			for _, line := range slt.Diff(direct, proxied) {
 				t.Errorf("direct vs mzproxy: %s", line)
@@ -90,6 +92,12 @@ func TestConformance(t *testing.T) {
 				proxied.Counts, proxyTime.Round(time.Millisecond),
 				proxyTime.Seconds()/directTime.Seconds())
 		})
+	}
+	// The two protocols agree record by record, not only in counts.
+	if len(directRuns) == 2 {
+		for _, line := range slt.Diff(directRuns[slt.Simple], directRuns[slt.Extended]) {
+			t.Errorf("simple vs extended protocol, directly: %s", line)
+		}
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -121,56 +120,5 @@ func TestProvenAbleToFail(t *testing.T) {
 				t.Error("Report.OK with failures")
 			}
 		})
-	}
-}
-
-// corpusDir is the shared sqlite corpus, outside the repository.
-func corpusDir(t *testing.T) string {
-	dir := os.Getenv("MZSLT_CORPUS")
-	if dir == "" {
-		dir = "../../../../shared/slt/sqlite"
-	}
-	if _, err := os.Stat(filepath.Join(dir, "select1.test")); err != nil {
-		t.Skipf("no sqlite corpus at %s (set MZSLT_CORPUS): %v", dir, err)
-	}
-	return dir
-}
-
-// TestSQLiteCorpus runs the whole sqlite corpus in both protocols and
-// checks the per-file counts against testdata/sqlite-expected.txt.
-func TestSQLiteCorpus(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the corpus takes several seconds per protocol")
-	}
-	dir := corpusDir(t)
-	f, err := os.Open("../testdata/sqlite-expected.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	exp, err := ReadExpected(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var files []string
-	for k := range exp {
-		files = append(files, filepath.Join(dir, k))
-	}
-	slices.Sort(files)
-	reps := map[Protocol]*Report{}
-	for _, p := range []Protocol{Extended, Simple} {
-		t.Run(string(p), func(t *testing.T) {
-			rep := run(t, Options{Protocol: p}, files...)
-			for _, d := range exp.Compare(rep) {
-				t.Error(d)
-			}
-			reps[p] = rep
-		})
-	}
-	// The protocols agree record by record, not only in counts.
-	if len(reps) == 2 {
-		for _, d := range Diff(reps[Extended], reps[Simple]) {
-			t.Errorf("extended vs simple: %s", d)
-		}
 	}
 }
