@@ -113,7 +113,7 @@ SELECT count(*) FILTER (WHERE s LIKE 'ROW%%') || '/' || count(*) FROM %[1]s;
 CREATE TABLE %[1]s (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, name text NOT NULL DEFAULT 'x', at timestamptz, UNIQUE (name, at));
 CREATE INDEX ON %[1]s (lower(name));
 COMMENT ON TABLE %[1]s IS 'described';`, tbl))
-		for _, cmd := range []string{`\d ` + tbl, `\d+ ` + tbl, `\dt+ ` + tbl, `\di`, `\df pg_sleep`, `\l postgres`} {
+		for _, cmd := range []string{`\d ` + tbl, `\d+ ` + tbl, `\dt+ ` + tbl, `\di ` + tbl + `*`, `\df pg_sleep`, `\l postgres`} {
 			via := pt.mustRun(t, "", nil, "-c", cmd)
 			direct := directPsqlTarget().mustRun(t, "", nil, "-c", cmd)
 			if via != direct {
