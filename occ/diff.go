@@ -1,0 +1,211 @@
+package occ
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Update is one row with a multiplicity change: Diff > 0 inserts Diff
+// copies of Row, Diff < 0 retracts -Diff copies. R is whatever the proxy
+// needs to write the row (its wire text, say); its identity is given by a
+// key function wherever identity matters.
+type Update[R any] struct {
+	Row  R
+	Diff int64
+}
+
+// Payload is what a write commits at its timestamp: consolidated updates
+// plus the row count the client is told ("UPDATE n"). The count is carried
+// separately because it is not a function of the diffs: an UPDATE that
+// sets a column to its own value affects n rows and consolidates to nothing.
+type Payload[R any] struct {
+	Updates []Update[R]
+	Rows    int64
+}
+
+// Empty reports whether p changes no row.
+func (p Payload[R]) Empty() bool { return len(p.Updates) == 0 }
+
+// Consolidate sums the diffs of updates per key and drops the rows whose
+// sum is zero. The result keeps the order in which keys first appear, and
+// the first Row seen for each key, so it is deterministic. ups is not
+// modified.
+func Consolidate[R any, K comparable](ups []Update[R], key func(R) K) []Update[R] {
+	if len(ups) == 0 {
+		return nil
+	}
+	idx := make(map[K]int, len(ups))
+	out := make([]Update[R], 0, len(ups))
+	for _, u := range ups {
+		k := key(u.Row)
+		if i, ok := idx[k]; ok {
+			out[i].Diff += u.Diff
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, u)
+	}
+	n := 0
+	for _, u := range out {
+		if u.Diff != 0 {
+			out[n] = u
+			n++
+		}
+	}
+	clear(out[n:])
+	if n == 0 {
+		return nil
+	}
+	return out[:n]
+}
+
+// Negate returns ups with every diff negated.
+func Negate[R any](ups []Update[R]) []Update[R] {
+	out := make([]Update[R], len(ups))
+	for i, u := range ups {
+		out[i] = Update[R]{Row: u.Row, Diff: -u.Diff}
+	}
+	return out
+}
+
+// Diff returns the consolidated updates that turn the multiset before into
+// after: what a re-read contributes when a refold is not possible.
+func Diff[R any, K comparable](before, after []Update[R], key func(R) K) []Update[R] {
+	all := make([]Update[R], 0, len(before)+len(after))
+	all = append(all, Negate(before)...)
+	all = append(all, after...)
+	return Consolidate(all, key)
+}
+
+// OverDeleteError reports a retraction of more copies of a row than the
+// collection holds. Under multiset semantics duplicates are distinct units,
+// so this is never clamped: it means the payload was computed against a
+// state that is not the one it is applied to, a bug the loop reports
+// rather than hides.
+type OverDeleteError struct {
+	Row     string // the row, as %v prints it
+	Have    int64  // copies present
+	Retract int64  // copies the update retracts
+}
+
+func (e *OverDeleteError) Error() string {
+	return fmt.Sprintf("occ: retraction of %d copies of row %s, only %d present", e.Retract, e.Row, e.Have)
+}
+
+// Multiset is a collection of rows with multiplicities, keyed by K: the
+// reference semantics of applying payloads, used by the proxy's tests and
+// by this package's simulated store. Not safe for concurrent use.
+type Multiset[R any, K comparable] struct {
+	key   func(R) K
+	count map[K]int64
+	row   map[K]R
+	order []K // first insertion order, for deterministic listing
+}
+
+// NewMultiset returns an empty multiset whose rows are identified by key.
+func NewMultiset[R any, K comparable](key func(R) K) *Multiset[R, K] {
+	return &Multiset[R, K]{key: key, count: map[K]int64{}, row: map[K]R{}}
+}
+
+// Count returns the multiplicity of r.
+func (m *Multiset[R, K]) Count(r R) int64 { return m.count[m.key(r)] }
+
+// Len returns the number of rows, duplicates counted.
+func (m *Multiset[R, K]) Len() int64 {
+	var n int64
+	for _, c := range m.count {
+		n += c
+	}
+	return n
+}
+
+// Check reports the first over-delete that applying ups would cause, or
+// nil. ups need not be consolidated: the check is on their per-key sum.
+func (m *Multiset[R, K]) Check(ups []Update[R]) error {
+	for _, u := range Consolidate(ups, m.key) {
+		if have := m.count[m.key(u.Row)]; have+u.Diff < 0 {
+			return &OverDeleteError{Row: fmt.Sprint(u.Row), Have: have, Retract: -u.Diff}
+		}
+	}
+	return nil
+}
+
+// Apply applies ups atomically: either all of them, or none and an
+// *OverDeleteError.
+func (m *Multiset[R, K]) Apply(ups []Update[R]) error {
+	if err := m.Check(ups); err != nil {
+		return err
+	}
+	for _, u := range ups {
+		k := m.key(u.Row)
+		c, seen := m.count[k]
+		if !seen {
+			if _, known := m.row[k]; !known {
+				m.order = append(m.order, k)
+			}
+		}
+		m.row[k] = u.Row
+		if c+u.Diff == 0 {
+			delete(m.count, k)
+		} else {
+			m.count[k] = c + u.Diff
+		}
+	}
+	return nil
+}
+
+// Updates returns the contents as insertions, in first-insertion order.
+func (m *Multiset[R, K]) Updates() []Update[R] {
+	var out []Update[R]
+	for _, k := range m.order {
+		if c := m.count[k]; c != 0 {
+			out = append(out, Update[R]{Row: m.row[k], Diff: c})
+		}
+	}
+	return out
+}
+
+// Clone returns an independent copy of m.
+func (m *Multiset[R, K]) Clone() *Multiset[R, K] {
+	c := NewMultiset[R, K](m.key)
+	for k, v := range m.count {
+		c.count[k] = v
+	}
+	for k, v := range m.row {
+		c.row[k] = v
+	}
+	c.order = append([]K(nil), m.order...)
+	return c
+}
+
+// String prints the rows as {row×n, ...} in first-insertion order.
+func (m *Multiset[R, K]) String() string { return FormatUpdates(m.Updates()) }
+
+// FormatUpdates prints updates as {+a, -b×2}; used by tests and logs.
+func FormatUpdates[R any](ups []Update[R]) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, u := range ups {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if u.Diff < 0 {
+			b.WriteByte('-')
+		} else {
+			b.WriteByte('+')
+		}
+		fmt.Fprint(&b, u.Row)
+		if d := abs(u.Diff); d != 1 {
+			fmt.Fprintf(&b, "×%d", d)
+		}
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
