@@ -3,7 +3,6 @@ package planner
 import (
 	"errors"
 	"strconv"
-	"strings"
 
 	"github.com/mzproxy/mzproxy/pgerr"
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -256,7 +255,11 @@ func maxParam(sql string, toks []token) int {
 func shiftErr(err error, k int) error {
 	var se *SyntaxError
 	if errors.As(err, &se) && se.off >= 0 {
-		se.off += k
+		if k < 0 {
+			se.off = -1 // text the user did not write
+		} else {
+			se.off += k
+		}
 	}
 	return err
 }
@@ -282,7 +285,7 @@ func planExplainTimestamp(st *Statement, text string, mz *mzSyntax, cat Catalog,
 }
 
 func planSubscribe(st *Statement, text string, toks []token, cat Catalog, opts Options) (*Statement, []dep, error) {
-	sub, query, err := preparseSubscribe(text, toks)
+	sub, query, k, err := preparseSubscribe(text, toks)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -291,12 +294,9 @@ func planSubscribe(st *Statement, text string, toks []token, cat Catalog, opts O
 	var (
 		inner *Statement
 		deps  []dep
-		k     int
 	)
-	if query != "" {
-		k = strings.Index(text, query)
-	} else {
-		query = "TABLE " + sub.Object.String()
+	if sub.Object != nil {
+		query, k = "TABLE "+sub.Object.String(), -1
 	}
 	qt, err := scanTokens(query)
 	if err != nil {

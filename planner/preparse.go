@@ -499,21 +499,24 @@ func ParseInterval(s string) (time.Duration, error) {
 // preparseSubscribe splits SUBSCRIBE [TO] <name | (query)> [WITH (opts)]
 // [AS OF [AT LEAST] expr] [UP TO expr] into its parts. The query, if any, is
 // returned as text for the caller to plan.
-func preparseSubscribe(sql string, toks []token) (sub *Subscribe, query string, err error) {
+func preparseSubscribe(sql string, toks []token) (sub *Subscribe, query string, queryOff int, err error) {
 	sub = &Subscribe{}
 	i := 1
 	if i < len(toks) && toks[i].tok == pg.Token_TO {
 		i++
 	}
 	if i >= len(toks) {
-		return nil, "", syntaxAt(sql, len(sql))
+		return nil, "", 0, syntaxAt(sql, len(sql))
 	}
 	if toks[i].is(sql, '(') {
 		c := matchParen(sql, toks, i)
 		if c < 0 {
-			return nil, "", syntaxAt(sql, len(sql))
+			return nil, "", 0, syntaxAt(sql, len(sql))
 		}
-		query = sql[toks[i].end:toks[c].start]
+		if c == i+1 {
+			return nil, "", 0, syntaxAt(sql, toks[c].start)
+		}
+		query, queryOff = sql[toks[i+1].start:toks[c-1].end], toks[i+1].start
 		i = c + 1
 	} else {
 		// A possibly qualified name: ident [. ident [. ident]].
@@ -527,15 +530,15 @@ func preparseSubscribe(sql string, toks []token) (sub *Subscribe, query string, 
 			break
 		}
 		if j == i {
-			return nil, "", syntaxAt(sql, toks[i].start)
+			return nil, "", 0, syntaxAt(sql, toks[i].start)
 		}
 		r, perr := pg.Parse("TABLE " + sql[toks[i].start:toks[j-1].end])
 		if perr != nil || len(r.Stmts) != 1 {
-			return nil, "", syntaxAt(sql, toks[i].start)
+			return nil, "", 0, syntaxAt(sql, toks[i].start)
 		}
 		from := r.Stmts[0].Stmt.GetSelectStmt().GetFromClause()
 		if len(from) != 1 || from[0].GetRangeVar() == nil {
-			return nil, "", syntaxAt(sql, toks[i].start)
+			return nil, "", 0, syntaxAt(sql, toks[i].start)
 		}
 		rv := from[0].GetRangeVar()
 		sub.Object = &QualifiedName{Schema: rv.Schemaname, Name: rv.Relname}
@@ -543,11 +546,11 @@ func preparseSubscribe(sql string, toks []token) (sub *Subscribe, query string, 
 	}
 	if i < len(toks) && toks[i].tok == pg.Token_WITH {
 		if i+1 >= len(toks) || !toks[i+1].is(sql, '(') {
-			return nil, "", syntaxAt(sql, toks[min(i+1, len(toks)-1)].start)
+			return nil, "", 0, syntaxAt(sql, toks[min(i+1, len(toks)-1)].start)
 		}
 		c := matchParen(sql, toks, i+1)
 		if c < 0 {
-			return nil, "", syntaxAt(sql, len(sql))
+			return nil, "", 0, syntaxAt(sql, len(sql))
 		}
 		for _, it := range splitItems(sql, toks, i+2, c) {
 			if len(it) == 0 {
@@ -555,7 +558,7 @@ func preparseSubscribe(sql string, toks []token) (sub *Subscribe, query string, 
 			}
 			o := SubscribeOption{Name: it[0].word(sql)}
 			if o.Name == "" {
-				return nil, "", syntaxAt(sql, it[0].start)
+				return nil, "", 0, syntaxAt(sql, it[0].start)
 			}
 			v := it[1:]
 			if len(v) > 0 && v[0].is(sql, '=') {
@@ -584,14 +587,14 @@ func preparseSubscribe(sql string, toks []token) (sub *Subscribe, query string, 
 	end := len(toks)
 	if upTo >= 0 {
 		if upTo+2 >= len(toks) {
-			return nil, "", syntaxAt(sql, len(sql))
+			return nil, "", 0, syntaxAt(sql, len(sql))
 		}
 		sub.UpTo = sql[toks[upTo+2].start:]
 		end = upTo
 	}
 	if i < end {
 		if toks[i].tok != pg.Token_AS || i+1 >= end || toks[i+1].word(sql) != "of" {
-			return nil, "", syntaxAt(sql, toks[i].start)
+			return nil, "", 0, syntaxAt(sql, toks[i].start)
 		}
 		j := i + 2
 		a := &AsOf{}
@@ -600,10 +603,10 @@ func preparseSubscribe(sql string, toks []token) (sub *Subscribe, query string, 
 			j += 2
 		}
 		if j >= end {
-			return nil, "", syntaxAt(sql, len(sql))
+			return nil, "", 0, syntaxAt(sql, len(sql))
 		}
 		a.Expr = strings.TrimSpace(sql[toks[j].start:toks[end-1].end])
 		sub.AsOf = a
 	}
-	return sub, query, nil
+	return sub, query, queryOff, nil
 }
