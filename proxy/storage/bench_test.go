@@ -2,7 +2,9 @@ package storage
 
 import (
 	"context"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -77,4 +79,62 @@ func BenchmarkWrite(b *testing.B) {
 	b.Run("begin_write_only", func(b *testing.B) {
 		run(b, true, func(int) (string, []any) { return "SELECT 1", nil })
 	})
+}
+
+// BenchmarkWriteRatio interleaves plain and managed single-row write
+// transactions (so load from elsewhere on the machine hits both alike) and
+// reports median latencies and their ratio.
+//
+//	go test ./proxy/storage/ -run '^$' -bench WriteRatio -benchtime 2000x
+func BenchmarkWriteRatio(b *testing.B) {
+	_, conn := installedDB(b)
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, `CREATE TABLE plain_k (id int PRIMARY KEY, v text, n int)`); err != nil {
+		b.Fatal(err)
+	}
+	inWrite(b, conn, `CREATE TABLE man_k (id int PRIMARY KEY, v text, n int)`)
+	exec := func(managed bool, sql string, args ...any) time.Duration {
+		start := time.Now()
+		batch := &pgx.Batch{}
+		batch.Queue("BEGIN")
+		if managed {
+			batch.Queue(BeginWriteSQL)
+		}
+		batch.Queue(sql, args...)
+		batch.Queue("COMMIT")
+		if err := conn.SendBatch(ctx, batch).Close(); err != nil {
+			conn.Exec(ctx, "ROLLBACK")
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	median := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2].Nanoseconds())
+	}
+	next := 0
+	for _, op := range []string{"insert", "update"} {
+		b.Run(op, func(b *testing.B) {
+			// bw: the plain table, but inside a begin_write transaction:
+			// separates the commit-slot cost from the trigger cost.
+			var plain, bw, managed []time.Duration
+			for i := 0; i < b.N; i++ {
+				next++
+				if op == "insert" {
+					plain = append(plain, exec(false, "INSERT INTO plain_k VALUES ($1, 'value', 0)", next))
+					bw = append(bw, exec(true, "INSERT INTO plain_k VALUES ($1, 'value', 0)", -next))
+					managed = append(managed, exec(true, "INSERT INTO man_k VALUES ($1, 'value', 0)", next))
+				} else {
+					plain = append(plain, exec(false, "UPDATE plain_k SET n = n + 1 WHERE id = $1", 1+next%500))
+					bw = append(bw, exec(true, "UPDATE plain_k SET n = n + 1 WHERE id = $1", -(1+next%500)))
+					managed = append(managed, exec(true, "UPDATE man_k SET n = n + 1 WHERE id = $1", 1+next%500))
+				}
+			}
+			p, w, m := median(plain), median(bw), median(managed)
+			b.ReportMetric(p, "plain-ns/tx")
+			b.ReportMetric(w, "begin_write-ns/tx")
+			b.ReportMetric(m, "managed-ns/tx")
+			b.ReportMetric(m/p, "ratio")
+		})
+	}
 }

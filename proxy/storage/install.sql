@@ -159,20 +159,30 @@ BEGIN
         RAISE EXCEPTION 'transaction already writes at timestamp %, cannot also write at %', cur, p_ts
             USING ERRCODE = '25000';
     END IF;
-    -- The txns row lock serializes commits; it is held until COMMIT.
-    SELECT x.upper INTO u FROM @SCHEMA@.txns x FOR UPDATE;
-    SELECT o.read_ts INTO r FROM @SCHEMA@.oracle o WHERE o.timeline = 'EpochMilliseconds';
+    -- The UPDATE takes the txns row lock, which serializes commits and is
+    -- held until COMMIT. Under READ COMMITTED a writer that waited for the
+    -- lock re-evaluates against the newest upper, so T stays ahead of every
+    -- earlier commit; read_ts/write_ts may come from the statement's
+    -- snapshot, which includes everything that finished before it started.
     IF p_ts IS NULL THEN
-        SELECT GREATEST(w.write_ts + 1, r + 1, @SCHEMA@.now_ms(), u) INTO t
-          FROM @SCHEMA@.oracle_write w WHERE w.timeline = 'EpochMilliseconds';
+        UPDATE @SCHEMA@.txns x
+           SET upper = GREATEST(
+                   (SELECT w.write_ts + 1 FROM @SCHEMA@.oracle_write w WHERE w.timeline = 'EpochMilliseconds'),
+                   (SELECT o.read_ts + 1 FROM @SCHEMA@.oracle o WHERE o.timeline = 'EpochMilliseconds'),
+                   @SCHEMA@.now_ms(), x.upper) + 1
+        RETURNING x.upper - 1 INTO t;
     ELSE
-        IF u > p_ts OR r >= p_ts THEN
+        UPDATE @SCHEMA@.txns x SET upper = p_ts + 1
+         WHERE x.upper <= p_ts
+           AND (SELECT o.read_ts FROM @SCHEMA@.oracle o WHERE o.timeline = 'EpochMilliseconds') < p_ts
+        RETURNING p_ts INTO t;
+        IF t IS NULL THEN
+            SELECT x.upper INTO u FROM @SCHEMA@.txns x;
+            SELECT o.read_ts INTO r FROM @SCHEMA@.oracle o WHERE o.timeline = 'EpochMilliseconds';
             RAISE EXCEPTION 'write at timestamp % conflicts: the upper is already %', p_ts, GREATEST(u, r + 1)
                 USING ERRCODE = 'MZ001', DETAIL = GREATEST(u, r + 1)::text;
         END IF;
-        t := p_ts;
     END IF;
-    UPDATE @SCHEMA@.txns SET upper = t + 1;
     UPDATE @SCHEMA@.oracle SET read_ts = t WHERE timeline = 'EpochMilliseconds';
     PERFORM set_config('mzproxy.write_ts', t::text, true);
     RETURN t;
