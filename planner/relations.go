@@ -333,7 +333,8 @@ func (a *analyzer) rangeVarRead(n *pg.Node, rv *pg.RangeVar, sc *scope) {
 }
 
 func isMzNow(f *pg.FuncCall) bool {
-	if len(f.Args) != 0 || f.AggStar || f.Over != nil {
+	if len(f.Args) != 0 || f.AggStar || f.Over != nil || f.AggFilter != nil || len(f.AggOrder) != 0 ||
+		f.AggDistinct || f.AggWithinGroup || f.FuncVariadic {
 		return false
 	}
 	switch len(f.Funcname) {
