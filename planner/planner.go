@@ -3,6 +3,7 @@ package planner
 import (
 	"errors"
 	"strconv"
+	"strings"
 
 	"github.com/mzproxy/mzproxy/pgerr"
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -112,6 +113,8 @@ func planOne(text string, toks []token, cat Catalog, opts Options) (*Statement, 
 		return planExplainTimestamp(st, text, mz, cat, opts)
 	case mz.subscribe:
 		return planSubscribe(st, text, toks, cat, opts)
+	case mz.wrappedSub:
+		return planWrappedSubscribe(st, text, mz, cat, opts)
 	case mz.retention != nil && mz.text == "":
 		return planRetentionOnly(st, text, toks, cat, opts)
 	}
@@ -343,4 +346,30 @@ func planRetentionOnly(st *Statement, text string, toks []token, cat Catalog, op
 	a.target(rv)
 	st.Kind, st.Tag, st.Writes = KindDDL, "ALTER TABLE", a.writes
 	return st, a.deps, nil
+}
+
+// planWrappedSubscribe plans DECLARE c CURSOR FOR SUBSCRIBE ... (a cursor
+// over a subscription, Materialize's usual way to read one) and COPY
+// (SUBSCRIBE ...) TO STDOUT.
+func planWrappedSubscribe(st *Statement, text string, mz *mzSyntax, cat Catalog, opts Options) (*Statement, []dep, error) {
+	sub := text[mz.subStart:mz.subEnd]
+	toks, err := scanTokens(sub)
+	if err != nil {
+		return nil, nil, shiftErr(fromParser(sub, err), mz.subStart)
+	}
+	inner, deps, err := planOne(sub, toks, cat, opts)
+	if err != nil {
+		return nil, nil, shiftErr(err, mz.subStart)
+	}
+	st.SQL, st.Inner, st.Subscribe, st.AsOf = text, inner, inner.Subscribe, inner.AsOf
+	st.Reads, st.Inputs, st.UsesMzNow = inner.Reads, inner.Inputs, inner.UsesMzNow
+	if mz.cursor != nil {
+		st.Kind, st.Tag, st.Cursor = KindCursor, "DECLARE CURSOR", mz.cursor
+	} else {
+		st.Kind, st.Tag = KindSubscribe, "COPY"
+		sc := *inner.Subscribe
+		sc.CopyTo = strings.TrimSpace(mz.copyTail[len("TO"):]) // copyTail starts at the TO token
+		st.Subscribe = &sc
+	}
+	return st, deps, nil
 }

@@ -171,6 +171,9 @@ func formatStatement(b *strings.Builder, s *Statement, indent string) {
 		if sub.AsOf != nil {
 			fmt.Fprintf(b, "%ssubscribe as of: %s (at least: %v)\n", indent, sub.AsOf.Expr, sub.AsOf.AtLeast)
 		}
+		if sub.CopyTo != "" {
+			fmt.Fprintf(b, "%ssubscribe copy to: %s\n", indent, sub.CopyTo)
+		}
 		if sub.UpTo != "" {
 			fmt.Fprintf(b, "%ssubscribe up to: %s\n", indent, sub.UpTo)
 		}

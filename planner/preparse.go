@@ -155,6 +155,9 @@ type Subscribe struct {
 	Options []SubscribeOption
 	AsOf    *AsOf
 	UpTo    string // SQL text of the UP TO expression, "" when absent
+	// CopyTo is set for COPY (SUBSCRIBE ...) TO <CopyTo>: the text after
+	// TO ("STDOUT WITH (FORMAT binary)").
+	CopyTo string
 }
 
 // mzSyntax is what preparse found in one statement.
@@ -165,6 +168,12 @@ type mzSyntax struct {
 	inner     string // EXPLAIN TIMESTAMP ... FOR <inner>
 	retention *Retention
 	subscribe bool
+	// DECLARE c CURSOR FOR SUBSCRIBE ... and COPY (SUBSCRIBE ...) TO ...:
+	// the SUBSCRIBE's offset in the text (and its end for COPY).
+	wrappedSub       bool
+	subStart, subEnd int
+	cursor           *Cursor
+	copyTail         string // COPY (SUBSCRIBE ...) <copyTail>
 	// stripped is true when text differs from the input (positions of
 	// syntax errors past the edit no longer map 1:1).
 	stripped bool
@@ -206,6 +215,36 @@ func preparse(sql string, toks []token) (*mzSyntax, error) {
 	case "subscribe":
 		res.subscribe = true
 		return res, nil
+	case "declare":
+		// DECLARE name [options] CURSOR [WITH[OUT] HOLD] FOR SUBSCRIBE ...
+		for i := 2; i+1 < len(toks); i++ {
+			if toks[i].tok == pg.Token_FOR && toks[i+1].word(sql) == "subscribe" {
+				c := &Cursor{Name: identValue(sql, toks[1]), Declare: true}
+				for j := 2; j+1 < i; j++ {
+					if toks[j].tok == pg.Token_WITH && toks[j+1].word(sql) == "hold" {
+						c.Hold = true
+					}
+				}
+				res.wrappedSub, res.cursor, res.subStart, res.subEnd = true, c, toks[i+1].start, len(sql)
+				return res, nil
+			}
+			if toks[i].is(sql, '(') || toks[i].tok == pg.Token_SELECT {
+				break
+			}
+		}
+	case "copy":
+		if len(toks) > 3 && toks[1].is(sql, '(') && toks[2].word(sql) == "subscribe" {
+			c := matchParen(sql, toks, 1)
+			switch {
+			case c < 0 || c+1 >= len(toks):
+				return nil, syntaxAt(sql, len(sql))
+			case toks[c+1].tok != pg.Token_TO:
+				return nil, syntaxAt(sql, toks[c+1].start)
+			}
+			res.wrappedSub, res.subStart, res.subEnd = true, toks[2].start, toks[c-1].end
+			res.copyTail = sql[toks[c+1].start:]
+			return res, nil
+		}
 	case "create", "alter":
 		return res, preparseRetention(sql, toks, res)
 	}
@@ -609,4 +648,14 @@ func preparseSubscribe(sql string, toks []token) (sub *Subscribe, query string, 
 		sub.AsOf = a
 	}
 	return sub, query, queryOff, nil
+}
+
+// identValue is the name an identifier token stands for: folded to lower
+// case, or unquoted.
+func identValue(sql string, t token) string {
+	s := sql[t.start:t.end]
+	if len(s) >= 2 && s[0] == '"' {
+		return strings.ReplaceAll(s[1:len(s)-1], `""`, `"`)
+	}
+	return strings.ToLower(s)
 }
