@@ -231,7 +231,7 @@ func checkSerial(s *simStore, sels map[string]simSel) error {
 			continue
 		}
 		want := sel.payload(model)
-		if got, w := FormatUpdates(c.ups), FormatUpdates(Consolidate(want.Updates, id)); got != w || c.rows != want.Rows {
+		if got, w := sortedUpdates(c.ups), sortedUpdates(want.Updates); got != w || c.rows != want.Rows {
 			return fmt.Errorf("T=%d %s committed %s rows=%d, serial model says %s rows=%d", c.t, c.writer, got, c.rows, w, want.Rows)
 		}
 		if err := model.Apply(want.Updates); err != nil {
@@ -248,8 +248,11 @@ func checkSerial(s *simStore, sels map[string]simSel) error {
 }
 
 // canonical prints a multiset sorted, for comparisons that ignore order.
-func canonical(m *Multiset[string, string]) string {
-	u := m.Updates()
+func canonical(m *Multiset[string, string]) string { return sortedUpdates(m.Updates()) }
+
+// sortedUpdates prints updates consolidated and sorted by row.
+func sortedUpdates(ups []Update[string]) string {
+	u := Consolidate(ups, id)
 	sort.Slice(u, func(i, j int) bool { return u[i].Row < u[j].Row })
 	return FormatUpdates(u)
 }
