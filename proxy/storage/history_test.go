@@ -480,3 +480,36 @@ func collectText(ctx context.Context, q Querier, sql string, args ...any) ([]str
 	slices.Sort(out)
 	return out, err
 }
+
+// Primary keys of types outside pg_catalog (citext in public) and keys that
+// are deferrable, under a session search_path that does not list public.
+func TestHistoryKeyOperators(t *testing.T) {
+	_, conn := installedDB(t)
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS citext`); err != nil {
+		t.Skip("citext not available:", err)
+	}
+	inWrite(t, conn,
+		`CREATE TABLE ci (name citext PRIMARY KEY, n int)`,
+		`CREATE TABLE dk (id int PRIMARY KEY DEFERRABLE INITIALLY DEFERRED, n int)`,
+		`INSERT INTO ci VALUES ('Alice', 1), ('bob', 2)`,
+		`INSERT INTO dk VALUES (1, 1), (2, 2)`)
+	ts := inWrite(t, conn,
+		`SET LOCAL search_path = pg_catalog`,
+		`UPDATE public.ci SET n = n + 10 WHERE name = 'ALICE'::public.citext`,
+		`DELETE FROM public.ci WHERE n = 2`,
+		`INSERT INTO public.dk VALUES (1, 100)`, // duplicate key until the DELETE below
+		`DELETE FROM public.dk WHERE id = 1 AND n = 1`,
+		`UPDATE public.dk SET id = id + 1`)
+	cat, err := LoadCatalog(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ table, cols string }{{"ci", "name, n"}, {"dk", "id, n"}} {
+		got := snapshotRows(t, conn, "SELECT ROW("+tc.cols+")::text FROM "+cat.ByName("public", tc.table).History+" WHERE mz_from <= $1 AND mz_to > $1", int64(ts))
+		want := snapshotRows(t, conn, "SELECT ROW("+tc.cols+")::text FROM "+tc.table)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s at %d: %v, want %v", tc.table, ts, got, want)
+		}
+	}
+}

@@ -283,6 +283,7 @@ DECLARE
     htext text;
     pk name[];
     pk_deferrable bool;
+    kop text[];
     hash_expr text;
     okeys text := '';
     ogroup text := '';
@@ -304,9 +305,25 @@ BEGIN
     htext := @SCHEMA@.row_text(p_id, 'h.');
     pk := @SCHEMA@.pk_columns(c.oid);
     SELECT x.condeferrable INTO pk_deferrable FROM pg_constraint x WHERE x.conrelid = c.oid AND x.contype = 'p';
+    -- The primary key's own equality operators, spelled out: the functions
+    -- run as their owner with search_path = pg_catalog, so neither a
+    -- caller's search_path nor a type living outside pg_catalog (citext)
+    -- changes which operator is used.
+    SELECT array_agg(format('OPERATOR(%I.%s)', opn.nspname, op.oprname) ORDER BY k.ord)
+      INTO kop
+      FROM pg_index x
+      CROSS JOIN LATERAL unnest(x.indkey::int2[], x.indclass::oid[]) WITH ORDINALITY AS k(attnum, opclass, ord)
+      JOIN pg_opclass oc ON oc.oid = k.opclass
+      JOIN pg_amop ao ON ao.amopfamily = oc.opcfamily AND ao.amoplefttype = oc.opcintype
+                     AND ao.amoprighttype = oc.opcintype AND ao.amopstrategy = 3
+                     AND ao.amopmethod = (SELECT oid FROM pg_am WHERE amname = 'btree')
+      JOIN pg_operator op ON op.oid = ao.amopopr
+      JOIN pg_namespace opn ON opn.oid = op.oprnamespace
+     WHERE x.indrelid = c.oid AND x.indisprimary;
 
+    settings := 'SET search_path = pg_catalog, pg_temp';
     IF pk IS NULL THEN
-        settings := $s$
+        settings := settings || $s$
 SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres' SET TimeZone = 'UTC'
 SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
         hash_expr := 'hashtext(' || ntext || ')';
@@ -331,7 +348,7 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
     IF pk IS NOT NULL THEN
         SELECT string_agg(format('d.%I AS %I, ', k, 'k' || i), '' ORDER BY i),
                string_agg(format('%I, ', 'k' || i), '' ORDER BY i),
-               string_agg(format('h.%I = o.%I AND ', k, 'k' || i), '' ORDER BY i)
+               string_agg(format('h.%I %s o.%I AND ', k, kop[i], 'k' || i), '' ORDER BY i)
           INTO okeys, ogroup, kjoin
           FROM unnest(pk) WITH ORDINALITY AS u(k, i);
     ELSE
@@ -339,7 +356,7 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
     END IF;
 
     IF pk IS NOT NULL AND NOT pk_deferrable THEN
-        SELECT string_agg(format('h.%I = d.%I AND ', k, k), '' ORDER BY i)
+        SELECT string_agg(format('h.%I %s d.%I AND ', k, kop[i], k), '' ORDER BY i)
           INTO kjoin FROM unnest(pk) WITH ORDINALITY AS u(k, i);
         retract_sql := format($r$
     WITH del AS (
@@ -402,7 +419,7 @@ END
 $body$$f$, fn || '_upd', settings, check_sql, retract_sql, insert_sql);
 
     EXECUTE format($f$
-CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $body$
 DECLARE _t bigint;
 BEGIN%s
