@@ -116,7 +116,8 @@ func isSystemRelation(name string, searchPath []string) bool {
 	return true
 }
 
-// quoteIdent quotes an identifier when PostgreSQL would need it.
+// quoteIdent quotes an identifier when PostgreSQL would need it (as
+// quote_ident does: unless it is lower case and not a reserved word).
 func quoteIdent(s string) string {
 	plain := s != ""
 	for i := 0; i < len(s) && plain; i++ {
@@ -124,7 +125,7 @@ func quoteIdent(s string) string {
 		plain = c >= 'a' && c <= 'z' || c == '_' || i > 0 && (c >= '0' && c <= '9' || c == '$')
 	}
 	if plain {
-		if toks, err := scanTokens(s); err == nil && len(toks) == 1 && !toks[0].keyword {
+		if toks, err := scanTokens(s); err == nil && len(toks) == 1 && (!toks[0].keyword || toks[0].unreserved) {
 			return s
 		}
 	}

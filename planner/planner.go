@@ -52,8 +52,9 @@ type Statement struct {
 	Var              *Var         // KindSet, KindShow, KindReset
 	Cursor           *Cursor      // KindCursor
 	// Inner is the statement inside EXPLAIN, DECLARE, PREPARE and COPY
-	// (query) TO: Kind, Tag and Params only (relations are on the outer
-	// statement).
+	// (query) TO: Kind and Tag only (relations, template etc. are on the
+	// outer statement). For DECLARE ... FOR SUBSCRIBE and COPY (SUBSCRIBE
+	// ...) TO it is the planned SUBSCRIBE.
 	Inner *Statement
 
 	// Template is the statement rewritten to read at the timestamp

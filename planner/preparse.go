@@ -20,6 +20,7 @@ type token struct {
 	start, end int
 	tok        pg.Token
 	keyword    bool
+	unreserved bool // an unreserved keyword (usable as a plain name)
 }
 
 // scanTokens tokenizes sql, dropping comments.
@@ -34,10 +35,11 @@ func scanTokens(sql string) ([]token, error) {
 			continue
 		}
 		toks = append(toks, token{
-			start:   int(t.Start),
-			end:     int(t.End),
-			tok:     t.Token,
-			keyword: t.KeywordKind != pg.KeywordKind_NO_KEYWORD,
+			start:      int(t.Start),
+			end:        int(t.End),
+			tok:        t.Token,
+			keyword:    t.KeywordKind != pg.KeywordKind_NO_KEYWORD,
+			unreserved: t.KeywordKind == pg.KeywordKind_UNRESERVED_KEYWORD,
 		})
 	}
 	return toks, nil
