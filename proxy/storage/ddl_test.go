@@ -171,6 +171,20 @@ func TestCatalogRenames(t *testing.T) {
 	if !containsFold(stored, "s2.t2") {
 		t.Errorf("stored view SQL not refreshed: %q", stored)
 	}
+	// CREATE OR REPLACE VIEW keeps the object and refreshes its SQL; views
+	// over views are recorded too.
+	v2 := cat.ByName("public", "v2")
+	inWrite(t, conn, `CREATE OR REPLACE VIEW v2 AS SELECT a, a + 1 AS b FROM s2.t2`, `CREATE VIEW vv AS SELECT b FROM v2`)
+	cat2, err := LoadCatalog(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nv := cat2.ByName("public", "v2"); nv == nil || nv.ID != v2.ID || len(nv.Columns) != 2 || !containsFold(nv.ViewSQL, "a + 1") {
+		t.Errorf("replaced view: %+v", nv)
+	}
+	if vv := cat2.ByName("public", "vv"); vv == nil || !containsFold(vv.ViewSQL, "public.v2") {
+		t.Errorf("view over view: %+v", vv)
+	}
 	// The moved table is still written through its triggers.
 	inWrite(t, conn, `INSERT INTO s2.t2 VALUES (1)`)
 	if n := queryInt(t, conn, "SELECT count(*) FROM "+cat.ByName("s2", "t2").History); n != 1 {
@@ -245,6 +259,13 @@ func TestNonSuperuserAndGrants(t *testing.T) {
 	inWrite(t, app, `REVOKE SELECT ON owned FROM mzreader`)
 	if canRead() {
 		t.Fatal("REVOKE did not reach history")
+	}
+	// Grants made directly in PostgreSQL are mirrored too.
+	if _, err := app.Exec(ctx, `GRANT SELECT ON owned TO mzreader`); err != nil {
+		t.Fatal(err)
+	}
+	if !canRead() {
+		t.Fatal("direct GRANT did not reach history")
 	}
 	// The reader cannot write around the proxy either.
 	_, err = app.Exec(ctx, `UPDATE owned SET v = 'b'`)

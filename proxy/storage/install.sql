@@ -722,6 +722,14 @@ BEGIN
         -- Outside the proxy: refuse DDL on managed relations, leave the
         -- rest alone. Index maintenance, comments and grants are allowed.
         FOR r IN SELECT * FROM pg_event_trigger_ddl_commands() LOOP
+            IF r.command_tag IN ('GRANT', 'REVOKE') THEN
+                -- Grants need no timestamp: keep history readable by the
+                -- same roles as its table.
+                PERFORM set_config('mzproxy.in_ddl', 'on', true);
+                PERFORM @SCHEMA@.sync_grants(g.id) FROM @SCHEMA@.catalog g WHERE g.kind = 'table' AND g.dropped_ts IS NULL;
+                PERFORM set_config('mzproxy.in_ddl', '', true);
+                CONTINUE;
+            END IF;
             IF r.classid = 'pg_class'::regclass
                AND r.command_tag NOT IN ('COMMENT', 'GRANT', 'REVOKE', 'SECURITY LABEL',
                                          'CREATE INDEX', 'ALTER INDEX', 'REINDEX')
