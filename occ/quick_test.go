@@ -91,7 +91,7 @@ func TestQuickStepwise(t *testing.T) {
 
 type coverage struct {
 	writers, commits, conflicts, refolds, rereads, exhausted int
-	canceledEarly, inFlightCommitted, inFlightLost          int
+	canceledEarly, inFlightCommitted, inFlightLost           int
 }
 
 func simulateStepwise(seed uint64, cov *coverage) error {
