@@ -3,6 +3,8 @@ package occ
 import (
 	"context"
 	"sync"
+
+	"github.com/mzproxy/mzproxy/pgerr"
 )
 
 // BatchAppender is the compare-and-append of a group commit: all payloads
@@ -149,6 +151,14 @@ func (c *Committer[P]) lead(ctx context.Context, own Ticket, ch chan note) (uint
 			m.Batched.Add(int64(len(b.Payloads)))
 			if err == nil && !r.OK && r.ActualUpper > b.T {
 				m.Conflicts.Add(1)
+			}
+			for _, o := range outs {
+				switch {
+				case o.Err == nil:
+					m.Commits.Add(1)
+				case pgerr.Of(o.Err) == pgerr.SerializationFailure:
+					m.Exhausted.Add(1)
+				}
 			}
 		}
 	}
