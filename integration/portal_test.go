@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +27,9 @@ func TestExtendedProtocolSequences(t *testing.T) {
 		name  string
 		steps []step
 		want  string
+		// knownBug, when set, skips the run through the proxy (not the
+		// direct one) unless MZPROXY_KNOWN_BUGS is set.
+		knownBug string
 	}{
 		{
 			name: "portal with row limit",
@@ -158,6 +162,105 @@ CommandComplete SELECT 2
 ReadyForQuery I`,
 		},
 		{
+			// libpq's PQexecParams of a COPY sends Sync at once, and
+			// another after CopyDone; the backend ignores the first.
+			name: "extended COPY FROM STDIN with Sync before the data",
+			knownBug: "the proxy waits for a ReadyForQuery to the Sync the backend ignored during COPY, " +
+				"while the client's next Sync sits unread: deadlock",
+			steps: []step{{
+				send: []pgproto3.FrontendMessage{
+					&pgproto3.Query{String: "CREATE TEMP TABLE copy_ext (v int)"},
+				},
+				until: "ReadyForQuery",
+			}, {
+				send: []pgproto3.FrontendMessage{
+					&pgproto3.Parse{Query: "COPY copy_ext FROM STDIN"},
+					&pgproto3.Bind{},
+					&pgproto3.Describe{ObjectType: 'P'},
+					&pgproto3.Execute{},
+					&pgproto3.Sync{},
+				},
+				until: "CopyInResponse",
+			}, {
+				send: []pgproto3.FrontendMessage{
+					&pgproto3.CopyData{Data: []byte("1\n2\n")},
+					&pgproto3.CopyData{Data: []byte("3\n")},
+					&pgproto3.CopyDone{},
+					&pgproto3.Sync{},
+				},
+				until: "ReadyForQuery",
+			}, {
+				send: []pgproto3.FrontendMessage{
+					&pgproto3.Query{String: "SELECT sum(v) FROM copy_ext"},
+				},
+				until: "ReadyForQuery",
+			}},
+			want: `CommandComplete CREATE TABLE
+ReadyForQuery I
+ParseComplete
+BindComplete
+NoData
+CopyInResponse
+CommandComplete COPY 3
+ReadyForQuery I
+RowDescription [sum]
+DataRow 6
+CommandComplete SELECT 1
+ReadyForQuery I`,
+		},
+		{
+			name: "extended COPY FROM STDIN with Flush, then CopyFail",
+			steps: []step{{
+				send: []pgproto3.FrontendMessage{
+					&pgproto3.Query{String: "CREATE TEMP TABLE copy_fail (v int)"},
+				},
+				until: "ReadyForQuery",
+			}, {
+				send: []pgproto3.FrontendMessage{
+					&pgproto3.Parse{Query: "COPY copy_fail FROM STDIN"},
+					&pgproto3.Bind{},
+					&pgproto3.Execute{},
+					&pgproto3.Flush{},
+				},
+				until: "CopyInResponse",
+			}, {
+				send: []pgproto3.FrontendMessage{
+					&pgproto3.CopyData{Data: []byte("1\n")},
+					&pgproto3.CopyFail{Message: "client gave up"},
+					&pgproto3.Sync{},
+				},
+				until: "ReadyForQuery",
+			}},
+			want: `CommandComplete CREATE TABLE
+ReadyForQuery I
+ParseComplete
+BindComplete
+CopyInResponse
+ErrorResponse 57014
+ReadyForQuery I`,
+		},
+		{
+			name: "extended COPY TO STDOUT",
+			steps: []step{{
+				send: []pgproto3.FrontendMessage{
+					&pgproto3.Parse{Query: "COPY (SELECT g FROM generate_series(1, 3) g) TO STDOUT"},
+					&pgproto3.Bind{},
+					&pgproto3.Execute{},
+					&pgproto3.Sync{},
+				},
+				until: "ReadyForQuery",
+			}},
+			want: `ParseComplete
+BindComplete
+CopyOutResponse
+CopyData 1
+CopyData 2
+CopyData 3
+CopyDone
+CommandComplete COPY 3
+ReadyForQuery I`,
+		},
+		{
 			name: "statement without rows, then Describe of a statement without a result",
 			steps: []step{{
 				send: []pgproto3.FrontendMessage{
@@ -186,7 +289,7 @@ ReadyForQuery I`,
 				ctx := testContext(t)
 				conn := connectURL(t, ctx, url)
 				pc := conn.PgConn()
-				if err := pc.Conn().SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
+				if err := pc.Conn().SetDeadline(time.Now().Add(15 * time.Second)); err != nil {
 					t.Fatal(err)
 				}
 				fe := pc.Frontend()
@@ -215,12 +318,14 @@ ReadyForQuery I`,
 				}
 				return strings.Join(out, "\n")
 			}
-			got := run(p.URL("postgres", "postgres"))
-			if got != tt.want {
-				t.Errorf("through the proxy:\n%s\nwant:\n%s", got, tt.want)
-			}
 			if direct := run(directURL("postgres", "postgres")); direct != tt.want {
-				t.Errorf("directly (the test's expectation is wrong):\n%s", direct)
+				t.Fatalf("directly (the test's expectation is wrong):\n%s\nwant:\n%s", direct, tt.want)
+			}
+			if tt.knownBug != "" && os.Getenv("MZPROXY_KNOWN_BUGS") == "" {
+				t.Skipf("known mzproxy bug (MZPROXY_KNOWN_BUGS=1 runs it): %s", tt.knownBug)
+			}
+			if got := run(p.URL("postgres", "postgres")); got != tt.want {
+				t.Errorf("through the proxy:\n%s\nwant:\n%s", got, tt.want)
 			}
 		})
 	}
@@ -265,6 +370,14 @@ func describeBackend(m pgproto3.BackendMessage) (string, string) {
 		return "DataRow", "DataRow " + strings.Join(vals, " ")
 	case *pgproto3.CommandComplete:
 		return "CommandComplete", "CommandComplete " + string(m.CommandTag)
+	case *pgproto3.CopyInResponse:
+		return "CopyInResponse", "CopyInResponse"
+	case *pgproto3.CopyOutResponse:
+		return "CopyOutResponse", "CopyOutResponse"
+	case *pgproto3.CopyData:
+		return "CopyData", "CopyData " + strings.TrimSuffix(string(m.Data), "\n")
+	case *pgproto3.CopyDone:
+		return "CopyDone", "CopyDone"
 	case *pgproto3.ErrorResponse:
 		return "ErrorResponse", "ErrorResponse " + m.Code
 	case *pgproto3.ReadyForQuery:
