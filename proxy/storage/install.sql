@@ -321,7 +321,12 @@ BEGIN
       JOIN pg_namespace opn ON opn.oid = op.oprnamespace
      WHERE x.indrelid = c.oid AND x.indisprimary;
 
-    settings := 'SET search_path = pg_catalog, pg_temp';
+    -- Plans of the retraction statements are cached per session, made for
+    -- the transition table's size at planning time; a hash join planned for
+    -- a bulk statement would scan all current versions for every later
+    -- single-row one. Nested loops over the lookup indexes are linear in the
+    -- statement's rows whatever the plan was made for.
+    settings := 'SET search_path = pg_catalog, pg_temp SET enable_hashjoin = off SET enable_mergejoin = off';
     IF pk IS NULL THEN
         settings := settings || $s$
 SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres' SET TimeZone = 'UTC'
@@ -358,16 +363,20 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
     IF pk IS NOT NULL AND NOT pk_deferrable THEN
         SELECT string_agg(format('h.%I %s d.%I AND ', k, kop[i], k), '' ORDER BY i)
           INTO kjoin FROM unnest(pk) WITH ORDINALITY AS u(k, i);
+        -- Find the versions first (driven by the old rows, through the
+        -- lookup index), then delete or close them by ctid: a filter on
+        -- mz_from in the join would tempt the planner to scan every
+        -- current version.
         retract_sql := format($r$
-    WITH del AS (
-        DELETE FROM %s h USING mz_old d
-         WHERE %s h.mz_to = 9223372036854775807 AND h.mz_from = _t RETURNING 1
+    WITH c AS MATERIALIZED (
+        SELECT h.ctid AS tid, h.mz_from FROM mz_old d JOIN %s h ON %s h.mz_to = 9223372036854775807
+    ), del AS (
+        DELETE FROM %s h USING c WHERE h.ctid = c.tid AND c.mz_from = _t RETURNING 1
     ), upd AS (
-        UPDATE %s h SET mz_to = _t FROM mz_old d
-         WHERE %s h.mz_to = 9223372036854775807 AND h.mz_from <> _t RETURNING 1
+        UPDATE %s h SET mz_to = _t FROM c WHERE h.ctid = c.tid AND c.mz_from <> _t RETURNING 1
     )
     SELECT (SELECT count(*) FROM del) + (SELECT count(*) FROM upd), (SELECT count(*) FROM mz_old)
-      INTO _k, _n;$r$, h, kjoin, h, kjoin);
+      INTO _k, _n;$r$, h, kjoin, h, h);
     ELSE
         retract_sql := format($r$
     WITH o AS (
