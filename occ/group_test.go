@@ -233,3 +233,60 @@ func TestCommitterReject(t *testing.T) {
 		t.Errorf("store %s, want %s", got, want)
 	}
 }
+
+// gateOracle blocks WriteTS until the test opens the gate or ctx ends.
+type gateOracle struct {
+	*simEnv
+	gate    chan struct{}
+	waiting chan struct{}
+}
+
+func (o *gateOracle) WriteTS(ctx context.Context) (uint64, error) {
+	o.waiting <- struct{}{}
+	select {
+	case <-o.gate:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	return o.simEnv.WriteTS(ctx)
+}
+
+// TestCommitterLeaderCanceled: a leader whose context ends before its
+// batch is cut leaves with nothing written and hands leadership to the
+// oldest queued caller, which then commits the rest.
+func TestCommitterLeaderCanceled(t *testing.T) {
+	env := &simEnv{s: newSimStore()}
+	o := &gateOracle{simEnv: env, gate: make(chan struct{}), waiting: make(chan struct{})}
+	c := NewCommitter[Payload[string]](GroupConfig{}, o, env, nil)
+	ctxA, cancelA := context.WithCancel(context.Background())
+	defer cancelA()
+	errA := make(chan error, 1)
+	go func() {
+		_, err := c.Commit(ctxA, Payload[string]{Updates: ups("a", 1), Rows: 1})
+		errA <- err
+	}()
+	<-o.waiting // a leads and waits for a timestamp
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, row := range []string{"b", "c"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = c.Commit(context.Background(), Payload[string]{Updates: ups(row, 1), Rows: 1})
+		}()
+		waitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.g.Pending()) == i+2 })
+	}
+	cancelA()
+	if err := <-errA; pgerr.Of(err) != pgerr.QueryCanceled {
+		t.Fatalf("a: %v", err)
+	}
+	<-o.waiting // b leads now
+	close(o.gate)
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("b, c: %v", errs)
+	}
+	if len(env.s.log) != 1 || canonical(env.s.cur) != "{+b, +c}" {
+		t.Errorf("store %s", env.s)
+	}
+}
