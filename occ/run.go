@@ -2,6 +2,7 @@ package occ
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 
 	"github.com/mzproxy/mzproxy/pgerr"
@@ -14,7 +15,9 @@ type Oracle interface {
 	// conflict; the loop raises a result below the actual upper itself.
 	WriteTS(ctx context.Context) (uint64, error)
 	// ApplyWrite tells the oracle that a write committed at T, so reads
-	// that start afterwards see it. It must be idempotent.
+	// that start afterwards see it. It must be idempotent. The loop calls
+	// it with a context detached from the statement's (the write is
+	// durable by then), so the Oracle must bound the call itself.
 	ApplyWrite(ctx context.Context, t uint64) error
 }
 
@@ -169,7 +172,7 @@ func Run[R any](ctx context.Context, cfg Config, w Write[R], env Env[R]) (Result
 			if err != nil {
 				// Nothing was written (the Appender's contract); a ctx
 				// error from before submission reads as the cancellation.
-				if ctx.Err() != nil {
+				if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 					err = interrupted(ctx, env.Budget)
 				}
 				e = Event[R]{Kind: EvError, Err: err}
