@@ -152,6 +152,11 @@ func planOne(text string, toks []token, cat Catalog, opts Options) (*Statement, 
 		return nil, nil, pgerr.New(pgerr.FeatureNotSupported, "AS OF is only supported for SELECT")
 	}
 	if (st.AsOf != nil || st.UsesMzNow || opts.ExplicitTimestamp) && rewritable(st) {
+		if hasParamZero(text, toks) {
+			// The raw parser takes $0 and pg_query's deparser prints it as
+			// "?"; PostgreSQL refuses it later, with this error.
+			return nil, nil, pgerr.New("42P02", "there is no parameter $0")
+		}
 		if err := rewriteStatement(st, n, cat, opts); err != nil {
 			return nil, nil, err
 		}
@@ -252,6 +257,15 @@ func maxParam(sql string, toks []token) int {
 		}
 	}
 	return m
+}
+
+func hasParamZero(sql string, toks []token) bool {
+	for _, t := range toks {
+		if t.tok == pg.Token_PARAM && strings.TrimLeft(sql[t.start+1:t.end], "0") == "" {
+			return true
+		}
+	}
+	return false
 }
 
 // shiftErr moves a syntax error of a sub-text starting at byte k of its

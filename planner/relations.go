@@ -211,23 +211,37 @@ func (a *analyzer) node(n *pg.Node, sc *scope) {
 
 // msg walks every field of a message generically.
 func (a *analyzer) msg(m protoreflect.Message, sc *scope) {
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if a.err != nil {
-			return false
+	eachMessage(m, func(c protoreflect.Message) bool {
+		a.any(c, sc)
+		return a.err == nil
+	})
+}
+
+// eachMessage calls fn for each message-typed field value of m (list
+// elements one by one), in field declaration order: protoreflect's Range
+// has an undefined order, and plans must be deterministic. fn returns
+// false to stop.
+func eachMessage(m protoreflect.Message, fn func(protoreflect.Message) bool) {
+	fds := m.Descriptor().Fields()
+	for i := 0; i < fds.Len(); i++ {
+		fd := fds.Get(i)
+		if fd.Kind() != protoreflect.MessageKind || !m.Has(fd) {
+			continue
 		}
-		if fd.Kind() != protoreflect.MessageKind {
-			return true
-		}
+		v := m.Get(fd)
 		if fd.IsList() {
 			l := v.List()
-			for i := 0; i < l.Len(); i++ {
-				a.any(l.Get(i).Message(), sc)
+			for j := 0; j < l.Len(); j++ {
+				if !fn(l.Get(j).Message()) {
+					return
+				}
 			}
-			return true
+			continue
 		}
-		a.any(v.Message(), sc)
-		return true
-	})
+		if !fn(v.Message()) {
+			return
+		}
+	}
 }
 
 func (a *analyzer) any(m protoreflect.Message, sc *scope) {

@@ -85,18 +85,8 @@ func fixQualified(n *pg.Node, qualified []string) {
 // visit calls fn for every message under m.
 func visit(m protoreflect.Message, fn func(protoreflect.Message)) {
 	fn(m)
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if fd.Kind() != protoreflect.MessageKind {
-			return true
-		}
-		if fd.IsList() {
-			l := v.List()
-			for i := 0; i < l.Len(); i++ {
-				visit(l.Get(i).Message(), fn)
-			}
-			return true
-		}
-		visit(v.Message(), fn)
+	eachMessage(m, func(c protoreflect.Message) bool {
+		visit(c, fn)
 		return true
 	})
 }
