@@ -209,3 +209,22 @@ func abs(x int64) int64 {
 	}
 	return x
 }
+
+// Fold is the refold of a single-table selection, for Selection.Refold
+// implementations: a statement whose effect on each row depends on that
+// row only (UPDATE ... SET/WHERE over one table, DELETE ... WHERE) is
+// linear in its input, so its payload against the state at to-1 is its
+// payload against the state at from-1 plus its effect on the versions that
+// changed in [from, to) (a version inserted in the window with +1, one
+// retracted with -1). contrib returns the effect of n copies of row r (n
+// may be negative) and the rows counted for them.
+func Fold[R any, K comparable](p Payload[R], changes []Update[R], contrib func(r R, n int64) ([]Update[R], int64), key func(R) K) Payload[R] {
+	all := append([]Update[R](nil), p.Updates...)
+	rows := p.Rows
+	for _, c := range changes {
+		u, n := contrib(c.Row, c.Diff)
+		all = append(all, u...)
+		rows += n
+	}
+	return Payload[R]{Updates: Consolidate(all, key), Rows: rows}
+}

@@ -166,14 +166,7 @@ func (sel simSel) payload(m *Multiset[string, string]) Payload[string] {
 }
 
 func (sel simSel) fold(p Payload[string], changes []Update[string]) Payload[string] {
-	all := append([]Update[string](nil), p.Updates...)
-	rows := p.Rows
-	for _, c := range changes {
-		u, n := sel.contrib(c.Row, c.Diff)
-		all = append(all, u...)
-		rows += n
-	}
-	return Payload[string]{Updates: Consolidate(all, id), Rows: rows}
+	return Fold(p, changes, sel.contrib, id)
 }
 
 func (sel simSel) read(s *simStore, at uint64) Payload[string] {
