@@ -31,7 +31,7 @@
 //     [last read + 1, T): fold the changes committed in that window into
 //     the payload. The Selection refolds when it can (a single-table
 //     selection: each row's contribution depends on that row only, so the
-//     window's changed versions are enough); otherwise it says so and the
+//     window's changed versions are enough: Fold); otherwise it says so and the
 //     loop re-reads at T-1 (ActRead). Either way the payload is exactly the
 //     statement's consolidated diffs against the state below T. Blind
 //     writes (Write.Blind) skip this step.
