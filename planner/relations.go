@@ -222,26 +222,37 @@ func (a *analyzer) msg(m protoreflect.Message, sc *scope) {
 // has an undefined order, and plans must be deterministic. fn returns
 // false to stop.
 func eachMessage(m protoreflect.Message, fn func(protoreflect.Message) bool) {
-	fds := m.Descriptor().Fields()
+	md := m.Descriptor()
+	fds := md.Fields()
+	if oos := md.Oneofs(); oos.Len() == 1 && oos.Get(0).Fields().Len() == fds.Len() {
+		// pg_query's Node: a oneof of ~270 node types, one of them set.
+		if fd := m.WhichOneof(oos.Get(0)); fd != nil {
+			eachField(m, fd, fn)
+		}
+		return
+	}
 	for i := 0; i < fds.Len(); i++ {
-		fd := fds.Get(i)
-		if fd.Kind() != protoreflect.MessageKind || !m.Has(fd) {
-			continue
-		}
-		v := m.Get(fd)
-		if fd.IsList() {
-			l := v.List()
-			for j := 0; j < l.Len(); j++ {
-				if !fn(l.Get(j).Message()) {
-					return
-				}
-			}
-			continue
-		}
-		if !fn(v.Message()) {
+		if !eachField(m, fds.Get(i), fn) {
 			return
 		}
 	}
+}
+
+func eachField(m protoreflect.Message, fd protoreflect.FieldDescriptor, fn func(protoreflect.Message) bool) bool {
+	if fd.Kind() != protoreflect.MessageKind || !m.Has(fd) {
+		return true
+	}
+	v := m.Get(fd)
+	if !fd.IsList() {
+		return fn(v.Message())
+	}
+	l := v.List()
+	for j := 0; j < l.Len(); j++ {
+		if !fn(l.Get(j).Message()) {
+			return false
+		}
+	}
+	return true
 }
 
 func (a *analyzer) any(m protoreflect.Message, sc *scope) {
