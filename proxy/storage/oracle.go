@@ -25,8 +25,9 @@ var ErrOracleClosed = errors.New("storage: oracle is closed")
 // connection; callers' contexts bound their wait, not the round trip, so a
 // caller giving up never cancels a query that others wait for.
 type Oracle struct {
-	conn   *pgx.Conn
-	ctx    context.Context // the loop's; canceled by Close
+	conn   *pgx.Conn                                // owned by the loop
+	dial   func(context.Context) (*pgx.Conn, error) // nil: no reconnect
+	ctx    context.Context                          // the loop's; canceled by Close
 	cancel context.CancelFunc
 
 	kick chan struct{}    // a read batch is pending (buffered 1)
@@ -36,6 +37,7 @@ type Oracle struct {
 	mu      sync.Mutex
 	pending *readBatch // the batch the next round trip will serve
 
+	dialErr    error // loop-owned: why ready failed
 	roundTrips atomic.Int64
 	closeOnce  sync.Once
 }
@@ -72,6 +74,19 @@ func NewOracle(conn *pgx.Conn) *Oracle {
 	}
 	go o.loop()
 	return o
+}
+
+// NewOracleDial is NewOracle over a connection made by dial, which is
+// called again (before the next round trip) whenever the connection has
+// been lost, so a backend restart costs the calls in flight, not the Oracle.
+func NewOracleDial(ctx context.Context, dial func(context.Context) (*pgx.Conn, error)) (*Oracle, error) {
+	conn, err := dial(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("storage: oracle: %w", err)
+	}
+	o := NewOracle(conn)
+	o.dial = dial
+	return o, nil
 }
 
 // RoundTrips is the number of backend round trips made so far (for tests
@@ -140,7 +155,9 @@ func (o *Oracle) Close() error {
 	o.closeOnce.Do(func() {
 		o.cancel()
 		<-o.done
-		err = o.conn.Close(context.Background())
+		if o.conn != nil {
+			err = o.conn.Close(context.Background())
+		}
 	})
 	return err
 }
@@ -159,13 +176,20 @@ func (o *Oracle) loop() {
 			if b == nil {
 				continue
 			}
-			b.ts, b.err = o.queryTS(ReadTSSQL)
+			if o.ready() {
+				b.ts, b.err = o.queryTS(ReadTSSQL)
+			} else {
+				b.err = o.dialErr
+			}
 			close(b.done)
 		case c := <-o.reqs:
 			var r oracleReply
-			if c.scan {
+			switch {
+			case !o.ready():
+				r.err = o.dialErr
+			case c.scan:
 				r.ts, r.err = o.queryTS(c.sql, c.args...)
-			} else {
+			default:
 				o.roundTrips.Add(1)
 				_, r.err = o.conn.Exec(o.ctx, c.sql, c.args...)
 				if r.err != nil {
@@ -175,6 +199,29 @@ func (o *Oracle) loop() {
 			c.reply <- r
 		}
 	}
+}
+
+// ready makes sure the loop has a live connection, redialing a lost one
+// when it can; on failure o.dialErr says why.
+func (o *Oracle) ready() bool {
+	if o.conn != nil && !o.conn.IsClosed() {
+		return true
+	}
+	if o.dial == nil {
+		o.dialErr = fmt.Errorf("storage: oracle: connection lost")
+		return false
+	}
+	if o.conn != nil {
+		o.conn.Close(o.ctx)
+		o.conn = nil
+	}
+	conn, err := o.dial(o.ctx)
+	if err != nil {
+		o.dialErr = fmt.Errorf("storage: oracle: reconnect: %w", err)
+		return false
+	}
+	o.conn = conn
+	return true
 }
 
 func (o *Oracle) queryTS(sql string, args ...any) (uint64, error) {

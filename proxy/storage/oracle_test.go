@@ -278,3 +278,31 @@ func TestBeginWriteAtConflict(t *testing.T) {
 		t.Fatalf("waiting begin_write_at(%d): %v (upper %d)", ta, err, got)
 	}
 }
+
+func TestOracleReconnects(t *testing.T) {
+	cs, conn := installedDB(t)
+	ctx := context.Background()
+	o, err := NewOracleDial(ctx, func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, cs) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	if _, err := o.ReadTS(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Kill the oracle's backend connection.
+	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`); err != nil {
+		t.Fatal(err)
+	}
+	ts := inWrite(t, conn)
+	var r uint64
+	for i := 0; i < 3; i++ { // the call in flight when the connection died may fail
+		if r, err = o.ReadTS(ctx); err == nil {
+			break
+		}
+	}
+	if err != nil || r != ts {
+		t.Fatalf("ReadTS after reconnect: %d, %v (want %d)", r, err, ts)
+	}
+}
