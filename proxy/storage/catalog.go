@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -48,6 +49,10 @@ type Object struct {
 	// views. Its columns are the user's (by name) plus mz_from, mz_to and
 	// mz_hash.
 	History string
+	// HistorySchema and HistoryName are History's parts, unquoted (for
+	// callers that build names themselves, like the planner's
+	// QualifiedName).
+	HistorySchema, HistoryName string
 	// ViewSQL is a view's definition (a SELECT with every name
 	// schema-qualified, no trailing semicolon), deparsed when the catalog
 	// was loaded; empty for tables.
@@ -127,6 +132,11 @@ func LoadCatalog(ctx context.Context, q Querier) (*Catalog, error) {
 		}
 		if cur == nil || cur.ID != o.ID {
 			o.Kind = Kind(kind)
+			if o.History != "" {
+				// Stored as Schema + "." + quote_ident('h' || id): both parts
+				// are plain identifiers.
+				o.HistorySchema, o.HistoryName = Schema, strings.TrimPrefix(o.History, Schema+".")
+			}
 			o.CreatedTS = uint64(created)
 			cur = &o
 			c.Objects = append(c.Objects, cur)

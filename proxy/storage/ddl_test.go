@@ -67,7 +67,7 @@ func TestEventTriggers(t *testing.T) {
 	if want := []string{"id integer", "name text", "price numeric(10,2)", "tags text[]"}; !slices.Equal(cols, want) {
 		t.Errorf("columns %v, want %v", cols, want)
 	}
-	if items.History == "" || cat.ByOID(items.OID) != items {
+	if items.History == "" || cat.ByOID(items.OID) != items || items.HistorySchema+"."+items.HistoryName != items.History {
 		t.Errorf("items: %+v", items)
 	}
 	if v := cat.ByName("app", "cheap"); v.ViewSQL == "" || len(v.Columns) != 2 {
