@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"crypto/md5"
 	"errors"
 	"fmt"
 	"math/big"
@@ -260,6 +261,34 @@ func TestPgx(t *testing.T) {
 		dn, dh := sum(direct)
 		if n != 200000 || n != dn || h != dh {
 			t.Fatalf("through the proxy %d rows checksum %s; direct %d rows checksum %s", n, h, dn, dh)
+		}
+	})
+
+	t.Run("large values", func(t *testing.T) {
+		t.Parallel()
+		ctx := testContext(t)
+		conn := p.connect(t, ctx)
+		// A 20 MB field in one DataRow, larger than any buffer on the way.
+		var s string
+		if err := conn.QueryRow(ctx, "SELECT repeat('ab', 10000000)").Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		if len(s) != 20000000 || s[:4] != "abab" || s[len(s)-2:] != "ab" {
+			t.Fatalf("got %d bytes", len(s))
+		}
+		// A 10 MB parameter in one Bind, and in one simple Query.
+		blob := make([]byte, 10<<20)
+		for i := range blob {
+			blob[i] = byte(i * 7)
+		}
+		want := fmt.Sprintf("%x", md5.Sum(blob))
+		var got string
+		if err := conn.QueryRow(ctx, "SELECT md5($1::bytea)", blob).Scan(&got); err != nil || got != want {
+			t.Fatalf("bytea parameter: md5 %s %v, want %s", got, err, want)
+		}
+		if err := conn.QueryRow(ctx, "SELECT md5($1::text)", pgx.QueryExecModeSimpleProtocol, s[:8<<20]).Scan(&got); err != nil ||
+			got != fmt.Sprintf("%x", md5.Sum([]byte(s[:8<<20]))) {
+			t.Fatalf("text in a simple query: md5 %s %v", got, err)
 		}
 	})
 

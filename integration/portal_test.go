@@ -162,6 +162,42 @@ CommandComplete SELECT 2
 ReadyForQuery I`,
 		},
 		{
+			name: "function call and a simple query with several statements and an error",
+			steps: []step{{
+				send: []pgproto3.FrontendMessage{
+					// int4pl (OID 177): 2 + 3, arguments and result in text.
+					&pgproto3.FunctionCall{Function: 177, ArgFormatCodes: []uint16{0}, Arguments: [][]byte{[]byte("2"), []byte("3")}},
+				},
+				until: "ReadyForQuery",
+			}, {
+				send: []pgproto3.FrontendMessage{
+					&pgproto3.Query{String: "SELECT 1 AS a; SELECT 1/0; SELECT 3"},
+				},
+				until: "ReadyForQuery",
+			}, {
+				send: []pgproto3.FrontendMessage{
+					&pgproto3.Query{String: "BEGIN; SELECT 'in tx'; COMMIT; SELECT 'after'"},
+				},
+				until: "ReadyForQuery",
+			}},
+			want: `FunctionCallResponse 5
+ReadyForQuery I
+RowDescription [a]
+DataRow 1
+CommandComplete SELECT 1
+ErrorResponse 22012
+ReadyForQuery I
+CommandComplete BEGIN
+RowDescription [?column?]
+DataRow in tx
+CommandComplete SELECT 1
+CommandComplete COMMIT
+RowDescription [?column?]
+DataRow after
+CommandComplete SELECT 1
+ReadyForQuery I`,
+		},
+		{
 			// libpq's PQexecParams of a COPY sends Sync at once, and
 			// another after CopyDone; the backend ignores the first.
 			name: "extended COPY FROM STDIN with Sync before the data",
@@ -370,6 +406,8 @@ func describeBackend(m pgproto3.BackendMessage) (string, string) {
 		return "DataRow", "DataRow " + strings.Join(vals, " ")
 	case *pgproto3.CommandComplete:
 		return "CommandComplete", "CommandComplete " + string(m.CommandTag)
+	case *pgproto3.FunctionCallResponse:
+		return "FunctionCallResponse", "FunctionCallResponse " + string(m.Result)
 	case *pgproto3.CopyInResponse:
 		return "CopyInResponse", "CopyInResponse"
 	case *pgproto3.CopyOutResponse:

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -131,6 +132,23 @@ func TestTLS(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("cancel over TLS", func(t *testing.T) {
+		// The CancelRequest goes over a new connection; pgx sends it
+		// without TLS, and the proxy matches its key to the TLS session.
+		conn, err := connectCancelable(t, ctx, url(withTLS, "sslmode=require"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		qctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		_, err = conn.Exec(qctx, "SELECT pg_sleep(30)")
+		wantCode(t, err, "57014")
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT 1").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+	})
 
 	t.Run("psql sslmode=require", func(t *testing.T) {
 		out := withTLS.psqlTarget().mustRun(t, "", []string{"PGSSLMODE=require"}, "-c", `\conninfo`)
