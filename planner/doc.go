@@ -55,6 +55,10 @@
 // shape would crash the process. FuzzRewrite checks that every rewrite
 // re-parses and that rewriting its output again is a no-op.
 //
+// Only what the catalog knows is rewritten: a view created directly in
+// PostgreSQL over managed tables, or a temporary table shadowing a managed
+// table's name, reads the present.
+//
 // Refused at an explicit timestamp (SQLSTATE 0A000): FOR UPDATE/SHARE on a
 // statement reading managed tables, TABLESAMPLE on a managed table, mz_now()
 // in a write. Not rewritten: system columns (xmin, ctid) of managed tables

@@ -22,7 +22,8 @@ func fuzzCatalog() *fakeCatalog {
 }
 
 // FuzzRewrite checks, for any input: planning never panics (nor crashes
-// the deparser); a rewritten statement re-parses; and planning the rewritten
+// the deparser) and is deterministic; a rewritten statement re-parses; and
+// planning the rewritten
 // text again (it reads only history tables, which are unmanaged) changes
 // nothing.
 //
@@ -52,9 +53,16 @@ func FuzzRewrite(f *testing.F) {
 			if err != nil {
 				continue
 			}
-			for _, st := range stmts {
+			again, err := New(0).Plan(sql, cat, opts)
+			if err != nil || len(again) != len(stmts) {
+				t.Fatalf("planning twice differs: %v", err)
+			}
+			for i, st := range stmts {
 				if st.Template == nil {
 					continue
+				}
+				if again[i].Template == nil || again[i].Template.RenderParam() != st.Template.RenderParam() {
+					t.Fatalf("planning is not deterministic:\n%s", st.Template.RenderParam())
 				}
 				checkTemplate(t, st, cat)
 			}

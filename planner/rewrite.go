@@ -134,7 +134,9 @@ func newTemplate(sql string, param int) (*Template, error) {
 // parameter count plus one.
 func (t *Template) Param() int { return t.param }
 
-// Holes is the number of places the timestamp goes.
+// Holes is the number of places the timestamp goes. With no hole (a read
+// at an explicit timestamp of unmanaged relations only) the timestamp is
+// not needed: do not bind it.
 func (t *Template) Holes() int { return len(t.segs) - 1 }
 
 // Segments returns the text between the holes (do not modify).
