@@ -131,6 +131,7 @@ func classify(st *Statement, n *pg.Node) {
 		st.Tag = "COPY"
 		if x.CopyStmt.IsFrom {
 			st.Kind = KindWrite
+			st.CopyFromStdin = x.CopyStmt.Filename == "" && !x.CopyStmt.IsProgram
 		} else {
 			st.Kind = KindCopyTo
 		}

@@ -43,6 +43,10 @@ type Statement struct {
 	// Locking is true when a SELECT has FOR UPDATE/SHARE (it takes row
 	// locks, so it is not a pure read).
 	Locking bool
+	// CopyFromStdin is true for COPY ... FROM STDIN: the client sends COPY
+	// data next. (COPY (INSERT ... RETURNING) TO is a write too, but copies
+	// out.)
+	CopyFromStdin bool
 
 	AsOf             *AsOf
 	ExplainTimestamp *ExplainTimestampStmt

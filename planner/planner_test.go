@@ -92,6 +92,9 @@ func formatStatement(b *strings.Builder, s *Statement, indent string) {
 	if s.Locking {
 		b.WriteString(" locking")
 	}
+	if s.CopyFromStdin {
+		b.WriteString(" copy-from-stdin")
+	}
 	b.WriteString("\n")
 	if s.SQL != "" {
 		fmt.Fprintf(b, "%ssql: %s\n", indent, s.SQL)
