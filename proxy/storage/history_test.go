@@ -111,6 +111,15 @@ func TestHistoryRandom(t *testing.T) {
 			nextID++
 			return []string{fmt.Sprintf("INSERT INTO k VALUES (%d, 'tmp')", nextID), fmt.Sprintf("UPDATE k SET v = 'tmp2' WHERE id = %d", nextID), fmt.Sprintf("DELETE FROM k WHERE id = %d", nextID)}
 		},
+		// k: writable CTEs delete and re-insert keys in one query (the
+		// INSERT and DELETE triggers of one query fire in either order).
+		func() []string {
+			id := rng.IntN(20)
+			return []string{fmt.Sprintf(`WITH d AS (DELETE FROM k WHERE id = %d RETURNING *) INSERT INTO k SELECT id, %s, n, at FROM d`, id, pick([]string{"v", "'cte'"}))}
+		},
+		func() []string {
+			return []string{`WITH d AS (DELETE FROM nk WHERE ctid IN (SELECT ctid FROM nk LIMIT 2) RETURNING *) INSERT INTO nk SELECT * FROM d UNION ALL SELECT 7, 'cte', NULL, NULL`}
+		},
 		// nk: keyless, duplicates and NULLs
 		func() []string {
 			r := nkRow()

@@ -363,20 +363,25 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
     IF pk IS NOT NULL AND NOT pk_deferrable THEN
         SELECT string_agg(format('h.%I %s d.%I AND ', k, kop[i], k), '' ORDER BY i)
           INTO kjoin FROM unnest(pk) WITH ORDINALITY AS u(k, i);
-        -- Find the versions first (driven by the old rows, through the
-        -- lookup index), then delete or close them by ctid: a filter on
-        -- mz_from in the join would tempt the planner to scan every
-        -- current version.
+        -- One version per old row, found through the lookup index and
+        -- checked by whole-row text: normally the key's only current
+        -- version, but a query whose writable CTEs delete and re-insert a
+        -- key may fire the INSERT trigger first, leaving two. Versions are
+        -- found first and then deleted or closed by ctid, so that a filter
+        -- on mz_from never tempts the planner to scan all current versions.
         retract_sql := format($r$
     WITH c AS MATERIALIZED (
-        SELECT h.ctid AS tid, h.mz_from FROM mz_old d JOIN %s h ON %s h.mz_to = 9223372036854775807
+        SELECT x.tid, x.mz_from FROM mz_old d CROSS JOIN LATERAL (
+            SELECT h.ctid AS tid, h.mz_from FROM %s h
+             WHERE %s h.mz_to = 9223372036854775807 AND %s = %s
+             ORDER BY h.mz_from = _t DESC LIMIT 1) x
     ), del AS (
         DELETE FROM %s h USING c WHERE h.ctid = c.tid AND c.mz_from = _t RETURNING 1
     ), upd AS (
         UPDATE %s h SET mz_to = _t FROM c WHERE h.ctid = c.tid AND c.mz_from <> _t RETURNING 1
     )
     SELECT (SELECT count(*) FROM del) + (SELECT count(*) FROM upd), (SELECT count(*) FROM mz_old)
-      INTO _k, _n;$r$, h, kjoin, h, h);
+      INTO _k, _n;$r$, h, kjoin, htext, otext, h, h);
     ELSE
         retract_sql := format($r$
     WITH o AS (
