@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // snapshotRows returns the rows of sql as sorted whole-row text (a multiset).
@@ -288,6 +289,15 @@ func TestHistoryAlter(t *testing.T) {
 	if n := queryInt(t, conn, "SELECT count(*) FROM pg_indexes WHERE schemaname = 'mzproxy' AND tablename = $1 AND indexname ~ '_k[0-9]+$'", strings.TrimPrefix(hist, "mzproxy.")); n != 1 {
 		t.Errorf("history lookup indexes: %d, want 1", n)
 	}
+	// Dropping the key switches back to hash lookups (hashes of the current
+	// versions are computed then).
+	t7 := inWrite(t, conn, `ALTER TABLE a DROP CONSTRAINT a_pkey`, `INSERT INTO a SELECT * FROM a`)
+	t8 := inWrite(t, conn, `DELETE FROM a WHERE ctid IN (SELECT min(ctid) FROM a GROUP BY id)`, `UPDATE a SET d = 0`)
+	for _, ts := range []uint64{t7, t8} {
+		if got, want := at("id, label, extra, d", ts), now("id, label, extra, d"); ts == t8 && !slices.Equal(got, want) {
+			t.Errorf("at %d: %v, want %v", ts, got, want)
+		}
+	}
 	// Writes outside the proxy are still refused after all that.
 	if _, err := conn.Exec(ctx, `DELETE FROM a`); err == nil {
 		t.Error("direct DELETE after ALTERs succeeded")
@@ -520,5 +530,57 @@ func TestHistoryKeyOperators(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("%s at %d: %v, want %v", tc.table, ts, got, want)
 		}
+	}
+}
+
+// After bulk statements (whose plans the session caches), a single-row
+// UPDATE or DELETE must still find its versions through the lookup index,
+// not by scanning every current version. Checked on the plans auto_explain
+// reports for the trigger's statements.
+func TestRetractionPlansAfterBulk(t *testing.T) {
+	cs, conn := installedDB(t)
+	ctx := context.Background()
+	inWrite(t, conn, `CREATE TABLE big (id int PRIMARY KEY, n int)`, `INSERT INTO big SELECT g, 0 FROM generate_series(1, 5000) g`,
+		`CREATE TABLE bag (id int, n int)`, `INSERT INTO bag SELECT g % 2500, 0 FROM generate_series(1, 5000) g`)
+	cat, err := LoadCatalog(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "ANALYZE "+cat.ByName("public", "big").History+", "+cat.ByName("public", "bag").History); err != nil {
+		t.Fatal(err)
+	}
+	var notices []string
+	cfg, err := pgx.ParseConfig(cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices = append(notices, n.Message) }
+	sess, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close(ctx)
+	for i := 0; i < 7; i++ { // past plpgsql's five custom plans
+		inWrite(t, sess, `UPDATE big SET n = n + 1`, `UPDATE bag SET n = n + 1`)
+	}
+	if _, err := sess.Exec(ctx, `LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0;
+		SET auto_explain.log_nested_statements = on; SET auto_explain.log_level = notice`); err != nil {
+		t.Skip("auto_explain not available:", err)
+	}
+	notices = nil
+	inWrite(t, sess, `UPDATE big SET n = n + 1 WHERE id = 7`, `DELETE FROM big WHERE id = 8`,
+		`UPDATE bag SET n = n + 1 WHERE id = 7`, `DELETE FROM bag WHERE id = 8`)
+	var checked int
+	for _, n := range notices {
+		if !strings.Contains(n, "FROM mz_old d") {
+			continue
+		}
+		checked++
+		if strings.Contains(n, "Seq Scan on h") || strings.Contains(n, "_mz_to on h") || strings.Contains(n, "Hash Join") {
+			t.Errorf("retraction plan scans current versions:\n%s", n)
+		}
+	}
+	if checked != 4 {
+		t.Errorf("saw %d retraction plans, want 4", checked)
 	}
 }
