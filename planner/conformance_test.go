@@ -170,6 +170,20 @@ var conformanceQueries = []string{
 	"SELECT u.x FROM u GROUP BY ROLLUP (u.x)",
 	"SELECT * FROM t WHERE EXISTS (SELECT 1 FROM t AS t2 WHERE t2.a = t.a AND t2.b <> t.b)",
 	"SELECT (SELECT v.b FROM v WHERE v.a = t.a LIMIT 1) FROM t",
+	// Constructs whose deparsed form must mean the same.
+	"SELECT a, E'x\\ny', U&'\\0041', 'it''s', $q$a'b$q$, B'101', X'1F', 1.50::numeric(5,2), 1e3, -2^2 FROM t",
+	"SELECT date '2020-01-01' + a, interval '1' hour * a, timestamp(3) with time zone '2020-01-01 00:00:00.1234+02' FROM t WHERE a IS NOT NULL",
+	"SELECT a IS DISTINCT FROM b, a OPERATOR(pg_catalog.+) b, a BETWEEN SYMMETRIC b AND 3, a = ANY('{1,2}'), b::text COLLATE \"C\" FROM t",
+	"SELECT coalesce(a, -1), nullif(a, 2), greatest(a, b), least(a, b), CASE a WHEN 1 THEN 'one' ELSE 'other' END FROM t",
+	"SELECT row(a, b), (a, b)::text, ARRAY[a, b], (ARRAY[[1, 2], [3, 4]])[1:2][1], 'a' || a FROM t",
+	"SELECT json_build_object('a', a), jsonb_agg(b ORDER BY b) FILTER (WHERE b IS NOT NULL) FROM t GROUP BY a",
+	"SELECT a, b FROM t WHERE a IN (1, 2) AND NOT (b < 0 OR b IS NULL) AND b::text LIKE '%' AND b::text NOT ILIKE 'x%' AND b::text SIMILAR TO '[0-9]+'",
+	"SELECT count(DISTINCT a), array_agg(DISTINCT b ORDER BY b) FROM t",
+	"SELECT a, lag(b, 1, 0) OVER (ORDER BY a NULLS FIRST, b), rank() OVER (PARTITION BY a ORDER BY b RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW EXCLUDE TIES) FROM t",
+	"SELECT x, substring('hello' FROM 2 FOR 3), trim(both 'x' FROM 'xhix'), position('l' IN 'hello'), extract(year FROM date '2020-02-02'), overlay('abc' PLACING 'X' FROM 2) FROM u",
+	"SELECT * FROM t WHERE b = (SELECT max(b) FROM t) OR a < ALL (SELECT x FROM u WHERE x IS NOT NULL)",
+	"SELECT xmlelement(name x, a), xmlforest(a, b) FROM t",
+	"SELECT pg_typeof(q.o), q.o::regclass::text, t.a FROM (SELECT 't'::regclass::oid AS o) q, t",
 }
 
 func TestConformance(t *testing.T) {
