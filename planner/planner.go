@@ -57,8 +57,9 @@ type Statement struct {
 	Cursor           *Cursor      // KindCursor
 	// Inner is the statement inside EXPLAIN, DECLARE, PREPARE and COPY
 	// (query) TO: Kind and Tag only (relations, template etc. are on the
-	// outer statement). For DECLARE ... FOR SUBSCRIBE and COPY (SUBSCRIBE
-	// ...) TO it is the planned SUBSCRIBE.
+	// outer statement). For SUBSCRIBE it is the subscribed read (TABLE
+	// name, or the query), planned with a Template; for DECLARE ... FOR
+	// SUBSCRIBE and COPY (SUBSCRIBE ...) TO it is the planned SUBSCRIBE.
 	Inner *Statement
 
 	// Template is the statement rewritten to read at the timestamp
@@ -324,7 +325,9 @@ func planSubscribe(st *Statement, text string, toks []token, cat Catalog, opts O
 	if err != nil {
 		return nil, nil, shiftErr(fromParser(query, err), k)
 	}
-	inner, deps, err = planOne(query, qt, cat, Options{SearchPath: opts.SearchPath})
+	// In history mode, so that Inner.Template reads the subscribed query
+	// at any timestamp (its snapshot at the AS OF).
+	inner, deps, err = planOne(query, qt, cat, Options{SearchPath: opts.SearchPath, ExplicitTimestamp: true})
 	if err != nil {
 		return nil, nil, shiftErr(err, k)
 	}
@@ -334,6 +337,7 @@ func planSubscribe(st *Statement, text string, toks []token, cat Catalog, opts O
 	if sub.Object == nil {
 		sub.Query = inner
 	}
+	st.Inner = inner
 	st.Reads, st.Inputs, st.UsesMzNow = inner.Reads, inner.Inputs, inner.UsesMzNow
 	return st, deps, nil
 }

@@ -159,6 +159,9 @@ func formatStatement(b *strings.Builder, s *Statement, indent string) {
 	}
 	if s.Inner != nil {
 		fmt.Fprintf(b, "%sinner: kind=%s tag=%q\n", indent, s.Inner.Kind, s.Inner.Tag)
+		if s.Kind == KindSubscribe && s.Inner.Template != nil {
+			fmt.Fprintf(b, "%sinner template: %s\n", indent, s.Inner.Template.Render("«ts»"))
+		}
 	}
 	if e := s.ExplainTimestamp; e != nil {
 		fmt.Fprintf(b, "%sexplain timestamp (%s) for:\n", indent, e.Format)
