@@ -133,7 +133,16 @@ func (c *conn) startup() (wire.Startup, bool) {
 	defer c.nc.SetDeadline(time.Time{})
 	sslDone, gssDone := false, false
 	for {
+		// A client that has not logged in is as idle as one between
+		// statements: a drain must not wait for it (wakeIfIdle ends the
+		// read), or a silent connection holds shutdown to its deadline.
+		c.idle.Store(true)
+		if c.srv.isDraining() {
+			c.fatal(pgerr.Fatal(pgerr.CannotConnectNow, "the database system is shutting down"))
+			return wire.Startup{}, false
+		}
 		body, err := c.r.NextUntyped()
+		c.idle.Store(false)
 		if err != nil {
 			c.startupReadFailed(err)
 			return wire.Startup{}, false
