@@ -131,3 +131,21 @@ func TestShutdownTimeout(t *testing.T) {
 		return activeQueries(t, ctx, direct, marker) == 0
 	})
 }
+
+// TestShutdownWithSilentClient: a connection that never sends its startup
+// packet must not hold up shutdown until the drain deadline; PostgreSQL
+// does not wait for clients that have not logged in.
+func TestShutdownWithSilentClient(t *testing.T) {
+	t.Parallel()
+	p := startProxy(t) // the default drain deadline, 30s
+	silent := p.dialRaw(t)
+	ctx := testContext(t)
+	p.mustAlive(t, ctx)
+	start := time.Now()
+	p.signal(syscall.SIGTERM)
+	if !p.wait(20 * time.Second) {
+		t.Fatal("mzproxy did not exit within 20s of SIGTERM: a client that sent nothing holds the drain")
+	}
+	t.Logf("exited %v after SIGTERM", time.Since(start).Round(time.Millisecond))
+	silent.expectClosed()
+}
