@@ -88,15 +88,20 @@ func CatalogRevision(ctx context.Context, q Querier) (int64, error) {
 	return rev, nil
 }
 
+// loadCatalogSQL deparses each view once (the CTE), not once per column.
 const loadCatalogSQL = `
-SELECT k.id, k.kind, k.oid, k.schema_name, k.name, coalesce(k.history, ''),
-       CASE WHEN k.kind = 'view' THEN ` + Schema + `.view_definition(k.oid) ELSE '' END,
-       k.created_ts, k.revision,
+WITH k AS MATERIALIZED (
+    SELECT id, kind, oid, schema_name, name, coalesce(history, '') AS history,
+           CASE WHEN kind = 'view' THEN ` + Schema + `.view_definition(oid) ELSE '' END AS view_sql,
+           created_ts, revision
+      FROM ` + Schema + `.catalog
+     WHERE dropped_ts IS NULL
+)
+SELECT k.id, k.kind, k.oid, k.schema_name, k.name, k.history, k.view_sql, k.created_ts, k.revision,
        a.attname, a.atttypid, a.atttypmod,
        ` + Schema + `.type_name(a.atttypid, a.atttypmod), a.attnotnull
-  FROM ` + Schema + `.catalog k
+  FROM k
   LEFT JOIN pg_attribute a ON a.attrelid = k.oid AND a.attnum > 0 AND NOT a.attisdropped
- WHERE k.dropped_ts IS NULL
  ORDER BY k.id, a.attnum`
 
 // LoadCatalog reads the revision and every live managed object. Run it in
