@@ -103,7 +103,7 @@
 // Measured with BenchmarkWriteRatio (single-row write transactions sent as
 // one pipelined batch, interleaved with the plain ones, medians, on a
 // loaded 2-core machine): a managed INSERT or UPDATE by key costs about
-// 1.5-1.8x the same transaction on a plain table; most of it is
+// 1.4-1.8x the same transaction on a plain table; most of it is
 // begin_write (two row updates), the trigger itself adds roughly 10-25%.
 // Bulk statements pay per row: about 3x for a 20k-row INSERT and 5-8x for
 // a 20k-row UPDATE (each updated row closes one version and writes another,
