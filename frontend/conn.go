@@ -106,7 +106,6 @@ func (s *Server) serveConn(nc net.Conn) {
 	if !c.openSession(start) {
 		return
 	}
-	s.active.Add(1)
 	c.log.Info("connection started")
 	defer func() {
 		s.active.Add(-1)
@@ -296,6 +295,10 @@ func (c *conn) openSession(start wire.Startup) bool {
 	c.sessMu.Lock()
 	c.sess = sess
 	c.sessMu.Unlock()
+	// Counted before the client can see ReadyForQuery: counted after, a
+	// client that connects right after this one's ReadyForQuery could
+	// get past --max-connections.
+	c.srv.active.Add(1)
 	_ = c.w.Send(&pgproto3.AuthenticationOk{})
 	for k, v := range sess.ParameterStatus() {
 		_ = c.w.Send(&pgproto3.ParameterStatus{Name: k, Value: v})
@@ -304,6 +307,7 @@ func (c *conn) openSession(start wire.Startup) bool {
 	_ = c.w.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
 	if err := c.w.Flush(); err != nil {
 		c.closeWhy = "client write failed"
+		c.srv.active.Add(-1)
 		sess.Close()
 		c.sessMu.Lock()
 		c.sess = nil
