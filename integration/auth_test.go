@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/url"
 	"os"
@@ -141,6 +142,24 @@ func TestAuthSCRAM(t *testing.T) {
 			}
 		})
 	}
+
+	// SCRAM inside TLS (without channel binding: the proxy offers only
+	// SCRAM-SHA-256, not -PLUS).
+	t.Run("over TLS", func(t *testing.T) {
+		cert, key := selfSignedCert(t)
+		pt := startProxy(t, "--auth", "scram-sha-256", "--users-file", users, "--tls-cert", cert, "--tls-key", key)
+		u := strings.Replace(withPassword(pt.URL("scram_alice", "postgres"), "secret"), "sslmode=disable", "sslmode=require", 1)
+		conn, err := pgx.Connect(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		if _, ok := conn.PgConn().Conn().(*tls.Conn); !ok {
+			t.Fatal("not a TLS connection")
+		}
+		_, err = pgx.Connect(ctx, strings.Replace(u, "secret", "wrong", 1))
+		wantCode(t, err, "28P01")
+	})
 
 	// psql with a password from PGPASSWORD, as a user would.
 	if _, err := os.Stat("/usr/bin/psql"); err == nil {

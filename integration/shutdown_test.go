@@ -18,6 +18,17 @@ func TestGracefulShutdown(t *testing.T) {
 
 	idle := p.dialRaw(t)
 	idle.startup()
+	// A session that ran LISTEN has the proxy reading its backend while it
+	// is idle; it is ended like any idle one.
+	listening := p.dialRaw(t)
+	listening.startup()
+	l, _ := (&pgproto3.Query{String: "LISTEN shutdown_test"}).Encode(nil)
+	listening.write(l)
+	for {
+		if _, ok := listening.receive().(*pgproto3.ReadyForQuery); ok {
+			break
+		}
+	}
 	busy := p.dialRaw(t)
 	busy.startup()
 	q, _ := (&pgproto3.Query{String: "SELECT pg_sleep(4), 'finished'"}).Encode(nil)
@@ -85,6 +96,7 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Fatalf("the idle session was told %v after the busy one finished", gotIdle.at.Sub(gotBusy.at))
 	}
 	idle.expectClosed()
+	listening.expectFatal("57P01")
 	// After its statement the busy session is ended too.
 	busy.expectFatal("57P01")
 
