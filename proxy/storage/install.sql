@@ -293,6 +293,7 @@ DECLARE
     insert_sql text;
     tg name;
     settings text := '';
+    join_settings text := ' SET enable_hashjoin = off SET enable_mergejoin = off';
 BEGIN
     SELECT * INTO c FROM @SCHEMA@.catalog WHERE id = p_id;
     h := c.history;
@@ -325,8 +326,9 @@ BEGIN
     -- the transition table's size at planning time; a hash join planned for
     -- a bulk statement would scan all current versions for every later
     -- single-row one. Nested loops over the lookup indexes are linear in the
-    -- statement's rows whatever the plan was made for.
-    settings := 'SET search_path = pg_catalog, pg_temp SET enable_hashjoin = off SET enable_mergejoin = off';
+    -- statement's rows whatever the plan was made for (join_settings, for
+    -- the functions that retract).
+    settings := 'SET search_path = pg_catalog, pg_temp';
     IF pk IS NULL THEN
         settings := settings || $s$
 SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres' SET TimeZone = 'UTC'
@@ -421,7 +423,7 @@ DECLARE _t bigint; _k bigint; _n bigint;
 BEGIN%s%s
     RETURN NULL;
 END
-$body$$f$, fn || '_del', settings, check_sql, retract_sql);
+$body$$f$, fn || '_del', settings || join_settings, check_sql, retract_sql);
 
     EXECUTE format($f$
 CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER %s
@@ -430,7 +432,7 @@ DECLARE _t bigint; _k bigint; _n bigint;
 BEGIN%s%s%s
     RETURN NULL;
 END
-$body$$f$, fn || '_upd', settings, check_sql, retract_sql, insert_sql);
+$body$$f$, fn || '_upd', settings || join_settings, check_sql, retract_sql, insert_sql);
 
     EXECUTE format($f$
 CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
