@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // TestSessionState: what PostgreSQL tells a client about its session
@@ -143,5 +144,53 @@ func TestConcurrentSessions(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestProtocolNegotiation: a client that asks for protocol 3.2 (PostgreSQL
+// 18's, with longer cancel keys) is told 3.0 and works, cancel included;
+// so does one that sends _pq_ options.
+func TestProtocolNegotiation(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	p := startProxy(t)
+	conn, err := connectCancelable(t, ctx, p.URL("postgres", "postgres")+"&max_protocol_version=3.2&min_protocol_version=3.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT $1::int", 9).Scan(&n); err != nil || n != 9 {
+		t.Fatalf("%d %v", n, err)
+	}
+	qctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	_, err = conn.Exec(qctx, "SELECT pg_sleep(30)")
+	wantCode(t, err, "57014")
+
+	// A raw StartupMessage asking for 3.2 and an unknown _pq_ option gets
+	// NegotiateProtocolVersion naming both.
+	c := p.dialRaw(t)
+	msg, _ := (&pgproto3.StartupMessage{
+		ProtocolVersion: pgproto3.ProtocolVersion30 | 2,
+		Parameters:      map[string]string{"user": "postgres", "database": "postgres", "_pq_.no_such_option": "x"},
+	}).Encode(nil)
+	c.write(msg)
+	var negotiated *pgproto3.NegotiateProtocolVersion
+	for {
+		m := c.receive()
+		if np, ok := m.(*pgproto3.NegotiateProtocolVersion); ok {
+			cp := *np
+			negotiated = &cp
+		}
+		if er, ok := m.(*pgproto3.ErrorResponse); ok {
+			t.Fatalf("startup: %s %s", er.Code, er.Message)
+		}
+		if _, ok := m.(*pgproto3.ReadyForQuery); ok {
+			break
+		}
+	}
+	if negotiated == nil || negotiated.NewestMinorProtocol != 0 ||
+		len(negotiated.UnrecognizedOptions) != 1 || negotiated.UnrecognizedOptions[0] != "_pq_.no_such_option" {
+		t.Fatalf("NegotiateProtocolVersion: %+v", negotiated)
 	}
 }
