@@ -183,7 +183,8 @@ BEGIN
                 USING ERRCODE = 'MZ001', DETAIL = GREATEST(u, r + 1)::text;
         END IF;
     END IF;
-    UPDATE @SCHEMA@.oracle SET read_ts = t WHERE timeline = 'EpochMilliseconds';
+    -- GREATEST: a concurrent apply_write may have raised it meanwhile.
+    UPDATE @SCHEMA@.oracle SET read_ts = GREATEST(read_ts, t) WHERE timeline = 'EpochMilliseconds';
     PERFORM set_config('mzproxy.write_ts', t::text, true);
     RETURN t;
 END
