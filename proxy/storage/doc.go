@@ -111,7 +111,11 @@
 //
 // # Known limits
 //
-// Partitioned tables, partitions and inheritance children are not managed.
+// Partitioned tables and partitions are not managed. Inheritance is not
+// supported: a child created through the proxy is managed on its own, and a
+// write through the parent that touches child rows fails the parent's
+// history check. CREATE INDEX CONCURRENTLY cannot run in a transaction, so
+// it only works directly in PostgreSQL (index DDL is allowed there).
 // DDL outside the proxy that drops a managed table's column indirectly
 // (DROP TYPE ... CASCADE) desynchronizes its history triggers until the
 // next ALTER through the proxy. The bypass check trusts mzproxy.write_ts:
