@@ -96,16 +96,24 @@ func TestAuthSCRAM(t *testing.T) {
 	// connections for them.
 	passwordRole(t, ctx, "scram_alice", "unused-on-backend", "")
 	passwordRole(t, ctx, "scram_bob", "bob's pw", "")
+	// carol's backend login needs her password: the proxy knows it from
+	// the users file (plaintext) and logs in with it. dave's backend login
+	// needs one too, but the users file has only his verifier.
+	passwordRole(t, ctx, "scram_carol", "carol pw", "scram-sha-256")
+	passwordRole(t, ctx, "scram_dave", "dave pw", "scram-sha-256")
 	direct := connectDirect(t, ctx)
-	var verifier string
+	var verifier, daveVerifier string
 	if err := direct.QueryRow(ctx, "SELECT rolpassword FROM pg_authid WHERE rolname = 'scram_bob'").Scan(&verifier); err != nil {
+		t.Fatal(err)
+	}
+	if err := direct.QueryRow(ctx, "SELECT rolpassword FROM pg_authid WHERE rolname = 'scram_dave'").Scan(&daveVerifier); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(verifier, "SCRAM-SHA-256$") {
 		t.Fatalf("pg_authid has %q; want a SCRAM verifier (password_encryption)", verifier)
 	}
 	users := filepath.Join(t.TempDir(), "users.txt")
-	content := fmt.Sprintf("# test users\n\"scram_alice\" \"secret\"\n\"scram_bob\" \"%s\"\n", verifier)
+	content := fmt.Sprintf("# test users\n\"scram_alice\" \"secret\"\n\"scram_bob\" \"%s\"\n\"scram_carol\" \"carol pw\"\n\"scram_dave\" \"%s\"\n", verifier, daveVerifier)
 	if err := os.WriteFile(users, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +129,11 @@ func TestAuthSCRAM(t *testing.T) {
 		{"scram_bob", "bob's pw", ""},
 		{"scram_bob", "secret", "28P01"},
 		{"scram_nobody", "secret", "28P01"},
+		{"scram_carol", "carol pw", ""},
+		{"scram_carol", "wrong", "28P01"},
+		// The proxy accepts dave, but cannot log in to the backend for
+		// him: PostgreSQL's refusal reaches the client.
+		{"scram_dave", "dave pw", "28P01"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.user+"/"+tt.password, func(t *testing.T) {

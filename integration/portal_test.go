@@ -198,6 +198,36 @@ CommandComplete SELECT 1
 ReadyForQuery I`,
 		},
 		{
+			name: "bare Sync, Flush with nothing pending, unknown statement and portal",
+			steps: []step{{
+				send:  []pgproto3.FrontendMessage{&pgproto3.Flush{}, &pgproto3.Sync{}},
+				until: "ReadyForQuery",
+			}, {
+				send: []pgproto3.FrontendMessage{
+					&pgproto3.Describe{ObjectType: 'S', Name: "nope"},
+					&pgproto3.Sync{},
+					&pgproto3.Execute{Portal: "nope"},
+					&pgproto3.Sync{},
+					&pgproto3.Bind{PreparedStatement: "nope"},
+					&pgproto3.Sync{},
+					&pgproto3.Close{ObjectType: 'S', Name: "nope"},
+					&pgproto3.Sync{},
+				},
+				until: "CloseComplete",
+			}, {
+				until: "ReadyForQuery",
+			}},
+			want: `ReadyForQuery I
+ErrorResponse 26000
+ReadyForQuery I
+ErrorResponse 34000
+ReadyForQuery I
+ErrorResponse 26000
+ReadyForQuery I
+CloseComplete
+ReadyForQuery I`,
+		},
+		{
 			// libpq's PQexecParams of a COPY sends Sync at once, and
 			// another after CopyDone; the backend ignores the first.
 			name: "extended COPY FROM STDIN with Sync before the data",
