@@ -125,6 +125,20 @@ func TestEventTriggers(t *testing.T) {
 	wantCode(t, err, string(CodeDDLOutsideProxy), "DROP TRIGGER")
 	tx.Rollback(ctx)
 
+	// Inheritance involving a managed table is refused; children of
+	// unmanaged parents stay unmanaged.
+	tx, _ = conn.Begin(ctx)
+	queryInt(t, tx, BeginWriteSQL)
+	_, err = tx.Exec(ctx, `CREATE TABLE kid () INHERITS (bag)`)
+	wantCode(t, err, "0A000", "CREATE TABLE INHERITS a managed table")
+	tx.Rollback(ctx)
+	if _, err := conn.Exec(ctx, `CREATE TABLE free_parent (x int)`); err != nil {
+		t.Fatal(err)
+	}
+	inWrite(t, conn, `CREATE TABLE free_kid () INHERITS (free_parent)`)
+	if cat, _ := LoadCatalog(ctx, conn); cat.ByName("public", "free_kid") != nil {
+		t.Error("child of an unmanaged parent became managed")
+	}
 	// DROP through the proxy keeps history and records dropped_ts.
 	rev1, _ := CatalogRevision(ctx, conn)
 	bag := cat.ByName("public", "bag")

@@ -111,10 +111,9 @@
 //
 // # Known limits
 //
-// Partitioned tables and partitions are not managed. Inheritance is not
-// supported: a child created through the proxy is managed on its own, and a
-// write through the parent that touches child rows fails the parent's
-// history check. CREATE INDEX CONCURRENTLY cannot run in a transaction, so
+// Partitioned tables and partitions are not managed. Inheritance involving
+// a managed table is refused through the proxy (0A000), and children of
+// unmanaged parents stay unmanaged. CREATE INDEX CONCURRENTLY cannot run in a transaction, so
 // it only works directly in PostgreSQL (index DDL is allowed there).
 // DDL outside the proxy that drops a managed table's column indirectly
 // (DROP TYPE ... CASCADE) desynchronizes its history triggers until the

@@ -778,6 +778,14 @@ BEGIN
             CONTINUE;
         END IF;
         done := done || rel_oid;
+        -- A write through an inheritance parent reaches its children's rows,
+        -- which the parent's history triggers cannot account for.
+        IF EXISTS (SELECT 1 FROM pg_inherits i
+                     JOIN @SCHEMA@.catalog g ON g.oid IN (i.inhparent, i.inhrelid) AND g.dropped_ts IS NULL
+                    WHERE rel_oid IN (i.inhparent, i.inhrelid)) THEN
+            RAISE EXCEPTION 'table inheritance involving a table managed by mzproxy is not supported (%)', rel_oid::regclass
+                USING ERRCODE = '0A000';
+        END IF;
         SELECT * INTO k FROM @SCHEMA@.catalog WHERE oid = rel_oid AND dropped_ts IS NULL;
         IF FOUND THEN
             IF k.kind = 'table' THEN
@@ -798,6 +806,7 @@ BEGIN
             AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast', '@SCHEMA@')
             AND n.nspname NOT LIKE 'pg\_temp\_%' AND n.nspname NOT LIKE 'pg\_toast\_temp\_%'
             AND ((c.relkind = 'r' AND NOT c.relispartition
+                  AND NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid)
                   AND r.command_tag IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO'))
               OR (c.relkind = 'v' AND r.command_tag = 'CREATE VIEW'));
         IF NOT FOUND THEN
