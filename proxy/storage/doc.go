@@ -115,8 +115,6 @@
 // a managed table is refused through the proxy (0A000), and children of
 // unmanaged parents stay unmanaged. CREATE INDEX CONCURRENTLY cannot run
 // in a transaction, so it only works directly in PostgreSQL (index DDL is
-// allowed there). DDL outside the proxy that drops a managed table's column indirectly
-// (DROP TYPE ... CASCADE) desynchronizes its history triggers until the
-// next ALTER through the proxy. The bypass check trusts mzproxy.write_ts:
+// allowed there). The bypass check trusts mzproxy.write_ts:
 // it stops accidents, it is not a security boundary.
 package storage

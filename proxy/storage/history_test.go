@@ -298,6 +298,15 @@ func TestHistoryAlter(t *testing.T) {
 			t.Errorf("at %d: %v, want %v", ts, got, want)
 		}
 	}
+	// A column dropped by a cascade from another object leaves history
+	// through the proxy, and is refused outside it.
+	inWrite(t, conn, `CREATE TYPE tag AS ENUM ('x', 'y')`, `ALTER TABLE a ADD COLUMN tg tag`)
+	_, err := conn.Exec(ctx, `DROP TYPE tag CASCADE`)
+	wantCode(t, err, string(CodeDDLOutsideProxy), "DROP TYPE CASCADE outside the proxy")
+	t9 := inWrite(t, conn, `DROP TYPE tag CASCADE`, `UPDATE a SET d = d + 1`)
+	if got, want := at("id, label, extra, d", t9), now("id, label, extra, d"); !slices.Equal(got, want) {
+		t.Errorf("at %d after DROP TYPE CASCADE: %v, want %v", t9, got, want)
+	}
 	// Writes outside the proxy are still refused after all that.
 	if _, err := conn.Exec(ctx, `DELETE FROM a`); err == nil {
 		t.Error("direct DELETE after ALTERs succeeded")

@@ -623,7 +623,10 @@ BEGIN
     FOR m IN SELECT cc.attnum, cc.name FROM @SCHEMA@.columns cc
               WHERE cc.id = p_id AND cc.attnum NOT IN (SELECT uc.attnum FROM @SCHEMA@.user_columns(c.oid) uc)
     LOOP
-        EXECUTE format('ALTER TABLE %s DROP COLUMN %I', c.history, m.name);
+        -- (A DROP TYPE ... CASCADE may have dropped it from history already.)
+        IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = c.history::regclass AND attname = m.name AND NOT attisdropped) THEN
+            EXECUTE format('ALTER TABLE %s DROP COLUMN %I', c.history, m.name);
+        END IF;
         DELETE FROM @SCHEMA@.columns WHERE id = p_id AND attnum = m.attnum;
         changed := true;
     END LOOP;
@@ -845,7 +848,24 @@ BEGIN
             RAISE EXCEPTION 'cannot drop trigger %: mzproxy records the table''s history with it', r.object_identity
                 USING ERRCODE = 'MZ003';
         END IF;
-        IF r.classid <> 'pg_class'::regclass OR r.objsubid <> 0 THEN
+        IF r.classid = 'pg_class'::regclass AND r.objsubid <> 0 THEN
+            -- A column of a managed table: ALTER TABLE DROP COLUMN (also
+            -- handled at ddl_command_end), or a cascade from another object
+            -- (DROP TYPE ... CASCADE) that no ALTER TABLE event reports.
+            SELECT * INTO k FROM @SCHEMA@.catalog WHERE oid = r.objid AND kind = 'table' AND dropped_ts IS NULL;
+            IF FOUND AND EXISTS (SELECT 1 FROM pg_class WHERE oid = r.objid) THEN
+                IF ts IS NULL THEN
+                    RAISE EXCEPTION 'dropping % is not allowed outside mzproxy', r.object_identity
+                        USING ERRCODE = 'MZ003',
+                              HINT = 'The table is managed by mzproxy: connect through mzproxy to change it.';
+                END IF;
+                PERFORM set_config('mzproxy.in_ddl', 'on', true);
+                PERFORM @SCHEMA@.reconcile(k.id, ts, false);
+                PERFORM set_config('mzproxy.in_ddl', '', true);
+            END IF;
+            CONTINUE;
+        END IF;
+        IF r.classid <> 'pg_class'::regclass THEN
             CONTINUE;
         END IF;
         IF r.object_type = 'index' THEN
