@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
 
 	"github.com/mzproxy/mzproxy/proxy/embedded"
 )
@@ -72,7 +73,18 @@ func runMain(m *testing.M) int {
 		defer scancel()
 		_ = env.pg.Stop(sctx)
 	}()
-	return m.Run()
+	// The embedded PostgreSQL's own goroutines run until the deferred Stop.
+	before := goleak.IgnoreCurrent()
+	code := m.Run()
+	if code == 0 {
+		// Every goroutine a test started (log readers, waiters, drivers'
+		// helpers) must have ended with it.
+		if err := goleak.Find(before); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines left behind by the tests:", err)
+			return 1
+		}
+	}
+	return code
 }
 
 func moduleRoot() string {
