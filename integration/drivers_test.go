@@ -48,6 +48,9 @@ func testdataDir(t *testing.T, sub string) string {
 }
 
 func TestDrivers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("driver programs (JVM start, Python imports) are slow; skipped with -short")
+	}
 	t.Parallel()
 	p := startProxy(t)
 	host, port := p.hostPort()

@@ -13,6 +13,9 @@ import (
 // TestPgbench runs pgbench's initialization and a short select-only run in
 // both query modes through the proxy.
 func TestPgbench(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pgbench runs for about 10s; skipped with -short")
+	}
 	if _, err := exec.LookPath("pgbench"); err != nil {
 		t.Skip("pgbench is not installed (apt-get install -y postgresql-contrib or postgresql-15)")
 	}
