@@ -15,7 +15,11 @@ import (
 
 	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/pgerr"
+	"github.com/mzproxy/mzproxy/planner"
 )
+
+// planCacheSize bounds the plans kept per proxy (shared by its sessions).
+const planCacheSize = 4096
 
 // Config configures a Proxy.
 type Config struct {
@@ -34,8 +38,10 @@ type Config struct {
 // Proxy opens sessions; it implements the frontend's Handler (through a
 // thin adapter in cmd/mzproxy, so neither package imports the other).
 type Proxy struct {
-	cfg Config
-	log *logrus.Entry
+	cfg      Config
+	log      *logrus.Entry
+	planner  *planner.Planner
+	installs installs
 }
 
 // New returns a Proxy.
@@ -44,7 +50,12 @@ func New(cfg Config) *Proxy {
 	if log == nil {
 		log = logrus.NewEntry(logrus.StandardLogger())
 	}
-	return &Proxy{cfg: cfg, log: log}
+	return &Proxy{
+		cfg:      cfg,
+		log:      log,
+		planner:  planner.New(planCacheSize),
+		installs: installs{ok: map[string]bool{}},
+	}
 }
 
 // Connect opens a session for an authenticated client (or, with
@@ -71,6 +82,10 @@ func (p *Proxy) Connect(ctx context.Context, start wire.Startup, relay wire.Auth
 		be, err = connectBackend(ctx, p.cfg.Backend, start, password)
 	}
 	if err != nil {
+		return nil, err
+	}
+	if err := p.ensureInstalled(ctx, be, start.Database); err != nil {
+		be.close()
 		return nil, err
 	}
 	log := p.log.WithFields(logrus.Fields{"user": start.User, "database": start.Database, "backend_pid": be.pid})

@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/mzproxy/mzproxy/pgerr"
+	"github.com/mzproxy/mzproxy/proxy/storage"
 )
 
 // A unit is one request forwarded to the backend whose answers have not all
@@ -75,6 +76,20 @@ func (q *queue) front() *unit {
 	return &q.items[q.head]
 }
 
+// dropAfterFront removes the queued units of kind k behind the front one.
+func (q *queue) dropAfterFront(k unitKind) {
+	if q.len() < 2 {
+		return
+	}
+	kept := q.items[:q.head+1]
+	for _, u := range q.items[q.head+1:] {
+		if u.kind != k {
+			kept = append(kept, u)
+		}
+	}
+	q.items = kept
+}
+
 func (q *queue) pop() {
 	q.head++
 	if q.head == len(q.items) {
@@ -86,11 +101,20 @@ func (q *queue) pop() {
 // answers, relays them.
 func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, frame []byte) error {
 	switch m := msg.(type) {
-	case *pgproto3.Query, *pgproto3.FunctionCall:
+	case *pgproto3.Query:
+		if s.tx != 'E' {
+			if r := s.routeOf(m.String); r.write {
+				return s.writeQuery(ctx, frame, r)
+			}
+		}
+		return s.request(ctx, frame, unit{kind: uQuery, relayZ: true}, true)
+	case *pgproto3.FunctionCall:
 		return s.request(ctx, frame, unit{kind: uQuery, relayZ: true}, true)
 	case *pgproto3.Parse:
+		setMember(&s.writeStmts, m.Name, s.routeOf(m.Query).write)
 		return s.request(ctx, frame, unit{kind: uParse}, false)
 	case *pgproto3.Bind:
+		setMember(&s.writePortals, m.DestinationPortal, s.writeStmts[m.PreparedStatement])
 		return s.request(ctx, frame, unit{kind: uBind}, false)
 	case *pgproto3.Describe:
 		kind := uDescribePortal
@@ -99,8 +123,18 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 		}
 		return s.request(ctx, frame, unit{kind: kind}, false)
 	case *pgproto3.Execute:
+		if s.writePortals[m.Portal] && !s.writeSlot && s.tx != 'E' {
+			if err := s.takeWriteSlotExtended(); err != nil {
+				return err
+			}
+		}
 		return s.request(ctx, frame, unit{kind: uExecute}, false)
 	case *pgproto3.Close:
+		if m.ObjectType == 'S' {
+			delete(s.writeStmts, m.Name)
+		} else {
+			delete(s.writePortals, m.Name)
+		}
 		return s.request(ctx, frame, unit{kind: uClose}, false)
 	case *pgproto3.Sync:
 		if s.copy != copyNone {
@@ -130,7 +164,13 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 		if err := s.forward(frame); err != nil {
 			return err
 		}
+		extended := s.copy == copyExtended
 		s.copy = copyNone
+		if extended {
+			// The backend answers an Execute's COPY only at the client's
+			// next Sync or Flush (any sent before the data were ignored).
+			return nil
+		}
 		return s.exchange(ctx)
 	default:
 		return pgerr.Fatal(pgerr.ProtocolViolation, "unexpected message type %T", msg)
@@ -220,6 +260,11 @@ func (s *Session) exchange(ctx context.Context) error {
 		switch typ {
 		case 'Z':
 			s.tx = frame[5]
+			if s.tx == 'I' {
+				// Transaction over: its commit slot and portals are gone.
+				s.writeSlot = false
+				clear(s.writePortals)
+			}
 			if u.relayZ {
 				s.muted = false
 			}
@@ -229,8 +274,8 @@ func (s *Session) exchange(ctx context.Context) error {
 		case 'T', 'n':
 			done = u.kind == uDescribeStatement || u.kind == uDescribePortal
 		case 'C', 'I', 's':
-			if typ == 'C' && isListen(frame) {
-				s.listening = true
+			if typ == 'C' {
+				s.noteCommand(frame)
 			}
 			done = u.kind == uExecute
 		case 'E':
@@ -256,6 +301,10 @@ func (s *Session) exchange(ctx context.Context) error {
 			s.copy = copyExtended
 			if u.kind == uQuery {
 				s.copy = copyQuery
+			} else {
+				// The backend ignores Sync during copy-in, also one the
+				// client sent along with the Execute: it gets no answer.
+				s.units.dropAfterFront(uSync)
 			}
 			return s.flushClient()
 		}
@@ -263,8 +312,11 @@ func (s *Session) exchange(ctx context.Context) error {
 			then := u.then
 			s.units.pop()
 			if then == thenCommit {
-				if err := s.sendInternal("COMMIT"); err != nil {
+				if err := s.internal("COMMIT", true); err != nil {
 					return err
+				}
+				if err := s.be.w.Flush(); err != nil {
+					return s.lost(err)
 				}
 			}
 		}
@@ -285,22 +337,123 @@ func (s *Session) relays(u *unit, typ byte) bool {
 	return u.disp == relay || typ == 'E'
 }
 
-// sendInternal sends a simple Query of the proxy's own whose answers the
-// client does not see, except its ReadyForQuery, which ends the client's
-// request.
-func (s *Session) sendInternal(sql string) error {
-	if err := s.be.w.Send(&pgproto3.Query{String: sql}); err != nil {
-		return s.lost(err)
-	}
-	s.units.push(unit{kind: uQuery, disp: swallow, relayZ: true})
-	if err := s.be.w.Flush(); err != nil {
-		return s.lost(err)
-	}
-	return nil
-}
-
 // flushClient ends an exchange that completed as the protocol expects.
 func (s *Session) flushClient() error {
 	s.midRequest = false
 	return s.client.Flush()
+}
+
+// beginWriteStatement is the proxy's prepared statement for taking the
+// commit slot in the extended protocol, where a simple Query would destroy
+// the client's unnamed statement and portal.
+const (
+	beginWriteStatement = "mzproxy_begin_write"
+	beginWritePortal    = "mzproxy_begin_write"
+)
+
+// writeQuery runs a client Query that writes inside a backend transaction
+// that holds the commit slot: in the client's transaction block if it has
+// one, else in one of the proxy's own, committed after it. The client sees
+// only its own statement's answers and one ReadyForQuery.
+func (s *Session) writeQuery(ctx context.Context, frame []byte, r route) error {
+	if s.tx == 'T' {
+		if !s.writeSlot {
+			if err := s.internal(storage.BeginWriteSQL, false); err != nil {
+				return err
+			}
+			s.writeSlot = true
+		}
+		return s.request(ctx, frame, unit{kind: uQuery, relayZ: true}, true)
+	}
+	if err := s.internal("BEGIN; "+storage.BeginWriteSQL, false); err != nil {
+		return err
+	}
+	if err := s.forward(frame); err != nil {
+		return err
+	}
+	u := unit{kind: uQuery, relayZ: false}
+	if r.copyIn {
+		// COMMIT can only follow once the client's data is in.
+		u.then = thenCommit
+		s.units.push(u)
+	} else {
+		s.units.push(u)
+		if err := s.internal("COMMIT", true); err != nil {
+			return err
+		}
+	}
+	return s.exchange(ctx)
+}
+
+// takeWriteSlotExtended queues, before a client's Execute of a write, the
+// proxy's own Bind/Execute/Close of begin_write: it runs in the same
+// (implicit or explicit) transaction as the write.
+func (s *Session) takeWriteSlotExtended() error {
+	if !s.beginWritePrepared {
+		if err := s.internalMsg(&pgproto3.Parse{Name: beginWriteStatement, Query: storage.BeginWriteSQL}, uParse); err != nil {
+			return err
+		}
+		s.beginWritePrepared = true
+	}
+	for _, m := range []struct {
+		msg  pgproto3.FrontendMessage
+		kind unitKind
+	}{
+		{&pgproto3.Bind{DestinationPortal: beginWritePortal, PreparedStatement: beginWriteStatement}, uBind},
+		{&pgproto3.Execute{Portal: beginWritePortal}, uExecute},
+		{&pgproto3.Close{ObjectType: 'P', Name: beginWritePortal}, uClose},
+	} {
+		if err := s.internalMsg(m.msg, m.kind); err != nil {
+			return err
+		}
+	}
+	s.writeSlot = true
+	return nil
+}
+
+// internal queues a simple Query of the proxy's own whose answers the client
+// does not see; relayZ says its ReadyForQuery ends the client's request.
+func (s *Session) internal(sql string, relayZ bool) error {
+	if err := s.be.w.Send(&pgproto3.Query{String: sql}); err != nil {
+		return s.lost(err)
+	}
+	s.units.push(unit{kind: uQuery, disp: swallow, relayZ: relayZ})
+	return nil
+}
+
+// internalMsg queues an extended-protocol message of the proxy's own.
+func (s *Session) internalMsg(msg pgproto3.FrontendMessage, kind unitKind) error {
+	if err := s.be.w.Send(msg); err != nil {
+		return s.lost(err)
+	}
+	s.units.push(unit{kind: kind, disp: swallow})
+	return nil
+}
+
+// noteCommand follows commands that change what the session relies on.
+func (s *Session) noteCommand(frame []byte) {
+	tag := frame[5 : len(frame)-1]
+	switch string(tag) {
+	case "LISTEN":
+		s.listening = true
+	case "ROLLBACK":
+		// ROLLBACK TO SAVEPOINT may have undone the begin_write (a full
+		// ROLLBACK ends the transaction anyway).
+		s.writeSlot = false
+	case "DISCARD ALL", "DEALLOCATE ALL":
+		// The proxy's prepared begin_write went with the client's.
+		s.beginWritePrepared = false
+	}
+}
+
+// setMember adds or removes key in a lazily made set.
+func setMember(m *map[string]bool, key string, member bool) {
+	if member {
+		if *m == nil {
+			*m = map[string]bool{}
+		}
+		(*m)[key] = true
+	} else if *m != nil {
+		delete(*m, key)
+	}
 }

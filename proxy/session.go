@@ -48,6 +48,14 @@ type Session struct {
 	muted bool  // an injected request failed: drop answers until the client's ReadyForQuery
 	copy  copyState
 
+	// writeSlot: the current backend transaction holds the commit slot
+	// (begin_write ran in it).
+	writeSlot bool
+	// writeStmts and writePortals name the prepared statements and portals
+	// that write, so that their Execute takes the commit slot first.
+	writeStmts, writePortals map[string]bool
+	beginWritePrepared       bool
+
 	// busy is set while a request is with the backend, so that a cancel
 	// reaches the backend only when there is something to cancel.
 	busy atomic.Bool

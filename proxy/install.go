@@ -1,0 +1,110 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/mzproxy/mzproxy/frontend/wire"
+	"github.com/mzproxy/mzproxy/pgerr"
+	"github.com/mzproxy/mzproxy/proxy/storage"
+)
+
+// installs remembers the databases whose backend schema this proxy has
+// checked, so that a session pays for the check once per database.
+type installs struct {
+	mu sync.Mutex
+	ok map[string]bool
+}
+
+// ensureInstalled makes sure the session's database has mzproxy's backend
+// schema (each database has its own oracle, upper and catalog), installing
+// it over an administrative connection when it is missing. Writes and DDL
+// go through it, so it must be there before the session's first statement.
+func (p *Proxy) ensureInstalled(ctx context.Context, be *backend, database string) error {
+	p.installs.mu.Lock()
+	defer p.installs.mu.Unlock()
+	if p.installs.ok[database] {
+		return nil
+	}
+	present, err := be.queryValue(ctx, fmt.Sprintf("SELECT to_regclass('%s.schema_version') IS NOT NULL", storage.Schema))
+	if err != nil {
+		return err
+	}
+	if present != "t" {
+		if err := p.install(ctx, database); err != nil {
+			return err
+		}
+	}
+	p.installs.ok[database] = true
+	return nil
+}
+
+// install installs the backend schema into database as the backend's
+// configured (administrative) user.
+func (p *Proxy) install(ctx context.Context, database string) error {
+	cfg := p.cfg.Backend.Copy()
+	cfg.Database = database
+	connCfg, err := pgx.ParseConfig("")
+	if err != nil {
+		return err
+	}
+	connCfg.Config = *cfg
+	conn, err := pgx.ConnectConfig(ctx, connCfg)
+	if err != nil {
+		return pgerr.Fatal(pgerr.ConnectionFailure, "mzproxy could not connect to install its schema in database %q: %v", database, err)
+	}
+	defer conn.Close(context.Background())
+	if err := storage.Install(ctx, conn); err != nil {
+		return pgerr.Fatal(pgerr.InsufficientPrivilege, "mzproxy could not install its schema in database %q: %v", database, err)
+	}
+	p.log.WithField("database", database).Info("installed mzproxy's backend schema")
+	return nil
+}
+
+// queryValue runs one simple query of the proxy's own on an idle backend
+// connection and returns the first column of its first row as text.
+func (b *backend) queryValue(ctx context.Context, sql string) (string, error) {
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = b.nc.SetDeadline(deadline)
+		defer b.nc.SetDeadline(time.Time{})
+	}
+	if err := b.w.Send(&pgproto3.Query{String: sql}); err != nil {
+		return "", err
+	}
+	if err := b.w.Flush(); err != nil {
+		return "", err
+	}
+	var (
+		value  string
+		gotRow bool
+		failed error
+	)
+	for {
+		typ, frame, err := b.r.Next()
+		if err != nil {
+			return "", pgerr.Fatal(pgerr.ConnectionFailure, "backend connection lost: %v", err)
+		}
+		switch typ {
+		case 'D':
+			if !gotRow {
+				var row pgproto3.DataRow
+				if err := row.Decode(wire.Body(frame)); err == nil && len(row.Values) > 0 {
+					value = string(row.Values[0])
+				}
+				gotRow = true
+			}
+		case 'E':
+			var er pgproto3.ErrorResponse
+			if err := er.Decode(wire.Body(frame)); err == nil {
+				failed = backendError(&er)
+			}
+		case 'Z':
+			return value, failed
+		}
+	}
+}

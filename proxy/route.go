@@ -1,0 +1,106 @@
+package proxy
+
+import (
+	"strings"
+
+	"github.com/mzproxy/mzproxy/planner"
+)
+
+// route is how the proxy runs a statement (or a query string of several).
+type route struct {
+	// write: the statement may write or change the catalog, so it runs in
+	// a backend transaction that holds the commit slot (begin_write):
+	// managed tables take their writes only there, at that transaction's
+	// timestamp.
+	write bool
+	// copyIn: the statement reads COPY data from the client, so nothing
+	// may be pipelined after it.
+	copyIn bool
+}
+
+// emptyCatalog answers "not managed" for every name: routing needs only
+// what a statement does, not which objects it names.
+type emptyCatalog struct{}
+
+func (emptyCatalog) Lookup(string, string, []string) (*planner.Object, bool) { return nil, false }
+func (emptyCatalog) Revision() uint64                                        { return 0 }
+
+// routeOf decides how sql runs. A plain read goes to the backend unchanged
+// without being parsed; so does anything the parser rejects (the backend
+// then reports its own error).
+//
+// Every write takes the commit slot, whether or not its table is managed:
+// telling them apart would need the session's search_path and temporary
+// tables, and an unmanaged write in a proxy transaction is still correct,
+// only serialized with the others.
+func (s *Session) routeOf(sql string) route {
+	if planner.PlainRead(sql) {
+		return route{}
+	}
+	stmts, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
+	if err != nil {
+		return route{}
+	}
+	var r route
+	for _, st := range stmts {
+		if needsCommitSlot(st) {
+			r.write = true
+		}
+		if st.CopyFromStdin {
+			r.copyIn = true
+		}
+	}
+	return r
+}
+
+// needsCommitSlot reports whether a statement must run in a proxy write
+// transaction.
+func needsCommitSlot(st *planner.Statement) bool {
+	switch st.Kind {
+	case planner.KindWrite:
+		return true
+	case planner.KindDDL:
+		return transactional(st)
+	case planner.KindExecute:
+		// EXECUTE of a statement PREPAREd earlier: it may write.
+		return true
+	case planner.KindExplain:
+		// EXPLAIN ANALYZE runs its statement.
+		return st.Inner != nil && st.Inner.Kind == planner.KindWrite
+	}
+	return false
+}
+
+// transactional reports whether DDL can run inside a transaction block
+// (CREATE DATABASE, tablespaces and CONCURRENTLY cannot; they never change
+// managed tables' contents, so they run as they are).
+func transactional(st *planner.Statement) bool {
+	switch st.Tag {
+	case "CREATE DATABASE", "DROP DATABASE", "CREATE TABLESPACE", "DROP TABLESPACE",
+		"CREATE SUBSCRIPTION", "DROP SUBSCRIPTION", "ALTER SUBSCRIPTION":
+		return false
+	}
+	return !containsWordFold(st.SQL, "concurrently")
+}
+
+// containsWordFold reports whether s contains word (lower case) as a whole
+// word, ignoring ASCII case.
+func containsWordFold(s, word string) bool {
+	lower := strings.ToLower(s)
+	for i := 0; ; {
+		j := strings.Index(lower[i:], word)
+		if j < 0 {
+			return false
+		}
+		j += i
+		end := j + len(word)
+		if (j == 0 || !isIdentByte(lower[j-1])) && (end == len(lower) || !isIdentByte(lower[end])) {
+			return true
+		}
+		i = j + 1
+	}
+}
+
+func isIdentByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '$' || c >= 0x80
+}
