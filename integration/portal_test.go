@@ -231,8 +231,6 @@ ReadyForQuery I`,
 			// libpq's PQexecParams of a COPY sends Sync at once, and
 			// another after CopyDone; the backend ignores the first.
 			name: "extended COPY FROM STDIN with Sync before the data",
-			knownBug: "the proxy waits for a ReadyForQuery to the Sync the backend ignored during COPY, " +
-				"while the client's next Sync sits unread: deadlock",
 			steps: []step{{
 				send: []pgproto3.FrontendMessage{
 					&pgproto3.Query{String: "CREATE TEMP TABLE copy_ext (v int)"},
