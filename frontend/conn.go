@@ -483,6 +483,10 @@ func clientGone(nc net.Conn) bool {
 	}
 	gone := false
 	_ = rc.Read(func(fd uintptr) bool {
+		if closed, ok := peerShutdown(fd); ok && closed {
+			gone = true
+			return true
+		}
 		var b [1]byte
 		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		gone = n == 0 && err == nil || err == syscall.ECONNRESET
