@@ -2,6 +2,9 @@ package integration
 
 import (
 	"context"
+	"crypto/tls"
+	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -114,6 +117,56 @@ func TestClientDisconnectsMidQuery(t *testing.T) {
 			_ = tc.SetLinger(0)
 		}
 		c.nc.Close()
+		eventually(t, 15*time.Second, "the backend query is canceled", func() bool {
+			return activeQueries(t, ctx, direct, marker) == 0
+		})
+	})
+
+	t.Run("Terminate then close mid query", func(t *testing.T) {
+		// libpq's PQfinish during a query: Terminate, then FIN. PostgreSQL
+		// itself would run the query to its end (client_connection_check_interval
+		// is off by default); the proxy's watchdog is meant to do better.
+		c := p.dialRaw(t)
+		c.startup()
+		marker := "/* " + tableName(t) + " */"
+		q, _ := (&pgproto3.Query{String: marker + " SELECT pg_sleep(30)"}).Encode(nil)
+		c.write(q)
+		eventually(t, 15*time.Second, "the query runs", func() bool { return activeQueries(t, ctx, direct, marker) == 1 })
+		x, _ := (&pgproto3.Terminate{}).Encode(nil)
+		c.write(x)
+		c.nc.Close()
+		eventually(t, 15*time.Second, "the backend query is canceled", func() bool {
+			return activeQueries(t, ctx, direct, marker) == 0
+		})
+	})
+
+	t.Run("TLS client closes mid query", func(t *testing.T) {
+		// tls.Conn.Close sends close_notify before the FIN. A raw client,
+		// because pgx would also send a CancelRequest.
+		cert, key := selfSignedCert(t)
+		tp := startProxy(t, "--tls-cert", cert, "--tls-key", key)
+		nc, err := net.DialTimeout("tcp", tp.addr, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		_ = nc.SetDeadline(time.Now().Add(30 * time.Second))
+		req, _ := (&pgproto3.SSLRequest{}).Encode(nil)
+		var answer [1]byte
+		if _, err := nc.Write(req); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(nc, answer[:]); err != nil || answer[0] != 'S' {
+			t.Fatalf("SSLRequest: %q %v", answer, err)
+		}
+		tc := tls.Client(nc, &tls.Config{InsecureSkipVerify: true})
+		c := &rawClient{t: t, nc: tc, fe: pgproto3.NewFrontend(tc, tc)}
+		c.startup()
+		marker := "/* " + tableName(t) + " */"
+		q, _ := (&pgproto3.Query{String: marker + " SELECT pg_sleep(30)"}).Encode(nil)
+		c.write(q)
+		eventually(t, 15*time.Second, "the query runs", func() bool { return activeQueries(t, ctx, direct, marker) == 1 })
+		_ = tc.Close()
 		eventually(t, 15*time.Second, "the backend query is canceled", func() bool {
 			return activeQueries(t, ctx, direct, marker) == 0
 		})
