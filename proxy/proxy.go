@@ -9,6 +9,8 @@ package proxy
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/sirupsen/logrus"
@@ -33,6 +35,11 @@ type Config struct {
 	// one (from the users file); "" leaves Backend's password.
 	Password func(user string) string
 	Logger   *logrus.Entry
+	// HistoryReads sends every read of a managed table through the
+	// history rewrite at the oracle's read timestamp, instead of reading
+	// the present table. Answers must not change: the conformance tests
+	// run with it to prove the rewrite right.
+	HistoryReads bool
 }
 
 // Proxy opens sessions; it implements the frontend's Handler (through a
@@ -42,6 +49,11 @@ type Proxy struct {
 	log      *logrus.Entry
 	planner  *planner.Planner
 	installs installs
+	holds    holds
+
+	dbMu     sync.Mutex
+	dbs      map[string]*database
+	sessions atomic.Uint64 // numbers sessions
 }
 
 // New returns a Proxy.
@@ -55,6 +67,7 @@ func New(cfg Config) *Proxy {
 		log:      log,
 		planner:  planner.New(planCacheSize),
 		installs: installs{ok: map[string]bool{}},
+		dbs:      map[string]*database{},
 	}
 }
 
@@ -89,5 +102,9 @@ func (p *Proxy) Connect(ctx context.Context, start wire.Startup, relay wire.Auth
 		return nil, err
 	}
 	log := p.log.WithFields(logrus.Fields{"user": start.User, "database": start.Database, "backend_pid": be.pid})
-	return newSession(ctx, p, be, client, log), nil
+	s := newSession(ctx, p, be, client, log)
+	s.id = p.sessions.Add(1)
+	s.user = start.User
+	s.db = p.database(start.Database)
+	return s, nil
 }

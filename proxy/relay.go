@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/mzproxy/mzproxy/pgerr"
+	"github.com/mzproxy/mzproxy/planner"
 	"github.com/mzproxy/mzproxy/proxy/storage"
 )
 
@@ -102,7 +103,14 @@ func (q *queue) pop() {
 func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, frame []byte) error {
 	switch m := msg.(type) {
 	case *pgproto3.Query:
-		if s.tx != 'E' {
+		if s.tx != 'E' && (s.proxy.cfg.HistoryReads || !planner.PlainRead(m.String)) {
+			st, fr, err := s.explicitPlan(ctx, m.String)
+			if err != nil {
+				return err
+			}
+			if st != nil {
+				return s.explicitQuery(ctx, st, fr)
+			}
 			if r := s.routeOf(m.String); r.write {
 				return s.writeQuery(ctx, frame, r)
 			}
@@ -111,6 +119,15 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 	case *pgproto3.FunctionCall:
 		return s.request(ctx, frame, unit{kind: uQuery, relayZ: true}, true)
 	case *pgproto3.Parse:
+		if !planner.PlainRead(m.Query) {
+			if st, _, err := s.explicitPlan(ctx, m.Query); err != nil || st != nil {
+				if err == nil {
+					err = pgerr.New(pgerr.FeatureNotSupported,
+						"AS OF, mz_now() and EXPLAIN TIMESTAMP are supported over the simple query protocol only")
+				}
+				return s.failExtended(ctx, err)
+			}
+		}
 		setMember(&s.writeStmts, m.Name, s.routeOf(m.Query).write)
 		return s.request(ctx, frame, unit{kind: uParse}, false)
 	case *pgproto3.Bind:
@@ -335,6 +352,20 @@ func (s *Session) relays(u *unit, typ byte) bool {
 		return false
 	}
 	return u.disp == relay || typ == 'E'
+}
+
+// failExtended fails an extended-protocol message the proxy refused, after
+// relaying the answers owed to the messages before it.
+func (s *Session) failExtended(ctx context.Context, err error) error {
+	if s.units.len() > 0 {
+		if ferr := s.be.w.Send(&pgproto3.Flush{}); ferr != nil {
+			return s.lost(ferr)
+		}
+		if ferr := s.exchange(ctx); ferr != nil {
+			return ferr
+		}
+	}
+	return err
 }
 
 // flushClient ends an exchange that completed as the protocol expects.

@@ -39,6 +39,9 @@ const (
 // Methods other than Cancel run on the client connection's goroutine.
 type Session struct {
 	proxy  *Proxy
+	id     uint64
+	user   string
+	db     *database
 	be     *backend
 	client *wire.Writer
 	log    *logrus.Entry

@@ -46,6 +46,7 @@ type config struct {
 	logLevel          string
 	logFormat         string
 	embeddedPGSetting stringList
+	historyReads      bool
 }
 
 type stringList []string
@@ -71,6 +72,7 @@ func parseConfig(args []string) (*config, error) {
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long busy sessions may finish before they are cut")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
+	fs.BoolVar(&c.historyReads, "history-reads", false, "read managed tables through their history at the oracle's timestamp, even for reads of the present (for conformance testing of the rewrite; slower)")
 	fs.Var(&c.embeddedPGSetting, "pg-setting", "extra name=value setting for the embedded PostgreSQL (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -205,7 +207,8 @@ func run(cfg *config, log *logrus.Entry) error {
 			}
 			return ""
 		},
-		Logger: log,
+		Logger:       log,
+		HistoryReads: cfg.historyReads,
 	})
 	srv := frontend.NewServer(frontend.Config{
 		Handler:        handler{px},

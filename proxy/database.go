@@ -1,0 +1,156 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mzproxy/mzproxy/pgerr"
+	"github.com/mzproxy/mzproxy/planner"
+	"github.com/mzproxy/mzproxy/proxy/storage"
+)
+
+// database is the proxy's view of one backend database: an administrative
+// connection for reading the catalog and frontiers, and the latest catalog
+// snapshot. Sessions reach it only on the explicit-timestamp path (AS OF,
+// mz_now(), EXPLAIN TIMESTAMP, history mode); reads of the present and
+// writes never wait for it.
+type database struct {
+	name string
+
+	mu      sync.Mutex // serializes use of conn
+	conn    *pgx.Conn
+	catalog *catalogSnapshot
+}
+
+// database returns the state of the named database, creating it on first
+// use.
+func (p *Proxy) database(name string) *database {
+	p.dbMu.Lock()
+	defer p.dbMu.Unlock()
+	db := p.dbs[name]
+	if db == nil {
+		db = &database{name: name}
+		p.dbs[name] = db
+	}
+	return db
+}
+
+// with runs f on the database's administrative connection, (re)connecting
+// as the backend's configured user when needed.
+func (db *database) with(ctx context.Context, p *Proxy, f func(*pgx.Conn) error) error {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if db.conn == nil || db.conn.IsClosed() {
+		conn, err := p.adminConn(ctx, db.name)
+		if err != nil {
+			return err
+		}
+		db.conn = conn
+	}
+	return f(db.conn)
+}
+
+// adminConn connects to database as the backend's configured user.
+func (p *Proxy) adminConn(ctx context.Context, database string) (*pgx.Conn, error) {
+	cfg := p.cfg.Backend.Copy()
+	cfg.Database = database
+	connCfg, err := pgx.ParseConfig("")
+	if err != nil {
+		return nil, err
+	}
+	connCfg.Config = *cfg
+	conn, err := pgx.ConnectConfig(ctx, connCfg)
+	if err != nil {
+		return nil, pgerr.New(pgerr.ConnectionFailure, "mzproxy could not connect to database %q: %v", database, err)
+	}
+	return conn, nil
+}
+
+// snapshot returns the catalog at the backend's current revision and the
+// frontiers, read together in one backend snapshot.
+func (db *database) snapshot(ctx context.Context, p *Proxy) (*catalogSnapshot, *storage.FrontierState, error) {
+	var (
+		cat *catalogSnapshot
+		fr  *storage.FrontierState
+	)
+	err := db.with(ctx, p, func(conn *pgx.Conn) error {
+		tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(context.Background()) //nolint:errcheck // read-only
+		rev, err := storage.CatalogRevision(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if db.catalog == nil || db.catalog.cat.Revision != rev {
+			c, err := storage.LoadCatalog(ctx, tx)
+			if err != nil {
+				return err
+			}
+			db.catalog = newCatalogSnapshot(c)
+		}
+		cat = db.catalog
+		if fr, err = storage.Frontiers(ctx, tx); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	})
+	if err != nil {
+		return nil, nil, pgerr.As(fmt.Errorf("reading mzproxy's catalog: %w", err))
+	}
+	return cat, fr, nil
+}
+
+// catalogSnapshot adapts a storage catalog to what the planner looks up.
+type catalogSnapshot struct {
+	cat     *storage.Catalog
+	objects map[int64]*planner.Object
+}
+
+func newCatalogSnapshot(c *storage.Catalog) *catalogSnapshot {
+	s := &catalogSnapshot{cat: c, objects: make(map[int64]*planner.Object, len(c.Objects))}
+	for _, o := range c.Objects {
+		po := &planner.Object{
+			ID:      uint64(o.ID),
+			Schema:  o.Schema,
+			Name:    o.Name,
+			Kind:    planner.Table,
+			History: planner.QualifiedName{Schema: o.HistorySchema, Name: o.HistoryName},
+			ViewSQL: o.ViewSQL,
+		}
+		if o.Kind == storage.KindView {
+			po.Kind = planner.View
+		}
+		for _, col := range o.Columns {
+			po.Columns = append(po.Columns, col.Name)
+		}
+		s.objects[o.ID] = po
+	}
+	return s
+}
+
+// Lookup implements planner.Catalog. An unqualified name resolves in the
+// first schema of the search path holding a managed object of that name;
+// an unmanaged relation earlier in the path that shadows it is not seen
+// (the proxy does not track unmanaged relations).
+func (s *catalogSnapshot) Lookup(schema, name string, searchPath []string) (*planner.Object, bool) {
+	if schema != "" {
+		if o := s.cat.ByName(schema, name); o != nil {
+			return s.objects[o.ID], true
+		}
+		return nil, false
+	}
+	for _, sch := range searchPath {
+		if o := s.cat.ByName(sch, name); o != nil {
+			return s.objects[o.ID], true
+		}
+	}
+	return nil, false
+}
+
+// Revision implements planner.Catalog.
+func (s *catalogSnapshot) Revision() uint64 { return uint64(s.cat.Revision) }

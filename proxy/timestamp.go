@@ -1,0 +1,263 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/mzproxy/mzproxy/pgerr"
+	"github.com/mzproxy/mzproxy/planner"
+	"github.com/mzproxy/mzproxy/proxy/storage"
+)
+
+// The explicit-timestamp path: reads that name their time (AS OF), that
+// use it (mz_now()), EXPLAIN TIMESTAMP, and every read in history mode.
+// Such a read is rewritten by the planner into reads of the history
+// tables at a timestamp the proxy chooses here, under a read hold.
+//
+// Reads of the present need none of this: every write commits in the same
+// backend transaction that advances the oracle's read timestamp, so a
+// backend snapshot is a timestamp (see proxy/storage).
+
+// explicitPlan plans sql when it needs the explicit-timestamp path; nil
+// otherwise.
+func (s *Session) explicitPlan(ctx context.Context, sql string) (*planner.Statement, *storage.FrontierState, error) {
+	cheap, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
+	if err != nil {
+		return nil, nil, nil
+	}
+	explicit := false
+	for _, st := range cheap {
+		if st.AsOf != nil || st.UsesMzNow || st.ExplainTimestamp != nil {
+			explicit = true
+		}
+		if s.proxy.cfg.HistoryReads && (st.Kind == planner.KindRead || st.Kind == planner.KindCopyTo) && !st.Locking {
+			explicit = true
+		}
+	}
+	if !explicit {
+		return nil, nil, nil
+	}
+	if len(cheap) != 1 {
+		return nil, nil, pgerr.New(pgerr.FeatureNotSupported,
+			"AS OF, mz_now() and EXPLAIN TIMESTAMP must be the only statement of a query string")
+	}
+	cat, fr, err := s.db.snapshot(ctx, s.proxy)
+	if err != nil {
+		return nil, nil, err
+	}
+	path, err := s.searchPath(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	stmts, err := s.proxy.planner.Plan(sql, cat, planner.Options{
+		SearchPath:        planner.EffectiveSearchPath(path, s.user),
+		ExplicitTimestamp: s.proxy.cfg.HistoryReads,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return stmts[0], fr, nil
+}
+
+// searchPath reads the session's search_path from its backend connection.
+func (s *Session) searchPath(ctx context.Context) ([]string, error) {
+	v, err := s.be.queryValue(ctx, "SHOW search_path")
+	if err != nil {
+		return nil, err
+	}
+	var path []string
+	for _, p := range strings.Split(v, ",") {
+		p = strings.TrimSpace(p)
+		if len(p) >= 2 && p[0] == '"' && p[len(p)-1] == '"' {
+			p = strings.ReplaceAll(p[1:len(p)-1], `""`, `"`)
+		}
+		if p != "" {
+			path = append(path, p)
+		}
+	}
+	return path, nil
+}
+
+// choice is a chosen timestamp with what it was chosen from.
+type choice struct {
+	ts       uint64
+	oracle   *uint64
+	upper    uint64
+	since    uint64 // the largest since of the inputs
+	inputs   []*planner.Object
+	sinces   map[uint64]uint64
+	frontier *storage.FrontierState
+}
+
+// chooseTimestamp applies Materialize's rules: AS OF t reads exactly t and
+// fails below an input's since; AS OF AT LEAST t reads max(t, since);
+// otherwise (strict serializable) max(oracle read timestamp, since).
+func (s *Session) chooseTimestamp(ctx context.Context, st *planner.Statement, fr *storage.FrontierState) (*choice, error) {
+	c := &choice{upper: fr.Upper, inputs: st.Inputs, sinces: map[uint64]uint64{}, frontier: fr}
+	for _, in := range st.Inputs {
+		since := fr.Since[int64(in.ID)]
+		c.sinces[in.ID] = since
+		c.since = max(c.since, since)
+	}
+	if st.AsOf == nil {
+		v, err := s.be.queryValue(ctx, storage.ReadTSSQL)
+		if err != nil {
+			return nil, err
+		}
+		read, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return nil, pgerr.New(pgerr.InternalError, "oracle read timestamp %q: %v", v, err)
+		}
+		c.oracle = &read
+		c.ts = max(read, c.since)
+		return c, nil
+	}
+	t, err := s.evalTimestamp(ctx, st.AsOf.Expr)
+	if err != nil {
+		return nil, err
+	}
+	if st.AsOf.AtLeast {
+		c.ts = max(t, c.since)
+		return c, nil
+	}
+	c.ts = t
+	var invalid []string
+	for _, in := range st.Inputs {
+		if since := c.sinces[in.ID]; t < since {
+			invalid = append(invalid, fmt.Sprintf("Antichain { elements: [%d] }", since))
+		}
+	}
+	if len(invalid) > 0 {
+		return nil, pgerr.New(pgerr.InternalError, "Timestamp (%d) is not valid for all inputs: [%s]", t, strings.Join(invalid, ", "))
+	}
+	return c, nil
+}
+
+// evalTimestamp evaluates an AS OF expression: a number of milliseconds
+// since the epoch, or anything PostgreSQL can cast to timestamptz.
+func (s *Session) evalTimestamp(ctx context.Context, expr string) (uint64, error) {
+	typ, err := s.be.queryValue(ctx, "SELECT pg_typeof(("+expr+"))::text")
+	if err != nil {
+		return 0, err
+	}
+	query := "SELECT ((" + expr + ")::numeric)::text"
+	switch typ {
+	case "timestamp with time zone", "timestamp without time zone", "date":
+		query = "SELECT (extract(epoch FROM (" + expr + ")::timestamptz) * 1000)::int8::text"
+	}
+	v, err := s.be.queryValue(ctx, query)
+	if err != nil {
+		return 0, err
+	}
+	f, perr := strconv.ParseFloat(v, 64)
+	if perr != nil || f < 0 {
+		return 0, pgerr.New(pgerr.InvalidParameterValue, "AS OF: %q is not a valid timestamp", v)
+	}
+	return uint64(f), nil
+}
+
+// awaitUpper waits until the shared upper is past ts. The upper moves with
+// writes; when none come, the proxy commits an empty write once the clock
+// has reached ts, as Materialize advances table uppers with the clock.
+func (s *Session) awaitUpper(ctx context.Context, c *choice) error {
+	for c.upper <= c.ts {
+		if wait := time.Until(time.UnixMilli(int64(c.ts) + 1)); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return pgerr.New(pgerr.QueryCanceled, "canceling statement due to user request")
+			case <-t.C:
+			}
+		}
+		err := s.db.with(ctx, s.proxy, func(conn *pgx.Conn) error {
+			return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, storage.BeginWriteSQL)
+				return err
+			})
+		})
+		if err != nil {
+			return pgerr.As(err)
+		}
+		v, err := s.be.queryValue(ctx, storage.UpperSQL)
+		if err != nil {
+			return err
+		}
+		if c.upper, err = strconv.ParseUint(v, 10, 64); err != nil {
+			return pgerr.New(pgerr.InternalError, "upper %q: %v", v, err)
+		}
+	}
+	return nil
+}
+
+// explicitQuery runs a simple Query on the explicit-timestamp path.
+func (s *Session) explicitQuery(ctx context.Context, st *planner.Statement, fr *storage.FrontierState) error {
+	target := st
+	if st.ExplainTimestamp != nil {
+		target = st.ExplainTimestamp.Inner
+	}
+	c, err := s.chooseTimestamp(ctx, target, fr)
+	if err != nil {
+		return err
+	}
+	if st.ExplainTimestamp != nil {
+		return s.explainTimestamp(st.ExplainTimestamp.Format, c)
+	}
+	if err := s.awaitUpper(ctx, c); err != nil {
+		return err
+	}
+	hold := s.proxy.holds.acquire(s.id, s.db.name, c.ts, c.inputs)
+	defer s.proxy.holds.release(hold)
+	sql := st.SQL
+	if st.Template != nil {
+		sql = st.Template.RenderLiteral(c.ts)
+	}
+	if err := s.be.w.Send(&pgproto3.Query{String: sql}); err != nil {
+		return s.lost(err)
+	}
+	s.units.push(unit{kind: uQuery, relayZ: true})
+	return s.exchange(ctx)
+}
+
+// explainTimestamp answers EXPLAIN TIMESTAMP from the proxy, in
+// Materialize's layout: one text column named "Timestamp".
+func (s *Session) explainTimestamp(format planner.ExplainFormat, c *choice) error {
+	e := planner.TimestampExplanation{
+		QueryTimestamp:             c.ts,
+		OracleReadTimestamp:        c.oracle,
+		LargestNotInAdvanceOfUpper: c.upper - 1,
+		Upper:                      []uint64{c.upper},
+		Since:                      []uint64{c.since},
+		RespondImmediately:         c.ts < c.upper,
+		Timeline:                   planner.EpochMilliseconds,
+		SessionWallTime:            time.Now(),
+	}
+	for _, in := range c.inputs {
+		e.Sources = append(e.Sources, planner.TimestampSource{
+			Name:          planner.SourceName(s.db.name, in.Schema, in.Name, in.ID),
+			ReadFrontier:  []uint64{c.sinces[in.ID]},
+			WriteFrontier: []uint64{c.upper},
+		})
+	}
+	text := e.Format(format)
+	msgs := []pgproto3.BackendMessage{
+		&pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{
+			Name: []byte("Timestamp"), DataTypeOID: 25, DataTypeSize: -1, TypeModifier: -1,
+		}}},
+		&pgproto3.DataRow{Values: [][]byte{[]byte(text)}},
+		&pgproto3.CommandComplete{CommandTag: []byte("EXPLAIN")},
+		&pgproto3.ReadyForQuery{TxStatus: s.tx},
+	}
+	for _, m := range msgs {
+		if err := s.client.Send(m); err != nil {
+			return err
+		}
+	}
+	return s.client.Flush()
+}
