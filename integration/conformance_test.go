@@ -196,3 +196,24 @@ func TestHistoryReadsReadHistory(t *testing.T) {
 		t.Fatalf("read through --history-reads saw %d rows, want 1 (the history's)", n)
 	}
 }
+
+// TestOwnSLTMz runs mzproxy's SLT files for Materialize's features (AS OF,
+// EXPLAIN TIMESTAMP, isolation), which PostgreSQL itself does not have:
+// through the proxy only, over the simple protocol.
+func TestOwnSLTMz(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "slt-mz", "*.slt"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no SLT files in testdata/slt-mz (%v)", err)
+	}
+	p := startProxy(t)
+	var failures strings.Builder
+	rep, err := slt.Run(testContext(t), slt.Options{
+		URL: p.URL("postgres", "postgres"), Protocol: slt.Simple, FreshDB: true, Verbose: &failures, Timeout: time.Minute,
+	}, files...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || rep.Passed == 0 {
+		t.Errorf("%s\n%s", rep.Counts, failures.String())
+	}
+}

@@ -104,6 +104,9 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 	switch m := msg.(type) {
 	case *pgproto3.Query:
 		if s.tx != 'E' && (s.proxy.cfg.HistoryReads || !planner.PlainRead(m.String)) {
+			if handled, err := s.sessionSetting(ctx, m.String); handled {
+				return err
+			}
 			st, fr, err := s.explicitPlan(ctx, m.String)
 			if err != nil {
 				return err

@@ -46,10 +46,11 @@ type Session struct {
 	client *wire.Writer
 	log    *logrus.Entry
 
-	tx    byte  // transaction status from the last ReadyForQuery
-	units queue // requests forwarded whose answers have not all arrived
-	muted bool  // an injected request failed: drop answers until the client's ReadyForQuery
-	copy  copyState
+	isolation string // transaction_isolation: strict serializable or serializable
+	tx        byte   // transaction status from the last ReadyForQuery
+	units     queue  // requests forwarded whose answers have not all arrived
+	muted     bool   // an injected request failed: drop answers until the client's ReadyForQuery
+	copy      copyState
 
 	// writeSlot: the current backend transaction holds the commit slot
 	// (begin_write ran in it).
@@ -78,7 +79,7 @@ type Session struct {
 }
 
 func newSession(ctx context.Context, p *Proxy, be *backend, client *wire.Writer, log *logrus.Entry) *Session {
-	s := &Session{proxy: p, be: be, client: client, log: log, tx: 'I'}
+	s := &Session{proxy: p, be: be, client: client, log: log, tx: 'I', isolation: strictSerializable}
 	// The connection's context ends when the client has gone or the server
 	// forces connections closed: stop the backend's work then.
 	s.stopWait = context.AfterFunc(ctx, s.abandon)

@@ -105,6 +105,12 @@ func (s *Session) chooseTimestamp(ctx context.Context, st *planner.Statement, fr
 		c.sinces[in.ID] = since
 		c.since = max(c.since, since)
 	}
+	if st.AsOf == nil && s.isolation == serializable {
+		// Serializable may read the newest complete time instead of asking
+		// the oracle.
+		c.ts = max(fr.Upper-1, c.since)
+		return c, nil
+	}
 	if st.AsOf == nil {
 		v, err := s.be.queryValue(ctx, storage.ReadTSSQL)
 		if err != nil {

@@ -1,0 +1,80 @@
+package proxy
+
+import (
+	"context"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/mzproxy/mzproxy/pgerr"
+	"github.com/mzproxy/mzproxy/planner"
+)
+
+// Materialize's isolation levels. transaction_isolation is the proxy's
+// session setting, not the backend's: the backend runs every session at
+// its default level, and the proxy's sequencing gives the guarantee.
+const (
+	strictSerializable = "strict serializable"
+	serializable       = "serializable"
+)
+
+// isolationLevel maps a requested level to the one mzproxy runs, as
+// Materialize does: PostgreSQL's weaker names are accepted and mean
+// serializable.
+func isolationLevel(v string) (string, bool) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case strictSerializable:
+		return strictSerializable, true
+	case serializable, "repeatable read", "read committed", "read uncommitted":
+		return serializable, true
+	}
+	return "", false
+}
+
+// sessionSetting answers SET, SHOW and RESET of transaction_isolation from
+// the proxy. It reports whether it handled the query string.
+func (s *Session) sessionSetting(ctx context.Context, sql string) (bool, error) {
+	stmts, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
+	if err != nil || len(stmts) != 1 || stmts[0].Var == nil || stmts[0].Var.Name != "transaction_isolation" {
+		return false, nil
+	}
+	st := stmts[0]
+	switch st.Kind {
+	case planner.KindShow:
+		return true, s.answer(
+			&pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{
+				Name: []byte("transaction_isolation"), DataTypeOID: 25, DataTypeSize: -1, TypeModifier: -1,
+			}}},
+			&pgproto3.DataRow{Values: [][]byte{[]byte(s.isolation)}},
+			&pgproto3.CommandComplete{CommandTag: []byte("SHOW")},
+		)
+	case planner.KindReset:
+		s.isolation = strictSerializable
+	case planner.KindSet:
+		if st.Var.Default || len(st.Var.Values) == 0 {
+			s.isolation = strictSerializable
+			break
+		}
+		level, ok := isolationLevel(strings.Join(st.Var.Values, " "))
+		if !ok {
+			return true, pgerr.New(pgerr.InvalidParameterValue,
+				"invalid value for parameter \"transaction_isolation\": %q", strings.Join(st.Var.Values, " ")).
+				WithHint("Available values: strict serializable, serializable, repeatable read, read committed, read uncommitted.")
+		}
+		s.isolation = level
+	default:
+		return false, nil
+	}
+	return true, s.answer(&pgproto3.CommandComplete{CommandTag: []byte(st.Tag)})
+}
+
+// answer sends a complete answer of the proxy's own to a simple Query,
+// when nothing from the backend is outstanding.
+func (s *Session) answer(msgs ...pgproto3.BackendMessage) error {
+	for _, m := range append(msgs, &pgproto3.ReadyForQuery{TxStatus: s.tx}) {
+		if err := s.client.Send(m); err != nil {
+			return err
+		}
+	}
+	return s.client.Flush()
+}
