@@ -286,3 +286,48 @@ func TestDDLSeenByAnotherProxy(t *testing.T) {
 		t.Fatalf("AS OF through the second proxy: %d, %v", x, err)
 	}
 }
+
+// TestPreparedAfterAlter: a prepared statement whose table changed shape
+// through another proxy is refused as PostgreSQL refuses it (0A000), never
+// answered with the old shape; prepared again, it reads the new one.
+func TestPreparedAfterAlter(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	a, b := startProxy(t), startProxy(t)
+	ca := connectTo(t, ctx, a.URL("postgres", db))
+	cb := connectTo(t, ctx, b.URL("postgres", db))
+	if _, err := ca.Exec(ctx, "CREATE TABLE pa (x int)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ca.Exec(ctx, "INSERT INTO pa VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	pc := ca.PgConn()
+	if _, err := pc.Prepare(ctx, "q", "SELECT * FROM pa", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cb.Exec(ctx, "ALTER TABLE pa ADD COLUMN y int DEFAULT 5"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := pc.ExecPrepared(ctx, "q", nil, nil, nil).Close()
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "0A000" {
+		t.Fatalf("prepared statement after ALTER TABLE: %v, want 0A000", err)
+	}
+	if _, err := pc.Exec(ctx, "DEALLOCATE q").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.Prepare(ctx, "q", "SELECT * FROM pa", nil); err != nil {
+		t.Fatal(err)
+	}
+	res := pc.ExecPrepared(ctx, "q", nil, nil, nil).Read()
+	if res.Err != nil || len(res.FieldDescriptions) != 2 || len(res.Rows) != 1 || string(res.Rows[0][1]) != "5" {
+		t.Fatalf("after re-preparing: %v, %d columns, rows %q", res.Err, len(res.FieldDescriptions), res.Rows)
+	}
+	// The history has the new column too, for reads at a timestamp.
+	var y int
+	q := fmt.Sprintf("SELECT y FROM pa AS OF %d", readTS(t, ctx, ca))
+	if err := ca.QueryRow(ctx, q, simple(ca)).Scan(&y); err != nil || y != 5 {
+		t.Fatalf("AS OF after ALTER: %d, %v", y, err)
+	}
+}
