@@ -13,16 +13,30 @@ import (
 //go:embed install.sql
 var installSQL string
 
+// leaseSQL upgrades version 1 to 2: incarnations, leases, fencing,
+// compaction, introspection views.
+//
+//go:embed lease.sql
+var leaseSQL string
+
+// migrations[v] upgrades a database at version v to v+1.
+var migrations = []string{0: installSQL, 1: leaseSQL}
+
 // installLockKey is the pg_advisory_xact_lock key that serializes Install
 // across proxies sharing a backend ("mzproxy" in ASCII).
 const installLockKey int64 = 0x6d7a70726f7879
 
-// InstallScript returns the SQL that Install runs for SchemaVersion, with
-// the schema name filled in. Exposed for inspection and manual installs.
-func InstallScript() string {
+// InstallScript returns the SQL that Install runs on an empty database for
+// SchemaVersion, with the schema name filled in. Exposed for inspection and
+// manual installs.
+func InstallScript() string { return migrationScript(0) }
+
+// migrationScript is the SQL that takes a database from version v to
+// SchemaVersion.
+func migrationScript(v int) string {
 	// Schema is a plain lower-case identifier, so it needs no quoting, and
 	// the script may also use it inside string literals.
-	return strings.ReplaceAll(installSQL, "@SCHEMA@", Schema)
+	return strings.ReplaceAll(strings.Join(migrations[v:], "\n"), "@SCHEMA@", Schema)
 }
 
 // ErrNotSuperuser is returned (wrapped) by Install when the connected role
@@ -60,12 +74,11 @@ func Install(ctx context.Context, conn *pgx.Conn) error {
 		return tx.Commit(ctx)
 	case v > SchemaVersion:
 		return fmt.Errorf("storage: backend schema %q is at version %d, newer than this proxy's %d: upgrade the proxy", Schema, v, SchemaVersion)
-	case v != 0:
-		// Only version 1 exists; later versions add migrations here.
+	case v < 0:
 		return fmt.Errorf("storage: backend schema %q is at unknown version %d", Schema, v)
 	}
 	// The simple protocol runs the multi-statement script in the transaction.
-	if _, err := tx.Conn().PgConn().Exec(ctx, InstallScript()).ReadAll(); err != nil {
+	if _, err := tx.Conn().PgConn().Exec(ctx, migrationScript(v)).ReadAll(); err != nil {
 		return fmt.Errorf("storage: install version %d: %w", SchemaVersion, err)
 	}
 	if err := tx.Commit(ctx); err != nil {

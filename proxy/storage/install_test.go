@@ -33,8 +33,8 @@ func TestInstallIdempotentAndConcurrent(t *testing.T) {
 	if err := Install(ctx, conn); err != nil {
 		t.Fatal(err)
 	}
-	if got := queryInt(t, conn, "SELECT count(*) FROM mzproxy.schema_version"); got != 1 {
-		t.Errorf("schema_version rows = %d, want 1", got)
+	if got := queryInt(t, conn, "SELECT count(*) FROM mzproxy.schema_version"); got != SchemaVersion {
+		t.Errorf("schema_version rows = %d, want %d", got, SchemaVersion)
 	}
 	if got := queryInt(t, conn, UpperSQL); got != upper {
 		t.Errorf("upper changed by re-install: %d -> %d", upper, got)

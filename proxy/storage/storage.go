@@ -4,6 +4,8 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -15,7 +17,7 @@ import (
 const Schema = "mzproxy"
 
 // SchemaVersion is the version of the backend layout this package installs.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // Infinity is mz_to of a current version: a version is visible at ts when
 // mz_from <= ts AND mz_to > ts.
@@ -89,4 +91,58 @@ func ts(t uint64) int64 {
 		return math.MaxInt64
 	}
 	return int64(t)
+}
+
+// BeginWriteFor is BeginWriteSQL for a transaction that writes for
+// incarnation inc (see package lease): the statement fails with a fenced
+// error (IsFenced) when inc was fenced by a newer generation or lost its
+// lease, and the transaction then writes nothing. A literal, not a
+// parameter, so it fits a simple-protocol request the proxy injects.
+func BeginWriteFor(inc int64) string {
+	return "SELECT " + Schema + ".begin_write(" + strconv.FormatInt(inc, 10) + ")"
+}
+
+// BeginWriteAtFor is BeginWriteAtSQL for incarnation inc, with T as a
+// literal.
+func BeginWriteAtFor(t uint64, inc int64) string {
+	return "SELECT " + Schema + ".begin_write_at(" + strconv.FormatInt(ts(t), 10) + ", " + strconv.FormatInt(inc, 10) + ")"
+}
+
+// SetRetentionQuery is the statement that sets the retention of the
+// managed table named rel (as the user wrote it in the DDL, e.g.
+// `s."T"`; resolved by the session's search_path like the DDL itself) to
+// d, or back to the default when reset. Run it in the DDL's write
+// transaction, after the CREATE/ALTER TABLE. It returns one bool: false
+// when rel is not a managed table (temporary or unmanaged: the option is
+// then ignored).
+func SetRetentionQuery(rel string, d time.Duration, reset bool) string {
+	ms := "NULL"
+	if !reset {
+		ms = strconv.FormatInt(d.Milliseconds(), 10)
+	}
+	return "SELECT " + Schema + ".set_retention(" + quoteLiteral(rel) + "::regclass, " + ms + ")"
+}
+
+// quoteLiteral quotes s as an SQL string literal (standard_conforming_strings).
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
+// CodeFenced is the SQLSTATE of the fenced errors (Materialize reports
+// fencing as an internal error).
+const CodeFenced pgerr.Code = "XX000"
+
+// fencedPrefix starts every fenced error's message.
+const fencedPrefix = "mzproxy "
+
+// IsFenced reports whether err is the backend's refusal to let a fenced or
+// expired incarnation register, heartbeat, hold or write: messages
+// "mzproxy incarnation N (generation G) fenced by new generation H ...",
+// "mzproxy generation G fenced by new generation H" or "mzproxy
+// incarnation N lost its lease ...", SQLSTATE XX000, DETAIL "fenced" or
+// "expired".
+func IsFenced(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == string(CodeFenced) && strings.HasPrefix(pe.Message, fencedPrefix) &&
+		(pe.Detail == "fenced" || pe.Detail == "expired")
 }
