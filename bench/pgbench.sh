@@ -2,10 +2,23 @@
 # Read-only pgbench (-S) directly against PostgreSQL, through mzproxy, and
 # through PgBouncer in session mode (when installed), interleaved over
 # several rounds; prints median TPS per target and protocol and the ratio to
-# direct. The machine is shared and noisy: only ratios measured in the same
-# run mean anything.
+# direct, and, for each process in the middle (mzproxy, PgBouncer), its CPU
+# time and its system calls per transaction. The machine is shared and noisy:
+# only ratios measured in the same run mean anything.
 #
-# usage: bench/pgbench.sh            (env: ROUNDS=5 DURATION=10 CLIENTS=8 SCALE=10)
+# usage: bench/pgbench.sh
+#   env: ROUNDS=5 DURATION=10 CLIENTS=8 JOBS=2 SCALE=10 MODES="simple extended prepared"
+#        VARIANTS="name:VAR=v,VAR=v ..."  extra mzproxy processes with these
+#                 environment variables (e.g. "p1:GOMAXPROCS=1 gc400:GOGC=400"),
+#                 each measured as target mz-<name> in the same rounds
+#        PROFILE=dir   write mzproxy's CPU profile (whole run) to dir/mzproxy.pprof
+#                      and the binary to dir/mzproxy (go tool pprof dir/mzproxy dir/mzproxy.pprof)
+#        STRACE=secs   after the rounds, one extra simple-protocol run per middle
+#                      process with `strace -c -f` attached: per-syscall breakdown
+#                      (strace slows the process; its counts, not its TPS, are the point)
+# CPU is /proc/<pid>/stat utime+stime before and after each pgbench run;
+# system calls are `perf stat -e raw_syscalls:sys_enter -p <pid>` over the same
+# run (skipped when perf cannot count them).
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-5}
@@ -14,6 +27,9 @@ CLIENTS=${CLIENTS:-8}
 JOBS=${JOBS:-2}
 SCALE=${SCALE:-10}
 MODES=${MODES:-"simple extended prepared"}
+VARIANTS=${VARIANTS:-}
+PROFILE=${PROFILE:-}
+STRACE=${STRACE:-}
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d /tmp/mzbench.XXXXXX)
@@ -28,12 +44,12 @@ as_pg() {
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 pg_port=$(free_port)
-mz_port=$(free_port)
-bouncer_port=$(free_port)
 
 pids=()
 cleanup() {
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	# runuser does not pass the signal on to PgBouncer: stop it by its pid file.
+	[ -s "$work/pgbouncer.pid" ] && kill "$(cat "$work/pgbouncer.pid")" 2>/dev/null || true
 	wait 2>/dev/null || true
 	as_pg "$bindir/pg_ctl" -D "$work/pg" -m fast stop >/dev/null 2>&1 || true
 	rm -rf "$work"
@@ -44,22 +60,46 @@ echo "building mzproxy and starting PostgreSQL $("$bindir/postgres" --version | 
 (cd "$root" && go build -o "$work/mzproxy" ./cmd/mzproxy)
 as_pg "$bindir/initdb" -D "$work/pg" -U postgres -A trust >/dev/null
 as_pg "$bindir/pg_ctl" -D "$work/pg" -l "$work/pg.log" -w \
-	-o "-c listen_addresses=127.0.0.1 -c port=$pg_port -c unix_socket_directories=$work -c max_connections=100 -c shared_buffers=256MB" \
+	-o "-c listen_addresses=127.0.0.1 -c port=$pg_port -c unix_socket_directories=$work -c max_connections=200 -c shared_buffers=256MB" \
 	start >/dev/null
 
-"$work/mzproxy" --listen "127.0.0.1:$mz_port" --log-level warn \
-	--backend "postgres://postgres@/postgres?host=$work&port=$pg_port&sslmode=disable" 2>"$work/mzproxy.log" &
-pids+=($!)
+declare -A port pid
+port[direct]=$pg_port
+backend="postgres://postgres@/postgres?host=$work&port=$pg_port&sslmode=disable"
+
+start_mzproxy() { # name env...
+	local name=$1; shift
+	port[$name]=$(free_port)
+	env "$@" "$work/mzproxy" --listen "127.0.0.1:${port[$name]}" --log-level warn \
+		--backend "$backend" 2>"$work/$name.log" &
+	pid[$name]=$!
+	pids+=($!)
+}
 
 targets="direct mzproxy"
+if [ -n "$PROFILE" ]; then
+	mkdir -p "$PROFILE"
+	PROFILE=$(cd "$PROFILE" && pwd)
+	cp "$work/mzproxy" "$PROFILE/mzproxy"
+	start_mzproxy mzproxy "MZPROXY_CPU_PROFILE=$PROFILE/mzproxy.pprof"
+else
+	start_mzproxy mzproxy
+fi
+for v in $VARIANTS; do
+	# shellcheck disable=SC2046
+	start_mzproxy "mz-${v%%:*}" $(echo "${v#*:}" | tr , ' ')
+	targets="$targets mz-${v%%:*}"
+done
+
 if command -v pgbouncer >/dev/null 2>&1; then
+	port[pgbouncer]=$(free_port)
 	echo '"postgres" ""' >"$work/userlist.txt"
 	cat >"$work/pgbouncer.ini" <<EOF
 [databases]
 postgres = host=$work port=$pg_port dbname=postgres
 [pgbouncer]
 listen_addr = 127.0.0.1
-listen_port = $bouncer_port
+listen_port = ${port[pgbouncer]}
 unix_socket_dir =
 auth_type = trust
 auth_file = $work/userlist.txt
@@ -77,46 +117,97 @@ else
 	echo "pgbouncer not installed (apt-get install pgbouncer): measuring without it" >&2
 fi
 
-port_of() {
-	case $1 in
-	direct) echo "$pg_port" ;;
-	mzproxy) echo "$mz_port" ;;
-	pgbouncer) echo "$bouncer_port" ;;
-	esac
-}
-
 for t in $targets; do
 	for _ in $(seq 50); do
-		psql -h 127.0.0.1 -p "$(port_of "$t")" -U postgres -d postgres -Atc 'select 1' >/dev/null 2>&1 && break
+		psql -h 127.0.0.1 -p "${port[$t]}" -U postgres -d postgres -Atc 'select 1' >/dev/null 2>&1 && break
 		sleep 0.2
 	done
 done
+[ -n "${port[pgbouncer]:-}" ] && pid[pgbouncer]=$(cat "$work/pgbouncer.pid")
+
+perf_ok=
+if command -v perf >/dev/null 2>&1 &&
+	perf stat -x, -e raw_syscalls:sys_enter -- true >/dev/null 2>&1; then
+	perf_ok=1
+fi
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 echo "pgbench -i -s $SCALE" >&2
 pgbench -i -q -s "$SCALE" -h 127.0.0.1 -p "$pg_port" -U postgres postgres >/dev/null 2>&1
 
+hz=$(getconf CLK_TCK)
 results="$work/results.txt"
 : >"$results"
 for round in $(seq "$ROUNDS"); do
 	for mode in $MODES; do
 		for t in $targets; do
-			tps=$(pgbench -n -S -M "$mode" -c "$CLIENTS" -j "$JOBS" -T "$DURATION" \
-				-h 127.0.0.1 -p "$(port_of "$t")" -U postgres postgres 2>&1 |
-				awk '/^tps = /{print $3}')
-			echo "$t $mode ${tps:-0}" >>"$results"
-			printf 'round %d %-9s %-9s %s tps\n' "$round" "$mode" "$t" "${tps:-0}" >&2
+			p=${pid[$t]:-}
+			c0=0 perfpid=
+			if [ -n "$p" ]; then
+				c0=$(cpu_ticks "$p")
+				if [ -n "$perf_ok" ]; then
+					perf stat -x, -e raw_syscalls:sys_enter -o "$work/perf.out" -p "$p" &
+					perfpid=$!
+				fi
+			fi
+			out=$(pgbench -n -S -M "$mode" -c "$CLIENTS" -j "$JOBS" -T "$DURATION" \
+				-h 127.0.0.1 -p "${port[$t]}" -U postgres postgres 2>&1) || true
+			tps=$(awk '/^tps = /{print $3}' <<<"$out")
+			n=$(awk '/^number of transactions actually processed/{print $NF}' <<<"$out" | cut -d/ -f1)
+			cpu=- sys=-
+			if [ -n "$p" ] && [ "${n:-0}" -gt 0 ]; then
+				c1=$(cpu_ticks "$p")
+				cpu=$(python3 -c "print(f'{($c1 - $c0) / $hz / $n * 1e6:.1f}')")
+				if [ -n "$perfpid" ]; then
+					kill -INT "$perfpid" 2>/dev/null || true
+					wait "$perfpid" 2>/dev/null || true
+					calls=$(awk -F, '/raw_syscalls:sys_enter/{print $1}' "$work/perf.out")
+					[ -n "$calls" ] && sys=$(python3 -c "print(f'{$calls / $n:.2f}')")
+				fi
+			elif [ -n "$perfpid" ]; then
+				kill -INT "$perfpid" 2>/dev/null || true
+				wait "$perfpid" 2>/dev/null || true
+			fi
+			echo "$t $mode ${tps:-0} $cpu $sys" >>"$results"
+			printf 'round %d %-9s %-13s %10s tps  cpu %6s us/txn  syscalls %6s /txn\n' \
+				"$round" "$mode" "$t" "${tps:-0}" "$cpu" "$sys" >&2
 		done
 	done
 done
+
+if [ -n "$STRACE" ]; then
+	for t in $targets; do
+		p=${pid[$t]:-}
+		[ -n "$p" ] || continue
+		strace -c -f -p "$p" -o "$work/strace.$t" 2>/dev/null &
+		spid=$!
+		sleep 0.5
+		out=$(pgbench -n -S -M simple -c "$CLIENTS" -j "$JOBS" -T "$STRACE" \
+			-h 127.0.0.1 -p "${port[$t]}" -U postgres postgres 2>&1) || true
+		kill -INT "$spid" 2>/dev/null || true
+		wait "$spid" 2>/dev/null || true
+		n=$(awk '/^number of transactions actually processed/{print $NF}' <<<"$out" | cut -d/ -f1)
+		echo
+		echo "strace -c -f of $t over $STRACE s of pgbench -S -M simple: $n transactions; calls per transaction:"
+		awk -v n="$n" '$1 ~ /^[0-9.]+$/ && NF >= 5 {name=$NF; calls=$4; if (calls+0 > 0 && name != "total") printf "  %-16s %8.2f\n", name, calls / n}' \
+			"$work/strace.$t" | sort -k2 -rn | head -8
+	done
+	echo
+fi
 
 python3 - "$results" "$targets" "$MODES" "$ROUNDS" "$DURATION" "$CLIENTS" "$SCALE" <<'EOF'
 import statistics, sys
 path, targets, modes, rounds, duration, clients, scale = sys.argv[1:]
 targets, modes = targets.split(), modes.split()
-tps = {}
+tps, cpu, sysc = {}, {}, {}
 for line in open(path):
-    t, m, v = line.split()
+    t, m, v, c, s = line.split()
     tps.setdefault((t, m), []).append(float(v))
+    if c != "-":
+        cpu.setdefault((t, m), []).append(float(c))
+    if s != "-":
+        sysc.setdefault((t, m), []).append(float(s))
 print(f"pgbench -S, {clients} clients, scale {scale}, {rounds} rounds x {duration} s, interleaved; median TPS (ratio to direct)")
 print()
 print("| protocol | " + " | ".join(targets) + " |")
@@ -127,5 +218,18 @@ for m in modes:
     for t in targets:
         med = statistics.median(tps[(t, m)])
         cells.append(f"{med:.0f}" if t == "direct" else f"{med:.0f} ({med / direct:.2f})")
+    print(f"| {m} | " + " | ".join(cells) + " |")
+middle = [t for t in targets if t != "direct"]
+print()
+print("CPU time of the middle process per transaction (µs, median over rounds); system calls per transaction")
+print()
+print("| protocol | " + " | ".join(middle) + " |")
+print("|---|" + "---|" * len(middle))
+for m in modes:
+    cells = []
+    for t in middle:
+        c = f"{statistics.median(cpu[(t, m)]):.1f} µs" if (t, m) in cpu else "-"
+        s = f"{statistics.median(sysc[(t, m)]):.1f} sc" if (t, m) in sysc else ""
+        cells.append(f"{c} / {s}" if s else c)
     print(f"| {m} | " + " | ".join(cells) + " |")
 EOF

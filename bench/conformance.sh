@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The sqllogictest conformance corpus (the team's shared sqlite corpus:
+# select*.test and evidence/*.test) with cmd/mzslt directly against
+# PostgreSQL and through mzproxy in front of the same PostgreSQL, over both
+# query protocols, interleaved over several rounds; prints the median wall
+# time per target and protocol and the ratio proxy/direct. Each file runs in
+# a fresh database on both sides (mzslt's default), so the proxy's side also
+# pays for installing its schema in each new database and for the managed
+# tables' history on every INSERT.
+#
+# usage: bench/conformance.sh   (env: ROUNDS=3 PROTOCOLS="simple extended"
+#                                CORPUS=<dir of select*.test and evidence/>)
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+ROUNDS=${ROUNDS:-3}
+PROTOCOLS=${PROTOCOLS:-"simple extended"}
+CORPUS=${CORPUS:-$root/../shared/slt/sqlite}
+[ -f "$CORPUS/select1.test" ] || { echo "no corpus at $CORPUS (set CORPUS)" >&2; exit 1; }
+
+bench_setup
+(cd "$root" && go build -o "$work/mzslt" ./cmd/mzslt)
+files=($(cd "$CORPUS" && ls select*.test evidence/*.test))
+expect=$root/cmd/mzslt/testdata/sqlite-expected.txt
+
+declare -A url
+url[direct]="postgres://postgres@127.0.0.1:$pg_port/postgres?sslmode=disable"
+url[mzproxy]="postgres://postgres@127.0.0.1:$mz_port/postgres?sslmode=disable"
+
+results="$work/results.txt"
+: >"$results"
+for round in $(seq "$ROUNDS"); do
+	for proto in $PROTOCOLS; do
+		for t in direct mzproxy; do
+			c0=$(cpu_ticks "$mz_pid")
+			t0=$(now)
+			# --expect checks the per-file counts against the committed
+			# ones, so a timing is never of a run that went wrong (the
+			# paths there are relative to the corpus).
+			status=ok
+			(cd "$CORPUS" && "$work/mzslt" --url "${url[$t]}" --protocol "$proto" \
+				--expect "$expect" "${files[@]}") >"$work/mzslt.out" 2>&1 || status=mismatch
+			t1=$(now)
+			c1=$(cpu_ticks "$mz_pid")
+			secs=$(python3 -c "print(f'{$t1 - $t0:.2f}')")
+			cpu=$(python3 -c "print(f'{($c1 - $c0) / $hz:.2f}')")
+			echo "$t $proto $secs $cpu $status" >>"$results"
+			printf 'round %d %-8s %-8s %7s s  (mzproxy CPU %s s) %s\n' "$round" "$proto" "$t" "$secs" "$cpu" "$status" >&2
+			if [ "$status" != ok ]; then
+				tail -5 "$work/mzslt.out" >&2
+			fi
+		done
+	done
+done
+
+python3 - "$results" "$PROTOCOLS" "$ROUNDS" "${#files[@]}" <<'EOF'
+import statistics, sys
+path, protocols, rounds, nfiles = sys.argv[1:]
+secs, cpu, bad = {}, {}, set()
+for line in open(path):
+    t, p, s, c, status = line.split()
+    secs.setdefault((t, p), []).append(float(s))
+    cpu.setdefault((t, p), []).append(float(c))
+    if status != "ok":
+        bad.add((t, p))
+print(f"mzslt over the sqlite corpus ({nfiles} files), {rounds} rounds, interleaved; median wall seconds")
+print()
+print("| protocol | direct | mzproxy | mzproxy/direct | mzproxy CPU s |")
+print("|---|---|---|---|---|")
+for p in protocols.split():
+    d, m = statistics.median(secs[("direct", p)]), statistics.median(secs[("mzproxy", p)])
+    c = statistics.median(cpu[("mzproxy", p)])
+    print(f"| {p} | {d:.1f} | {m:.1f} | {m / d:.2f}x | {c:.1f} |")
+if bad:
+    print()
+    print("counts differing from cmd/mzslt/testdata/sqlite-expected.txt in: " + ", ".join(f"{t}/{p}" for t, p in sorted(bad)))
+EOF

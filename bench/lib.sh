@@ -1,0 +1,59 @@
+# Shared by the bench scripts (sourced): a throw-away PostgreSQL on
+# 127.0.0.1 and a Unix socket in a temporary directory, mzproxy in front of
+# it, and cleanup of everything on exit.
+#
+# After `bench_setup`: $work, $bindir, $pg_port, $backend (mzproxy's backend
+# URL over the Unix socket), $mz_port, $mz_pid; mzproxy binary at
+# $work/mzproxy (built from this tree).
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+as_pg() {
+	if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# cpu_ticks pid: user+system CPU time of a process in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+hz=$(getconf CLK_TCK)
+
+# now: seconds since the epoch with nanoseconds.
+now() { date +%s.%N; }
+
+bench_pids=()
+bench_cleanup() {
+	for p in "${bench_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	as_pg "$bindir/pg_ctl" -D "$work/pg" -m fast stop >/dev/null 2>&1 || true
+	rm -rf "$work"
+}
+
+# bench_setup [extra mzproxy flags...]
+bench_setup() {
+	work=$(mktemp -d /tmp/mzbench.XXXXXX)
+	chmod 755 "$work"
+	trap bench_cleanup EXIT
+	bindir=${PG_BINDIR:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)}
+	[ -x "$bindir/postgres" ] || { echo "no PostgreSQL server binaries (set PG_BINDIR)" >&2; exit 1; }
+	[ "$(id -u)" = 0 ] && chown postgres "$work"
+	pg_port=$(free_port)
+	mz_port=$(free_port)
+	echo "building mzproxy and starting PostgreSQL $("$bindir/postgres" --version | awk '{print $3}') in $work" >&2
+	(cd "$root" && go build -o "$work/mzproxy" ./cmd/mzproxy)
+	as_pg "$bindir/initdb" -D "$work/pg" -U postgres -A trust >/dev/null
+	as_pg "$bindir/pg_ctl" -D "$work/pg" -l "$work/pg.log" -w \
+		-o "-c listen_addresses=127.0.0.1 -c port=$pg_port -c unix_socket_directories=$work -c max_connections=200 -c shared_buffers=256MB" \
+		start >/dev/null
+	backend="postgres://postgres@/postgres?host=$work&port=$pg_port&sslmode=disable"
+	"$work/mzproxy" --listen "127.0.0.1:$mz_port" --log-level warn --backend "$backend" "$@" 2>"$work/mzproxy.log" &
+	mz_pid=$!
+	bench_pids+=("$mz_pid")
+	for _ in $(seq 100); do
+		psql -h 127.0.0.1 -p "$mz_port" -U postgres -d postgres -Atc 'select 1' >/dev/null 2>&1 && return 0
+		sleep 0.2
+	done
+	echo "mzproxy did not come up:" >&2
+	cat "$work/mzproxy.log" >&2
+	exit 1
+}
