@@ -1,0 +1,81 @@
+// Package lease is a proxy incarnation's standing in one backend database:
+// its registration and heartbeat, the read protection it publishes for its
+// read holds, fencing, and the database's compaction. The backend side
+// (tables and functions) is proxy/storage's schema version 2 (lease.sql).
+//
+// # Incarnations
+//
+// A proxy registers once per database, when it first uses it (Register,
+// after which the loop heartbeats every Interval, default 5 s). An
+// incarnation whose heartbeat is older than its grace (default 25 s, by
+// the backend's clock) is retired by the next compaction round: its floor
+// and holds stop counting, and begin_write, heartbeat and acquire_hold
+// refuse it from then on (XX000 "mzproxy incarnation N lost its lease
+// ..."). Locally the lease counts as lost a tenth of the grace earlier
+// (Err, Done), so a read whose backend snapshot was taken while Err() was
+// nil can never see compacted data. A lost lease stays lost: the proxy
+// must Register again (a new incarnation) before serving that database.
+//
+// # Read holds without a round trip
+//
+// Each incarnation publishes a floor: while it is live, every collection's
+// history at times >= floor is protected. Acquire(ts) at or above Floor()
+// is therefore an in-memory count. The next floor is the oracle's read_ts
+// seen at the previous heartbeat (so strict-serializable reads, which read
+// at >= read_ts, are always above it) lowered to the oldest hold still out;
+// the local floor is raised before the oldest hold is looked up, so a hold
+// granted concurrently is always above what gets published. A hold below
+// the floor (AS OF an older time) takes one round trip: acquire_hold
+// checks ts against the inputs' sinces and publishes a per-collection row
+// in read_holds, under the same transaction lock as compaction's since
+// advance, so no hold is ever granted below a since. Releases are
+// published by the next heartbeat.
+//
+// # Compaction and retention
+//
+// Whichever proxy holds the compaction lock (pg_try_advisory_lock, kept
+// for the life of its connection) runs a round every CompactInterval
+// (default 1 s): compact() retires expired and fenced incarnations and sets
+// each since to GREATEST(since, LEAST(upper - 1 - retain_ms, oldest live
+// floor, oldest live hold on it)); then compact_batch deletes, BatchSize
+// versions per statement and at most MaxBatches statements per table per
+// round, the versions with mz_to <= since (visible at no time >= since).
+// A dropped table's history table and catalog rows are removed once its
+// since reaches its dropped_ts. Retention: DefaultRetention (1 s, like
+// Materialize's tables; the compacting proxy's setting applies), per table
+// collections.retain_ms set by storage.SetRetentionQuery (RETAIN HISTORY
+// FOR ...; NULL after RESET). Because floors trail read_ts by one
+// heartbeat, the history actually kept is at least about one Interval,
+// whatever the retention. Raising a retention does not bring back history
+// already compacted. Deleted versions leave dead tuples for (auto)vacuum.
+//
+// # Fencing
+//
+// Register with a Generation above the newest fences every incarnation of
+// a lower generation at once (it updates the txns row, so the fence is
+// ordered with commits); a lower one fails to register. Write transactions
+// say which incarnation they write for with storage.BeginWriteFor(id) (a
+// literal argument: no extra round trip); begin_write checks the
+// incarnation after taking the commit slot and fails with XX000 "mzproxy
+// incarnation N (generation G) fenced by new generation H ...", aborting
+// the transaction before anything was written. begin_write() without an
+// argument stays unfenced, for callers that do not register.
+//
+// # Introspection
+//
+// Views in schema mz_internal, readable by anyone through any proxy (plain
+// views, forwarded unchanged):
+//
+//   - mz_incarnations: id, generation, host, pid, started_at, heartbeat_at,
+//     heartbeat_age, grace_ms, read_floor, status (live, expired, fenced,
+//     lease expired, shutdown), retired_at, fenced_by.
+//   - mz_read_holds: incarnation, object_id ('u' || catalog id),
+//     schema_name, name, kind ('floor' per live incarnation and collection,
+//     'hold' for a hold below a floor), ts.
+//   - mz_frontiers: object_id, schema_name, name, read_frontier (since),
+//     write_frontier (the shared upper), retain_ms (the effective one once
+//     a round ran), dropped_ts.
+//   - mz_compactions: object_id, schema_name, name, since, compacted_at,
+//     last_compacted_rows, total_compacted_rows, last_round_at,
+//     last_round_by.
+package lease

@@ -1,0 +1,644 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/sirupsen/logrus"
+
+	"github.com/mzproxy/mzproxy/pgerr"
+	"github.com/mzproxy/mzproxy/proxy/storage"
+)
+
+// Defaults of Config.
+const (
+	DefaultInterval         = 5 * time.Second
+	DefaultGrace            = 25 * time.Second
+	DefaultCompactInterval  = time.Second
+	DefaultRetention        = time.Second // Materialize's default for tables
+	DefaultBatchSize        = 10000
+	DefaultMaxBatches       = 20
+	compactionLockKey int64 = 0x6d7a636f6d706163 // "mzcompac"
+)
+
+// ErrLost is wrapped by every error of a lease that may no longer serve:
+// fenced by a newer generation, expired (no successful heartbeat within
+// the grace), or closed.
+var ErrLost = errors.New("lease lost")
+
+// Config configures Register.
+type Config struct {
+	// Dial connects to the lease's database as a superuser (the proxy's
+	// administrative connection). Called again after a connection breaks.
+	Dial func(ctx context.Context) (*pgx.Conn, error)
+	// Generation of this proxy: 0 joins the newest registered generation;
+	// a lower one than the newest fails to register (fenced); a higher one
+	// fences every incarnation of a lower generation.
+	Generation uint64
+	// Interval between heartbeats (DefaultInterval) and Grace, after which
+	// an incarnation without a heartbeat is retired (DefaultGrace). Grace
+	// must exceed Interval comfortably: the lease is considered lost
+	// locally a tenth of Grace before the backend may retire it.
+	Interval, Grace time.Duration
+	// CompactInterval between compaction rounds (DefaultCompactInterval);
+	// negative: this proxy never compacts.
+	CompactInterval time.Duration
+	// DefaultRetention of tables without RETAIN HISTORY (DefaultRetention).
+	DefaultRetention time.Duration
+	// BatchSize is the number of versions one compaction statement deletes
+	// at most (DefaultBatchSize); MaxBatches bounds the statements per
+	// table per round (DefaultMaxBatches), so a round stays short and the
+	// rest waits for the next one.
+	BatchSize, MaxBatches int
+	// Host is recorded in the incarnation (default: os.Hostname).
+	Host string
+	// Log receives the loop's errors (default: logrus's standard logger).
+	Log logrus.FieldLogger
+}
+
+func (c *Config) defaults() {
+	if c.Interval <= 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.Grace <= 0 {
+		c.Grace = DefaultGrace
+	}
+	if c.CompactInterval == 0 {
+		c.CompactInterval = DefaultCompactInterval
+	}
+	if c.DefaultRetention <= 0 {
+		c.DefaultRetention = DefaultRetention
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.MaxBatches <= 0 {
+		c.MaxBatches = DefaultMaxBatches
+	}
+	if c.Host == "" {
+		c.Host, _ = os.Hostname()
+	}
+	if c.Log == nil {
+		c.Log = logrus.StandardLogger()
+	}
+}
+
+// Lease is one incarnation of this proxy in one database: its heartbeat,
+// its read protection and (if it holds the compaction lock) the database's
+// compaction. Methods are safe for concurrent use.
+type Lease struct {
+	cfg Config
+	id  int64
+	gen uint64
+
+	// connMu serializes the use of conn and orders every publication
+	// (heartbeat, holds below the floor, compaction).
+	connMu   sync.Mutex
+	conn     *pgx.Conn // nil: dial before the next statement
+	haveLock bool      // conn holds the compaction advisory lock
+
+	mu        sync.Mutex
+	floor     uint64         // holds at ts >= floor are granted locally
+	published uint64         // the floor the last heartbeat published
+	candidate uint64         // the oracle's read_ts at the last heartbeat: the next floor
+	deadline  time.Time      // the lease is valid until then
+	fast      map[uint64]int // holds at or above the floor, by ts
+	slow      map[*Hold]struct{}
+	err       error // set once lost
+	done      chan struct{}
+	lastRound CompactStats
+
+	cancel    context.CancelFunc
+	loopDone  chan struct{}
+	closeOnce sync.Once
+}
+
+// Register registers a new incarnation in the database cfg.Dial reaches
+// (installing mzproxy's backend schema first when needed) and starts its
+// heartbeat and compaction loop. Call Close to stop it. A proxy registers
+// once per database, when it first uses it.
+func Register(ctx context.Context, cfg Config) (*Lease, error) {
+	cfg.defaults()
+	if cfg.Dial == nil {
+		return nil, errors.New("lease: Config.Dial is nil")
+	}
+	conn, err := cfg.Dial(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lease: register: %w", err)
+	}
+	if err := storage.Install(ctx, conn); err != nil {
+		conn.Close(context.Background())
+		return nil, fmt.Errorf("lease: register: %w", err)
+	}
+	l := &Lease{
+		cfg:  cfg,
+		conn: conn,
+		fast: map[uint64]int{},
+		slow: map[*Hold]struct{}{},
+		done: make(chan struct{}),
+	}
+	start := time.Now()
+	var gen, floor int64
+	err = conn.QueryRow(ctx, "SELECT r_id, r_generation, r_floor FROM "+storage.Schema+".register($1, $2, $3, $4)",
+		int64(min(cfg.Generation, math.MaxInt64)), cfg.Grace.Milliseconds(), cfg.Host, os.Getpid()).Scan(&l.id, &gen, &floor)
+	if err != nil {
+		conn.Close(context.Background())
+		if storage.IsFenced(err) {
+			return nil, lost(err)
+		}
+		return nil, fmt.Errorf("lease: register: %w", err)
+	}
+	l.gen = uint64(gen)
+	l.floor, l.published, l.candidate = uint64(floor), uint64(floor), uint64(floor)
+	l.deadline = start.Add(l.validity())
+	loopCtx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
+	l.loopDone = make(chan struct{})
+	go l.loop(loopCtx)
+	return l, nil
+}
+
+// validity is how long after a heartbeat was sent the lease counts as
+// valid locally: a tenth of the grace short of when the backend may retire
+// it (its clock starts later, when the heartbeat arrives).
+func (l *Lease) validity() time.Duration { return l.cfg.Grace - l.cfg.Grace/10 }
+
+// lost wraps a backend error (fenced, expired) or a reason as the error a
+// client sees: XX000 with the backend's message, wrapping ErrLost.
+func lost(cause error) *pgerr.Error {
+	var pe *pgconn.PgError
+	if errors.As(cause, &pe) {
+		e := pgerr.Wrap(pgerr.InternalError, &lostError{msg: pe.Message, cause: cause})
+		e.Detail, e.Hint = pe.Detail, pe.Hint
+		return e
+	}
+	return pgerr.Wrap(pgerr.InternalError, &lostError{msg: cause.Error(), cause: cause})
+}
+
+type lostError struct {
+	msg   string
+	cause error
+}
+
+func (e *lostError) Error() string   { return e.msg }
+func (e *lostError) Unwrap() []error { return []error{ErrLost, e.cause} }
+
+// ID is the incarnation's id in this database: what BeginWriteSQL passes.
+func (l *Lease) ID() int64 { return l.id }
+
+// Generation is the incarnation's generation.
+func (l *Lease) Generation() uint64 { return l.gen }
+
+// BeginWriteSQL is the statement that takes the commit slot of a write
+// transaction for this incarnation (storage.BeginWriteFor(l.ID())): it
+// fails (storage.IsFenced) once the incarnation is fenced or expired, and
+// the transaction then writes nothing.
+func (l *Lease) BeginWriteSQL() string { return storage.BeginWriteFor(l.id) }
+
+// Done is closed when the lease is lost: reads holding it must stop (their
+// next statement would no longer be protected).
+func (l *Lease) Done() <-chan struct{} { return l.done }
+
+// Err is nil while the lease is valid, else why it is not (wrapping
+// ErrLost; a *pgerr.Error with SQLSTATE XX000 to send to the client).
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.checkLocked()
+}
+
+// checkLocked notices an expired lease.
+func (l *Lease) checkLocked() error {
+	if l.err == nil && time.Now().After(l.deadline) {
+		l.loseLocked(lost(fmt.Errorf("mzproxy incarnation %d lost its lease: no successful heartbeat for %v", l.id, l.validity())))
+	}
+	return l.err
+}
+
+func (l *Lease) loseLocked(err error) {
+	if l.err != nil {
+		return
+	}
+	l.err = err
+	l.floor = math.MaxUint64
+	close(l.done)
+	l.cfg.Log.WithField("incarnation", l.id).WithError(err).Warn("mzproxy lease lost")
+}
+
+func (l *Lease) lose(err error) {
+	l.mu.Lock()
+	l.loseLocked(err)
+	l.mu.Unlock()
+}
+
+// Floor is the oldest timestamp at which Acquire grants a hold without a
+// backend round trip: history at any ts >= Floor() is protected by this
+// incarnation's published floor. MaxUint64 once the lease is lost.
+func (l *Lease) Floor() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.checkLocked() != nil {
+		return math.MaxUint64
+	}
+	return l.floor
+}
+
+// Hold is read protection at TS on the collections it was acquired for.
+// Release it when the read is done.
+type Hold struct {
+	l      *Lease
+	ts     uint64
+	inputs []int64
+	slow   bool // published below the floor
+	once   sync.Once
+}
+
+// TS is the held timestamp.
+func (h *Hold) TS() uint64 { return h.ts }
+
+// Release gives the hold up; the backend learns at the next heartbeat.
+func (h *Hold) Release() {
+	h.once.Do(func() {
+		l := h.l
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if h.slow {
+			delete(l.slow, h)
+			return
+		}
+		if l.fast[h.ts]--; l.fast[h.ts] <= 0 {
+			delete(l.fast, h.ts)
+		}
+	})
+}
+
+// BelowSinceError is Acquire's refusal of a timestamp below an input's
+// since.
+type BelowSinceError struct {
+	TS uint64
+	// Since maps each input (catalog id) to its since.
+	Since map[int64]uint64
+}
+
+func (e *BelowSinceError) Error() string {
+	ids := make([]int64, 0, len(e.Since))
+	for id := range e.Since {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	s := fmt.Sprintf("Timestamp (%d) is not valid for all inputs:", e.TS)
+	for _, id := range ids {
+		s += fmt.Sprintf(" u%d since %d", id, e.Since[id])
+	}
+	return s
+}
+
+// Acquire protects the history of inputs (catalog ids of managed tables)
+// at ts until the Hold is released. At or above Floor() it is granted in
+// memory. Below it, a backend round trip publishes the hold under the
+// lock compaction takes, after checking ts against the inputs' sinces
+// (*BelowSinceError if an input is compacted past ts). A lost lease fails
+// with Err().
+//
+// The caller still chooses ts from the sinces it read (a new table's since
+// is its creation time, which may be above the floor); Acquire guarantees
+// that a since at or below ts when it was read stays so while held.
+func (l *Lease) Acquire(ctx context.Context, ts uint64, inputs []int64) (*Hold, error) {
+	l.mu.Lock()
+	if err := l.checkLocked(); err != nil {
+		l.mu.Unlock()
+		return nil, err
+	}
+	if ts >= l.floor {
+		l.fast[ts]++
+		l.mu.Unlock()
+		return &Hold{l: l, ts: ts}, nil
+	}
+	l.mu.Unlock()
+
+	l.connMu.Lock()
+	defer l.connMu.Unlock()
+	ids := append([]int64(nil), inputs...)
+	since := map[int64]uint64{}
+	err := l.withConn(ctx, func(conn *pgx.Conn) error {
+		rows, err := conn.Query(ctx, "SELECT collection, since FROM "+storage.Schema+".acquire_hold($1, $2, $3)", l.id, int64(min(ts, math.MaxInt64)), ids)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var c, s int64
+			if err := rows.Scan(&c, &s); err != nil {
+				return err
+			}
+			since[c] = uint64(s)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		if storage.IsFenced(err) {
+			l.lose(lost(err))
+			return nil, l.Err()
+		}
+		return nil, fmt.Errorf("lease: acquiring a read hold at %d: %w", ts, err)
+	}
+	for _, s := range since {
+		if s > ts {
+			return nil, &BelowSinceError{TS: ts, Since: since}
+		}
+	}
+	h := &Hold{l: l, ts: ts, inputs: ids, slow: true}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.checkLocked(); err != nil {
+		return nil, err
+	}
+	l.slow[h] = struct{}{}
+	return h, nil
+}
+
+// withConn runs f on the connection (connMu held), dialing first if
+// needed; a connection that broke is dropped for the next call.
+func (l *Lease) withConn(ctx context.Context, f func(*pgx.Conn) error) error {
+	if l.conn == nil || l.conn.IsClosed() {
+		conn, err := l.cfg.Dial(ctx)
+		if err != nil {
+			return err
+		}
+		l.conn, l.haveLock = conn, false
+	}
+	err := f(l.conn)
+	if err != nil && l.conn.IsClosed() {
+		l.conn, l.haveLock = nil, false
+	}
+	return err
+}
+
+// Heartbeat renews the lease now and publishes the floor and the holds
+// below it (the loop does this every Interval).
+func (l *Lease) Heartbeat(ctx context.Context) error {
+	l.connMu.Lock()
+	defer l.connMu.Unlock()
+	return l.heartbeat(ctx)
+}
+
+func (l *Lease) heartbeat(ctx context.Context) error {
+	l.mu.Lock()
+	if err := l.checkLocked(); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	// Raise the local floor first: holds granted from here on are at or
+	// above it, hence above what is published below.
+	l.floor = max(l.floor, l.candidate)
+	floor := l.floor
+	for ts := range l.fast {
+		floor = min(floor, ts)
+	}
+	below := map[int64]uint64{}
+	for h := range l.slow {
+		if h.ts >= floor {
+			continue
+		}
+		for _, c := range h.inputs {
+			if cur, ok := below[c]; !ok || h.ts < cur {
+				below[c] = h.ts
+			}
+		}
+	}
+	l.mu.Unlock()
+	colls := make([]int64, 0, len(below))
+	tss := make([]int64, 0, len(below))
+	for c, ts := range below {
+		colls, tss = append(colls, c), append(tss, int64(ts))
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.Interval)
+	defer cancel()
+	var readTS int64
+	err := l.withConn(ctx, func(conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, "SELECT "+storage.Schema+".heartbeat($1, $2, $3, $4)", l.id, int64(floor), colls, tss).Scan(&readTS)
+	})
+	if err != nil {
+		if storage.IsFenced(err) {
+			l.lose(lost(err))
+			return l.Err()
+		}
+		return fmt.Errorf("lease: heartbeat: %w", err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err == nil {
+		l.deadline = start.Add(l.validity())
+		l.published = max(l.published, floor)
+		l.candidate = max(l.candidate, uint64(readTS))
+	}
+	return l.err
+}
+
+// CompactStats describes one compaction round.
+type CompactStats struct {
+	// Ran is false when another proxy holds the compaction lock.
+	Ran bool
+	// Since maps each collection to its since after the round.
+	Since map[int64]uint64
+	// Deleted versions, per collection (only those with deletions).
+	Deleted map[int64]int64
+	// More is true when some table had more to delete than MaxBatches
+	// allowed: the next round continues.
+	More bool
+}
+
+// Compact runs one compaction round now if this proxy holds (or can take)
+// the database's compaction lock (the loop does this every
+// CompactInterval): it retires incarnations past their grace, advances
+// every since and deletes versions no time at or after the since can read,
+// in bounded batches.
+func (l *Lease) Compact(ctx context.Context) (CompactStats, error) {
+	return l.compact(ctx, nil)
+}
+
+// compact runs a round; between batches beat is called (the loop passes
+// its heartbeat so a long round cannot starve it).
+func (l *Lease) compact(ctx context.Context, beat func()) (CompactStats, error) {
+	st := CompactStats{Since: map[int64]uint64{}, Deleted: map[int64]int64{}}
+	if err := l.Err(); err != nil {
+		return st, err
+	}
+	l.connMu.Lock()
+	err := l.withConn(ctx, func(conn *pgx.Conn) error {
+		if !l.haveLock {
+			if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", compactionLockKey).Scan(&l.haveLock); err != nil {
+				return err
+			}
+		}
+		if !l.haveLock {
+			return nil
+		}
+		st.Ran = true
+		rows, err := conn.Query(ctx, "SELECT id, since FROM "+storage.Schema+".compact($1, $2)", l.cfg.DefaultRetention.Milliseconds(), l.id)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id, since int64
+			if err := rows.Scan(&id, &since); err != nil {
+				return err
+			}
+			st.Since[id] = uint64(since)
+		}
+		return rows.Err()
+	})
+	l.connMu.Unlock()
+	if err != nil || !st.Ran {
+		if err != nil {
+			err = fmt.Errorf("lease: compaction: %w", err)
+		}
+		return st, err
+	}
+	ids := make([]int64, 0, len(st.Since))
+	for id := range st.Since {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		for b := 0; ; b++ {
+			if b == l.cfg.MaxBatches {
+				st.More = true
+				break
+			}
+			if beat != nil {
+				beat()
+			}
+			var n int64
+			l.connMu.Lock()
+			err := l.withConn(ctx, func(conn *pgx.Conn) error {
+				return conn.QueryRow(ctx, "SELECT "+storage.Schema+".compact_batch($1, $2)", id, l.cfg.BatchSize).Scan(&n)
+			})
+			l.connMu.Unlock()
+			if err != nil {
+				return st, fmt.Errorf("lease: compaction of u%d: %w", id, err)
+			}
+			if n > 0 {
+				st.Deleted[id] += n
+			}
+			if n < int64(l.cfg.BatchSize) {
+				break
+			}
+		}
+	}
+	l.mu.Lock()
+	l.lastRound = st
+	l.mu.Unlock()
+	return st, nil
+}
+
+// loop heartbeats every Interval and compacts every CompactInterval until
+// Close or the lease is lost.
+func (l *Lease) loop(ctx context.Context) {
+	defer close(l.loopDone)
+	lastBeat := time.Now()
+	beat := func() {
+		if time.Since(lastBeat) < l.cfg.Interval {
+			return
+		}
+		lastBeat = time.Now()
+		if err := l.Heartbeat(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, ErrLost) {
+			l.cfg.Log.WithField("incarnation", l.id).WithError(err).Warn("mzproxy lease heartbeat failed")
+		}
+	}
+	beats := time.NewTicker(l.cfg.Interval)
+	defer beats.Stop()
+	// Notices expiry (closing Done) even when nobody asks.
+	checks := time.NewTicker(max(l.cfg.Grace/20, time.Millisecond))
+	defer checks.Stop()
+	var compactions <-chan time.Time
+	if l.cfg.CompactInterval > 0 {
+		t := time.NewTicker(l.cfg.CompactInterval)
+		defer t.Stop()
+		compactions = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.done:
+			return
+		case <-checks.C:
+			_ = l.Err()
+		case <-beats.C:
+			lastBeat = time.Time{}
+			beat()
+		case <-compactions:
+			if _, err := l.compact(ctx, beat); err != nil && ctx.Err() == nil && !errors.Is(err, ErrLost) {
+				l.cfg.Log.WithField("incarnation", l.id).WithError(err).Warn("mzproxy compaction failed")
+			}
+		}
+	}
+}
+
+// Close stops the loop, retires the incarnation (its floor and holds stop
+// counting at once; its writes are refused from then on) and closes the
+// connection. Holds still out are released with it.
+func (l *Lease) Close(ctx context.Context) error {
+	var err error
+	l.closeOnce.Do(func() {
+		l.cancel()
+		<-l.loopDone
+		l.connMu.Lock()
+		defer l.connMu.Unlock()
+		l.mu.Lock()
+		wasLive := l.err == nil
+		l.mu.Unlock()
+		if wasLive {
+			err = l.withConn(ctx, func(conn *pgx.Conn) error {
+				_, err := conn.Exec(ctx, "SELECT "+storage.Schema+".deregister($1)", l.id)
+				return err
+			})
+		}
+		l.lose(lost(fmt.Errorf("mzproxy incarnation %d was closed", l.id)))
+		if l.conn != nil {
+			l.conn.Close(context.Background())
+			l.conn = nil
+		}
+	})
+	return err
+}
+
+// Stats is the lease's state for metrics and introspection.
+type Stats struct {
+	ID         int64
+	Generation uint64
+	// Floor is the local fast-path floor, Published the floor the backend
+	// has (at most Floor).
+	Floor, Published uint64
+	// Holds granted now: at or above the floor, and below it.
+	FastHolds, SlowHolds int
+	// Deadline is when the lease expires locally without another
+	// heartbeat.
+	Deadline time.Time
+	Err      error
+	// LastCompaction is this proxy's last compaction round.
+	LastCompaction CompactStats
+}
+
+// Stats returns the lease's current state.
+func (l *Lease) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, c := range l.fast {
+		n += c
+	}
+	return Stats{ID: l.id, Generation: l.gen, Floor: l.floor, Published: l.published, FastHolds: n,
+		SlowHolds: len(l.slow), Deadline: l.deadline, Err: l.checkLocked(), LastCompaction: l.lastRound}
+}

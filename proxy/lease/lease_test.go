@@ -1,0 +1,441 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/mzproxy/mzproxy/proxy/storage"
+)
+
+// beat heartbeats each lease twice: the floor a heartbeat publishes is the
+// read_ts the previous one saw.
+func beat(t *testing.T, ls ...*Lease) {
+	t.Helper()
+	for i := 0; i < 2; i++ {
+		for _, l := range ls {
+			if err := l.Heartbeat(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func compact(t *testing.T, l *Lease) CompactStats {
+	t.Helper()
+	st, err := l.Compact(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Ran {
+		t.Fatal("compaction did not run (lock held elsewhere)")
+	}
+	return st
+}
+
+// TestHoldProtectsHistory: a hold at t on incarnation A while B compacts
+// keeps since <= t and the history at t exact, both for a hold granted in
+// memory (at or above the floor) and one published below it; after the
+// release the since moves past t.
+func TestHoldProtectsHistory(t *testing.T) {
+	for _, below := range []bool{false, true} {
+		name := "fast"
+		if below {
+			name = "below-floor"
+		}
+		t.Run(name, func(t *testing.T) {
+			d := newDB(t)
+			a := d.register(Config{})
+			b := d.register(Config{})
+			d.mustWrite(b.BeginWriteSQL(), "CREATE TABLE t (k text PRIMARY KEY, v text)")
+			id, h := d.table("t")
+			var stamps []uint64
+			var want []string
+			for i := 0; i < 5; i++ {
+				ts := d.mustWrite(b.BeginWriteSQL(),
+					"INSERT INTO t VALUES ('a', 'a"+string(rune('0'+i))+"') ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+					"INSERT INTO t VALUES ('b"+string(rune('0'+i))+"', 'x')")
+				stamps = append(stamps, ts)
+				want = append(want, d.at(h, ts))
+			}
+			held := stamps[2]
+			if !below {
+				// Acquire before A's floor passes held.
+				if f := a.Floor(); f > held {
+					t.Fatalf("floor %d already above %d", f, held)
+				}
+			} else {
+				beat(t, a, b)
+				if f := a.Floor(); f <= held {
+					t.Fatalf("floor %d not above %d", f, held)
+				}
+			}
+			hold, err := a.Acquire(context.Background(), held, []int64{id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := a.Stats(); (got.SlowHolds == 1) != below {
+				t.Fatalf("stats %+v: want a hold below the floor: %v", got, below)
+			}
+			// More writes, then everything heartbeats and B compacts.
+			for i := 0; i < 3; i++ {
+				d.mustWrite(b.BeginWriteSQL(), "UPDATE t SET v = v || '+'")
+			}
+			beat(t, a, b)
+			st := compact(t, b)
+			if s := d.since(id); s > held {
+				t.Fatalf("since %d passed the hold at %d", s, held)
+			}
+			if s := d.since(id); s != held {
+				t.Errorf("since %d, want exactly the hold %d", s, held)
+			}
+			for i, ts := range stamps {
+				if ts < held {
+					continue
+				}
+				if got := d.at(h, ts); got != want[i] {
+					t.Errorf("history at %d: %q, want %q", ts, got, want[i])
+				}
+			}
+			t.Logf("deleted %v", st.Deleted)
+			if st.Deleted[id] == 0 {
+				t.Errorf("nothing compacted below the hold")
+			}
+			if got := d.int("SELECT count(*) FROM mz_internal.mz_read_holds WHERE incarnation = $1 AND kind = 'hold'", a.ID()); (got == 1) != below {
+				t.Errorf("mz_read_holds rows of kind hold: %d", got)
+			}
+			hold.Release()
+			hold.Release() // idempotent
+			beat(t, a, b)
+			compact(t, b)
+			if s := d.since(id); s <= held {
+				t.Fatalf("since %d did not pass the released hold at %d", s, held)
+			}
+			if got := d.int("SELECT count(*) FROM " + h + " WHERE mz_to <= $1", int64(d.since(id))); got != 0 {
+				t.Errorf("%d versions invisible at since were kept", got)
+			}
+			if got := d.int("SELECT count(*) FROM mzproxy.read_holds"); got != 0 {
+				t.Errorf("read_holds rows after release: %d", got)
+			}
+		})
+	}
+}
+
+// TestAcquireBelowSince: a hold below an input's since is refused with the
+// sinces; one at the since is granted.
+func TestAcquireBelowSince(t *testing.T) {
+	d := newDB(t)
+	a := d.register(Config{})
+	d.mustWrite(a.BeginWriteSQL(), "CREATE TABLE t (k text PRIMARY KEY, v text)")
+	id, _ := d.table("t")
+	t0 := d.mustWrite(a.BeginWriteSQL(), "INSERT INTO t VALUES ('a', '1')")
+	for i := 0; i < 3; i++ {
+		d.mustWrite(a.BeginWriteSQL(), "UPDATE t SET v = v || '+'")
+	}
+	beat(t, a)
+	compact(t, a)
+	since := d.since(id)
+	if since <= t0 {
+		t.Fatalf("since %d did not advance past %d", since, t0)
+	}
+	_, err := a.Acquire(context.Background(), t0, []int64{id})
+	var bs *BelowSinceError
+	if !errors.As(err, &bs) || bs.Since[id] != since {
+		t.Fatalf("Acquire below since: %v, want BelowSinceError with since %d", err, since)
+	}
+	t.Log(err)
+	h, err := a.Acquire(context.Background(), since, []int64{id})
+	if err != nil {
+		t.Fatalf("Acquire at since %d: %v", since, err)
+	}
+	h.Release()
+}
+
+// TestExpiredIncarnation: an incarnation that stops heartbeating is
+// retired after its grace, compaction passes its floor, and it finds
+// itself fenced: locally (Err, Done, Acquire) and in the backend (writes,
+// heartbeat).
+func TestExpiredIncarnation(t *testing.T) {
+	d := newDB(t)
+	const grace = time.Second
+	b := d.register(Config{})
+	d.mustWrite(b.BeginWriteSQL(), "CREATE TABLE t (k text PRIMARY KEY, v text)")
+	id, _ := d.table("t")
+	a := d.register(Config{Grace: grace}) // its loop never heartbeats
+	floorA := a.Floor()
+	hold, err := a.Acquire(context.Background(), floorA, []int64{id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Release()
+	for i := 0; i < 3; i++ {
+		d.mustWrite(b.BeginWriteSQL(), "INSERT INTO t VALUES ('k"+string(rune('0'+i))+"', 'v')")
+	}
+	beat(t, b)
+	compact(t, b)
+	if s := d.since(id); s > floorA {
+		t.Fatalf("since %d passed live A's floor %d", s, floorA)
+	}
+	select {
+	case <-a.Done():
+		t.Fatal("lease lost early")
+	default:
+	}
+	time.Sleep(grace + 100*time.Millisecond)
+	beat(t, b)
+	compact(t, b)
+	if s := d.since(id); s <= floorA {
+		t.Fatalf("since %d still held at expired A's floor %d", s, floorA)
+	}
+	if got := d.int("SELECT count(*) FROM mz_internal.mz_incarnations WHERE id = $1 AND status = 'lease expired'", a.ID()); got != 1 {
+		t.Errorf("A not shown as retired in mz_incarnations")
+	}
+	// Locally.
+	select {
+	case <-a.Done():
+	default:
+		t.Fatal("Done not closed after the grace")
+	}
+	if err := a.Err(); !errors.Is(err, ErrLost) {
+		t.Fatalf("Err = %v, want ErrLost", err)
+	}
+	if a.Floor() != math.MaxUint64 {
+		t.Errorf("Floor of a lost lease = %d", a.Floor())
+	}
+	if _, err := a.Acquire(context.Background(), math.MaxInt64, []int64{id}); !errors.Is(err, ErrLost) {
+		t.Errorf("Acquire on a lost lease: %v", err)
+	}
+	// In the backend.
+	_, err = d.write(a.BeginWriteSQL(), "INSERT INTO t VALUES ('zombie', 'v')")
+	if !storage.IsFenced(err) || !strings.Contains(err.Error(), "lost its lease") {
+		t.Fatalf("write of a retired incarnation: %v, want fenced", err)
+	}
+	t.Log(err)
+	if got := d.int("SELECT count(*) FROM t WHERE k = 'zombie'"); got != 0 {
+		t.Errorf("fenced write left %d rows", got)
+	}
+	var n int64
+	err = d.conn.QueryRow(context.Background(), "SELECT mzproxy.heartbeat($1, 0, '{}', '{}')", a.ID()).Scan(&n)
+	if !storage.IsFenced(err) {
+		t.Errorf("heartbeat of a retired incarnation: %v", err)
+	}
+	// A new registration serves again.
+	a2 := d.register(Config{})
+	d.mustWrite(a2.BeginWriteSQL(), "INSERT INTO t VALUES ('back', 'v')")
+}
+
+// TestGenerationFencing: registering generation 2 fences generation 1's
+// writes (no partial write) and heartbeats; generation 1 cannot register
+// any more; generation 0 joins generation 2.
+func TestGenerationFencing(t *testing.T) {
+	d := newDB(t)
+	g1 := d.register(Config{Generation: 1})
+	d.mustWrite(g1.BeginWriteSQL(), "CREATE TABLE t (k text PRIMARY KEY, v text)")
+	id, h := d.table("t")
+	d.mustWrite(g1.BeginWriteSQL(), "INSERT INTO t VALUES ('a', '1')")
+
+	// A generation-1 write transaction in flight while generation 2
+	// registers: the registration waits for its commit.
+	ctx := context.Background()
+	tx, err := d.conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, g1.BeginWriteSQL()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO t VALUES ('inflight', '1')"); err != nil {
+		t.Fatal(err)
+	}
+	registered := make(chan *Lease, 1)
+	other := newConnDB(t, d)
+	go func() {
+		l, err := Register(ctx, Config{Generation: 2, Dial: other, Interval: time.Hour, Grace: time.Hour, CompactInterval: -1, Log: quiet})
+		if err != nil {
+			t.Error(err)
+		}
+		registered <- l
+	}()
+	select {
+	case <-registered:
+		t.Fatal("generation 2 registered while a generation-1 write held the commit slot")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g2 := <-registered
+	if g2 == nil {
+		t.FailNow()
+	}
+	defer g2.Close(ctx)
+	if g2.Generation() != 2 {
+		t.Fatalf("generation %d", g2.Generation())
+	}
+
+	before := d.int("SELECT count(*) FROM " + h)
+	_, err = d.write(g1.BeginWriteSQL(), "INSERT INTO t VALUES ('b', '1')")
+	var pe *pgconn.PgError
+	if !storage.IsFenced(err) || !errors.As(err, &pe) || pe.Code != "XX000" || !strings.Contains(pe.Message, "fenced by new generation 2") {
+		t.Fatalf("generation-1 write: %v, want XX000 ... fenced by new generation 2", err)
+	}
+	t.Log(err)
+	if got := d.int("SELECT count(*) FROM t WHERE k = 'b'"); got != 0 {
+		t.Errorf("fenced write left rows")
+	}
+	if got := d.int("SELECT count(*) FROM " + h); got != before {
+		t.Errorf("fenced write changed history: %d -> %d", before, got)
+	}
+	// begin_write_at too.
+	if _, err := d.write(storage.BeginWriteAtFor(math.MaxInt64/2, g1.ID()), "INSERT INTO t VALUES ('c', '1')"); !storage.IsFenced(err) {
+		t.Errorf("generation-1 begin_write_at: %v", err)
+	}
+	if err := g1.Heartbeat(ctx); !errors.Is(err, ErrLost) || !strings.Contains(err.Error(), "fenced by new generation 2") {
+		t.Errorf("generation-1 heartbeat: %v", err)
+	}
+	if _, err := g1.Acquire(ctx, math.MaxInt64, []int64{id}); !errors.Is(err, ErrLost) {
+		t.Errorf("generation-1 Acquire: %v", err)
+	}
+	// Generation 1 cannot come back; 0 joins the newest.
+	if _, err := Register(ctx, Config{Generation: 1, Dial: other, CompactInterval: -1, Log: quiet}); !errors.Is(err, ErrLost) {
+		t.Errorf("registering generation 1 after 2: %v", err)
+	}
+	g0 := d.register(Config{})
+	if g0.Generation() != 2 {
+		t.Errorf("generation 0 joined %d, want 2", g0.Generation())
+	}
+	d.mustWrite(g2.BeginWriteSQL(), "INSERT INTO t VALUES ('d', '1')")
+	d.mustWrite(g0.BeginWriteSQL(), "INSERT INTO t VALUES ('e', '1')")
+	// The unfenced form still works.
+	d.mustWrite(storage.BeginWriteSQL, "INSERT INTO t VALUES ('f', '1')")
+	if got := d.int("SELECT count(*) FROM mz_internal.mz_incarnations WHERE status = 'fenced' AND fenced_by = $1", g2.ID()); got != 1 {
+		t.Errorf("mz_incarnations fenced rows: %d", got)
+	}
+}
+
+// newConnDB returns a Dial for d's database.
+func newConnDB(t *testing.T, d *db) func(context.Context) (*pgx.Conn, error) {
+	return func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, d.cs) }
+}
+
+// TestRetention: a table with RETAIN HISTORY keeps its window, one without
+// follows the default, RESET returns to it; a dropped table's history goes
+// once its since passes the drop.
+func TestRetention(t *testing.T) {
+	d := newDB(t)
+	a := d.register(Config{DefaultRetention: time.Millisecond})
+	d.mustWrite(a.BeginWriteSQL(), "CREATE TABLE short (k text PRIMARY KEY, v text)", "CREATE TABLE long (k text PRIMARY KEY, v text)",
+		storage.SetRetentionQuery("long", time.Hour, false))
+	var ok bool
+	tx, _ := d.conn.Begin(context.Background())
+	tx.QueryRow(context.Background(), a.BeginWriteSQL()).Scan(new(int64))
+	if err := tx.QueryRow(context.Background(), "CREATE TEMP TABLE tmp (x int); "+storage.SetRetentionQuery("tmp", time.Hour, false)).Scan(&ok); err == nil && ok {
+		t.Errorf("set_retention on a temporary table returned true")
+	}
+	tx.Rollback(context.Background())
+	if _, err := d.conn.Exec(context.Background(), storage.SetRetentionQuery("long", time.Hour, false)); err == nil {
+		t.Errorf("set_retention outside a write transaction succeeded")
+	}
+	short, _ := d.table("short")
+	long, _ := d.table("long")
+	created := d.since(long)
+	for i := 0; i < 3; i++ {
+		d.mustWrite(a.BeginWriteSQL(), "INSERT INTO short VALUES ('k"+string(rune('0'+i))+"', 'v')", "INSERT INTO long VALUES ('k"+string(rune('0'+i))+"', 'v')")
+	}
+	beat(t, a)
+	compact(t, a)
+	upper := uint64(d.int(storage.UpperSQL))
+	if s := d.since(short); s != upper-1-0 && s+1 < upper-1 {
+		// Floors trail read_ts by a heartbeat; after two beats with no
+		// write in between the floor is read_ts = upper-1.
+		t.Errorf("short since %d, upper %d: want upper-1-1ms", s, upper)
+	}
+	if s := d.since(long); s != created {
+		t.Errorf("long since %d moved within its hour (created %d)", s, created)
+	}
+	if got := d.int("SELECT retain_ms FROM mz_internal.mz_frontiers WHERE name = 'long'"); got != 3600000 {
+		t.Errorf("mz_frontiers retain_ms = %d", got)
+	}
+	if got := d.int("SELECT retain_ms FROM mz_internal.mz_frontiers WHERE name = 'short'"); got != 1 {
+		t.Errorf("mz_frontiers default retain_ms = %d", got)
+	}
+	d.mustWrite(a.BeginWriteSQL(), "ALTER TABLE long ADD COLUMN w int", storage.SetRetentionQuery("long", 0, true))
+	beat(t, a)
+	compact(t, a)
+	if s := d.since(long); s <= created {
+		t.Errorf("long since %d did not move after RESET", s)
+	}
+
+	_, h := d.table("short")
+	dropped := d.mustWrite(a.BeginWriteSQL(), "DROP TABLE short")
+	if got := d.int("SELECT count(*) FROM pg_class WHERE oid = $1::regclass", h); got != 1 {
+		t.Fatal("history of the dropped table is gone at once")
+	}
+	hold, err := a.Acquire(context.Background(), dropped-1, []int64{short})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.mustWrite(a.BeginWriteSQL(), "INSERT INTO long VALUES ('x', 'v')")
+	beat(t, a)
+	compact(t, a)
+	if got := d.int("SELECT count(*) FROM mzproxy.collections WHERE id = $1", short); got != 1 {
+		t.Fatal("history of a dropped table removed under a hold")
+	}
+	hold.Release()
+	beat(t, a)
+	compact(t, a)
+	if got := d.int("SELECT count(*) FROM mzproxy.catalog WHERE id = $1", short); got != 0 {
+		t.Errorf("catalog row of the dropped table kept")
+	}
+	if got := d.int("SELECT count(*) FROM pg_class WHERE relname = $1 AND relnamespace = 'mzproxy'::regnamespace", strings.TrimPrefix(h, "mzproxy.")); got != 0 {
+		t.Errorf("history table of the dropped table kept")
+	}
+}
+
+// TestBoundedStorage: under a steady update loop with the loop compacting,
+// the history table's size stays bounded.
+func TestBoundedStorage(t *testing.T) {
+	d := newDB(t)
+	a := d.register(Config{Interval: 50 * time.Millisecond, Grace: 5 * time.Second, CompactInterval: 50 * time.Millisecond,
+		DefaultRetention: 100 * time.Millisecond, BatchSize: 500})
+	d.mustWrite(a.BeginWriteSQL(), "CREATE TABLE t (k int PRIMARY KEY, v int)", "INSERT INTO t SELECT g, 0 FROM generate_series(1, 100) g")
+	id, h := d.table("t")
+	dur := 3 * time.Second
+	if testing.Short() {
+		dur = time.Second
+	}
+	end := time.Now().Add(dur)
+	var writes, maxRows int64
+	for time.Now().Before(end) {
+		d.mustWrite(a.BeginWriteSQL(), "UPDATE t SET v = v + 1")
+		writes++
+		if writes%10 == 0 {
+			maxRows = max(maxRows, d.int("SELECT count(*) FROM "+h))
+		}
+	}
+	written := writes*100 + 100
+	rows := d.int("SELECT count(*) FROM " + h)
+	total := d.int("SELECT total_compacted_rows FROM mz_internal.mz_compactions WHERE object_id = $1", "u"+itoa(id))
+	t.Logf("%d update transactions of 100 rows in %v: %d versions written, %d compacted; history now %d rows, at most %d seen",
+		writes, dur, written, total, rows, maxRows)
+	if writes < 20 {
+		t.Skip("too few writes on this machine to judge")
+	}
+	// The retention plus a couple of heartbeat and compaction intervals
+	// worth of versions, generously.
+	if maxRows > written/2 || rows > written/2 {
+		t.Errorf("history not bounded: %d rows of %d written", max(rows, maxRows), written)
+	}
+	if err := a.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func itoa(i int64) string { return strconv.FormatInt(i, 10) }
