@@ -27,80 +27,16 @@ import (
 	"github.com/mzproxy/mzproxy/proxy/embedded"
 )
 
-// config is every setting of mzproxy. Each flag can also be set with an
-// environment variable MZPROXY_<NAME> (upper case, dashes as underscores);
-// a flag on the command line wins.
-type config struct {
-	listen            string
-	backend           string
-	dataDir           string
-	pgBinDir          string
-	pgUser            string
-	auth              string
-	usersFile         string
-	allowTrustRemote  bool
-	tlsCert, tlsKey   string
-	maxConnections    int
-	maxMessageSize    int
-	shutdownTimeout   time.Duration
-	logLevel          string
-	logFormat         string
-	embeddedPGSetting stringList
-	historyReads      bool
-}
-
-type stringList []string
-
-func (l *stringList) String() string     { return strings.Join(*l, ",") }
-func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
-
-func parseConfig(args []string) (*config, error) {
-	c := &config{}
-	fs := flag.NewFlagSet("mzproxy", flag.ContinueOnError)
-	fs.StringVar(&c.listen, "listen", "127.0.0.1:6875", "address for PostgreSQL clients (host:port)")
-	fs.StringVar(&c.backend, "backend", "", "PostgreSQL backend URL (postgres://...); empty starts an embedded PostgreSQL")
-	fs.StringVar(&c.dataDir, "data-dir", "./mzdata", "data directory of the embedded PostgreSQL")
-	fs.StringVar(&c.pgBinDir, "pg-bindir", "", "directory of the PostgreSQL server binaries for the embedded backend (default: MZPROXY_PG_BINDIR, PATH, pg_config --bindir, newest /usr/lib/postgresql/*/bin)")
-	fs.StringVar(&c.pgUser, "pg-user", "postgres", "unprivileged OS user that runs the embedded PostgreSQL when mzproxy runs as root")
-	fs.StringVar(&c.auth, "auth", "", "client authentication: trust, scram-sha-256 or passthrough (default: trust on a loopback listener, else required)")
-	fs.StringVar(&c.usersFile, "users-file", "", "users file for scram-sha-256 (lines: \"name\" \"password or SCRAM verifier\")")
-	fs.BoolVar(&c.allowTrustRemote, "allow-trust-non-loopback", false, "allow trust authentication on a non-loopback listener")
-	fs.StringVar(&c.tlsCert, "tls-cert", "", "TLS certificate file (PEM); with --tls-key enables TLS for clients")
-	fs.StringVar(&c.tlsKey, "tls-key", "", "TLS private key file (PEM)")
-	fs.IntVar(&c.maxConnections, "max-connections", 100, "maximum concurrent client sessions (0: no limit)")
-	fs.IntVar(&c.maxMessageSize, "max-message-size", wire.DefaultMaxMessageSize, "maximum size of one client protocol message in bytes")
-	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long busy sessions may finish before they are cut")
-	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
-	fs.BoolVar(&c.historyReads, "history-reads", false, "read managed tables through their history at the oracle's timestamp, even for reads of the present (for conformance testing of the rewrite; slower)")
-	fs.Var(&c.embeddedPGSetting, "pg-setting", "extra name=value setting for the embedded PostgreSQL (repeatable)")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		name := "MZPROXY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(name); ok && !set[f.Name] {
-			if err := f.Value.Set(v); err != nil && envErr == nil {
-				envErr = fmt.Errorf("environment variable %s: %v", name, err)
-			}
-		}
-	})
-	return c, envErr
-}
-
 func main() {
-	cfg, err := parseConfig(os.Args[1:])
+	cfg, err := loadConfig(os.Args[1:], os.LookupEnv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "mzproxy:", err)
+		// One line per bad setting (errors.Join).
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintln(os.Stderr, "mzproxy:", line)
+		}
 		os.Exit(2)
 	}
 	log, err := newLogger(cfg)
@@ -146,15 +82,22 @@ func newLogger(cfg *config) (*logrus.Entry, error) {
 		return nil, fmt.Errorf("--log-level: %v", err)
 	}
 	l.SetLevel(level)
-	switch cfg.logFormat {
+	if err := setFormat(l, cfg.logFormat); err != nil {
+		return nil, err
+	}
+	return logrus.NewEntry(l), nil
+}
+
+func setFormat(l *logrus.Logger, format string) error {
+	switch format {
 	case "text":
 		l.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
 	case "json":
 		l.SetFormatter(&logrus.JSONFormatter{})
 	default:
-		return nil, fmt.Errorf("--log-format: want text or json, got %q", cfg.logFormat)
+		return fmt.Errorf("--log-format: want text or json, got %q", format)
 	}
-	return logrus.NewEntry(l), nil
+	return nil
 }
 
 func run(cfg *config, log *logrus.Entry) error {
@@ -165,35 +108,56 @@ func run(cfg *config, log *logrus.Entry) error {
 	if err != nil {
 		return err
 	}
+	defer listener.Close() // for the early returns; Serve closes it too
 	auth, err := authMethod(cfg, listener.Addr())
 	if err != nil {
-		listener.Close()
 		return err
 	}
 	var users *frontend.Users
 	if cfg.usersFile != "" {
 		if users, err = frontend.LoadUsers(cfg.usersFile); err != nil {
-			listener.Close()
-			return err
+			return fmt.Errorf("users-file: %v", err)
 		}
 	}
 	if auth == frontend.AuthSCRAM && users == nil {
-		listener.Close()
 		return errors.New("--auth scram-sha-256 needs --users-file")
 	}
 	var tlsConfig *tls.Config
 	if cfg.tlsCert != "" || cfg.tlsKey != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.tlsCert, cfg.tlsKey)
 		if err != nil {
-			listener.Close()
 			return fmt.Errorf("--tls-cert/--tls-key: %v", err)
 		}
 		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 
+	// SIGHUP reloads from here on; before this it would kill the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	reloaded := make(chan struct{})
+	go func() {
+		defer close(reloaded)
+		r := &reloader{args: os.Args[1:], running: cfg, log: log, users: users}
+		for range hup {
+			r.reload()
+		}
+	}()
+	defer func() {
+		signal.Stop(hup)
+		close(hup)
+		<-reloaded
+	}()
+
+	// The operations server (metrics, health) answers from the start, so
+	// /livez works while an embedded PostgreSQL is initialized.
+	ops, err := startOps(cfg.metricsListen, log)
+	if err != nil {
+		return err
+	}
+	defer ops.close()
+
 	backendCfg, shutdownBackend, err := startBackend(ctx, cfg, log)
 	if err != nil {
-		listener.Close()
 		return err
 	}
 	defer shutdownBackend()
@@ -219,9 +183,16 @@ func run(cfg *config, log *logrus.Entry) error {
 		MaxMessageSize: cfg.maxMessageSize,
 		Logger:         log,
 	})
+	if err := ops.serving(srv, px, backendCfg); err != nil {
+		return err
+	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(listener) }()
-	log.WithFields(logrus.Fields{"listen": listener.Addr().String(), "auth": string(auth)}).Info("mzproxy ready")
+	fields := logrus.Fields{"listen": listener.Addr().String(), "auth": string(auth)}
+	if ops.addr != "" {
+		fields["metrics"] = ops.addr
+	}
+	log.WithFields(fields).Info("mzproxy ready")
 
 	select {
 	case err := <-serveErr:
@@ -236,6 +207,9 @@ func run(cfg *config, log *logrus.Entry) error {
 	if err := srv.Shutdown(sctx); err != nil {
 		log.WithError(err).Warn("drain deadline passed; remaining sessions were cut")
 	}
+	// /readyz said 503 while draining; its backend connection must go
+	// before an embedded backend stops.
+	ops.close()
 	return nil
 }
 

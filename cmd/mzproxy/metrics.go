@@ -1,0 +1,48 @@
+package main
+
+import (
+	"time"
+
+	"github.com/mzproxy/mzproxy/frontend"
+	"github.com/mzproxy/mzproxy/proxy"
+	"github.com/mzproxy/mzproxy/proxy/metrics"
+)
+
+// registerInstruments is the list of mzproxy's metrics that are read at
+// each scrape from counts the process keeps anyway: to export another such
+// value, add one line here (package proxy/metrics says how names become
+// Prometheus names and which labels are allowed). Instruments recorded on
+// a hot path are made from m.Meter() and handed to their package instead.
+func registerInstruments(m *metrics.Provider, srv *frontend.Server, px *proxy.Proxy) error {
+	m.Gauge("mzproxy.connections.active", "{connection}", "Client sessions past startup now.", func() int64 { return srv.Stats().Active })
+	m.Counter("mzproxy.connections.accepted", "{connection}", "Client connections accepted since start.", func() int64 { return srv.Stats().Accepted })
+	m.Counter("mzproxy.connections.refused", "{connection}", "Client connections refused since start (too many, or while draining).", func() int64 { return srv.Stats().Refused })
+	m.Gauge("mzproxy.draining", "", "1 while the proxy drains its sessions to stop, else 0.", func() int64 { return b2i(srv.Draining()) })
+	m.Counter("mzproxy.plan_cache.hits", "{lookup}", "Statements whose plan was found in the plan cache.", func() int64 { return int64(px.PlanCacheStats().Hits) })
+	m.Counter("mzproxy.plan_cache.misses", "{lookup}", "Statements planned because the plan cache lacked them.", func() int64 { return int64(px.PlanCacheStats().Misses) })
+	m.Gauge("mzproxy.plan_cache.entries", "{plan}", "Plans in the plan cache now.", func() int64 { return int64(px.PlanCacheStats().Len) })
+	m.Gauge("mzproxy.read_holds", "{hold}", "Read holds granted by this proxy and not yet released.", func() int64 { return int64(len(px.Holds())) })
+	m.FloatGauge("mzproxy.read_holds.oldest_age", "s", "Age of the oldest read hold of this proxy (0 without holds); a growing age holds back compaction.", func() float64 { return oldestHoldAge(px) })
+	return m.Err()
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func oldestHoldAge(px *proxy.Proxy) float64 {
+	holds := px.Holds()
+	if len(holds) == 0 {
+		return 0
+	}
+	oldest := holds[0].Since
+	for _, h := range holds[1:] {
+		if h.Since.Before(oldest) {
+			oldest = h.Since
+		}
+	}
+	return time.Since(oldest).Seconds()
+}

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/sirupsen/logrus"
+
+	"github.com/mzproxy/mzproxy/frontend"
+	"github.com/mzproxy/mzproxy/proxy"
+	"github.com/mzproxy/mzproxy/proxy/metrics"
+)
+
+// readyTimeout bounds /readyz's backend check, connecting included.
+const readyTimeout = 2 * time.Second
+
+// opsServer is the HTTP server for operators: /metrics (Prometheus),
+// /livez (the process is up) and /readyz (it serves clients and reaches
+// its backend; 503 while starting and while draining).
+type opsServer struct {
+	addr    string // host:port it listens on; "" when disabled
+	http    *http.Server
+	done    chan struct{} // closed when Serve has returned
+	metrics *metrics.Provider
+	log     *logrus.Entry
+
+	srv       atomic.Pointer[frontend.Server] // set once clients are served
+	probe     atomic.Pointer[backendProbe]
+	closeOnce sync.Once
+}
+
+// startOps listens on addr and serves the endpoints. An empty addr
+// disables the server; the returned opsServer then does nothing.
+func startOps(addr string, log *logrus.Entry) (*opsServer, error) {
+	o := &opsServer{log: log.WithField("component", "ops")}
+	if addr == "" {
+		return o, nil
+	}
+	m, err := metrics.New()
+	if err != nil {
+		return nil, err
+	}
+	o.metrics = m
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics-listen: %v", err)
+	}
+	o.addr = l.Addr().String()
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", o.readyz)
+	o.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	o.done = make(chan struct{})
+	go func() {
+		defer close(o.done)
+		if err := o.http.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			o.log.WithError(err).Error("metrics and health server stopped")
+		}
+	}()
+	return o, nil
+}
+
+// serving registers the metrics of srv and px and makes /readyz answer
+// for them. Call it just before srv serves.
+func (o *opsServer) serving(srv *frontend.Server, px *proxy.Proxy, backend *pgconn.Config) error {
+	if o.http == nil {
+		return nil
+	}
+	if err := registerInstruments(o.metrics, srv, px); err != nil {
+		return err
+	}
+	o.probe.Store(&backendProbe{cfg: backend})
+	o.srv.Store(srv)
+	return nil
+}
+
+func (o *opsServer) readyz(w http.ResponseWriter, r *http.Request) {
+	srv := o.srv.Load()
+	switch {
+	case srv == nil:
+		http.Error(w, "starting", http.StatusServiceUnavailable)
+		return
+	case srv.Draining():
+		http.Error(w, "draining", http.StatusServiceUnavailable)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	defer cancel()
+	if err := o.probe.Load().check(ctx); err != nil {
+		o.log.WithError(err).Debug("readiness: backend unreachable")
+		http.Error(w, "backend unreachable: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+// close stops the server (after the proxy has drained: /readyz answers 503
+// until then) and the backend probe's connection.
+func (o *opsServer) close() {
+	if o.http == nil {
+		return
+	}
+	o.closeOnce.Do(o.doClose)
+}
+
+func (o *opsServer) doClose() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := o.http.Shutdown(ctx); err != nil {
+		o.http.Close()
+	}
+	<-o.done
+	if p := o.probe.Load(); p != nil {
+		p.close()
+	}
+	_ = o.metrics.Shutdown(ctx)
+}
+
+// backendProbe checks that the backend answers a query, over one
+// connection kept between checks (made again when it breaks).
+type backendProbe struct {
+	cfg *pgconn.Config
+
+	mu   sync.Mutex // serializes checks; guards conn
+	conn *pgconn.PgConn
+}
+
+func (b *backendProbe) check(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for attempt := 0; ; attempt++ {
+		if b.conn == nil {
+			cfg := b.cfg.Copy()
+			cfg.ConnectTimeout = readyTimeout
+			if cfg.RuntimeParams == nil {
+				cfg.RuntimeParams = map[string]string{}
+			}
+			cfg.RuntimeParams["application_name"] = "mzproxy readiness"
+			conn, err := pgconn.ConnectConfig(ctx, cfg)
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "28") {
+				// The server answered, refusing the proxy's own
+				// credentials (as with passthrough authentication and
+				// no password in --backend): it is up, which is what
+				// readiness asks.
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			b.conn = conn
+		}
+		_, err := b.conn.Exec(ctx, "SELECT 1").ReadAll()
+		if err == nil {
+			return nil
+		}
+		// A kept connection may have been closed by the server since the
+		// last check (restart, idle timeout): try once on a new one.
+		b.closeConn()
+		if attempt > 0 || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+func (b *backendProbe) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closeConn()
+}
+
+func (b *backendProbe) closeConn() {
+	if b.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		b.conn.Close(ctx)
+		b.conn = nil
+	}
+}

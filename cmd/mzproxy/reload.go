@@ -1,0 +1,84 @@
+package main
+
+import (
+	"io"
+	"os"
+	"sort"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/mzproxy/mzproxy/frontend"
+)
+
+// reloader applies a SIGHUP: it loads the configuration again (the config
+// file may have changed; flags and environment cannot), applies the
+// reloadable settings, re-reads the users file, and logs every other
+// change as ignored until restart. A configuration that does not load or
+// validate is logged and changes nothing.
+type reloader struct {
+	args    []string
+	running *config // the settings in force: the start's, plus applied reloads
+	log     *logrus.Entry
+	users   *frontend.Users // nil when mzproxy started without a users file
+}
+
+func (r *reloader) reload() {
+	next, err := loadConfig(r.args, os.LookupEnv, io.Discard)
+	if err != nil {
+		r.log.WithError(err).Error("SIGHUP: configuration not reloaded; the running one stays")
+		return
+	}
+	logger := r.log.Logger
+	names := make([]string, 0, len(next.values))
+	for name := range next.values {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		was, now := r.running.values[name], next.values[name]
+		if was == now {
+			continue
+		}
+		fields := logrus.Fields{"setting": name, "old": was, "new": now, "source": next.source[name]}
+		if !reloadable[name] {
+			r.log.WithFields(fields).Warn("SIGHUP: setting changed; ignored until restart")
+			continue
+		}
+		switch name {
+		case "log-level":
+			level, _ := logrus.ParseLevel(now) // validated by loadConfig
+			logger.SetLevel(level)
+		case "log-format":
+			_ = setFormat(logger, now) // validated by loadConfig
+		case "users-file":
+			if r.users == nil || now == "" {
+				// Without a users file at start, authentication was set up
+				// without one (and the other way round).
+				r.log.WithFields(fields).Warn("SIGHUP: setting changed; ignored until restart")
+				continue
+			}
+		}
+		r.running.values[name] = now
+		r.log.WithFields(fields).Log(visible(logger), "SIGHUP: setting changed")
+	}
+	if r.users != nil {
+		path := r.running.values["users-file"]
+		users, err := frontend.LoadUsers(path)
+		if err != nil {
+			r.log.WithError(err).WithField("path", path).Error("SIGHUP: users file not reloaded; the loaded users stay")
+		} else {
+			r.users.Replace(users)
+			r.log.WithField("path", path).Log(visible(logger), "SIGHUP: users file reloaded")
+		}
+	}
+	r.log.Log(visible(logger), "SIGHUP: configuration reloaded")
+}
+
+// visible is info, or the logger's level when that hides info: what a
+// reload did is always logged.
+func visible(l *logrus.Logger) logrus.Level {
+	if l.IsLevelEnabled(logrus.InfoLevel) {
+		return logrus.InfoLevel
+	}
+	return l.GetLevel()
+}
