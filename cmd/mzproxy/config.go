@@ -79,7 +79,10 @@ func newFlagSet(c *config, kinds map[string]kind) *flag.FlagSet {
 	fs := flag.NewFlagSet("mzproxy", flag.ContinueOnError)
 	str := func(p *string, name, def, help string) { fs.StringVar(p, name, def, help); kinds[name] = kindString }
 	num := func(p *int, name string, def int, help string) { fs.IntVar(p, name, def, help); kinds[name] = kindInt }
-	boolean := func(p *bool, name string, def bool, help string) { fs.BoolVar(p, name, def, help); kinds[name] = kindBool }
+	boolean := func(p *bool, name string, def bool, help string) {
+		fs.BoolVar(p, name, def, help)
+		kinds[name] = kindBool
+	}
 
 	str(&c.configFile, "config", "", "TOML file of settings; keys are the flag names (e.g. max-connections = 50)")
 	str(&c.listen, "listen", "127.0.0.1:6875", "address for PostgreSQL clients (host:port)")
