@@ -19,9 +19,9 @@ CORPUS=${CORPUS:-$root/../shared/slt/sqlite}
 [ -f "$CORPUS/select1.test" ] || { echo "no corpus at $CORPUS (set CORPUS)" >&2; exit 1; }
 
 bench_setup
-(cd "$root" && go build -o "$work/mzslt" ./cmd/mzslt)
+(cd "$src" && go build -o "$work/mzslt" ./cmd/mzslt)
 files=($(cd "$CORPUS" && ls select*.test evidence/*.test))
-expect=$root/cmd/mzslt/testdata/sqlite-expected.txt
+expect=$src/cmd/mzslt/testdata/sqlite-expected.txt
 
 declare -A url
 url[direct]="postgres://postgres@127.0.0.1:$pg_port/postgres?sslmode=disable"

@@ -40,7 +40,14 @@ bench_setup() {
 	pg_port=$(free_port)
 	mz_port=$(free_port)
 	echo "building mzproxy and starting PostgreSQL $("$bindir/postgres" --version | awk '{print $3}') in $work" >&2
-	(cd "$root" && go build -o "$work/mzproxy" ./cmd/mzproxy)
+	if [ "${SRC:-head}" = tree ]; then
+		src=$root
+	else
+		src=$work/src
+		mkdir -p "$src"
+		git -C "$root" archive HEAD | tar -x -C "$src"
+	fi
+	(cd "$src" && go build -o "$work/mzproxy" ./cmd/mzproxy)
 	as_pg "$bindir/initdb" -D "$work/pg" -U postgres -A trust >/dev/null
 	as_pg "$bindir/pg_ctl" -D "$work/pg" -l "$work/pg.log" -w \
 		-o "-c listen_addresses=127.0.0.1 -c port=$pg_port -c unix_socket_directories=$work -c max_connections=200 -c shared_buffers=256MB" \

@@ -112,7 +112,7 @@ if [ -n "$DDL_COUNTS" ]; then
 	echo
 	echo "CREATE TABLE + DROP TABLE pair latency, $DDL_PAIRS pairs per endpoint and count, alternating"
 	echo
-	(cd "$root" && go run ./bench/ddllatency \
+	(cd "$src" && go run ./bench/ddllatency \
 		--proxy "postgres://postgres@127.0.0.1:$mz_port/ddl_mz?sslmode=disable" \
 		--direct "postgres://postgres@127.0.0.1:$pg_port/ddl_direct?sslmode=disable" \
 		--counts "$DDL_COUNTS" --pairs "$DDL_PAIRS")

@@ -13,6 +13,7 @@
 #                 each measured as target mz-<name> in the same rounds
 #        PROFILE=dir   write mzproxy's CPU profile (whole run) to dir/mzproxy.pprof
 #                      and the binary to dir/mzproxy (go tool pprof dir/mzproxy dir/mzproxy.pprof)
+#        SRC=tree      build the working tree instead of the last commit
 #        STRACE=secs   after the rounds, one extra simple-protocol run per middle
 #                      process with `strace -c -f` attached: per-syscall breakdown
 #                      (strace slows the process; its counts, not its TPS, are the point)
@@ -57,7 +58,16 @@ cleanup() {
 trap cleanup EXIT
 
 echo "building mzproxy and starting PostgreSQL $("$bindir/postgres" --version | awk '{print $3}') in $work" >&2
-(cd "$root" && go build -o "$work/mzproxy" ./cmd/mzproxy)
+# Built from the last commit, not from the working tree (which other work
+# may have half-edited); SRC=tree builds the working tree.
+if [ "${SRC:-head}" = tree ]; then
+	src=$root
+else
+	src=$work/src
+	mkdir -p "$src"
+	git -C "$root" archive HEAD | tar -x -C "$src"
+fi
+(cd "$src" && go build -o "$work/mzproxy" ./cmd/mzproxy)
 as_pg "$bindir/initdb" -D "$work/pg" -U postgres -A trust >/dev/null
 as_pg "$bindir/pg_ctl" -D "$work/pg" -l "$work/pg.log" -w \
 	-o "-c listen_addresses=127.0.0.1 -c port=$pg_port -c unix_socket_directories=$work -c max_connections=200 -c shared_buffers=256MB" \
