@@ -140,7 +140,17 @@ func (s *Server) Serve(l net.Listener) error {
 			return err
 		}
 		backoff = 0
+		// Add under the lock that startDrain takes, so that no Add can
+		// race with Shutdown's Wait: a connection accepted as the drain
+		// starts is either waited for or closed here.
+		s.mu.Lock()
+		if s.draining {
+			s.mu.Unlock()
+			nc.Close()
+			return ErrServerClosed
+		}
 		s.wg.Add(1)
+		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
 			s.serveConn(nc)
