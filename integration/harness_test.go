@@ -49,7 +49,13 @@ func runMain(m *testing.M) int {
 	env.dir = dir
 
 	env.binary = filepath.Join(dir, "mzproxy")
-	build := exec.Command("go", "build", "-o", env.binary, "./cmd/mzproxy")
+	args := []string{"build", "-o", env.binary}
+	if os.Getenv("MZPROXY_RACE") != "" {
+		// The proxy under test with the race detector: its log (printed
+		// when a test fails) shows any report, and the process exits 66.
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, "./cmd/mzproxy")...)
 	build.Dir = moduleRoot()
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building mzproxy: %v\n%s", err, out)
@@ -124,6 +130,10 @@ func startProxy(t testing.TB, args ...string) *proxyProc {
 	all := append([]string{"--listen", "127.0.0.1:0", "--backend", directURL("postgres", "postgres"), "--log-level", "debug"}, args...)
 	p := &proxyProc{log: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(env.binary, all...)
+	// No fixed-port side servers (metrics): tests run proxies side by
+	// side. An environment variable, so a binary without the setting
+	// ignores it; a test's own flag wins.
+	p.cmd.Env = append(os.Environ(), "MZPROXY_METRICS_LISTEN=")
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -152,6 +162,9 @@ func startProxy(t testing.TB, args ...string) *proxyProc {
 	}()
 	t.Cleanup(func() {
 		p.stop(t)
+		if strings.Contains(p.log.String(), "WARNING: DATA RACE") {
+			t.Errorf("the race detector reported a data race in mzproxy (MZPROXY_RACE)")
+		}
 		if t.Failed() {
 			t.Logf("mzproxy log:\n%s", p.log.String())
 		}
