@@ -1,0 +1,312 @@
+package integration
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Operating mzproxy: the metrics endpoint, health checks, and SIGHUP.
+
+var metricsLine = regexp.MustCompile(`mzproxy ready.*metrics="?([0-9.]+:[0-9]+)`)
+
+// metricsAddr is the HTTP address the proxy printed in its ready line.
+func (p *proxyProc) metricsAddr(t testing.TB) string {
+	t.Helper()
+	m := metricsLine.FindStringSubmatch(p.log.String())
+	if m == nil {
+		t.Fatalf("no metrics address in the ready line:\n%s", p.log.String())
+	}
+	return m[1]
+}
+
+// get fetches an ops endpoint; connections are not kept, so no client
+// goroutine outlives the test.
+func get(t testing.TB, addr, path string) (int, string) {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get("http://" + addr + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// metricValue is the value of an unlabeled series in a scrape.
+func metricValue(t testing.TB, scrape, name string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(scrape, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no series %s in the scrape:\n%s", name, scrape)
+	return 0
+}
+
+// TestOpsMetrics: /metrics counts connections accepted, active and
+// refused; /livez and /readyz answer 200 while the proxy serves.
+func TestOpsMetrics(t *testing.T) {
+	t.Parallel()
+	p := startProxy(t, "--metrics-listen", "127.0.0.1:0", "--max-connections", "2")
+	addr := p.metricsAddr(t)
+	ctx := testContext(t)
+
+	for _, path := range []string{"/livez", "/readyz"} {
+		if code, body := get(t, addr, path); code != 200 || body != "ok\n" {
+			t.Fatalf("GET %s: %d %q", path, code, body)
+		}
+	}
+	_, before := get(t, addr, "/metrics")
+	accepted0 := metricValue(t, before, "mzproxy_connections_accepted_total")
+	for _, name := range []string{"mzproxy_connections_active", "mzproxy_connections_refused_total", "mzproxy_read_holds", "mzproxy_plan_cache_hits_total", "mzproxy_draining"} {
+		metricValue(t, before, name) // present
+	}
+
+	for range 3 {
+		conn, err := pgx.Connect(ctx, p.URL("postgres", "postgres"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, "SELECT 1"); err != nil {
+			t.Fatal(err)
+		}
+		conn.Close(ctx)
+	}
+	// Two sessions open fill --max-connections; a third is refused.
+	a, b := p.connect(t, ctx), p.connect(t, ctx)
+	_, _ = a.Exec(ctx, "SELECT 1")
+	_, _ = b.Exec(ctx, "SELECT 1")
+	if c, err := pgx.Connect(ctx, p.URL("postgres", "postgres")); err == nil {
+		c.Close(ctx)
+		t.Fatal("a third session was accepted with --max-connections 2")
+	} else if pe := (*pgconn.PgError)(nil); !errors.As(err, &pe) || pe.Code != "53300" {
+		t.Fatalf("third session: %v, want 53300", err)
+	}
+
+	_, after := get(t, addr, "/metrics")
+	if got := metricValue(t, after, "mzproxy_connections_accepted_total"); got < accepted0+6 {
+		t.Errorf("accepted went from %v to %v after 6 connections", accepted0, got)
+	}
+	if got := metricValue(t, after, "mzproxy_connections_active"); got != 2 {
+		t.Errorf("active = %v with two sessions open", got)
+	}
+	if got := metricValue(t, after, "mzproxy_connections_refused_total"); got < 1 {
+		t.Errorf("refused = %v after a refused session", got)
+	}
+	for _, unwanted := range []string{"SELECT", `user="`} {
+		if strings.Contains(after, unwanted) {
+			t.Errorf("the scrape contains %q (SQL text or user names in labels)", unwanted)
+		}
+	}
+}
+
+// TestOpsReadyzDrain: /readyz answers 503 while a SIGTERM drains a busy
+// session (and /livez still 200), and the session's statement finishes.
+func TestOpsReadyzDrain(t *testing.T) {
+	t.Parallel()
+	p := startProxy(t, "--metrics-listen", "127.0.0.1:0", "--shutdown-timeout", "30s")
+	addr := p.metricsAddr(t)
+	ctx := testContext(t)
+	if code, body := get(t, addr, "/readyz"); code != 200 {
+		t.Fatalf("GET /readyz while serving: %d %q", code, body)
+	}
+
+	busy := p.connect(t, ctx)
+	done := make(chan error, 1)
+	go func() {
+		var s string
+		err := busy.QueryRow(ctx, "SELECT 'ops_drain' FROM pg_sleep(3)").Scan(&s)
+		done <- err
+	}()
+	direct := connectDirect(t, ctx)
+	eventually(t, 20*time.Second, "the busy query runs", func() bool {
+		return activeQueries(t, ctx, direct, "'ops_drain'") == 1
+	})
+
+	p.signal(syscall.SIGTERM)
+	eventually(t, 5*time.Second, "/readyz turns 503", func() bool {
+		code, _ := get(t, addr, "/readyz")
+		return code == http.StatusServiceUnavailable
+	})
+	if _, body := get(t, addr, "/readyz"); body != "draining\n" {
+		t.Errorf("/readyz during drain: %q", body)
+	}
+	if code, _ := get(t, addr, "/livez"); code != 200 {
+		t.Errorf("/livez during drain: %d", code)
+	}
+	if _, m := get(t, addr, "/metrics"); metricValue(t, m, "mzproxy_draining") != 1 {
+		t.Errorf("mzproxy_draining is not 1 during drain")
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the busy statement failed during drain: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the busy statement did not finish")
+	}
+	if !p.wait(20 * time.Second) {
+		t.Fatal("mzproxy did not exit after the drain")
+	}
+}
+
+// TestOpsReadyzBackendDown: /readyz is 503 when the backend is
+// unreachable, /livez still 200.
+func TestOpsReadyzBackendDown(t *testing.T) {
+	t.Parallel()
+	// A port nothing listens on: the listener is closed before mzproxy
+	// starts (it connects to the backend only per session).
+	p := startProxy(t, "--metrics-listen", "127.0.0.1:0", "--backend", "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=1")
+	addr := p.metricsAddr(t)
+	if code, body := get(t, addr, "/readyz"); code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "backend unreachable") {
+		t.Errorf("GET /readyz with no backend: %d %q", code, body)
+	}
+	if code, _ := get(t, addr, "/livez"); code != 200 {
+		t.Errorf("GET /livez: %d", code)
+	}
+}
+
+// TestOpsSIGHUP: SIGHUP applies a changed log level from the config file
+// without disturbing a session, reports other changes as ignored until
+// restart, and keeps the running configuration when the file is bad.
+func TestOpsSIGHUP(t *testing.T) {
+	t.Parallel()
+	cfgPath := filepath.Join(t.TempDir(), "mzproxy.toml")
+	write := func(s string) {
+		if err := os.WriteFile(cfgPath, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("log-level = \"info\"\nmax-connections = 50\n")
+	// Not startProxy: it sets --log-level on the command line, which
+	// would win over the file.
+	p := startProxyArgs(t, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--backend", directURL("postgres", "postgres"), "--config", cfgPath)
+	ctx := testContext(t)
+	conn := p.connect(t, ctx)
+	if _, err := conn.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	// A connection closed before its startup packet is logged at debug.
+	incomplete := func() {
+		t.Helper()
+		c, err := net.Dial("tcp", p.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	incomplete()
+	time.Sleep(200 * time.Millisecond)
+	if strings.Contains(p.log.String(), "level=debug") {
+		t.Fatalf("debug lines at log-level info:\n%s", p.log.String())
+	}
+
+	reload := func(n int) {
+		t.Helper()
+		p.signal(syscall.SIGHUP)
+		eventually(t, 10*time.Second, "the reload is logged", func() bool {
+			return strings.Count(p.log.String(), "SIGHUP: configuration") >= n
+		})
+	}
+	write("log-level = \"debug\"\nmax-connections = 10\n")
+	reload(1)
+	log := p.log.String()
+	for _, want := range []string{
+		`msg="SIGHUP: setting changed" new=debug old=info setting=log-level`,
+		`msg="SIGHUP: setting changed; ignored until restart" new=10 old=50 setting=max-connections`,
+	} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %q:\n%s", want, log)
+		}
+	}
+	// The session goes on, and the proxy now logs at debug.
+	if _, err := conn.Exec(ctx, "SELECT 2"); err != nil {
+		t.Fatalf("session after SIGHUP: %v", err)
+	}
+	incomplete()
+	eventually(t, 10*time.Second, "debug lines appear", func() bool {
+		return strings.Contains(p.log.String(), `level=debug msg="incomplete startup packet"`)
+	})
+
+	// A bad file changes nothing.
+	write("log-level = \"loud\"\n")
+	reload(2)
+	if !strings.Contains(p.log.String(), "SIGHUP: configuration not reloaded") {
+		t.Errorf("a bad config file was not reported:\n%s", p.log.String())
+	}
+	if _, err := conn.Exec(ctx, "SELECT 3"); err != nil {
+		t.Fatalf("session after a failed reload: %v", err)
+	}
+}
+
+// startProxyArgs starts mzproxy with exactly args (startProxy adds
+// its own). It is stopped when the test ends.
+func startProxyArgs(t testing.TB, args ...string) *proxyProc {
+	t.Helper()
+	p := &proxyProc{log: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(env.binary, args...)
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Stdout = p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			p.log.Write([]byte(line + "\n"))
+			if m := readyLine.FindStringSubmatch(line); m != nil {
+				select {
+				case addr <- m[1]:
+				default:
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.stop(t)
+		if t.Failed() {
+			t.Logf("mzproxy log:\n%s", p.log.String())
+		}
+	})
+	select {
+	case p.addr = <-addr:
+	case <-p.done:
+		t.Fatalf("mzproxy exited before it was ready: %v\n%s", p.err, p.log.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("mzproxy not ready after 30s:\n%s", p.log.String())
+	}
+	return p
+}
