@@ -5,10 +5,12 @@
 //
 // # Layout
 //
-// Install runs install.sql (schema version SchemaVersion) in one
+// Install brings a database to schema version SchemaVersion in one
 // transaction under pg_advisory_xact_lock, so proxies starting together do
-// not race; a database already at the version is left alone. It needs a
-// superuser because it creates event triggers. The schema holds:
+// not race: install.sql creates version 1, lease.sql upgrades 1 to 2 (a
+// database already at version 1 gets only the upgrade); a database already
+// at the version is left alone. It needs a superuser because it creates
+// event triggers. The schema holds:
 //
 //   - oracle(timeline, read_ts) and oracle_write(timeline, write_ts): the
 //     timestamp oracle on the EpochMilliseconds timeline. Separate tables:
@@ -19,8 +21,15 @@
 //     name kept in sync on RENAME/SET SCHEMA, history relation, view SQL,
 //     created_ts, dropped_ts, revision); catalog_revision, bumped by every
 //     DDL through the proxy; columns, the attnum -> history column map.
-//   - collections(id, since, retain_ms): compaction state per managed table.
-//   - incarnations and read_holds: tables only, for leases and read holds.
+//   - collections(id, since, retain_ms, compacted_at, compacted_rows,
+//     last_compacted_rows): compaction state per managed table; retain_ms
+//     NULL means the compacting proxy's default.
+//   - incarnations(id, generation, heartbeat_at, grace_ms, floor_ts,
+//     retired_at, retired_reason, fenced_by, ...): proxy incarnations and
+//     their published read floors; read_holds(incarnation, collection, ts):
+//     holds below a floor; fence(generation): the newest generation ever
+//     registered; compactor: the last compaction round. Package
+//     proxy/lease is their client; its doc has the model.
 //   - h<id>: the history relation of managed table <id>: the user's columns
 //     (same names, types and collations, no constraints) plus mz_from,
 //     mz_to (Infinity while current) and mz_hash. A version is visible at
@@ -39,6 +48,17 @@
 //     and record T in the transaction-local setting mzproxy.write_ts. A
 //     second call in the same transaction returns the same T. An abort
 //     undoes all of it.
+//   - begin_write(incarnation) / begin_write_at(T, incarnation)
+//     (BeginWriteFor, BeginWriteAtFor): the same, for a transaction that
+//     writes for a registered incarnation; after taking the txns row lock
+//     they fail with XX000 "mzproxy incarnation N ... fenced by new
+//     generation G" or "... lost its lease ..." (IsFenced) when it may no
+//     longer serve, aborting the transaction before anything is written.
+//     The forms without an incarnation are not fenced.
+//   - register, heartbeat, deregister, acquire_hold, compact,
+//     compact_batch: the backend half of package proxy/lease.
+//     set_retention(regclass, ms) (SetRetentionQuery): RETAIN HISTORY, in
+//     the DDL's write transaction.
 //   - read_ts(), write_ts(), apply_write(T): the oracle. write_ts() never
 //     returns less than the committed upper, so it stays ahead of every
 //     applied write without begin_write touching the write_ts row.
@@ -62,6 +82,9 @@
 //     changes or drops a managed relation fails with MZ003 (index DDL,
 //     COMMENT, GRANT and REVOKE are allowed), other DDL passes untouched and
 //     what it creates stays unmanaged.
+//   - Views mz_internal.mz_incarnations, mz_read_holds, mz_frontiers and
+//     mz_compactions (introspection, readable by everyone; see package
+//     proxy/lease).
 //
 // # Why read_ts is applied inside the commit transaction
 //

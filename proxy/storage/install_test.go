@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -60,4 +61,34 @@ func TestInstallNeedsSuperuser(t *testing.T) {
 		t.Fatalf("Install as non-superuser: %v, want ErrNotSuperuser", err)
 	}
 	t.Log(err)
+}
+
+// TestUpgradeFromVersion1: a database installed at version 1 keeps its
+// state and reaches SchemaVersion.
+func TestUpgradeFromVersion1(t *testing.T) {
+	cs := newDB(t)
+	ctx := context.Background()
+	conn := connect(t, cs)
+	v1 := strings.ReplaceAll(installSQL, "@SCHEMA@", Schema)
+	if _, err := conn.PgConn().Exec(ctx, "BEGIN; "+v1+"; COMMIT").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	inWrite(t, conn, "CREATE TABLE t (k int PRIMARY KEY)", "INSERT INTO t VALUES (1)")
+	upper := queryInt(t, conn, UpperSQL)
+	if err := Install(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	if got := queryInt(t, conn, "SELECT max(version) FROM mzproxy.schema_version"); got != SchemaVersion {
+		t.Fatalf("version %d after upgrade", got)
+	}
+	if got := queryInt(t, conn, UpperSQL); got != upper {
+		t.Errorf("upper changed by the upgrade: %d -> %d", upper, got)
+	}
+	if got := queryInt(t, conn, "SELECT count(*) FROM mzproxy.collections WHERE retain_ms IS NULL"); got != 1 {
+		t.Errorf("collections on the default retention after upgrade: %d", got)
+	}
+	inWrite(t, conn, "INSERT INTO t VALUES (2)")
+	if got := queryInt(t, conn, "SELECT count(*) FROM mzproxy.h1 WHERE mz_to = $1", Infinity); got != 2 {
+		t.Errorf("current versions after upgrade: %d", got)
+	}
 }

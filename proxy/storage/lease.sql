@@ -82,7 +82,7 @@ BEGIN
     SELECT * INTO i FROM @SCHEMA@.incarnations WHERE id = p_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'mzproxy incarnation % is not registered in this database', p_id
-            USING ERRCODE = 'XX000', HINT = 'The proxy must register again before serving.';
+            USING ERRCODE = 'XX000', DETAIL = 'expired', HINT = 'The proxy must register again before serving.';
     END IF;
     IF i.fenced_by IS NOT NULL THEN
         SELECT * INTO n FROM @SCHEMA@.incarnations WHERE id = i.fenced_by;
