@@ -572,6 +572,14 @@ func (l *Lease) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-l.done:
+			// Give up the compaction lock now, not at Close: another
+			// proxy compacts from here on.
+			l.connMu.Lock()
+			if l.conn != nil {
+				l.conn.Close(context.Background())
+				l.conn, l.haveLock = nil, false
+			}
+			l.connMu.Unlock()
 			return
 		case <-checks.C:
 			_ = l.Err()

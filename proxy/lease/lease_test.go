@@ -560,3 +560,45 @@ func TestConcurrentHolds(t *testing.T) {
 		t.Error("no hold granted")
 	}
 }
+
+// TestReconnect: a broken lease connection is redialed by the next call;
+// a lost lease gives the compaction lock up to another proxy.
+func TestReconnect(t *testing.T) {
+	d := newDB(t)
+	a := d.register(Config{Grace: time.Second})
+	compact(t, a)
+	a.connMu.Lock()
+	pid := a.conn.PgConn().PID()
+	a.connMu.Unlock()
+	if _, err := d.conn.Exec(context.Background(), "SELECT pg_terminate_backend($1)", pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Heartbeat(context.Background()); err == nil {
+		t.Log("heartbeat over the terminated connection succeeded?")
+	}
+	if err := a.Heartbeat(context.Background()); err != nil {
+		t.Fatalf("heartbeat after reconnect: %v", err)
+	}
+	compact(t, a) // the lock was released with the old connection
+	b := d.register(Config{})
+	if st, err := b.Compact(context.Background()); err != nil || st.Ran {
+		t.Fatalf("b compacted while a holds the lock: %+v %v", st, err)
+	}
+	// a expires (no loop heartbeats); its loop drops the connection and
+	// with it the lock.
+	<-a.Done()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err := b.Compact(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Ran {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lost lease kept the compaction lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
