@@ -310,3 +310,25 @@ func startProxyArgs(t testing.TB, args ...string) *proxyProc {
 	}
 	return p
 }
+
+// TestOpsDefaultMetricsAddrInUse: when the default metrics address is
+// taken (another mzproxy on the machine), mzproxy still starts, without
+// its HTTP server, and says so; an address given explicitly must be free.
+func TestOpsDefaultMetricsAddrInUse(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:6876")
+	if err != nil {
+		t.Skipf("cannot hold the default metrics address for the test: %v", err)
+	}
+	defer l.Close()
+	p := startProxy(t)
+	if log := p.log.String(); !strings.Contains(log, "the default metrics-listen address is in use") || metricsLine.MatchString(log) {
+		t.Errorf("no warning, or a metrics address, with the default address taken:\n%s", log)
+	}
+
+	cmd := exec.Command(env.binary, "--listen", "127.0.0.1:0", "--backend", directURL("postgres", "postgres"), "--metrics-listen", "127.0.0.1:6876")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "metrics-listen:") {
+		t.Errorf("an explicit metrics address in use: %v\n%s", err, out)
+	}
+}

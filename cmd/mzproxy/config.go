@@ -86,7 +86,7 @@ func newFlagSet(c *config, kinds map[string]kind) *flag.FlagSet {
 
 	str(&c.configFile, "config", "", "TOML file of settings; keys are the flag names (e.g. max-connections = 50)")
 	str(&c.listen, "listen", "127.0.0.1:6875", "address for PostgreSQL clients (host:port)")
-	str(&c.metricsListen, "metrics-listen", "127.0.0.1:6876", "address of the HTTP server for /metrics, /livez and /readyz (host:port; empty: none)")
+	str(&c.metricsListen, "metrics-listen", "127.0.0.1:6876", "address of the HTTP server for /metrics, /livez and /readyz (host:port; empty: none; the default is skipped with a warning when in use)")
 	str(&c.backend, "backend", "", "PostgreSQL backend URL (postgres://...); empty starts an embedded PostgreSQL")
 	str(&c.dataDir, "data-dir", "./mzdata", "data directory of the embedded PostgreSQL")
 	str(&c.pgBinDir, "pg-bindir", "", "directory of the PostgreSQL server binaries for the embedded backend (default: PATH, pg_config --bindir, newest /usr/lib/postgresql/*/bin)")

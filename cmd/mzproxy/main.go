@@ -150,7 +150,7 @@ func run(cfg *config, log *logrus.Entry) error {
 
 	// The operations server (metrics, health) answers from the start, so
 	// /livez works while an embedded PostgreSQL is initialized.
-	ops, err := startOps(cfg.metricsListen, log)
+	ops, err := startOps(cfg.metricsListen, cfg.source["metrics-listen"] == "the default", log)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -38,8 +39,11 @@ type opsServer struct {
 }
 
 // startOps listens on addr and serves the endpoints. An empty addr
-// disables the server; the returned opsServer then does nothing.
-func startOps(addr string, log *logrus.Entry) (*opsServer, error) {
+// disables the server; the returned opsServer then does nothing. When addr
+// is the default (not configured) and in use, as by another mzproxy on the
+// same machine, mzproxy runs without the server and says so: several
+// proxies on one host (and every test) need not each pick a port.
+func startOps(addr string, isDefault bool, log *logrus.Entry) (*opsServer, error) {
 	o := &opsServer{log: log.WithField("component", "ops")}
 	if addr == "" {
 		return o, nil
@@ -50,6 +54,11 @@ func startOps(addr string, log *logrus.Entry) (*opsServer, error) {
 	}
 	o.metrics = m
 	l, err := net.Listen("tcp", addr)
+	if err != nil && isDefault && errors.Is(err, syscall.EADDRINUSE) {
+		o.log.WithField("metrics_listen", addr).Warn("the default metrics-listen address is in use: running without /metrics, /livez and /readyz (set --metrics-listen)")
+		_ = m.Shutdown(context.Background())
+		return &opsServer{log: o.log}, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("metrics-listen: %v", err)
 	}
