@@ -23,6 +23,10 @@ now() { date +%s.%N; }
 
 bench_pids=()
 bench_cleanup() {
+	if [ -n "${mz_pid:-}" ] && ! kill -0 "$mz_pid" 2>/dev/null; then
+		echo "mzproxy exited early:" >&2
+		tail -20 "$work/mzproxy.log" >&2
+	fi
 	for p in "${bench_pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
 	as_pg "$bindir/pg_ctl" -D "$work/pg" -m fast stop >/dev/null 2>&1 || true
@@ -53,7 +57,7 @@ bench_setup() {
 		-o "-c listen_addresses=127.0.0.1 -c port=$pg_port -c unix_socket_directories=$work -c max_connections=200 -c shared_buffers=256MB" \
 		start >/dev/null
 	backend="postgres://postgres@/postgres?host=$work&port=$pg_port&sslmode=disable"
-	"$work/mzproxy" --listen "127.0.0.1:$mz_port" --log-level warn --backend "$backend" "$@" 2>"$work/mzproxy.log" &
+	"$work/mzproxy" --listen "127.0.0.1:$mz_port" --metrics-listen= --log-level warn --backend "$backend" "$@" 2>"$work/mzproxy.log" &
 	mz_pid=$!
 	bench_pids+=("$mz_pid")
 	for _ in $(seq 100); do

@@ -47,7 +47,12 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 pg_port=$(free_port)
 
 pids=()
+declare -A port pid
 cleanup() {
+	for name in "${!pid[@]}"; do
+		[ "$name" = pgbouncer ] && continue
+		kill -0 "${pid[$name]}" 2>/dev/null || { echo "$name exited early:" >&2; tail -20 "$work/$name.log" >&2; }
+	done
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	# runuser does not pass the signal on to PgBouncer: stop it by its pid file.
 	[ -s "$work/pgbouncer.pid" ] && kill "$(cat "$work/pgbouncer.pid")" 2>/dev/null || true
@@ -73,14 +78,13 @@ as_pg "$bindir/pg_ctl" -D "$work/pg" -l "$work/pg.log" -w \
 	-o "-c listen_addresses=127.0.0.1 -c port=$pg_port -c unix_socket_directories=$work -c max_connections=200 -c shared_buffers=256MB" \
 	start >/dev/null
 
-declare -A port pid
 port[direct]=$pg_port
 backend="postgres://postgres@/postgres?host=$work&port=$pg_port&sslmode=disable"
 
 start_mzproxy() { # name env...
 	local name=$1; shift
 	port[$name]=$(free_port)
-	env "$@" "$work/mzproxy" --listen "127.0.0.1:${port[$name]}" --log-level warn \
+	env "$@" "$work/mzproxy" --listen "127.0.0.1:${port[$name]}" --metrics-listen= --log-level warn \
 		--backend "$backend" 2>"$work/$name.log" &
 	pid[$name]=$!
 	pids+=($!)
