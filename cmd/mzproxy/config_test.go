@@ -226,3 +226,44 @@ func lookup(env map[string]string) func(string) (string, bool) {
 		return v, ok
 	}
 }
+
+// TestComposeSettings: the flags docker-compose.yml gives the proxies, with
+// the environment the Dockerfile sets, are valid settings.
+func TestComposeSettings(t *testing.T) {
+	compose, err := os.ReadFile("../../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	in := false
+	for _, line := range strings.Split(string(compose), "\n") {
+		switch item, isItem := strings.CutPrefix(line, "    - "); {
+		case strings.TrimSpace(line) == "command:":
+			in = true
+		case in && isItem:
+			args = append(args, item)
+		default:
+			in = false
+		}
+	}
+	if len(args) == 0 {
+		t.Fatal("no command in docker-compose.yml")
+	}
+	env := map[string]string{"MZPROXY_LISTEN": "0.0.0.0:6875", "MZPROXY_METRICS_LISTEN": "0.0.0.0:6876"}
+	c, err := loadConfig(args, lookup(env), &bytes.Buffer{})
+	if err != nil {
+		t.Fatalf("docker-compose.yml's mzproxy command %q: %v", args, err)
+	}
+	if c.auth != "scram-sha-256" || c.listen != "0.0.0.0:6875" || c.backend == "" {
+		t.Errorf("compose settings: auth %q listen %q backend %q", c.auth, c.listen, c.backend)
+	}
+	dockerfile, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range env {
+		if !strings.Contains(string(dockerfile), k+"="+v) {
+			t.Errorf("the Dockerfile does not set %s=%s", k, v)
+		}
+	}
+}
