@@ -138,3 +138,37 @@ func BenchmarkWriteRatio(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBeginWriteIncarnation compares begin_write() with the fenced
+// begin_write(incarnation) (one more lookup of the incarnation's row), each
+// in an otherwise empty pipelined transaction, interleaved (the oracle rows
+// bloat over a run) and reported as two medians.
+//
+//	go test ./proxy/storage/ -run '^$' -bench BeginWriteIncarnation -benchtime 3000x
+func BenchmarkBeginWriteIncarnation(b *testing.B) {
+	_, conn := installedDB(b)
+	ctx := context.Background()
+	var id int64
+	if err := conn.QueryRow(ctx, "SELECT r_id FROM "+Schema+".register(0, 60000, 'bench', 0)").Scan(&id); err != nil {
+		b.Fatal(err)
+	}
+	sqls := []string{BeginWriteSQL, BeginWriteFor(id)}
+	times := [2][]time.Duration{}
+	for i := 0; i < b.N; i++ {
+		for k, sql := range sqls {
+			start := time.Now()
+			batch := &pgx.Batch{}
+			batch.Queue("BEGIN")
+			batch.Queue(sql)
+			batch.Queue("COMMIT")
+			if err := conn.SendBatch(ctx, batch).Close(); err != nil {
+				b.Fatal(err)
+			}
+			times[k] = append(times[k], time.Since(start))
+		}
+	}
+	for k, name := range []string{"unfenced-µs", "incarnation-µs"} {
+		slices.Sort(times[k])
+		b.ReportMetric(float64(times[k][len(times[k])/2].Microseconds()), name)
+	}
+}

@@ -270,7 +270,14 @@ BEGIN
     END IF;
     -- A new statement: under READ COMMITTED it sees every fence committed
     -- before the txns row lock was granted.
-    IF p_inc IS NOT NULL AND NOT @SCHEMA@.incarnation_live(p_inc) THEN
+    -- incarnation_live, spelled out (one query, no function call) and
+    -- without the generation check: registering a newer generation
+    -- retires every live incarnation of an older one in the same
+    -- transaction that raises the fence.
+    IF p_inc IS NOT NULL AND NOT coalesce((
+            SELECT i.retired_at IS NULL
+                   AND i.heartbeat_at >= clock_timestamp() - i.grace_ms * interval '1 millisecond'
+              FROM @SCHEMA@.incarnations i WHERE i.id = p_inc), false) THEN
         PERFORM @SCHEMA@.raise_fenced(p_inc);
     END IF;
     UPDATE @SCHEMA@.oracle SET read_ts = GREATEST(read_ts, t) WHERE timeline = 'EpochMilliseconds';
