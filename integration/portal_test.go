@@ -228,6 +228,32 @@ CloseComplete
 ReadyForQuery I`,
 		},
 		{
+			name: "empty queries",
+			steps: []step{{
+				send:  []pgproto3.FrontendMessage{&pgproto3.Query{String: ";"}},
+				until: "ReadyForQuery",
+			}, {
+				send:  []pgproto3.FrontendMessage{&pgproto3.Query{String: ""}},
+				until: "ReadyForQuery",
+			}, {
+				send: []pgproto3.FrontendMessage{
+					&pgproto3.Parse{Query: ""},
+					&pgproto3.Bind{},
+					&pgproto3.Execute{},
+					&pgproto3.Sync{},
+				},
+				until: "ReadyForQuery",
+			}},
+			want: `EmptyQueryResponse
+ReadyForQuery I
+EmptyQueryResponse
+ReadyForQuery I
+ParseComplete
+BindComplete
+EmptyQueryResponse
+ReadyForQuery I`,
+		},
+		{
 			// libpq's PQexecParams of a COPY sends Sync at once, and
 			// another after CopyDone; the backend ignores the first.
 			name: "extended COPY FROM STDIN with Sync before the data",
