@@ -297,6 +297,9 @@ func startProxyArgs(t testing.TB, args ...string) *proxyProc {
 	}()
 	t.Cleanup(func() {
 		p.stop(t)
+		if strings.Contains(p.log.String(), "WARNING: DATA RACE") {
+			t.Errorf("the race detector reported a data race in mzproxy (MZPROXY_RACE)")
+		}
 		if t.Failed() {
 			t.Logf("mzproxy log:\n%s", p.log.String())
 		}

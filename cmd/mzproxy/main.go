@@ -137,7 +137,7 @@ func run(cfg *config, log *logrus.Entry) error {
 	reloaded := make(chan struct{})
 	go func() {
 		defer close(reloaded)
-		r := &reloader{args: os.Args[1:], running: cfg, log: log, users: users}
+		r := &reloader{args: os.Args[1:], lookupEnv: os.LookupEnv, running: cfg, log: log, users: users}
 		for range hup {
 			r.reload()
 		}

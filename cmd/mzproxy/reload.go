@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"os"
 	"sort"
 
 	"github.com/sirupsen/logrus"
@@ -16,14 +15,15 @@ import (
 // change as ignored until restart. A configuration that does not load or
 // validate is logged and changes nothing.
 type reloader struct {
-	args    []string
-	running *config // the settings in force: the start's, plus applied reloads
-	log     *logrus.Entry
-	users   *frontend.Users // nil when mzproxy started without a users file
+	args      []string
+	lookupEnv func(string) (string, bool) // os.LookupEnv
+	running   *config                     // the settings in force: the start's, plus applied reloads
+	log       *logrus.Entry
+	users     *frontend.Users // nil when mzproxy started without a users file
 }
 
 func (r *reloader) reload() {
-	next, err := loadConfig(r.args, os.LookupEnv, io.Discard)
+	next, err := loadConfig(r.args, r.lookupEnv, io.Discard)
 	if err != nil {
 		r.log.WithError(err).Error("SIGHUP: configuration not reloaded; the running one stays")
 		return
