@@ -96,6 +96,11 @@ func TestOpsMetrics(t *testing.T) {
 		}
 		conn.Close(ctx)
 	}
+	// The server counts a session ended a moment after the client left.
+	eventually(t, 10*time.Second, "no session active", func() bool {
+		_, m := get(t, addr, "/metrics")
+		return metricValue(t, m, "mzproxy_connections_active") == 0
+	})
 	// Two sessions open fill --max-connections; a third is refused.
 	a, b := p.connect(t, ctx), p.connect(t, ctx)
 	_, _ = a.Exec(ctx, "SELECT 1")
