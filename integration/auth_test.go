@@ -230,7 +230,7 @@ func TestAuthPassthrough(t *testing.T) {
 			}
 			// Cancel works for a passthrough session too (the backend key
 			// came from the relayed startup).
-			qctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			qctx, cancel := context.WithTimeout(ctx, cancelAfter)
 			defer cancel()
 			_, err = conn.Exec(qctx, "SELECT pg_sleep(20)")
 			wantCode(t, err, "57014")

@@ -273,3 +273,9 @@ func connectCancelable(t testing.TB, ctx context.Context, url string) (*pgx.Conn
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	return conn, nil
 }
+
+// cancelAfter is how long a test lets pg_sleep(30) run before its context
+// cancels it: long enough, on a loaded machine, for the query to have
+// reached the backend (a cancel that arrives before is dropped, as
+// PostgreSQL drops one for an idle session).
+const cancelAfter = 2 * time.Second

@@ -502,7 +502,7 @@ func TestPgx(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close(ctx)
-		qctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		qctx, cancel := context.WithTimeout(ctx, cancelAfter)
 		defer cancel()
 		start := time.Now()
 		_, err = conn.Exec(qctx, "SELECT pg_sleep(30)")

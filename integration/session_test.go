@@ -162,7 +162,7 @@ func TestProtocolNegotiation(t *testing.T) {
 	if err := conn.QueryRow(ctx, "SELECT $1::int", 9).Scan(&n); err != nil || n != 9 {
 		t.Fatalf("%d %v", n, err)
 	}
-	qctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	qctx, cancel := context.WithTimeout(ctx, cancelAfter)
 	defer cancel()
 	_, err = conn.Exec(qctx, "SELECT pg_sleep(30)")
 	wantCode(t, err, "57014")

@@ -140,7 +140,7 @@ func TestTLS(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		qctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		qctx, cancel := context.WithTimeout(ctx, cancelAfter)
 		defer cancel()
 		_, err = conn.Exec(qctx, "SELECT pg_sleep(30)")
 		wantCode(t, err, "57014")
