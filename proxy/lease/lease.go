@@ -473,8 +473,13 @@ func (l *Lease) compact(ctx context.Context, beat func()) (CompactStats, error) 
 	if err := l.Err(); err != nil {
 		return st, err
 	}
+	// Every statement is bounded, so a stuck one cannot starve the
+	// heartbeats that share the loop for long.
+	timeout := l.cfg.Grace / 4
 	l.connMu.Lock()
 	err := l.withConn(ctx, func(conn *pgx.Conn) error {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
 		if !l.haveLock {
 			if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", compactionLockKey).Scan(&l.haveLock); err != nil {
 				return err
@@ -522,6 +527,8 @@ func (l *Lease) compact(ctx context.Context, beat func()) (CompactStats, error) 
 			var n int64
 			l.connMu.Lock()
 			err := l.withConn(ctx, func(conn *pgx.Conn) error {
+				ctx, cancel := context.WithTimeout(ctx, timeout)
+				defer cancel()
 				return conn.QueryRow(ctx, "SELECT "+storage.Schema+".compact_batch($1, $2)", id, l.cfg.BatchSize).Scan(&n)
 			})
 			l.connMu.Unlock()

@@ -130,8 +130,10 @@ AS $$
 DECLARE
     g bigint;
 BEGIN
-    PERFORM pg_advisory_xact_lock(@SCHEMA@.hold_lock_key());
+    -- The txns row first: waiting for a slow writer's commit must not
+    -- hold the lock that compaction and acquire_hold take.
     UPDATE @SCHEMA@.txns SET upper = upper;
+    PERFORM pg_advisory_xact_lock(@SCHEMA@.hold_lock_key());
     SELECT f.generation INTO g FROM @SCHEMA@.fence f FOR UPDATE;
     IF p_generation = 0 THEN
         p_generation := g;
