@@ -426,8 +426,9 @@ func TestBoundedStorage(t *testing.T) {
 	written := writes*100 + 100
 	rows := d.int("SELECT count(*) FROM " + h)
 	total := d.int("SELECT total_compacted_rows FROM mz_internal.mz_compactions WHERE object_id = $1", "u"+itoa(id))
-	t.Logf("%d update transactions of 100 rows in %v: %d versions written, %d compacted; history now %d rows, at most %d seen",
-		writes, dur, written, total, rows, maxRows)
+	size := d.int("SELECT pg_total_relation_size($1::regclass)", h)
+	t.Logf("%d update transactions of 100 rows in %v: %d versions written, %d compacted; history now %d rows (%d kB before vacuum), at most %d seen",
+		writes, dur, written, total, rows, size/1024, maxRows)
 	if writes < 20 {
 		t.Skip("too few writes on this machine to judge")
 	}

@@ -118,8 +118,8 @@ $$;
 
 -- Register a new incarnation. p_generation 0 joins the newest generation;
 -- a lower one than the newest fails (fenced); a higher one fences every
--- live incarnation of a lower generation. The txns row is updated (not only
--- locked) so that the fence is ordered with commits: a write transaction
+-- live incarnation of a lower generation. Then the txns row is updated
+-- (not only locked) so that the fence is ordered with commits: a write transaction
 -- of a fenced incarnation either committed before this, or its begin_write
 -- sees the fence (READ COMMITTED) or fails to serialize (REPEATABLE READ).
 -- The floor starts at the oracle's read_ts, never below a since.
@@ -130,9 +130,13 @@ AS $$
 DECLARE
     g bigint;
 BEGIN
-    -- The txns row first: waiting for a slow writer's commit must not
-    -- hold the lock that compaction and acquire_hold take.
-    UPDATE @SCHEMA@.txns SET upper = upper;
+    -- Only a new generation fences, and only it needs the txns row; taken
+    -- before the hold lock, so that waiting for a slow writer's commit
+    -- does not hold up compaction and acquire_hold. (If the fence rose
+    -- meanwhile, p_generation is no longer above it: nothing to fence.)
+    IF p_generation > (SELECT f.generation FROM @SCHEMA@.fence f) THEN
+        UPDATE @SCHEMA@.txns SET upper = upper;
+    END IF;
     PERFORM pg_advisory_xact_lock(@SCHEMA@.hold_lock_key());
     SELECT f.generation INTO g FROM @SCHEMA@.fence f FOR UPDATE;
     IF p_generation = 0 THEN
