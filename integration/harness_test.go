@@ -134,6 +134,7 @@ func startProxy(t testing.TB, args ...string) *proxyProc {
 	// side. An environment variable, so a binary without the setting
 	// ignores it; a test's own flag wins.
 	p.cmd.Env = append(os.Environ(), "MZPROXY_METRICS_LISTEN=")
+	tieToTest(p.cmd)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
