@@ -609,3 +609,52 @@ func TestReconnect(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestSet: one lease per database, registered on first use, replaced after
+// a loss, with the generation of the first registration.
+func TestSet(t *testing.T) {
+	d1, d2 := newDB(t), newDB(t)
+	css := map[string]string{d1.conn.Config().Database: d1.cs, d2.conn.Config().Database: d2.cs}
+	s := NewSet(Config{Interval: time.Hour, Grace: time.Hour, CompactInterval: -1, Log: quiet},
+		func(ctx context.Context, database string) (*pgx.Conn, error) { return pgx.Connect(ctx, css[database]) })
+	defer s.Close(context.Background())
+	ctx := context.Background()
+	l1, err := s.Get(ctx, d1.conn.Config().Database)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := s.Get(ctx, d1.conn.Config().Database); again != l1 {
+		t.Fatal("second Get registered again")
+	}
+	l2, err := s.Get(ctx, d2.conn.Config().Database)
+	if err != nil || l2 == l1 {
+		t.Fatal(err)
+	}
+	if len(s.Leases()) != 2 {
+		t.Fatalf("leases: %v", s.Leases())
+	}
+	// A newer generation fences d1: this set may not come back there.
+	newer := d1.register(Config{Generation: 5})
+	_ = newer
+	if err := l1.Heartbeat(ctx); !errors.Is(err, ErrLost) {
+		t.Fatalf("heartbeat after fence: %v", err)
+	}
+	if _, err := s.Get(ctx, d1.conn.Config().Database); !errors.Is(err, ErrLost) {
+		t.Fatalf("Get after the fence: %v, want ErrLost", err)
+	}
+	// A lease closed (lost) in d2 is replaced.
+	l2.Close(ctx)
+	l2b, err := s.Get(ctx, d2.conn.Config().Database)
+	if err != nil || l2b == l2 || l2b.ID() == l2.ID() {
+		t.Fatalf("Get after loss: %v %v", l2b, err)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, d2.conn.Config().Database); !errors.Is(err, ErrSetClosed) {
+		t.Fatalf("Get after Close: %v", err)
+	}
+	if got := d2.int("SELECT count(*) FROM mz_internal.mz_incarnations WHERE status = 'live'"); got != 0 {
+		t.Errorf("live incarnations after Close: %d", got)
+	}
+}

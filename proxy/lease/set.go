@@ -1,0 +1,126 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Set keeps a proxy's leases, one per database: Get registers in a
+// database on its first use, and again after the lease was lost (expired
+// or closed). The generation is fixed by the first registration (so a
+// proxy started with Generation 0 that a newer generation fenced stays
+// fenced instead of joining the newer one).
+type Set struct {
+	cfg  Config
+	dial func(ctx context.Context, database string) (*pgx.Conn, error)
+
+	mu      sync.Mutex
+	gen     uint64 // 0 until the first registration
+	entries map[string]*setEntry
+	closed  bool
+}
+
+type setEntry struct {
+	mu sync.Mutex // held while registering
+	l  *Lease
+}
+
+// ErrSetClosed is returned by Get after Close.
+var ErrSetClosed = errors.New("lease: set is closed")
+
+// NewSet returns a Set registering with cfg (cfg.Dial is ignored: dial
+// connects to a named database as a superuser).
+func NewSet(cfg Config, dial func(ctx context.Context, database string) (*pgx.Conn, error)) *Set {
+	return &Set{cfg: cfg, dial: dial, gen: cfg.Generation, entries: map[string]*setEntry{}}
+}
+
+// Get returns the live lease of database, registering first when there is
+// none or the last one was lost. Registration failing because a newer
+// generation fenced this proxy returns an error wrapping ErrLost.
+func (s *Set) Get(ctx context.Context, database string) (*Lease, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrSetClosed
+	}
+	e := s.entries[database]
+	if e == nil {
+		e = &setEntry{}
+		s.entries[database] = e
+	}
+	s.mu.Unlock()
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.l != nil && e.l.Err() == nil {
+		return e.l, nil
+	}
+	if e.l != nil {
+		_ = e.l.Close(ctx) // lost: stops its loop and connection
+		e.l = nil
+	}
+	s.mu.Lock()
+	cfg := s.cfg
+	cfg.Generation = s.gen
+	s.mu.Unlock()
+	cfg.Dial = func(ctx context.Context) (*pgx.Conn, error) { return s.dial(ctx, database) }
+	l, err := Register(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = l.Close(ctx)
+		return nil, ErrSetClosed
+	}
+	if s.gen == 0 {
+		s.gen = l.Generation()
+	}
+	s.mu.Unlock()
+	e.l = l
+	return l, nil
+}
+
+// Leases returns the leases held now, by database (lost ones included
+// until the next Get replaces them).
+func (s *Set) Leases() map[string]*Lease {
+	s.mu.Lock()
+	entries := make(map[string]*setEntry, len(s.entries))
+	for db, e := range s.entries {
+		entries[db] = e
+	}
+	s.mu.Unlock()
+	out := map[string]*Lease{}
+	for db, e := range entries {
+		e.mu.Lock()
+		if e.l != nil {
+			out[db] = e.l
+		}
+		e.mu.Unlock()
+	}
+	return out
+}
+
+// Close closes every lease (retiring the incarnations); Get fails
+// afterwards.
+func (s *Set) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	entries := s.entries
+	s.entries = map[string]*setEntry{}
+	s.mu.Unlock()
+	var errs []error
+	for _, e := range entries {
+		e.mu.Lock()
+		if e.l != nil {
+			errs = append(errs, e.l.Close(ctx))
+			e.l = nil
+		}
+		e.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
