@@ -103,6 +103,11 @@ func setFormat(l *logrus.Logger, format string) error {
 func run(cfg *config, log *logrus.Entry) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// A SIGHUP from now on is a reload (handled once the reloader runs,
+	// below), never the default action, which would kill the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 
 	listener, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
@@ -131,9 +136,6 @@ func run(cfg *config, log *logrus.Entry) error {
 		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 
-	// SIGHUP reloads from here on; before this it would kill the process.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
 	reloaded := make(chan struct{})
 	go func() {
 		defer close(reloaded)
