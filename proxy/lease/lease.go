@@ -20,14 +20,17 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultInterval         = 5 * time.Second
-	DefaultGrace            = 25 * time.Second
-	DefaultCompactInterval  = time.Second
-	DefaultRetention        = time.Second // Materialize's default for tables
-	DefaultBatchSize        = 10000
-	DefaultMaxBatches       = 20
-	compactionLockKey int64 = 0x6d7a636f6d706163 // "mzcompac"
+	DefaultInterval        = 5 * time.Second
+	DefaultGrace           = 25 * time.Second
+	DefaultCompactInterval = time.Second
+	DefaultRetention       = time.Second // Materialize's default for tables
+	DefaultBatchSize       = 10000
+	DefaultMaxBatches      = 20
 )
+
+// compactionLockKey is the session advisory lock the compacting proxy holds
+// ("mzcompac" in ASCII).
+const compactionLockKey int64 = 0x6d7a636f6d706163
 
 // ErrLost is wrapped by every error of a lease that may no longer serve:
 // fenced by a newer generation, expired (no successful heartbeat within

@@ -121,7 +121,7 @@ func TestHoldProtectsHistory(t *testing.T) {
 			if s := d.since(id); s <= held {
 				t.Fatalf("since %d did not pass the released hold at %d", s, held)
 			}
-			if got := d.int("SELECT count(*) FROM " + h + " WHERE mz_to <= $1", int64(d.since(id))); got != 0 {
+			if got := d.int("SELECT count(*) FROM "+h+" WHERE mz_to <= $1", int64(d.since(id))); got != 0 {
 				t.Errorf("%d versions invisible at since were kept", got)
 			}
 			if got := d.int("SELECT count(*) FROM mzproxy.read_holds"); got != 0 {

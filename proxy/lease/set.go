@@ -10,22 +10,23 @@ import (
 
 // Set keeps a proxy's leases, one per database: Get registers in a
 // database on its first use, and again after the lease was lost (expired
-// or closed). The generation is fixed by the first registration (so a
-// proxy started with Generation 0 that a newer generation fenced stays
-// fenced instead of joining the newer one).
+// or closed). A database's generation is fixed by the first registration
+// there (so a proxy started with Generation 0 that a newer generation
+// fenced stays fenced instead of joining the newer one; generations are
+// per database, like the rest of the backend state).
 type Set struct {
 	cfg  Config
 	dial func(ctx context.Context, database string) (*pgx.Conn, error)
 
 	mu      sync.Mutex
-	gen     uint64 // 0 until the first registration
 	entries map[string]*setEntry
 	closed  bool
 }
 
 type setEntry struct {
-	mu sync.Mutex // held while registering
-	l  *Lease
+	mu  sync.Mutex // held while registering
+	l   *Lease
+	gen uint64 // the generation to register with (0 until the first registration)
 }
 
 // ErrSetClosed is returned by Get after Close.
@@ -34,7 +35,7 @@ var ErrSetClosed = errors.New("lease: set is closed")
 // NewSet returns a Set registering with cfg (cfg.Dial is ignored: dial
 // connects to a named database as a superuser).
 func NewSet(cfg Config, dial func(ctx context.Context, database string) (*pgx.Conn, error)) *Set {
-	return &Set{cfg: cfg, dial: dial, gen: cfg.Generation, entries: map[string]*setEntry{}}
+	return &Set{cfg: cfg, dial: dial, entries: map[string]*setEntry{}}
 }
 
 // Get returns the live lease of database, registering first when there is
@@ -48,7 +49,7 @@ func (s *Set) Get(ctx context.Context, database string) (*Lease, error) {
 	}
 	e := s.entries[database]
 	if e == nil {
-		e = &setEntry{}
+		e = &setEntry{gen: s.cfg.Generation}
 		s.entries[database] = e
 	}
 	s.mu.Unlock()
@@ -62,10 +63,8 @@ func (s *Set) Get(ctx context.Context, database string) (*Lease, error) {
 		_ = e.l.Close(ctx) // lost: stops its loop and connection
 		e.l = nil
 	}
-	s.mu.Lock()
 	cfg := s.cfg
-	cfg.Generation = s.gen
-	s.mu.Unlock()
+	cfg.Generation = e.gen
 	cfg.Dial = func(ctx context.Context) (*pgx.Conn, error) { return s.dial(ctx, database) }
 	l, err := Register(ctx, cfg)
 	if err != nil {
@@ -77,11 +76,8 @@ func (s *Set) Get(ctx context.Context, database string) (*Lease, error) {
 		_ = l.Close(ctx)
 		return nil, ErrSetClosed
 	}
-	if s.gen == 0 {
-		s.gen = l.Generation()
-	}
 	s.mu.Unlock()
-	e.l = l
+	e.l, e.gen = l, l.Generation()
 	return l, nil
 }
 
