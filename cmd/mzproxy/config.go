@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -186,6 +187,9 @@ func hasEnv(lookupEnv func(string) (string, bool), name string) bool {
 func readConfigFile(path string, fs *flag.FlagSet, kinds map[string]kind) (map[string][]string, error) {
 	if path == "" {
 		return nil, nil
+	}
+	if ext := strings.ToLower(filepath.Ext(path)); ext == ".yaml" || ext == ".yml" || ext == ".json" {
+		return nil, fmt.Errorf("--config %s: mzproxy's config file is TOML (key = value lines, e.g. mzproxy.toml), not %s", path, ext[1:])
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {

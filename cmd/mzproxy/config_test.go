@@ -131,6 +131,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "toml syntax", file: "listen = \n", want: []string{"config file", "line 1"}},
 		{name: "several at once", file: "a = 1\nb = 2\n", want: []string{`key "a"`, `key "b"`}},
 		{name: "missing file", args: []string{"--config", "/nonexistent/mzproxy.toml"}, want: []string{"--config: open /nonexistent/mzproxy.toml"}},
+		{name: "yaml", args: []string{"--config", "mzproxy.yaml"}, want: []string{"--config mzproxy.yaml: mzproxy's config file is TOML"}},
 		{name: "bad env int", env: map[string]string{"MZPROXY_MAX_CONNECTIONS": "many"}, want: []string{"environment variable MZPROXY_MAX_CONNECTIONS"}},
 		{name: "negative from file", file: "max-connections = -1\n", want: []string{"max-connections: want 0 (no limit) or more, got -1 (from config file"}},
 		{name: "log level from env", env: map[string]string{"MZPROXY_LOG_LEVEL": "loud"}, want: []string{`log-level: want debug, info, warn or error, got "loud" (from environment variable MZPROXY_LOG_LEVEL)`}},
