@@ -61,6 +61,25 @@
 // the transaction before anything was written. begin_write() without an
 // argument stays unfenced, for callers that do not register.
 //
+// # Using it from the proxy
+//
+//   - One Set per proxy (NewSet with the flags' Config and a dial to a
+//     named database as the administrative user); Set.Get(ctx, db) when a
+//     session first uses db (it installs or upgrades the backend schema
+//     and registers), and Set.Close at shutdown.
+//   - Writes: begin with Lease.BeginWriteSQL() (or storage.BeginWriteAtFor
+//     with Lease.ID()) instead of storage.BeginWriteSQL.
+//   - Reads at a chosen timestamp: after checking the inputs' sinces,
+//     Lease.Acquire(ctx, ts, inputs) and Hold.Release when the result was
+//     delivered; a *BelowSinceError becomes "Timestamp (t) is not valid
+//     for all inputs". A read-only transaction holding its timestamp
+//     checks Lease.Err() before each statement; Lease.Done() closing means
+//     in-flight held reads must be canceled. Reads of the present need no
+//     hold (their snapshot is their timestamp).
+//   - RETAIN HISTORY (planner Statement.Retention): run
+//     storage.SetRetentionQuery in the DDL's write transaction, after the
+//     DDL.
+//
 // # Introspection
 //
 // Views in schema mz_internal, readable by anyone through any proxy (plain
