@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // selfSignedCert writes a self-signed certificate for 127.0.0.1 and
@@ -132,6 +134,52 @@ func TestTLS(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("GSSENC refused, then TLS", func(t *testing.T) {
+		// libpq built with GSSAPI asks for GSS encryption first.
+		nc, err := net.DialTimeout("tcp", withTLS.addr, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		_ = nc.SetDeadline(time.Now().Add(30 * time.Second))
+		var answer [1]byte
+		for _, req := range []struct {
+			code uint32
+			want byte
+		}{{80877104, 'N'}, {80877103, 'S'}} {
+			if _, err := nc.Write(be32(8, req.code)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(nc, answer[:]); err != nil || answer[0] != req.want {
+				t.Fatalf("request %d: got %q %v, want %q", req.code, answer, err, req.want)
+			}
+		}
+		tc := tls.Client(nc, &tls.Config{InsecureSkipVerify: true})
+		c := &rawClient{t: t, nc: tc, fe: pgproto3.NewFrontend(tc, tc)}
+		c.startup()
+		q, _ := (&pgproto3.Query{String: "SELECT 1"}).Encode(nil)
+		c.write(q)
+		for {
+			if _, ok := c.receive().(*pgproto3.ReadyForQuery); ok {
+				break
+			}
+		}
+	})
+
+	t.Run("data after SSLRequest is refused", func(t *testing.T) {
+		// CVE-2021-23214: bytes sent before the server's answer could be
+		// injected by a man in the middle; PostgreSQL refuses them.
+		c := withTLS.dialRaw(t)
+		c.write(append(be32(8, 80877103), startupBytes()...))
+		var answer [1]byte
+		if _, err := io.ReadFull(c.nc, answer[:]); err != nil {
+			t.Fatal(err)
+		}
+		if answer[0] != 'E' {
+			t.Fatalf("got %q, want an ErrorResponse", answer)
+		}
+	})
 
 	t.Run("cancel over TLS", func(t *testing.T) {
 		// The CancelRequest goes over a new connection; pgx sends it
