@@ -65,12 +65,16 @@ for line in open(path):
         bad.add((t, p))
 print(f"mzslt over the sqlite corpus ({nfiles} files), {rounds} rounds, interleaved; median wall seconds")
 print()
-print("| protocol | direct | mzproxy | mzproxy/direct | mzproxy CPU s |")
-print("|---|---|---|---|---|")
+print("(per-round: the median of each round's mzproxy/direct, steadier when the machine's load drifts)")
+print()
+print("| protocol | direct | mzproxy | mzproxy/direct | per-round | mzproxy CPU s |")
+print("|---|---|---|---|---|---|")
 for p in protocols.split():
-    d, m = statistics.median(secs[("direct", p)]), statistics.median(secs[("mzproxy", p)])
+    ds, ms = secs[("direct", p)], secs[("mzproxy", p)]
+    d, m = statistics.median(ds), statistics.median(ms)
+    per = statistics.median(b / a for a, b in zip(ds, ms))
     c = statistics.median(cpu[("mzproxy", p)])
-    print(f"| {p} | {d:.1f} | {m:.1f} | {m / d:.2f}x | {c:.1f} |")
+    print(f"| {p} | {d:.1f} | {m:.1f} | {m / d:.2f}x | {per:.2f}x | {c:.1f} |")
 if bad:
     print()
     print("counts differing from cmd/mzslt/testdata/sqlite-expected.txt in: " + ", ".join(f"{t}/{p}" for t, p in sorted(bad)))

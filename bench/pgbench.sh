@@ -233,6 +233,17 @@ for m in modes:
         med = statistics.median(tps[(t, m)])
         cells.append(f"{med:.0f}" if t == "direct" else f"{med:.0f} ({med / direct:.2f})")
     print(f"| {m} | " + " | ".join(cells) + " |")
+print()
+print("Median of each round's ratio to direct (steadier when the machine's load drifts)")
+print()
+print("| protocol | " + " | ".join(targets[1:]) + " |")
+print("|---|" + "---|" * (len(targets) - 1))
+for m in modes:
+    cells = []
+    for t in targets[1:]:
+        r = statistics.median(b / a for a, b in zip(tps[("direct", m)], tps[(t, m)]) if a)
+        cells.append(f"{r:.2f}")
+    print(f"| {m} | " + " | ".join(cells) + " |")
 middle = [t for t in targets if t != "direct"]
 print()
 print("CPU time of the middle process per transaction (µs, median over rounds); system calls per transaction")
