@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"sort"
@@ -141,29 +142,33 @@ func TestOwnSLT(t *testing.T) {
 // no answer: with --history-reads every read of a managed table (every
 // table the corpus creates is managed) is rewritten into a read of its
 // history table at the oracle's timestamp, and the corpus must still give
-// PostgreSQL's outcome for every record. Simple protocol only: the
-// explicit-timestamp path does not serve the extended protocol yet.
+// PostgreSQL's outcome for every record, over both protocols.
 func TestConformanceHistoryReads(t *testing.T) {
 	dir := corpusDir(t)
 	files := corpusFiles(t, dir)
 	p := startProxy(t, "--history-reads")
-	ctx := testContext(t)
-	opts := slt.Options{Protocol: slt.Simple, FreshDB: true, Timeout: time.Minute}
-	opts.URL = directURL("postgres", "postgres")
-	direct, err := slt.Run(ctx, opts, files...)
-	if err != nil {
-		t.Fatal(err)
+	for _, protocol := range []slt.Protocol{slt.Simple, slt.Extended} {
+		t.Run(string(protocol), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+			defer cancel()
+			opts := slt.Options{Protocol: protocol, FreshDB: true, Timeout: time.Minute}
+			opts.URL = directURL("postgres", "postgres")
+			direct, err := slt.Run(ctx, opts, files...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts.URL = p.URL("postgres", "postgres")
+			start := time.Now()
+			history, err := slt.Run(ctx, opts, files...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, line := range slt.Diff(direct, history) {
+				t.Errorf("direct vs mzproxy --history-reads: %s", line)
+			}
+			t.Logf("history reads, %s protocol: %s in %s", protocol, history.Counts, time.Since(start).Round(time.Millisecond))
+		})
 	}
-	opts.URL = p.URL("postgres", "postgres")
-	start := time.Now()
-	history, err := slt.Run(ctx, opts, files...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range slt.Diff(direct, history) {
-		t.Errorf("direct vs mzproxy --history-reads: %s", line)
-	}
-	t.Logf("history reads: %s in %s", history.Counts, time.Since(start).Round(time.Millisecond))
 }
 
 // TestHistoryReadsReadHistory makes sure --history-reads really reads the

@@ -331,3 +331,55 @@ func TestPreparedAfterAlter(t *testing.T) {
 		t.Fatalf("AS OF after ALTER: %d, %v", y, err)
 	}
 }
+
+// TestAsOfExtendedProtocol: AS OF and mz_now() over the extended protocol
+// (pgx's default), with parameters of the client's own; a prepared
+// statement reads at a fresh timestamp each time it is executed.
+func TestAsOfExtendedProtocol(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	conn := connectTo(t, ctx, p.URL("postgres", db))
+	if _, err := conn.Exec(ctx, "CREATE TABLE ex (k int, v text)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "INSERT INTO ex VALUES (1, 'one'), (2, 'two')"); err != nil {
+		t.Fatal(err)
+	}
+	before := readTS(t, ctx, conn)
+	if _, err := conn.Exec(ctx, "UPDATE ex SET v = 'uno' WHERE k = $1", 1); err != nil {
+		t.Fatal(err)
+	}
+	var v string
+	if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT v FROM ex WHERE k = $1 AS OF %d", before), 1).Scan(&v); err != nil || v != "one" {
+		t.Fatalf("AS OF before the update: %q, %v", v, err)
+	}
+	// A prepared statement with mz_now(): each execution reads the present.
+	pc := conn.PgConn()
+	sd, err := pc.Prepare(ctx, "now", "SELECT count(*) FROM ex WHERE k >= $1 AND mz_now() > 0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sd.ParamOIDs) != 1 {
+		t.Fatalf("the client sees %d parameters, want its own 1", len(sd.ParamOIDs))
+	}
+	count := func() string {
+		res := pc.ExecPrepared(ctx, "now", [][]byte{[]byte("0")}, nil, nil).Read()
+		if res.Err != nil || len(res.Rows) != 1 {
+			t.Fatalf("executing: %v", res.Err)
+		}
+		return string(res.Rows[0][0])
+	}
+	if got := count(); got != "2" {
+		t.Fatalf("count %s, want 2", got)
+	}
+	if _, err := conn.Exec(ctx, "INSERT INTO ex VALUES (3, 'three')"); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(); got != "3" {
+		t.Fatalf("count after an insert %s, want 3 (a fresh timestamp per execution)", got)
+	}
+	if got := strings.Count(p.log.String(), "panic"); got != 0 {
+		t.Fatalf("%d panics in the log", got)
+	}
+}

@@ -69,35 +69,54 @@ func (p *Proxy) adminConn(ctx context.Context, database string) (*pgx.Conn, erro
 	return conn, nil
 }
 
+// frontiersSQL reads the catalog revision, the upper and every live
+// collection's since in one statement (one snapshot, one round trip).
+const frontiersSQL = `
+SELECT (SELECT revision FROM ` + storage.Schema + `.catalog_revision), x.upper, c.id, c.since
+  FROM ` + storage.Schema + `.txns x
+  LEFT JOIN (` + storage.Schema + `.collections c
+             JOIN ` + storage.Schema + `.catalog k ON k.id = c.id AND k.dropped_ts IS NULL) ON true`
+
 // snapshot returns the catalog at the backend's current revision and the
-// frontiers, read together in one backend snapshot.
+// frontiers. The catalog is reloaded only when the revision moved.
 func (db *database) snapshot(ctx context.Context, p *Proxy) (*catalogSnapshot, *storage.FrontierState, error) {
-	var (
-		cat *catalogSnapshot
-		fr  *storage.FrontierState
-	)
+	var cat *catalogSnapshot
+	fr := &storage.FrontierState{Since: map[int64]uint64{}}
 	err := db.with(ctx, p, func(conn *pgx.Conn) error {
-		tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+		rows, err := conn.Query(ctx, frontiersSQL)
 		if err != nil {
 			return err
 		}
-		defer tx.Rollback(context.Background()) //nolint:errcheck // read-only
-		rev, err := storage.CatalogRevision(ctx, tx)
-		if err != nil {
+		var rev int64
+		for rows.Next() {
+			var upper int64
+			var id, since *int64
+			if err := rows.Scan(&rev, &upper, &id, &since); err != nil {
+				return err
+			}
+			fr.Upper = uint64(upper)
+			if id != nil && since != nil {
+				fr.Since[*id] = uint64(*since)
+			}
+		}
+		if err := rows.Err(); err != nil {
 			return err
 		}
 		if db.catalog == nil || db.catalog.cat.Revision != rev {
-			c, err := storage.LoadCatalog(ctx, tx)
+			// The catalog and its revision in one snapshot.
+			err := pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+				c, err := storage.LoadCatalog(ctx, tx)
+				if err == nil {
+					db.catalog = newCatalogSnapshot(c)
+				}
+				return err
+			})
 			if err != nil {
 				return err
 			}
-			db.catalog = newCatalogSnapshot(c)
 		}
 		cat = db.catalog
-		if fr, err = storage.Frontiers(ctx, tx); err != nil {
-			return err
-		}
-		return tx.Commit(ctx)
+		return nil
 	})
 	if err != nil {
 		return nil, nil, pgerr.As(fmt.Errorf("reading mzproxy's catalog: %w", err))

@@ -108,3 +108,73 @@ func (b *backend) queryValue(ctx context.Context, sql string) (string, error) {
 		}
 	}
 }
+
+// internalValue runs one query of the proxy's own on the session's backend
+// connection between the client's extended-protocol messages, and returns
+// the first column of its first row as text. It uses a named statement and
+// portal of its own, because a simple Query would destroy the client's
+// unnamed statement and portal. The connection must be quiesced (nothing
+// of the client's awaiting an answer). If the query fails, the backend's
+// skip-to-Sync state is ended with a Sync of the proxy's own.
+func (b *backend) internalValue(ctx context.Context, sql string) (string, error) {
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = b.nc.SetDeadline(deadline)
+		defer b.nc.SetDeadline(time.Time{})
+	}
+	const name = "mzproxy_value"
+	for _, m := range []pgproto3.FrontendMessage{
+		&pgproto3.Parse{Name: name, Query: sql},
+		&pgproto3.Bind{DestinationPortal: name, PreparedStatement: name},
+		&pgproto3.Execute{Portal: name},
+		&pgproto3.Close{ObjectType: 'P', Name: name},
+		&pgproto3.Close{ObjectType: 'S', Name: name},
+		&pgproto3.Flush{},
+	} {
+		if err := b.w.Send(m); err != nil {
+			return "", err
+		}
+	}
+	if err := b.w.Flush(); err != nil {
+		return "", err
+	}
+	var (
+		value  string
+		gotRow bool
+		closes int
+	)
+	for closes < 2 {
+		typ, frame, err := b.r.Next()
+		if err != nil {
+			return "", pgerr.Fatal(pgerr.ConnectionFailure, "backend connection lost: %v", err)
+		}
+		switch typ {
+		case 'D':
+			if !gotRow {
+				var row pgproto3.DataRow
+				if err := row.Decode(wire.Body(frame)); err == nil && len(row.Values) > 0 {
+					value = string(row.Values[0])
+				}
+				gotRow = true
+			}
+		case '3':
+			closes++
+		case 'E':
+			var er pgproto3.ErrorResponse
+			_ = er.Decode(wire.Body(frame))
+			failed := backendError(&er)
+			if err := b.w.Send(&pgproto3.Sync{}); err != nil {
+				return "", err
+			}
+			if err := b.w.Flush(); err != nil {
+				return "", err
+			}
+			for typ != 'Z' {
+				if typ, _, err = b.r.Next(); err != nil {
+					return "", pgerr.Fatal(pgerr.ConnectionFailure, "backend connection lost: %v", err)
+				}
+			}
+			return "", failed
+		}
+	}
+	return value, nil
+}

@@ -21,6 +21,9 @@ type unit struct {
 	// ReadyForQuery the client sees is the wrapper's last.
 	relayZ bool
 	then   followUp
+	// stripParam: the statement described takes the proxy's timestamp as
+	// its last parameter, which the client must not see.
+	stripParam bool
 }
 
 type unitKind uint8
@@ -122,26 +125,37 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 	case *pgproto3.FunctionCall:
 		return s.request(ctx, frame, unit{kind: uQuery, relayZ: true}, true)
 	case *pgproto3.Parse:
-		if !planner.PlainRead(m.Query) {
-			if st, _, err := s.explicitPlan(ctx, m.Query); err != nil || st != nil {
-				if err == nil {
-					err = pgerr.New(pgerr.FeatureNotSupported,
-						"AS OF, mz_now() and EXPLAIN TIMESTAMP are supported over the simple query protocol only")
+		delete(s.explicitStmts, m.Name)
+		if s.tx != 'E' && (s.proxy.cfg.HistoryReads || !planner.PlainRead(m.Query)) {
+			ok, err := s.quiesce(ctx)
+			if err != nil {
+				return err
+			}
+			if ok {
+				st, _, err := s.explicitPlan(ctx, m.Query)
+				if err != nil {
+					return s.failExtended(ctx, err)
 				}
-				return s.failExtended(ctx, err)
+				if st != nil {
+					return s.parseExplicit(ctx, m, st)
+				}
 			}
 		}
 		setMember(&s.writeStmts, m.Name, s.routeOf(m.Query).write)
 		return s.request(ctx, frame, unit{kind: uParse}, false)
 	case *pgproto3.Bind:
 		setMember(&s.writePortals, m.DestinationPortal, s.writeStmts[m.PreparedStatement])
+		if st := s.explicitStmts[m.PreparedStatement]; st != nil {
+			return s.bindExplicit(ctx, m, st)
+		}
 		return s.request(ctx, frame, unit{kind: uBind}, false)
 	case *pgproto3.Describe:
-		kind := uDescribePortal
+		u := unit{kind: uDescribePortal}
 		if m.ObjectType == 'S' {
-			kind = uDescribeStatement
+			u.kind = uDescribeStatement
+			u.stripParam = s.tsStmts[m.Name]
 		}
-		return s.request(ctx, frame, unit{kind: kind}, false)
+		return s.request(ctx, frame, u, false)
 	case *pgproto3.Execute:
 		if s.writePortals[m.Portal] && !s.writeSlot && s.tx != 'E' {
 			if err := s.takeWriteSlotExtended(); err != nil {
@@ -152,6 +166,8 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 	case *pgproto3.Close:
 		if m.ObjectType == 'S' {
 			delete(s.writeStmts, m.Name)
+			delete(s.explicitStmts, m.Name)
+			delete(s.tsStmts, m.Name)
 		} else {
 			delete(s.writePortals, m.Name)
 		}
@@ -204,6 +220,11 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 func (s *Session) request(ctx context.Context, frame []byte, u unit, wait bool) error {
 	if err := s.forward(frame); err != nil {
 		return err
+	}
+	if s.skipping && u.kind.extended() {
+		// The backend skips everything until Sync after an error: no
+		// answer will come for this.
+		return nil
 	}
 	s.units.push(u)
 	if wait {
@@ -271,6 +292,11 @@ func (s *Session) exchange(ctx context.Context) error {
 			}
 			continue
 		}
+		if typ == 't' && u.stripParam {
+			if frame, err = stripTimestampParam(frame); err != nil {
+				return s.lost(err)
+			}
+		}
 		if s.relays(u, typ) {
 			if err := s.client.WriteFrame(frame); err != nil {
 				return err
@@ -280,10 +306,12 @@ func (s *Session) exchange(ctx context.Context) error {
 		switch typ {
 		case 'Z':
 			s.tx = frame[5]
+			s.skipping = false
 			if s.tx == 'I' {
 				// Transaction over: its commit slot and portals are gone.
 				s.writeSlot = false
 				clear(s.writePortals)
+				s.releasePortalHolds()
 			}
 			if u.relayZ {
 				s.muted = false
@@ -311,6 +339,7 @@ func (s *Session) exchange(ctx context.Context) error {
 			}
 			if u.kind.extended() {
 				// The backend now skips everything until Sync.
+				s.skipping = true
 				for u := s.units.front(); u != nil && u.kind != uSync; u = s.units.front() {
 					s.units.pop()
 				}

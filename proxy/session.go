@@ -15,6 +15,7 @@ import (
 
 	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/pgerr"
+	"github.com/mzproxy/mzproxy/planner"
 )
 
 // maxPipeline bounds the extended-protocol messages forwarded before their
@@ -59,6 +60,17 @@ type Session struct {
 	// that write, so that their Execute takes the commit slot first.
 	writeStmts, writePortals map[string]bool
 	beginWritePrepared       bool
+
+	// explicitStmts are the prepared statements on the explicit-timestamp
+	// path; tsStmts those among them that take the timestamp as their last
+	// parameter. portalHolds are the read holds of their portals, released
+	// when the transaction ends.
+	explicitStmts map[string]*planner.Statement
+	tsStmts       map[string]bool
+	portalHolds   []uint64
+	// skipping: an extended-protocol message failed; the backend ignores
+	// everything until Sync.
+	skipping bool
 
 	// busy is set while a request is with the backend, so that a cancel
 	// reaches the backend only when there is something to cancel.

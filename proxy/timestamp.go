@@ -31,16 +31,18 @@ func (s *Session) explicitPlan(ctx context.Context, sql string) (*planner.Statem
 	if err != nil {
 		return nil, nil, nil
 	}
-	explicit := false
+	explicit, history := false, false
 	for _, st := range cheap {
 		if st.AsOf != nil || st.UsesMzNow || st.ExplainTimestamp != nil {
 			explicit = true
 		}
 		if s.proxy.cfg.HistoryReads && (st.Kind == planner.KindRead || st.Kind == planner.KindCopyTo) && !st.Locking {
-			explicit = true
+			history = true
 		}
 	}
-	if !explicit {
+	if !explicit && (!history || len(cheap) != 1) {
+		// History mode rewrites single reads; a query string of several
+		// statements reads the present.
 		return nil, nil, nil
 	}
 	if len(cheap) != 1 {
@@ -67,7 +69,7 @@ func (s *Session) explicitPlan(ctx context.Context, sql string) (*planner.Statem
 
 // searchPath reads the session's search_path from its backend connection.
 func (s *Session) searchPath(ctx context.Context) ([]string, error) {
-	v, err := s.be.queryValue(ctx, "SHOW search_path")
+	v, err := s.be.internalValue(ctx, "SHOW search_path")
 	if err != nil {
 		return nil, err
 	}
@@ -112,13 +114,16 @@ func (s *Session) chooseTimestamp(ctx context.Context, st *planner.Statement, fr
 		return c, nil
 	}
 	if st.AsOf == nil {
-		v, err := s.be.queryValue(ctx, storage.ReadTSSQL)
+		// The oracle and the upper as the session sees them: in a
+		// transaction that wrote, its own (uncommitted) commit is the
+		// newest, and it reads its own writes.
+		v, err := s.be.internalValue(ctx, "SELECT "+storage.Schema+".read_ts()::text || ' ' || upper FROM "+storage.Schema+".txns")
 		if err != nil {
 			return nil, err
 		}
-		read, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			return nil, pgerr.New(pgerr.InternalError, "oracle read timestamp %q: %v", v, err)
+		var read uint64
+		if _, err := fmt.Sscan(v, &read, &c.upper); err != nil {
+			return nil, pgerr.New(pgerr.InternalError, "oracle read timestamp and upper %q: %v", v, err)
 		}
 		c.oracle = &read
 		c.ts = max(read, c.since)
@@ -148,7 +153,7 @@ func (s *Session) chooseTimestamp(ctx context.Context, st *planner.Statement, fr
 // evalTimestamp evaluates an AS OF expression: a number of milliseconds
 // since the epoch, or anything PostgreSQL can cast to timestamptz.
 func (s *Session) evalTimestamp(ctx context.Context, expr string) (uint64, error) {
-	typ, err := s.be.queryValue(ctx, "SELECT pg_typeof(("+expr+"))::text")
+	typ, err := s.be.internalValue(ctx, "SELECT pg_typeof(("+expr+"))::text")
 	if err != nil {
 		return 0, err
 	}
@@ -157,7 +162,7 @@ func (s *Session) evalTimestamp(ctx context.Context, expr string) (uint64, error
 	case "timestamp with time zone", "timestamp without time zone", "date":
 		query = "SELECT (extract(epoch FROM (" + expr + ")::timestamptz) * 1000)::int8::text"
 	}
-	v, err := s.be.queryValue(ctx, query)
+	v, err := s.be.internalValue(ctx, query)
 	if err != nil {
 		return 0, err
 	}
@@ -172,6 +177,11 @@ func (s *Session) evalTimestamp(ctx context.Context, expr string) (uint64, error
 // writes; when none come, the proxy commits an empty write once the clock
 // has reached ts, as Materialize advances table uppers with the clock.
 func (s *Session) awaitUpper(ctx context.Context, c *choice) error {
+	if c.upper <= c.ts && s.writeSlot {
+		// Advancing the upper needs the commit slot this transaction holds.
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"cannot read at timestamp %d, ahead of the upper %d, in a transaction that has written", c.ts, c.upper)
+	}
 	for c.upper <= c.ts {
 		if wait := time.Until(time.UnixMilli(int64(c.ts) + 1)); wait > 0 {
 			t := time.NewTimer(wait)
@@ -191,7 +201,7 @@ func (s *Session) awaitUpper(ctx context.Context, c *choice) error {
 		if err != nil {
 			return pgerr.As(err)
 		}
-		v, err := s.be.queryValue(ctx, storage.UpperSQL)
+		v, err := s.be.internalValue(ctx, storage.UpperSQL)
 		if err != nil {
 			return err
 		}
