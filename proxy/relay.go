@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
 	"github.com/mzproxy/mzproxy/proxy/storage"
@@ -241,9 +243,30 @@ func (s *Session) request(ctx context.Context, frame []byte, u unit, wait bool) 
 
 func (s *Session) forward(frame []byte) error {
 	if err := s.be.w.WriteFrame(frame); err != nil {
-		return s.lost(err)
+		return s.lostWrite(err)
 	}
 	return nil
+}
+
+// lostWrite reports a failed write to the backend. A backend that ended the
+// session while it was idle (idle_in_transaction_session_timeout,
+// pg_terminate_backend) sent its FATAL error before closing: the client
+// gets that, as libpq would show it, rather than the broken pipe.
+func (s *Session) lostWrite(err error) error {
+	_ = s.be.nc.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	for {
+		typ, frame, rerr := s.be.r.Next()
+		if rerr != nil {
+			return s.lost(err)
+		}
+		if typ == 'E' {
+			if fatal, _ := s.backendErrorIsFatal(frame); fatal {
+				_ = s.client.WriteFrame(frame)
+				_ = s.client.Flush()
+				return wire.ErrSessionOver
+			}
+		}
+	}
 }
 
 // exchange flushes what was forwarded and relays the backend's answers
@@ -251,7 +274,7 @@ func (s *Session) forward(frame []byte) error {
 // COPY data.
 func (s *Session) exchange(ctx context.Context) error {
 	if err := s.be.w.Flush(); err != nil {
-		return s.lost(err)
+		return s.lostWrite(err)
 	}
 	if s.units.len() == 0 {
 		return s.flushClient()
