@@ -171,7 +171,8 @@ func (c *conn) startup() (wire.Startup, bool) {
 		case code>>16 == protocolMajor3:
 			return c.startupMessage(body)
 		default:
-			c.fatal(pgerr.Fatal(pgerr.ProtocolViolation,
+			// PostgreSQL's code for this one is 0A000, not 08P01.
+			c.fatal(pgerr.Fatal(pgerr.FeatureNotSupported,
 				"unsupported frontend protocol %d.%d: server supports 3.0 to 3.0", code>>16, code&0xffff))
 			return wire.Startup{}, false
 		}

@@ -322,12 +322,13 @@ func TestBadStartupPackets(t *testing.T) {
 		name  string
 		bytes []byte
 		fatal bool
+		code  pgerr.Code
 	}{
-		{"short length", []byte{0, 0, 0, 4}, true},
-		{"huge length", []byte{0x7f, 0, 0, 0, 0, 3, 0, 0}, true},
-		{"protocol 2", []byte{0, 0, 0, 8, 0, 2, 0, 0}, true},
-		{"truncated then EOF", []byte{0, 0, 0, 100, 0, 3}, false},
-		{"startup without terminator", append([]byte{0, 0, 0, 12, 0, 3, 0, 0}, "user"...), true},
+		{"short length", []byte{0, 0, 0, 4}, true, pgerr.ProtocolViolation},
+		{"huge length", []byte{0x7f, 0, 0, 0, 0, 3, 0, 0}, true, pgerr.ProtocolViolation},
+		{"protocol 2", []byte{0, 0, 0, 8, 0, 2, 0, 0}, true, pgerr.FeatureNotSupported},
+		{"truncated then EOF", []byte{0, 0, 0, 100, 0, 3}, false, ""},
+		{"startup without terminator", append([]byte{0, 0, 0, 12, 0, 3, 0, 0}, "user"...), true, pgerr.ProtocolViolation},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := dialRaw(t, ts.addr)
@@ -335,7 +336,7 @@ func TestBadStartupPackets(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.fatal {
-				c.expectError(pgerr.ProtocolViolation)
+				c.expectError(tc.code)
 			} else {
 				c.nc.(*net.TCPConn).CloseWrite()
 			}
