@@ -8,12 +8,12 @@
 # pays for installing its schema in each new database and for the managed
 # tables' history on every INSERT.
 #
-# usage: bench/conformance.sh   (env: ROUNDS=3 PROTOCOLS="simple extended"
+# usage: bench/conformance.sh   (env: ROUNDS=5 PROTOCOLS="simple extended"
 #                                CORPUS=<dir of select*.test and evidence/>)
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 PROTOCOLS=${PROTOCOLS:-"simple extended"}
 CORPUS=${CORPUS:-$root/../shared/slt/sqlite}
 [ -f "$CORPUS/select1.test" ] || { echo "no corpus at $CORPUS (set CORPUS)" >&2; exit 1; }
