@@ -128,12 +128,20 @@ var readyLine = regexp.MustCompile(`mzproxy ready.*listen="?([0-9.]+:[0-9]+)`)
 func startProxy(t testing.TB, args ...string) *proxyProc {
 	t.Helper()
 	all := append([]string{"--listen", "127.0.0.1:0", "--backend", directURL("postgres", "postgres"), "--log-level", "debug"}, args...)
-	p := &proxyProc{log: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(env.binary, all...)
 	// No fixed-port side servers (metrics): tests run proxies side by
 	// side. An environment variable, so a binary without the setting
 	// ignores it; a test's own flag wins.
-	p.cmd.Env = append(os.Environ(), "MZPROXY_METRICS_LISTEN=")
+	return launchProxy(t, append(os.Environ(), "MZPROXY_METRICS_LISTEN="), all)
+}
+
+// launchProxy runs mzproxy with exactly args in environment environ (nil:
+// this process's) and waits until it is ready. It is stopped when the test
+// ends.
+func launchProxy(t testing.TB, environ []string, args []string) *proxyProc {
+	t.Helper()
+	p := &proxyProc{log: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(env.binary, args...)
+	p.cmd.Env = environ
 	tieToTest(p.cmd)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {

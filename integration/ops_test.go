@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"errors"
 	"io"
 	"net"
@@ -272,52 +271,7 @@ func TestOpsSIGHUP(t *testing.T) {
 // its own). It is stopped when the test ends.
 func startProxyArgs(t testing.TB, args ...string) *proxyProc {
 	t.Helper()
-	p := &proxyProc{log: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(env.binary, args...)
-	tieToTest(p.cmd)
-	stderr, err := p.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd.Stdout = p.log
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			p.log.Write([]byte(line + "\n"))
-			if m := readyLine.FindStringSubmatch(line); m != nil {
-				select {
-				case addr <- m[1]:
-				default:
-				}
-			}
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.stop(t)
-		if strings.Contains(p.log.String(), "WARNING: DATA RACE") {
-			t.Errorf("the race detector reported a data race in mzproxy (MZPROXY_RACE)")
-		}
-		if t.Failed() {
-			t.Logf("mzproxy log:\n%s", p.log.String())
-		}
-	})
-	select {
-	case p.addr = <-addr:
-	case <-p.done:
-		t.Fatalf("mzproxy exited before it was ready: %v\n%s", p.err, p.log.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("mzproxy not ready after 30s:\n%s", p.log.String())
-	}
-	return p
+	return launchProxy(t, nil, args)
 }
 
 // TestOpsDefaultMetricsAddrInUse: when the default metrics address is

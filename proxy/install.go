@@ -91,13 +91,7 @@ func (b *backend) queryValue(ctx context.Context, sql string) (string, error) {
 		}
 		switch typ {
 		case 'D':
-			if !gotRow {
-				var row pgproto3.DataRow
-				if err := row.Decode(wire.Body(frame)); err == nil && len(row.Values) > 0 {
-					value = string(row.Values[0])
-				}
-				gotRow = true
-			}
+			firstValue(frame, &value, &gotRow)
 		case 'E':
 			var er pgproto3.ErrorResponse
 			if err := er.Decode(wire.Body(frame)); err == nil {
@@ -149,13 +143,7 @@ func (b *backend) internalValue(ctx context.Context, sql string) (string, error)
 		}
 		switch typ {
 		case 'D':
-			if !gotRow {
-				var row pgproto3.DataRow
-				if err := row.Decode(wire.Body(frame)); err == nil && len(row.Values) > 0 {
-					value = string(row.Values[0])
-				}
-				gotRow = true
-			}
+			firstValue(frame, &value, &gotRow)
 		case '3':
 			closes++
 		case 'E':
@@ -177,4 +165,16 @@ func (b *backend) internalValue(ctx context.Context, sql string) (string, error)
 		}
 	}
 	return value, nil
+}
+
+// firstValue keeps the first column of the first DataRow seen.
+func firstValue(frame []byte, value *string, seen *bool) {
+	if *seen {
+		return
+	}
+	*seen = true
+	var row pgproto3.DataRow
+	if err := row.Decode(wire.Body(frame)); err == nil && len(row.Values) > 0 {
+		*value = string(row.Values[0])
+	}
 }
