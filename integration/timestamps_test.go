@@ -383,3 +383,32 @@ func TestAsOfExtendedProtocol(t *testing.T) {
 		t.Fatalf("%d panics in the log", got)
 	}
 }
+
+// TestDatabaseRecreated: a database dropped and made again under the same
+// name gets mzproxy's schema again on the next session.
+func TestDatabaseRecreated(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	write := func() error {
+		conn, err := pgx.Connect(ctx, p.URL("postgres", db))
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, "CREATE TABLE again (x int); INSERT INTO again VALUES (1)")
+		return err
+	}
+	if err := write(); err != nil {
+		t.Fatal(err)
+	}
+	admin := connectDirect(t, ctx)
+	for _, sql := range []string{"DROP DATABASE " + db + " WITH (FORCE)", "CREATE DATABASE " + db} {
+		if _, err := admin.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := write(); err != nil {
+		t.Fatalf("after the database was made again: %v", err)
+	}
+}

@@ -14,34 +14,26 @@ import (
 	"github.com/mzproxy/mzproxy/proxy/storage"
 )
 
-// installs remembers the databases whose backend schema this proxy has
-// checked, so that a session pays for the check once per database.
+// installs serializes installing mzproxy's backend schema.
 type installs struct {
 	mu sync.Mutex
-	ok map[string]bool
 }
 
 // ensureInstalled makes sure the session's database has mzproxy's backend
 // schema (each database has its own oracle, upper and catalog), installing
 // it over an administrative connection when it is missing. Writes and DDL
 // go through it, so it must be there before the session's first statement.
+// It checks at every session start (one short query): a database can be
+// dropped and made again under the same name.
 func (p *Proxy) ensureInstalled(ctx context.Context, be *backend, database string) error {
-	p.installs.mu.Lock()
-	defer p.installs.mu.Unlock()
-	if p.installs.ok[database] {
-		return nil
-	}
-	present, err := be.queryValue(ctx, fmt.Sprintf("SELECT to_regclass('%s.schema_version') IS NOT NULL", storage.Schema))
-	if err != nil {
+	check := fmt.Sprintf("SELECT to_regclass('%s.schema_version') IS NOT NULL", storage.Schema)
+	present, err := be.queryValue(ctx, check)
+	if err != nil || present == "t" {
 		return err
 	}
-	if present != "t" {
-		if err := p.install(ctx, database); err != nil {
-			return err
-		}
-	}
-	p.installs.ok[database] = true
-	return nil
+	p.installs.mu.Lock()
+	defer p.installs.mu.Unlock()
+	return p.install(ctx, database)
 }
 
 // install installs the backend schema into database as the backend's

@@ -63,11 +63,10 @@ func New(cfg Config) *Proxy {
 		log = logrus.NewEntry(logrus.StandardLogger())
 	}
 	return &Proxy{
-		cfg:      cfg,
-		log:      log,
-		planner:  planner.New(planCacheSize),
-		installs: installs{ok: map[string]bool{}},
-		dbs:      map[string]*database{},
+		cfg:     cfg,
+		log:     log,
+		planner: planner.New(planCacheSize),
+		dbs:     map[string]*database{},
 	}
 }
 
