@@ -10,9 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/sirupsen/logrus"
-	"go.uber.org/goleak"
 
 	"github.com/mzproxy/mzproxy/proxy/embedded"
+	"github.com/mzproxy/mzproxy/proxy/embedded/embeddedtest"
 	"github.com/mzproxy/mzproxy/proxy/storage"
 )
 
@@ -20,38 +20,7 @@ import (
 // own database.
 var server *embedded.Server
 
-func TestMain(m *testing.M) { os.Exit(run(m)) }
-
-func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "mzlease")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	server, err = embedded.Start(ctx, embedded.Config{
-		DataDir:      dir,
-		ChmodParents: true,
-		Settings:     map[string]string{"fsync": "off", "synchronous_commit": "off"},
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "lease tests need a PostgreSQL:", err)
-		return 1
-	}
-	code := m.Run()
-	if err := server.Stop(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			return 1
-		}
-	}
-	return code
-}
+func TestMain(m *testing.M) { os.Exit(embeddedtest.Main(m, "lease", &server)) }
 
 var dbSeq atomic.Int64
 

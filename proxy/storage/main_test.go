@@ -6,53 +6,18 @@ import (
 	"os"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.uber.org/goleak"
 
 	"github.com/mzproxy/mzproxy/proxy/embedded"
+	"github.com/mzproxy/mzproxy/proxy/embedded/embeddedtest"
 )
 
 // server is the PostgreSQL the package's tests share; each test gets its own
 // database (event triggers and the schema are per database).
 var server *embedded.Server
 
-func TestMain(m *testing.M) {
-	code := run(m)
-	os.Exit(code)
-}
-
-func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "mzstorage")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	server, err = embedded.Start(ctx, embedded.Config{
-		DataDir:      dir,
-		ChmodParents: true,
-		Settings:     map[string]string{"fsync": "off", "synchronous_commit": "off"},
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "storage tests need a PostgreSQL:", err)
-		return 1
-	}
-	code := m.Run()
-	if err := server.Stop(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			return 1
-		}
-	}
-	return code
-}
+func TestMain(m *testing.M) { os.Exit(embeddedtest.Main(m, "storage", &server)) }
 
 var dbSeq atomic.Int64
 

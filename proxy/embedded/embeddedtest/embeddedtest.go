@@ -1,0 +1,50 @@
+// Package embeddedtest runs a test package against a throwaway embedded
+// PostgreSQL, for packages whose tests need a real server.
+package embeddedtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/mzproxy/mzproxy/proxy/embedded"
+)
+
+// Main starts a PostgreSQL (fsync off: nothing here must survive) in a
+// temporary directory, stores it in *server, runs the tests, stops it and,
+// when they passed, checks that no goroutine was left behind. It returns
+// the exit code for os.Exit. name says whose tests need the server.
+func Main(m *testing.M, name string, server **embedded.Server) int {
+	dir, err := os.MkdirTemp("", "mz"+name)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	*server, err = embedded.Start(ctx, embedded.Config{
+		DataDir:      dir,
+		ChmodParents: true,
+		Settings:     map[string]string{"fsync": "off", "synchronous_commit": "off"},
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s tests need a PostgreSQL: %v\n", name, err)
+		return 1
+	}
+	code := m.Run()
+	if err := (*server).Stop(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			return 1
+		}
+	}
+	return code
+}
