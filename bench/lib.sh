@@ -33,8 +33,9 @@ bench_cleanup() {
 	rm -rf "$work"
 }
 
-# bench_setup [extra mzproxy flags...]
-bench_setup() {
+# bench_postgres: the temporary directory, the mzproxy binary and a
+# PostgreSQL; sets $work, $bindir, $pg_port and $backend.
+bench_postgres() {
 	work=$(mktemp -d /tmp/mzbench.XXXXXX)
 	chmod 755 "$work"
 	trap bench_cleanup EXIT
@@ -42,7 +43,6 @@ bench_setup() {
 	[ -x "$bindir/postgres" ] || { echo "no PostgreSQL server binaries (set PG_BINDIR)" >&2; exit 1; }
 	[ "$(id -u)" = 0 ] && chown postgres "$work"
 	pg_port=$(free_port)
-	mz_port=$(free_port)
 	echo "building mzproxy and starting PostgreSQL $("$bindir/postgres" --version | awk '{print $3}') in $work" >&2
 	if [ "${SRC:-head}" = tree ]; then
 		src=$root
@@ -57,6 +57,13 @@ bench_setup() {
 		-o "-c listen_addresses=127.0.0.1 -c port=$pg_port -c unix_socket_directories=$work -c max_connections=200 -c shared_buffers=256MB" \
 		start >/dev/null
 	backend="postgres://postgres@/postgres?host=$work&port=$pg_port&sslmode=disable"
+}
+
+# bench_setup [extra mzproxy flags...]: bench_postgres, then mzproxy in
+# front of it on $mz_port.
+bench_setup() {
+	bench_postgres
+	mz_port=$(free_port)
 	"$work/mzproxy" --listen "127.0.0.1:$mz_port" --metrics-listen= --log-level warn --backend "$backend" "$@" 2>"$work/mzproxy.log" &
 	mz_pid=$!
 	bench_pids+=("$mz_pid")

@@ -32,19 +32,9 @@ VARIANTS=${VARIANTS:-}
 PROFILE=${PROFILE:-}
 STRACE=${STRACE:-}
 
-root=$(cd "$(dirname "$0")/.." && pwd)
-work=$(mktemp -d /tmp/mzbench.XXXXXX)
-chmod 755 "$work"
-bindir=${PG_BINDIR:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)}
-[ -x "$bindir/postgres" ] || { echo "no PostgreSQL server binaries (set PG_BINDIR)" >&2; exit 1; }
-
-as_pg() {
-	if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
-}
-[ "$(id -u)" = 0 ] && chown postgres "$work"
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-pg_port=$(free_port)
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
+bench_postgres
 
 pids=()
 declare -A port pid
@@ -62,24 +52,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "building mzproxy and starting PostgreSQL $("$bindir/postgres" --version | awk '{print $3}') in $work" >&2
-# Built from the last commit, not from the working tree (which other work
-# may have half-edited); SRC=tree builds the working tree.
-if [ "${SRC:-head}" = tree ]; then
-	src=$root
-else
-	src=$work/src
-	mkdir -p "$src"
-	git -C "$root" archive HEAD | tar -x -C "$src"
-fi
-(cd "$src" && go build -o "$work/mzproxy" ./cmd/mzproxy)
-as_pg "$bindir/initdb" -D "$work/pg" -U postgres -A trust >/dev/null
-as_pg "$bindir/pg_ctl" -D "$work/pg" -l "$work/pg.log" -w \
-	-o "-c listen_addresses=127.0.0.1 -c port=$pg_port -c unix_socket_directories=$work -c max_connections=200 -c shared_buffers=256MB" \
-	start >/dev/null
-
 port[direct]=$pg_port
-backend="postgres://postgres@/postgres?host=$work&port=$pg_port&sslmode=disable"
 
 start_mzproxy() { # name env...
 	local name=$1; shift
@@ -145,12 +118,9 @@ if command -v perf >/dev/null 2>&1 &&
 	perf_ok=1
 fi
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-
 echo "pgbench -i -s $SCALE" >&2
 pgbench -i -q -s "$SCALE" -h 127.0.0.1 -p "$pg_port" -U postgres postgres >/dev/null 2>&1
 
-hz=$(getconf CLK_TCK)
 results="$work/results.txt"
 : >"$results"
 for round in $(seq "$ROUNDS"); do
