@@ -7,8 +7,8 @@
 //
 // Install brings a database to schema version SchemaVersion in one
 // transaction under pg_advisory_xact_lock, so proxies starting together do
-// not race: install.sql creates version 1, lease.sql upgrades 1 to 2 (a
-// database already at version 1 gets only the upgrade); a database already
+// not race: install.sql creates version 1, lease.sql upgrades 1 to 2, occ.sql 2
+// to 3 (a database at an older version gets only the upgrades); a database already
 // at the version is left alone. It needs a superuser because it creates
 // event triggers. The schema holds:
 //
@@ -120,6 +120,28 @@
 //     committed after the transaction's snapshot was taken.
 //   - apply_write(T) beyond the newest commit leaves read_ts > upper-1; the
 //     tables still show the state at read_ts (nothing was written since).
+//
+// # Using begin_write_occ and commit_write (optimistic writes)
+//
+//   - begin_write_occ(inc, floor) takes no lock: it picks T (>= floor, the
+//     upper, read_ts+1, write_ts+1 and the clock in its snapshot) and
+//     records the snapshot's upper as the expected upper. commit_write(inc)
+//     is the compare-and-append: upper := T+1 only where upper = expected,
+//     read_ts := T, fencing checked, all in the write's transaction; else
+//     MZ001 with the actual upper in DETAIL (UpperConflict), and the
+//     transaction must roll back. The txns row lock is held from
+//     commit_write to COMMIT only.
+//   - Anything that committed after the expected upper was read fails the
+//     append, so T order stays commit order and a write's reads are those
+//     of the state just below T. Under REPEATABLE READ the expected upper
+//     is the transaction's first snapshot's and PostgreSQL itself raises
+//     40001 at commit_write when anything committed since.
+//   - Both are idempotent; commit_write with no slot returns NULL, and
+//     after begin_write (pessimistic) returns T at once. A transaction may
+//     call commit_write early and go on writing at T: it then holds the
+//     slot like begin_write (the proxy does so before statements it cannot
+//     replay or validate otherwise). commit_write_tx raises 40001 instead of
+//     MZ001, for a client's COMMIT.
 //
 // # Cost
 //

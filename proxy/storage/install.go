@@ -19,8 +19,14 @@ var installSQL string
 //go:embed lease.sql
 var leaseSQL string
 
+// occSQL upgrades version 2 to 3: optimistic writes (begin_write_occ,
+// commit_write).
+//
+//go:embed occ.sql
+var occSQL string
+
 // migrations[v] upgrades a database at version v to v+1.
-var migrations = []string{0: installSQL, 1: leaseSQL}
+var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL}
 
 // installLockKey is the pg_advisory_xact_lock key that serializes Install
 // across proxies sharing a backend ("mzproxy" in ASCII).

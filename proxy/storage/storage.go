@@ -17,7 +17,7 @@ import (
 const Schema = "mzproxy"
 
 // SchemaVersion is the version of the backend layout this package installs.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // Infinity is mz_to of a current version: a version is visible at ts when
 // mz_from <= ts AND mz_to > ts.
@@ -100,6 +100,34 @@ func ts(t uint64) int64 {
 // parameter, so it fits a simple-protocol request the proxy injects.
 func BeginWriteFor(inc int64) string {
 	return "SELECT " + Schema + ".begin_write(" + strconv.FormatInt(inc, 10) + ")"
+}
+
+// BeginWriteOCCFor is the optimistic counterpart of BeginWriteFor: it picks
+// the transaction's T, at least floor, and remembers the expected upper
+// without taking a lock. inc < 0 means no incarnation (unfenced).
+func BeginWriteOCCFor(inc int64, floor uint64) string {
+	return "SELECT " + Schema + ".begin_write_occ(" + incLiteral(inc) + ", " + strconv.FormatInt(ts(floor), 10) + ")"
+}
+
+// CommitWriteFor is the compare-and-append of an optimistic write
+// transaction for incarnation inc (< 0: unfenced): it fails with
+// CodeUpperConflict (UpperConflict gives the actual upper), or with the
+// fenced error (IsFenced), and the transaction must then roll back.
+func CommitWriteFor(inc int64) string {
+	return "SELECT " + Schema + ".commit_write(" + incLiteral(inc) + ")"
+}
+
+// CommitWriteTxFor is CommitWriteFor for a client's COMMIT: a conflict is
+// 40001 "could not serialize access due to concurrent update".
+func CommitWriteTxFor(inc int64) string {
+	return "SELECT " + Schema + ".commit_write_tx(" + incLiteral(inc) + ")"
+}
+
+func incLiteral(inc int64) string {
+	if inc < 0 {
+		return "NULL"
+	}
+	return strconv.FormatInt(inc, 10)
 }
 
 // BeginWriteAtFor is BeginWriteAtSQL for incarnation inc, with T as a
