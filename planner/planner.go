@@ -396,3 +396,14 @@ func planWrappedSubscribe(st *Statement, text string, mz *mzSyntax, cat Catalog,
 	}
 	return st, deps, nil
 }
+
+// ReadOnly reports whether the statement only reads user data: a SELECT
+// without FOR UPDATE/SHARE, or one inside EXPLAIN, EXPLAIN TIMESTAMP,
+// DECLARE or COPY (...) TO. Such a statement may begin a read-only
+// transaction.
+func (s *Statement) ReadOnly() bool {
+	if s.Kind == KindExplainTimestamp {
+		return true
+	}
+	return rewritable(s) && !s.Locking
+}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"slices"
 	"strconv"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -39,9 +40,14 @@ func (s *Session) quiesce(ctx context.Context) (bool, error) {
 // parseExplicit forwards the Parse of a statement on the explicit-timestamp
 // path, rewritten.
 func (s *Session) parseExplicit(ctx context.Context, m *pgproto3.Parse, st *planner.Statement) error {
+	if s.explicitStmts == nil {
+		s.explicitStmts = map[string]*planner.Statement{}
+	}
 	if st.ExplainTimestamp != nil {
-		return s.failExtended(ctx, pgerr.New(pgerr.FeatureNotSupported,
-			"EXPLAIN TIMESTAMP is answered over the simple query protocol only"))
+		// Answered by the proxy: the backend never sees it.
+		setMember(&s.tsStmts, m.Name, false)
+		s.explicitStmts[m.Name] = st
+		return s.client.Send(&pgproto3.ParseComplete{})
 	}
 	sql, oids := st.SQL, m.ParameterOIDs
 	if st.Template != nil && st.Template.Holes() > 0 {
@@ -53,9 +59,6 @@ func (s *Session) parseExplicit(ctx context.Context, m *pgproto3.Parse, st *plan
 		setMember(&s.tsStmts, m.Name, true)
 	} else {
 		setMember(&s.tsStmts, m.Name, false)
-	}
-	if s.explicitStmts == nil {
-		s.explicitStmts = map[string]*planner.Statement{}
 	}
 	s.explicitStmts[m.Name] = st
 	if err := s.be.w.Send(&pgproto3.Parse{Name: m.Name, Query: sql, ParameterOIDs: oids}); err != nil {
@@ -77,9 +80,26 @@ func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, st *planne
 		// The backend skips this Bind anyway.
 		return s.request(ctx, mustEncode(m), unit{kind: uBind}, false)
 	}
-	_, fr, err := s.db.snapshot(ctx, s.proxy)
+	if st.ExplainTimestamp != nil {
+		// The timestamp is chosen at Execute, as for a simple Query.
+		if s.explainPortals == nil {
+			s.explainPortals = map[string]*explainPortal{}
+		}
+		p := &explainPortal{st: st}
+		if len(m.ResultFormatCodes) > 0 {
+			p.format = m.ResultFormatCodes[0]
+		}
+		s.explainPortals[m.DestinationPortal] = p
+		return s.client.Send(&pgproto3.BindComplete{})
+	}
+	cat, fr, err := s.db.snapshot(ctx, s.proxy)
 	if err != nil {
 		return s.failExtended(ctx, err)
+	}
+	if !stillDefined(st, cat) {
+		// The rewrite names the columns the inputs had at Parse; PostgreSQL
+		// would see no change in it and answer in the old shape.
+		return s.failExtended(ctx, pgerr.New(pgerr.FeatureNotSupported, "cached plan must not change result type"))
 	}
 	c, err := s.chooseTimestamp(ctx, st, fr)
 	if err == nil {
@@ -88,7 +108,10 @@ func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, st *planne
 	if err != nil {
 		return s.failExtended(ctx, err)
 	}
-	s.portalHolds = append(s.portalHolds, s.proxy.holds.acquire(s.id, s.db.name, c.ts, c.inputs))
+	if !s.pinned() || st.AsOf != nil {
+		// (A read at the pinned timestamp is under the transaction's hold.)
+		s.portalHolds = append(s.portalHolds, s.proxy.holds.acquire(s.id, s.db.name, c.ts, c.inputs))
+	}
 	bind := *m
 	if s.tsStmts[m.PreparedStatement] {
 		n := st.Template.Param()
@@ -152,4 +175,85 @@ func mustEncode(m pgproto3.FrontendMessage) []byte {
 		panic(err)
 	}
 	return b
+}
+
+// explainPortal is a portal of EXPLAIN TIMESTAMP; format is the result
+// format the client asked for (text and binary are the same bytes for a
+// text column).
+type explainPortal struct {
+	st     *planner.Statement
+	format int16
+}
+
+// describeExplain answers Describe of an EXPLAIN TIMESTAMP statement or
+// portal from the proxy. It reports false for every other Describe.
+func (s *Session) describeExplain(ctx context.Context, m *pgproto3.Describe) (bool, error) {
+	var st *planner.Statement
+	var format int16
+	if m.ObjectType == 'S' {
+		if st = s.explicitStmts[m.Name]; st == nil || st.ExplainTimestamp == nil {
+			return false, nil
+		}
+	} else {
+		p := s.explainPortals[m.Name]
+		if p == nil {
+			return false, nil
+		}
+		st, format = p.st, p.format
+	}
+	ok, err := s.quiesce(ctx)
+	if err != nil || !ok {
+		return true, err
+	}
+	if m.ObjectType == 'S' {
+		// The statement's own parameters are never evaluated: they are
+		// described as text.
+		oids := make([]uint32, st.Params)
+		for i := range oids {
+			oids[i] = textOID
+		}
+		if err := s.client.Send(&pgproto3.ParameterDescription{ParameterOIDs: oids}); err != nil {
+			return true, err
+		}
+	}
+	return true, s.client.Send(explainTimestampRow(format))
+}
+
+// executeExplain answers Execute of an EXPLAIN TIMESTAMP portal: the
+// timestamp is chosen now, as for a SELECT executed now.
+func (s *Session) executeExplain(ctx context.Context, p *explainPortal) error {
+	ok, err := s.quiesce(ctx)
+	if err != nil || !ok {
+		return err
+	}
+	_, fr, err := s.db.snapshot(ctx, s.proxy)
+	if err != nil {
+		return err
+	}
+	c, err := s.chooseTimestamp(ctx, p.st.ExplainTimestamp.Inner, fr)
+	if err != nil {
+		return err
+	}
+	text := s.timestampExplanation(p.st.ExplainTimestamp.Format, c)
+	if err := s.client.Send(&pgproto3.DataRow{Values: [][]byte{[]byte(text)}}); err != nil {
+		return err
+	}
+	return s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte("EXPLAIN")})
+}
+
+// stillDefined reports whether every managed object a statement was
+// planned against is still defined as it was (same columns, history
+// relation, view text) in cat.
+func stillDefined(st *planner.Statement, cat *catalogSnapshot) bool {
+	same := func(o *planner.Object) bool {
+		now := cat.objects[int64(o.ID)]
+		return now != nil && now.Kind == o.Kind && now.History == o.History &&
+			now.ViewSQL == o.ViewSQL && slices.Equal(now.Columns, o.Columns)
+	}
+	for _, r := range st.Reads {
+		if r.Managed() && !same(r.Object) {
+			return false
+		}
+	}
+	return !slices.ContainsFunc(st.Inputs, func(o *planner.Object) bool { return !same(o) })
 }

@@ -142,15 +142,27 @@ func (b *backend) internalValue(ctx context.Context, sql string) (string, error)
 			var er pgproto3.ErrorResponse
 			_ = er.Decode(wire.Body(frame))
 			failed := backendError(&er)
-			if err := b.w.Send(&pgproto3.Sync{}); err != nil {
-				return "", err
+			if failed.IsFatal() {
+				// The backend ended the session (e.g. 25P03): nothing
+				// more to read or write.
+				return "", failed
+			}
+			// The backend skipped the Closes after the error: close the
+			// statement after Sync, or the next call cannot Parse it.
+			for _, m := range []pgproto3.FrontendMessage{&pgproto3.Sync{}, &pgproto3.Close{ObjectType: 'S', Name: name}, &pgproto3.Sync{}} {
+				if err := b.w.Send(m); err != nil {
+					return "", err
+				}
 			}
 			if err := b.w.Flush(); err != nil {
 				return "", err
 			}
-			for typ != 'Z' {
+			for zs := 0; zs < 2; {
 				if typ, _, err = b.r.Next(); err != nil {
 					return "", pgerr.Fatal(pgerr.ConnectionFailure, "backend connection lost: %v", err)
+				}
+				if typ == 'Z' {
+					zs++
 				}
 			}
 			return "", failed

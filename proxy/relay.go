@@ -108,6 +108,9 @@ func (q *queue) pop() {
 func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, frame []byte) error {
 	switch m := msg.(type) {
 	case *pgproto3.Query:
+		if err := s.txnQuery(ctx, m.String); err != nil {
+			return err
+		}
 		if s.tx != 'E' && (s.proxy.cfg.HistoryReads || !planner.PlainRead(m.String)) {
 			if handled, err := s.sessionSetting(ctx, m.String); handled {
 				return err
@@ -128,6 +131,9 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 		return s.request(ctx, frame, unit{kind: uQuery, relayZ: true}, true)
 	case *pgproto3.Parse:
 		delete(s.explicitStmts, m.Name)
+		if err := s.txnParse(ctx, m); err != nil {
+			return err
+		}
 		if s.tx != 'E' && (s.proxy.cfg.HistoryReads || !planner.PlainRead(m.Query)) {
 			ok, err := s.quiesce(ctx)
 			if err != nil {
@@ -146,12 +152,19 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 		setMember(&s.writeStmts, m.Name, s.routeOf(m.Query).write)
 		return s.request(ctx, frame, unit{kind: uParse}, false)
 	case *pgproto3.Bind:
+		if err := s.txnBind(ctx, m); err != nil {
+			return err
+		}
 		setMember(&s.writePortals, m.DestinationPortal, s.writeStmts[m.PreparedStatement])
+		delete(s.explainPortals, m.DestinationPortal)
 		if st := s.explicitStmts[m.PreparedStatement]; st != nil {
 			return s.bindExplicit(ctx, m, st)
 		}
 		return s.request(ctx, frame, unit{kind: uBind}, false)
 	case *pgproto3.Describe:
+		if handled, err := s.describeExplain(ctx, m); handled {
+			return err
+		}
 		u := unit{kind: uDescribePortal}
 		if m.ObjectType == 'S' {
 			u.kind = uDescribeStatement
@@ -159,6 +172,9 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 		}
 		return s.request(ctx, frame, u, false)
 	case *pgproto3.Execute:
+		if p := s.explainPortals[m.Portal]; p != nil {
+			return s.executeExplain(ctx, p)
+		}
 		if s.writePortals[m.Portal] && !s.writeSlot && s.tx != 'E' {
 			if err := s.takeWriteSlotExtended(); err != nil {
 				return err
@@ -170,8 +186,10 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 			delete(s.writeStmts, m.Name)
 			delete(s.explicitStmts, m.Name)
 			delete(s.tsStmts, m.Name)
+			delete(s.stmtSQL, m.Name)
 		} else {
 			delete(s.writePortals, m.Name)
+			delete(s.explainPortals, m.Name)
 		}
 		return s.request(ctx, frame, unit{kind: uClose}, false)
 	case *pgproto3.Sync:
@@ -330,11 +348,16 @@ func (s *Session) exchange(ctx context.Context) error {
 		case 'Z':
 			s.tx = frame[5]
 			s.skipping = false
-			if s.tx == 'I' {
+			switch s.tx {
+			case 'I':
 				// Transaction over: its commit slot and portals are gone.
 				s.writeSlot = false
 				clear(s.writePortals)
+				clear(s.explainPortals)
 				s.releasePortalHolds()
+				s.endTxn()
+			case 'E':
+				s.releaseTxnHolds()
 			}
 			if u.relayZ {
 				s.muted = false
@@ -529,6 +552,7 @@ func (s *Session) noteCommand(frame []byte) {
 	case "DISCARD ALL", "DEALLOCATE ALL":
 		// The proxy's prepared begin_write went with the client's.
 		s.beginWritePrepared = false
+		clear(s.stmtSQL)
 	}
 }
 

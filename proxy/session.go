@@ -68,6 +68,14 @@ type Session struct {
 	explicitStmts map[string]*planner.Statement
 	tsStmts       map[string]bool
 	portalHolds   []uint64
+	// explainPortals are the portals of EXPLAIN TIMESTAMP statements,
+	// which the proxy answers itself.
+	explainPortals map[string]*explainPortal
+	// txn is the client's transaction block (read-only transactions);
+	// stmtSQL the text of each prepared statement, for the Bind that may
+	// begin one.
+	txn     readTxn
+	stmtSQL map[string]string
 	// skipping: an extended-protocol message failed; the backend ignores
 	// everything until Sync.
 	skipping bool
@@ -231,6 +239,9 @@ func (s *Session) Close() error {
 	}
 	s.closed = true
 	s.stopWait()
+	// The transaction and its portals end with the connection.
+	s.endTxn()
+	s.releasePortalHolds()
 	if s.idleRead != nil {
 		_ = s.stopIdleReader()
 	}

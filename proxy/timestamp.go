@@ -107,6 +107,9 @@ func (s *Session) chooseTimestamp(ctx context.Context, st *planner.Statement, fr
 		c.sinces[in.ID] = since
 		c.since = max(c.since, since)
 	}
+	if s.pinned() {
+		return s.chooseInTransaction(ctx, st, c)
+	}
 	if st.AsOf == nil && s.isolation == serializable {
 		// Serializable may read the newest complete time instead of asking
 		// the oracle.
@@ -138,16 +141,24 @@ func (s *Session) chooseTimestamp(ctx context.Context, st *planner.Statement, fr
 		return c, nil
 	}
 	c.ts = t
+	if err := validForInputs(st, c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// validForInputs fails when c.ts is below an input's since.
+func validForInputs(st *planner.Statement, c *choice) error {
 	var invalid []string
 	for _, in := range st.Inputs {
-		if since := c.sinces[in.ID]; t < since {
+		if since := c.sinces[in.ID]; c.ts < since {
 			invalid = append(invalid, fmt.Sprintf("Antichain { elements: [%d] }", since))
 		}
 	}
 	if len(invalid) > 0 {
-		return nil, pgerr.New(pgerr.InternalError, "Timestamp (%d) is not valid for all inputs: [%s]", t, strings.Join(invalid, ", "))
+		return pgerr.New(pgerr.InternalError, "Timestamp (%d) is not valid for all inputs: [%s]", c.ts, strings.Join(invalid, ", "))
 	}
-	return c, nil
+	return nil
 }
 
 // evalTimestamp evaluates an AS OF expression: a number of milliseconds
@@ -241,9 +252,35 @@ func (s *Session) explicitQuery(ctx context.Context, st *planner.Statement, fr *
 	return s.exchange(ctx)
 }
 
+// textOID is PostgreSQL's text type.
+const textOID = 25
+
 // explainTimestamp answers EXPLAIN TIMESTAMP from the proxy, in
 // Materialize's layout: one text column named "Timestamp".
 func (s *Session) explainTimestamp(format planner.ExplainFormat, c *choice) error {
+	msgs := []pgproto3.BackendMessage{
+		explainTimestampRow(0),
+		&pgproto3.DataRow{Values: [][]byte{[]byte(s.timestampExplanation(format, c))}},
+		&pgproto3.CommandComplete{CommandTag: []byte("EXPLAIN")},
+		&pgproto3.ReadyForQuery{TxStatus: s.tx},
+	}
+	for _, m := range msgs {
+		if err := s.client.Send(m); err != nil {
+			return err
+		}
+	}
+	return s.client.Flush()
+}
+
+// explainTimestampRow describes EXPLAIN TIMESTAMP's one column.
+func explainTimestampRow(format int16) *pgproto3.RowDescription {
+	return &pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{
+		Name: []byte("Timestamp"), DataTypeOID: textOID, DataTypeSize: -1, TypeModifier: -1, Format: format,
+	}}}
+}
+
+// timestampExplanation is EXPLAIN TIMESTAMP's text for the choice c.
+func (s *Session) timestampExplanation(format planner.ExplainFormat, c *choice) string {
 	e := planner.TimestampExplanation{
 		QueryTimestamp:             c.ts,
 		OracleReadTimestamp:        c.oracle,
@@ -261,19 +298,5 @@ func (s *Session) explainTimestamp(format planner.ExplainFormat, c *choice) erro
 			WriteFrontier: []uint64{c.upper},
 		})
 	}
-	text := e.Format(format)
-	msgs := []pgproto3.BackendMessage{
-		&pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{
-			Name: []byte("Timestamp"), DataTypeOID: 25, DataTypeSize: -1, TypeModifier: -1,
-		}}},
-		&pgproto3.DataRow{Values: [][]byte{[]byte(text)}},
-		&pgproto3.CommandComplete{CommandTag: []byte("EXPLAIN")},
-		&pgproto3.ReadyForQuery{TxStatus: s.tx},
-	}
-	for _, m := range msgs {
-		if err := s.client.Send(m); err != nil {
-			return err
-		}
-	}
-	return s.client.Flush()
+	return e.Format(format)
 }

@@ -1,0 +1,398 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/mzproxy/mzproxy/pgerr"
+	"github.com/mzproxy/mzproxy/planner"
+	"github.com/mzproxy/mzproxy/proxy/storage"
+)
+
+// Read-only transactions, as Materialize runs them: a transaction block
+// whose first statement reads is read at one timestamp, chosen at that
+// first statement, and holds it until it ends.
+//
+// The backend gives the snapshot: before the first read the proxy makes
+// the backend transaction REPEATABLE READ (unless the client already chose
+// REPEATABLE READ or SERIALIZABLE), then reads the oracle in it, which
+// takes the transaction's snapshot. Every commit advances the oracle in its
+// own transaction (see proxy/storage), so the read timestamp seen in that
+// snapshot is the snapshot's timestamp, and every later statement of the
+// transaction reads the same data. Reads the proxy rewrites (AS OF-less
+// history reads, EXPLAIN TIMESTAMP) use that timestamp.
+//
+// The transaction's timedomain is Materialize's: the managed objects in the
+// schemas of the relations named by the first read that names any, plus
+// what they read through views. A later read naming a managed object
+// outside it is refused (25000). Unmanaged relations (pg_catalog, tables
+// made outside mzproxy) have no timestamps and are always allowed; a read
+// with AS OF names its own time and is exempt, as in Materialize, but it
+// cannot read past the transaction's snapshot.
+//
+// A write in such a transaction is not refused: under REPEATABLE READ the
+// commit slot fails with 40001 when anything committed since the snapshot.
+
+// txnPhase is where a client transaction block stands.
+type txnPhase uint8
+
+const (
+	// txnNone: no transaction block the proxy follows (autocommit, or a
+	// block begun in a query string with other statements).
+	txnNone txnPhase = iota
+	// txnFresh: BEGIN ran; no statement that takes a snapshot yet.
+	txnFresh
+	// txnPinned: the first statement was a read; ts is the transaction's.
+	txnPinned
+	// txnOther: the first statement was not a read; nothing is pinned.
+	txnOther
+)
+
+// readTxn is the state of the session's transaction block.
+type readTxn struct {
+	phase  txnPhase
+	ts     uint64
+	oracle uint64 // the oracle's read timestamp in the snapshot
+	upper  uint64 // the upper in the snapshot
+	// domain is the timedomain's managed objects (nil until a read names
+	// one); held the managed tables held at ts.
+	domain map[uint64]*planner.Object
+	held   map[uint64]bool
+	holds  []uint64
+}
+
+// pinned reports whether the session's reads use the transaction's
+// timestamp: a read-only transaction that has not written.
+func (s *Session) pinned() bool { return s.txn.phase == txnPinned && !s.writeSlot }
+
+// txnQuery follows a client Query through its transaction block: it notes
+// BEGIN, pins the timestamp at the first read, and refuses a read outside
+// the timedomain.
+func (s *Session) txnQuery(ctx context.Context, sql string) error {
+	switch {
+	case s.tx == 'I':
+		if startsWithWord(sql, "begin", "start") {
+			s.noteBegin(sql)
+		}
+		return nil
+	case s.tx != 'T' || (s.txn.phase != txnFresh && !s.pinned()):
+		return nil
+	}
+	return s.txnStatements(ctx, sql)
+}
+
+// txnParse runs before a client Parse is forwarded: parsing a SELECT takes
+// the backend transaction's snapshot, so a read-only transaction is pinned
+// here when this is its first read.
+func (s *Session) txnParse(ctx context.Context, m *pgproto3.Parse) error {
+	if s.stmtSQL == nil {
+		s.stmtSQL = map[string]string{}
+	}
+	s.stmtSQL[m.Name] = m.Query
+	if s.tx != 'T' || s.txn.phase != txnFresh {
+		return nil
+	}
+	return s.txnExtended(ctx, m.Query)
+}
+
+// txnBind runs before a client Bind is forwarded: a Bind of BEGIN begins a
+// block; a Bind of a statement prepared earlier can be the first read of
+// one; and every read bound in a pinned transaction is checked against the
+// timedomain.
+func (s *Session) txnBind(ctx context.Context, m *pgproto3.Bind) error {
+	sql, ok := s.stmtSQL[m.PreparedStatement]
+	switch {
+	case !ok:
+		return nil
+	case s.tx == 'I':
+		if startsWithWord(sql, "begin", "start") {
+			s.noteBegin(sql)
+		}
+		return nil
+	case s.tx != 'T' || (s.txn.phase != txnFresh && !s.pinned()):
+		return nil
+	}
+	return s.txnExtended(ctx, sql)
+}
+
+// txnExtended runs txnStatements for an extended-protocol message, once the
+// backend has answered everything before it.
+func (s *Session) txnExtended(ctx context.Context, sql string) error {
+	ok, err := s.quiesce(ctx)
+	if err != nil || !ok {
+		return err
+	}
+	if err := s.txnStatements(ctx, sql); err != nil {
+		return s.failExtended(ctx, err)
+	}
+	return nil
+}
+
+// noteBegin starts following a transaction block when sql is BEGIN or
+// START TRANSACTION alone.
+func (s *Session) noteBegin(sql string) {
+	stmts, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
+	if err == nil && len(stmts) == 1 && stmts[0].Kind == planner.KindTransaction && stmts[0].Txn.Kind == planner.TxnBegin {
+		s.endTxn()
+		s.txn.phase = txnFresh
+	}
+}
+
+// txnStatements pins a fresh transaction whose first statement in sql
+// reads, and checks the reads in sql against the timedomain.
+func (s *Session) txnStatements(ctx context.Context, sql string) error {
+	cheap, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
+	if err != nil {
+		// The backend reports its own error.
+		return nil
+	}
+	if s.txn.phase == txnFresh {
+		for _, st := range cheap {
+			if takesNoSnapshot(st) {
+				continue
+			}
+			if !st.ReadOnly() {
+				s.txn.phase = txnOther
+				return nil
+			}
+			if err := s.pin(ctx); err != nil {
+				return err
+			}
+			break
+		}
+		if s.txn.phase == txnFresh {
+			return nil
+		}
+	}
+	if !slices.ContainsFunc(cheap, (*planner.Statement).ReadOnly) {
+		return nil
+	}
+	cat, _, err := s.db.snapshot(ctx, s.proxy)
+	if err != nil {
+		return err
+	}
+	path, err := s.searchPath(ctx)
+	if err != nil {
+		return err
+	}
+	stmts, err := s.proxy.planner.Plan(sql, cat, planner.Options{SearchPath: planner.EffectiveSearchPath(path, s.user)})
+	if err != nil {
+		return nil
+	}
+	for _, st := range stmts {
+		if !st.ReadOnly() || st.AsOf != nil {
+			continue
+		}
+		if err := s.inTimedomain(ctx, cat, st); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// takesNoSnapshot reports whether a statement leaves a fresh transaction
+// fresh: PostgreSQL lets SET TRANSACTION follow it.
+func takesNoSnapshot(st *planner.Statement) bool {
+	switch st.Kind {
+	case planner.KindSet, planner.KindShow, planner.KindReset:
+		return true
+	case planner.KindTransaction:
+		return st.Txn.Kind == planner.TxnSavepoint || st.Txn.Kind == planner.TxnRelease
+	}
+	return false
+}
+
+// pin makes the backend transaction REPEATABLE READ and reads its
+// timestamp, which takes its snapshot.
+func (s *Session) pin(ctx context.Context) error {
+	level, err := s.be.internalValue(ctx, "SHOW transaction_isolation")
+	if err != nil {
+		return err
+	}
+	if level != "repeatable read" && level != "serializable" {
+		if _, err := s.be.internalValue(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
+			return err
+		}
+	}
+	v, err := s.be.internalValue(ctx, "SELECT "+storage.Schema+".read_ts()::text || ' ' || upper FROM "+storage.Schema+".txns")
+	if err != nil {
+		return err
+	}
+	var read, upper uint64
+	if _, err := fmt.Sscan(v, &read, &upper); err != nil {
+		return pgerr.New(pgerr.InternalError, "oracle read timestamp and upper %q: %v", v, err)
+	}
+	s.txn.phase, s.txn.oracle, s.txn.upper = txnPinned, read, upper
+	// Both are the snapshot's time: every commit sets read_ts = T and
+	// upper = T+1 together. Serializable reads the upper as elsewhere.
+	s.txn.ts = read
+	if s.isolation == serializable {
+		s.txn.ts = upper - 1
+	}
+	return nil
+}
+
+// inTimedomain checks a read of a pinned transaction against its
+// timedomain, choosing the timedomain at the first read that names a
+// managed object, and holds what the read reads.
+func (s *Session) inTimedomain(ctx context.Context, cat *catalogSnapshot, st *planner.Statement) error {
+	if s.txn.domain == nil {
+		schemas := map[string]bool{}
+		for _, r := range st.Reads {
+			if r.Managed() {
+				schemas[r.Object.Schema] = true
+			}
+		}
+		if len(schemas) == 0 {
+			s.hold(st.Inputs)
+			return nil
+		}
+		s.txn.domain = map[uint64]*planner.Object{}
+		var tables []*planner.Object
+		for _, o := range cat.objects {
+			if schemas[o.Schema] {
+				s.txn.domain[o.ID] = o
+				if o.Kind == planner.Table {
+					tables = append(tables, o)
+				}
+			}
+		}
+		s.hold(tables)
+	}
+	var outside []string
+	for _, r := range st.Reads {
+		if r.Managed() && s.txn.domain[r.Object.ID] == nil && !slices.Contains(outside, s.quotedName(r.Object)) {
+			outside = append(outside, s.quotedName(r.Object))
+		}
+	}
+	if len(outside) > 0 {
+		return s.refuse(ctx, s.outsideTimedomain(outside))
+	}
+	s.hold(st.Inputs)
+	return nil
+}
+
+// hold adds read holds at the transaction's timestamp on the tables not
+// held yet.
+func (s *Session) hold(tables []*planner.Object) {
+	var add []*planner.Object
+	for _, t := range tables {
+		if !s.txn.held[t.ID] {
+			if s.txn.held == nil {
+				s.txn.held = map[uint64]bool{}
+			}
+			s.txn.held[t.ID] = true
+			add = append(add, t)
+		}
+	}
+	if len(add) > 0 {
+		s.txn.holds = append(s.txn.holds, s.proxy.holds.acquire(s.id, s.db.name, s.txn.ts, add))
+	}
+}
+
+// outsideTimedomain is Materialize's error for a read outside the
+// transaction's timedomain.
+func (s *Session) outsideTimedomain(outside []string) *pgerr.Error {
+	available := make([]string, 0, len(s.txn.domain))
+	for _, o := range s.txn.domain {
+		available = append(available, s.quotedName(o))
+	}
+	slices.Sort(available)
+	avail := "No relations are available."
+	if len(available) > 0 {
+		avail = "Only the following relations are available:\n" + strings.Join(available, "\n")
+	}
+	return pgerr.New(pgerr.InvalidTransactionState,
+		"Transactions can only reference objects in the same timedomain. See https://materialize.com/docs/sql/begin/#same-timedomain-error").
+		WithDetail("The following relations in the query are outside the transaction's time domain:\n%s\n%s",
+			strings.Join(outside, "\n"), avail)
+}
+
+func (s *Session) quotedName(o *planner.Object) string {
+	return quoteIdent(s.db.name) + "." + quoteIdent(o.Schema) + "." + quoteIdent(o.Name)
+}
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// refuse fails the client's statement with err and aborts the backend
+// transaction too, as Materialize aborts a transaction whose statement
+// failed: the backend raises the same error, which the client does not
+// see twice.
+func (s *Session) refuse(ctx context.Context, err *pgerr.Error) error {
+	raise := fmt.Sprintf("DO $mzproxy$BEGIN RAISE EXCEPTION USING ERRCODE = %s, MESSAGE = %s, DETAIL = %s; END$mzproxy$",
+		quoteLiteral(string(err.Code)), quoteLiteral(err.Message), quoteLiteral(err.Detail))
+	if _, rerr := s.be.internalValue(ctx, raise); rerr == nil {
+		return pgerr.New(pgerr.InternalError, "mzproxy could not abort the transaction")
+	} else if pgerr.As(rerr).IsFatal() {
+		return rerr
+	}
+	s.tx = 'E'
+	s.releaseTxnHolds()
+	return err
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// releaseTxnHolds releases the transaction's read holds: it ended, or
+// failed and can read nothing more.
+func (s *Session) releaseTxnHolds() {
+	for _, h := range s.txn.holds {
+		s.proxy.holds.release(h)
+	}
+	s.txn.holds = s.txn.holds[:0]
+	clear(s.txn.held)
+}
+
+// endTxn forgets the transaction block: it ended.
+func (s *Session) endTxn() {
+	s.releaseTxnHolds()
+	s.txn = readTxn{holds: s.txn.holds, held: s.txn.held}
+}
+
+// startsWithWord reports whether sql's first word is one of words (lower
+// case), ignoring ASCII case. A statement led by a comment is not seen.
+func startsWithWord(sql string, words ...string) bool {
+	i := 0
+	for i < len(sql) && (sql[i] == ' ' || sql[i] == '\t' || sql[i] == '\n' || sql[i] == '\r') {
+		i++
+	}
+	j := i
+	for j < len(sql) && (sql[j] >= 'a' && sql[j] <= 'z' || sql[j] >= 'A' && sql[j] <= 'Z') {
+		j++
+	}
+	return slices.ContainsFunc(words, func(w string) bool { return strings.EqualFold(sql[i:j], w) })
+}
+
+// chooseInTransaction chooses the timestamp of a read in a pinned
+// transaction: the transaction's own. AS OF may name an earlier time, not
+// a later one: the transaction's snapshot lacks what committed after it.
+func (s *Session) chooseInTransaction(ctx context.Context, st *planner.Statement, c *choice) (*choice, error) {
+	c.upper, c.ts = s.txn.upper, s.txn.ts
+	if s.isolation == strictSerializable {
+		oracle := s.txn.oracle
+		c.oracle = &oracle
+	}
+	if st.AsOf != nil {
+		t, err := s.evalTimestamp(ctx, st.AsOf.Expr)
+		if err != nil {
+			return nil, err
+		}
+		if st.AsOf.AtLeast {
+			t = max(t, c.since, c.ts)
+		}
+		if t > s.txn.ts {
+			return nil, pgerr.New(pgerr.FeatureNotSupported,
+				"AS OF %d is later than the timestamp of this read-only transaction, %d", t, s.txn.ts).
+				WithHint("Read it after COMMIT, or in a transaction that begins with it.")
+		}
+		c.ts = t
+	}
+	if err := validForInputs(st, c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
