@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -82,7 +83,18 @@ func (s *Session) txnQuery(ctx context.Context, sql string) error {
 	case s.tx != 'T' || (s.txn.phase != txnFresh && !s.pinned()):
 		return nil
 	}
-	return s.txnStatements(ctx, sql)
+	return s.orLost(s.txnStatements(ctx, sql))
+}
+
+// orLost passes err on; a failed write to the backend becomes the FATAL
+// error the backend sent before it closed, if it sent one (an idle
+// transaction's timeout).
+func (s *Session) orLost(err error) error {
+	var pe *pgerr.Error
+	if err == nil || errors.As(err, &pe) {
+		return err
+	}
+	return s.lostWrite(err)
 }
 
 // txnParse runs before a client Parse is forwarded: parsing a SELECT takes
@@ -126,7 +138,7 @@ func (s *Session) txnExtended(ctx context.Context, sql string) error {
 	if err != nil || !ok {
 		return err
 	}
-	if err := s.txnStatements(ctx, sql); err != nil {
+	if err := s.orLost(s.txnStatements(ctx, sql)); err != nil {
 		return s.failExtended(ctx, err)
 	}
 	return nil
