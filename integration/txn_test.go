@@ -112,6 +112,22 @@ func TestTxnReadOnlyTimestamp(t *testing.T) {
 					}
 				})
 			}
+			// BEGIN pipelined with the first read, as JDBC sends it.
+			batch := &pgx.Batch{}
+			batch.Queue("BEGIN")
+			batch.Queue("SELECT current_setting('transaction_isolation') FROM rt LIMIT 1")
+			br := a.SendBatch(ctx, batch)
+			if _, err := br.Exec(); err != nil {
+				t.Fatal(err)
+			}
+			var pipelined string
+			if err := br.QueryRow().Scan(&pipelined); err != nil || pipelined != "repeatable read" {
+				t.Fatalf("pipelined BEGIN and read: backend isolation %q, %v", pipelined, err)
+			}
+			if err := br.Close(); err != nil {
+				t.Fatal(err)
+			}
+			mustExec(t, ctx, a, "COMMIT")
 			// The client's own SERIALIZABLE is not weakened.
 			mustExec(t, ctx, a, "BEGIN ISOLATION LEVEL SERIALIZABLE")
 			var level string

@@ -64,6 +64,9 @@ type readTxn struct {
 	domain map[uint64]*planner.Object
 	held   map[uint64]bool
 	holds  []uint64
+	// searchPath is the session's, as read in the transaction (nil after
+	// a SET, which may change it).
+	searchPath []string
 }
 
 // pinned reports whether the session's reads use the transaction's
@@ -75,15 +78,15 @@ func (s *Session) pinned() bool { return s.txn.phase == txnPinned && !s.writeSlo
 // the timedomain.
 func (s *Session) txnQuery(ctx context.Context, sql string) error {
 	switch {
-	case s.tx == 'I':
-		if startsWithWord(sql, "begin", "start") {
-			s.noteBegin(sql)
-		}
-		return nil
-	case s.tx != 'T' || (s.txn.phase != txnFresh && !s.pinned()):
-		return nil
+	case s.tx == 'E':
+	case s.txn.phase == txnFresh || s.pinned():
+		// Nothing is outstanding: a Query waits for its answers.
+		ready := func() (bool, error) { return true, nil }
+		return s.orLost(s.txnStatements(ctx, sql, ready))
+	case s.tx == 'I' && startsWithWord(sql, "begin", "start"):
+		s.noteBegin(sql)
 	}
-	return s.orLost(s.txnStatements(ctx, sql))
+	return nil
 }
 
 // orLost passes err on; a failed write to the backend becomes the FATAL
@@ -105,40 +108,34 @@ func (s *Session) txnParse(ctx context.Context, m *pgproto3.Parse) error {
 		s.stmtSQL = map[string]string{}
 	}
 	s.stmtSQL[m.Name] = m.Query
-	if s.tx != 'T' || s.txn.phase != txnFresh {
+	if s.tx == 'E' || s.txn.phase != txnFresh {
 		return nil
 	}
 	return s.txnExtended(ctx, m.Query)
 }
 
 // txnBind runs before a client Bind is forwarded: a Bind of BEGIN begins a
-// block; a Bind of a statement prepared earlier can be the first read of
-// one; and every read bound in a pinned transaction is checked against the
-// timedomain.
+// block (in a pipeline, before any ReadyForQuery says so); a Bind of a
+// statement prepared earlier can be the first read of one; and every read
+// bound in a pinned transaction is checked against the timedomain.
 func (s *Session) txnBind(ctx context.Context, m *pgproto3.Bind) error {
 	sql, ok := s.stmtSQL[m.PreparedStatement]
 	switch {
-	case !ok:
-		return nil
-	case s.tx == 'I':
-		if startsWithWord(sql, "begin", "start") {
-			s.noteBegin(sql)
-		}
-		return nil
-	case s.tx != 'T' || (s.txn.phase != txnFresh && !s.pinned()):
-		return nil
+	case !ok || s.tx == 'E':
+	case s.txn.phase == txnFresh || s.pinned():
+		return s.txnExtended(ctx, sql)
+	case s.tx == 'I' && startsWithWord(sql, "begin", "start"):
+		s.noteBegin(sql)
 	}
-	return s.txnExtended(ctx, sql)
+	return nil
 }
 
-// txnExtended runs txnStatements for an extended-protocol message, once the
-// backend has answered everything before it.
+// txnExtended runs txnStatements for an extended-protocol message; the
+// proxy's own queries wait until the backend has answered everything
+// before it.
 func (s *Session) txnExtended(ctx context.Context, sql string) error {
-	ok, err := s.quiesce(ctx)
-	if err != nil || !ok {
-		return err
-	}
-	if err := s.orLost(s.txnStatements(ctx, sql)); err != nil {
+	ready := func() (bool, error) { return s.quiesce(ctx) }
+	if err := s.orLost(s.txnStatements(ctx, sql, ready)); err != nil {
 		return s.failExtended(ctx, err)
 	}
 	return nil
@@ -155,43 +152,64 @@ func (s *Session) noteBegin(sql string) {
 }
 
 // txnStatements pins a fresh transaction whose first statement in sql
-// reads, and checks the reads in sql against the timedomain.
-func (s *Session) txnStatements(ctx context.Context, sql string) error {
+// reads, and checks the reads in sql against the timedomain. ready is
+// called before the proxy's first query of its own; false means the
+// backend is skipping messages after an error, and so does the proxy.
+func (s *Session) txnStatements(ctx context.Context, sql string, ready func() (bool, error)) error {
 	cheap, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
 	if err != nil {
 		// The backend reports its own error.
 		return nil
 	}
-	if s.txn.phase == txnFresh {
-		for _, st := range cheap {
-			if takesNoSnapshot(st) {
-				continue
-			}
-			if !st.ReadOnly() {
-				s.txn.phase = txnOther
+	for _, st := range cheap {
+		switch st.Kind {
+		case planner.KindSet, planner.KindReset:
+			// It may change search_path.
+			s.txn.searchPath = nil
+		case planner.KindTransaction:
+			if st.Txn.Chain && (st.Txn.Kind == planner.TxnCommit || st.Txn.Kind == planner.TxnRollback) {
+				// AND CHAIN: the next transaction begins now.
+				s.endTxn()
+				s.txn.phase = txnFresh
 				return nil
 			}
-			if err := s.pin(ctx); err != nil {
-				return err
-			}
-			break
 		}
-		if s.txn.phase == txnFresh {
+	}
+	pin := false
+	if s.txn.phase == txnFresh {
+		i := slices.IndexFunc(cheap, func(st *planner.Statement) bool { return !takesNoSnapshot(st) })
+		if i < 0 {
 			return nil
 		}
+		if !cheap[i].ReadOnly() {
+			s.txn.phase = txnOther
+			return nil
+		}
+		pin = true
 	}
 	if !slices.ContainsFunc(cheap, (*planner.Statement).ReadOnly) {
 		return nil
+	}
+	if ok, err := ready(); err != nil || !ok {
+		return err
+	}
+	if pin {
+		if err := s.pin(ctx); err != nil {
+			return err
+		}
 	}
 	cat, _, err := s.db.snapshot(ctx, s.proxy)
 	if err != nil {
 		return err
 	}
-	path, err := s.searchPath(ctx)
-	if err != nil {
-		return err
+	if s.txn.searchPath == nil {
+		path, err := s.searchPath(ctx)
+		if err != nil {
+			return err
+		}
+		s.txn.searchPath = planner.EffectiveSearchPath(path, s.user)
 	}
-	stmts, err := s.proxy.planner.Plan(sql, cat, planner.Options{SearchPath: planner.EffectiveSearchPath(path, s.user)})
+	stmts, err := s.proxy.planner.Plan(sql, cat, planner.Options{SearchPath: s.txn.searchPath})
 	if err != nil {
 		return nil
 	}
