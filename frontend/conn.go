@@ -249,6 +249,7 @@ func (c *conn) startupMessage(body []byte) (wire.Startup, bool) {
 		Params:     sm.Parameters,
 		RemoteAddr: c.nc.RemoteAddr().String(),
 		TLS:        c.tls,
+		Session:    c.pid,
 	}
 	if start.User == "" {
 		c.fatal(pgerr.Fatal(pgerr.InvalidAuthorizationSpec, "no PostgreSQL user name specified in startup packet"))

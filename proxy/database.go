@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 
@@ -23,6 +24,15 @@ type database struct {
 	mu      sync.Mutex // serializes use of conn
 	conn    *pgx.Conn
 	catalog *catalogSnapshot
+
+	// seen is the last snapshot's catalog and frontiers, for metrics read
+	// without waiting for conn.
+	seen atomic.Pointer[seenFrontiers]
+}
+
+type seenFrontiers struct {
+	catalog   *catalogSnapshot
+	frontiers *storage.FrontierState
 }
 
 // database returns the state of the named database, creating it on first
@@ -116,6 +126,7 @@ func (db *database) snapshot(ctx context.Context, p *Proxy) (*catalogSnapshot, *
 			}
 		}
 		cat = db.catalog
+		db.seen.Store(&seenFrontiers{catalog: cat, frontiers: fr})
 		return nil
 	})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
+	"github.com/mzproxy/mzproxy/proxy/observe"
 )
 
 // The explicit-timestamp path over the extended protocol. Parse sends the
@@ -101,8 +102,11 @@ func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, st *planne
 		// would see no change in it and answer in the old shape.
 		return s.failExtended(ctx, pgerr.New(pgerr.FeatureNotSupported, "cached plan must not change result type"))
 	}
+	s.obs.Phase(observe.PhaseTimestamp)
 	c, err := s.chooseTimestamp(ctx, st, fr)
 	if err == nil {
+		s.obs.Timestamp(c.ts)
+		s.obs.Phase(observe.PhaseUpperWait)
 		err = s.awaitUpper(ctx, c)
 	}
 	if err != nil {
@@ -110,6 +114,7 @@ func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, st *planne
 	}
 	if !s.pinned() || st.AsOf != nil {
 		// (A read at the pinned timestamp is under the transaction's hold.)
+		s.obs.Phase(observe.PhaseHolds)
 		s.portalHolds = append(s.portalHolds, s.proxy.holds.acquire(s.id, s.db.name, c.ts, c.inputs))
 	}
 	bind := *m

@@ -18,6 +18,7 @@ import (
 	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
+	"github.com/mzproxy/mzproxy/proxy/observe"
 )
 
 // planCacheSize bounds the plans kept per proxy (shared by its sessions).
@@ -35,6 +36,10 @@ type Config struct {
 	// one (from the users file); "" leaves Backend's password.
 	Password func(user string) string
 	Logger   *logrus.Entry
+	// Observer follows the sessions' statements (metrics, traces, slow
+	// log, SHOW mzproxy_sessions); nil: one that records no metrics or
+	// traces.
+	Observer *observe.Observer
 	// HistoryReads sends every read of a managed table through the
 	// history rewrite at the oracle's read timestamp, instead of reading
 	// the present table. Answers must not change: the conformance tests
@@ -50,6 +55,7 @@ type Proxy struct {
 	planner  *planner.Planner
 	installs installs
 	holds    holds
+	obs      *observe.Observer
 
 	dbMu     sync.Mutex
 	dbs      map[string]*database
@@ -62,10 +68,16 @@ func New(cfg Config) *Proxy {
 	if log == nil {
 		log = logrus.NewEntry(logrus.StandardLogger())
 	}
+	obs := cfg.Observer
+	if obs == nil {
+		// Without meter and tracer New cannot fail.
+		obs, _ = observe.New(observe.Config{})
+	}
 	return &Proxy{
 		cfg:     cfg,
 		log:     log,
 		planner: planner.New(planCacheSize),
+		obs:     obs,
 		dbs:     map[string]*database{},
 	}
 }
@@ -100,9 +112,17 @@ func (p *Proxy) Connect(ctx context.Context, start wire.Startup, relay wire.Auth
 		be.close()
 		return nil, err
 	}
-	log := p.log.WithFields(logrus.Fields{"user": start.User, "database": start.Database, "backend_pid": be.pid})
-	s := newSession(ctx, p, be, client, log)
-	s.id = p.sessions.Add(1)
+	id := p.sessions.Add(1)
+	obs := p.obs.OpenSession(observe.SessionInfo{
+		ID:              start.Session,
+		User:            start.User,
+		Database:        start.Database,
+		ApplicationName: start.Params["application_name"],
+		BackendPID:      be.pid,
+	}, p.log.WithField("backend_pid", be.pid))
+	s := newSession(ctx, p, be, client, obs.Log())
+	s.id = id
+	s.obs = obs
 	s.user = start.User
 	s.db = p.database(start.Database)
 	return s, nil

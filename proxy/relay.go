@@ -9,6 +9,7 @@ import (
 	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
+	"github.com/mzproxy/mzproxy/proxy/observe"
 	"github.com/mzproxy/mzproxy/proxy/storage"
 )
 
@@ -112,6 +113,9 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 			return err
 		}
 		if s.tx != 'E' && (s.proxy.cfg.HistoryReads || !planner.PlainRead(m.String)) {
+			if s.isShowSessions(m.String) {
+				return s.showSessions()
+			}
 			if handled, err := s.sessionSetting(ctx, m.String); handled {
 				return err
 			}
@@ -300,6 +304,7 @@ func (s *Session) exchange(ctx context.Context) error {
 	s.busy.Store(true)
 	defer s.busy.Store(false)
 	s.midRequest = true
+	s.obs.Phase(observe.PhaseBackend)
 	for {
 		if s.be.r.Buffered() == 0 && s.client.Buffered() > 0 {
 			// About to wait for the backend: let the client see what is
@@ -373,6 +378,7 @@ func (s *Session) exchange(ctx context.Context) error {
 			}
 			done = u.kind == uExecute
 		case 'E':
+			s.noteBackendError(frame)
 			if fatal, err := s.backendErrorIsFatal(frame); fatal {
 				_ = s.client.Flush()
 				return err

@@ -16,6 +16,7 @@ import (
 	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
+	"github.com/mzproxy/mzproxy/proxy/observe"
 )
 
 // maxPipeline bounds the extended-protocol messages forwarded before their
@@ -46,6 +47,7 @@ type Session struct {
 	be     *backend
 	client *wire.Writer
 	log    *logrus.Entry
+	obs    *observe.Session
 
 	isolation string // transaction_isolation: strict serializable or serializable
 	tx        byte   // transaction status from the last ReadyForQuery
@@ -120,7 +122,10 @@ func (s *Session) Handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 			return err
 		}
 	}
+	s.observeMessage(msg)
+	copyQuery := s.copy == copyQuery
 	err := s.handle(ctx, msg, frame)
+	s.observeHandled(msg, copyQuery, err)
 	if err == nil && s.listening && s.tx == 'I' && !s.midRequest && s.copy == copyNone {
 		s.startIdleReader()
 	}
@@ -238,6 +243,7 @@ func (s *Session) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.obs.Close()
 	s.stopWait()
 	// The transaction and its portals end with the connection.
 	s.endTxn()

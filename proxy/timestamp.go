@@ -12,6 +12,7 @@ import (
 
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
+	"github.com/mzproxy/mzproxy/proxy/observe"
 	"github.com/mzproxy/mzproxy/proxy/storage"
 )
 
@@ -120,6 +121,7 @@ func (s *Session) chooseTimestamp(ctx context.Context, st *planner.Statement, fr
 		// The oracle and the upper as the session sees them: in a
 		// transaction that wrote, its own (uncommitted) commit is the
 		// newest, and it reads its own writes.
+		s.proxy.obs.OracleRoundTrip(ctx, "read_ts")
 		v, err := s.be.internalValue(ctx, "SELECT "+storage.Schema+".read_ts()::text || ' ' || upper FROM "+storage.Schema+".txns")
 		if err != nil {
 			return nil, err
@@ -203,6 +205,7 @@ func (s *Session) awaitUpper(ctx context.Context, c *choice) error {
 			case <-t.C:
 			}
 		}
+		s.proxy.obs.OracleRoundTrip(ctx, "advance_upper")
 		err := s.db.with(ctx, s.proxy, func(conn *pgx.Conn) error {
 			return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, storage.BeginWriteSQL)
@@ -212,6 +215,7 @@ func (s *Session) awaitUpper(ctx context.Context, c *choice) error {
 		if err != nil {
 			return pgerr.As(err)
 		}
+		s.proxy.obs.OracleRoundTrip(ctx, "upper")
 		v, err := s.be.internalValue(ctx, storage.UpperSQL)
 		if err != nil {
 			return err
@@ -229,16 +233,20 @@ func (s *Session) explicitQuery(ctx context.Context, st *planner.Statement, fr *
 	if st.ExplainTimestamp != nil {
 		target = st.ExplainTimestamp.Inner
 	}
+	s.obs.Phase(observe.PhaseTimestamp)
 	c, err := s.chooseTimestamp(ctx, target, fr)
 	if err != nil {
 		return err
 	}
+	s.obs.Timestamp(c.ts)
 	if st.ExplainTimestamp != nil {
 		return s.explainTimestamp(st.ExplainTimestamp.Format, c)
 	}
+	s.obs.Phase(observe.PhaseUpperWait)
 	if err := s.awaitUpper(ctx, c); err != nil {
 		return err
 	}
+	s.obs.Phase(observe.PhaseHolds)
 	hold := s.proxy.holds.acquire(s.id, s.db.name, c.ts, c.inputs)
 	defer s.proxy.holds.release(hold)
 	sql := st.SQL

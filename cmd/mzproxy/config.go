@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -43,6 +44,9 @@ type config struct {
 	logFormat         string
 	embeddedPGSetting stringList
 	historyReads      bool
+	traceExporter     string
+	traceEndpoint     string
+	slowThreshold     time.Duration
 
 	// values is each setting's value as text, by name, and source where
 	// it came from: SIGHUP compares them to report what changed.
@@ -57,6 +61,8 @@ var reloadable = map[string]bool{
 	"log-level":  true,
 	"log-format": true,
 	"users-file": true, // re-read on every SIGHUP, changed or not
+
+	"slow-statement-threshold": true,
 }
 
 // kinds are what a config file key must hold, by the flag's type.
@@ -105,6 +111,10 @@ func newFlagSet(c *config, kinds map[string]kind) *flag.FlagSet {
 	kinds["shutdown-timeout"] = kindDuration
 	str(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	str(&c.logFormat, "log-format", "text", "log format: text or json")
+	str(&c.traceExporter, "trace-exporter", "none", "where statement traces go: none, stdout (JSON spans on standard output) or otlp (OTLP over HTTP to --trace-otlp-endpoint)")
+	str(&c.traceEndpoint, "trace-otlp-endpoint", "", "OTLP/HTTP collector URL for --trace-exporter otlp (e.g. http://localhost:4318)")
+	fs.DurationVar(&c.slowThreshold, "slow-statement-threshold", time.Second, "log statements that take at least this long, with their phases and trace id (0: none)")
+	kinds["slow-statement-threshold"] = kindDuration
 	boolean(&c.historyReads, "history-reads", false, "read managed tables through their history at the oracle's timestamp, even for reads of the present (for conformance testing of the rewrite; slower)")
 	return fs
 }
@@ -339,6 +349,20 @@ func (c *config) validate() error {
 	}
 	if c.logFormat != "text" && c.logFormat != "json" {
 		bad("log-format", "want text or json, got %q", c.logFormat)
+	}
+	switch c.traceExporter {
+	case traceNone, traceStdout:
+	case traceOTLP:
+		if c.traceEndpoint == "" {
+			bad("trace-exporter", "otlp needs trace-otlp-endpoint")
+		} else if u, err := url.Parse(c.traceEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("trace-otlp-endpoint", "want an http:// or https:// URL, got %q", c.traceEndpoint)
+		}
+	default:
+		bad("trace-exporter", "want none, stdout or otlp, got %q", c.traceExporter)
+	}
+	if c.slowThreshold < 0 {
+		bad("slow-statement-threshold", "want 0 (off) or more, got %v", c.slowThreshold)
 	}
 	for _, s := range c.embeddedPGSetting {
 		if name, _, ok := strings.Cut(s, "="); !ok || name == "" {

@@ -25,6 +25,7 @@ import (
 	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/proxy"
 	"github.com/mzproxy/mzproxy/proxy/embedded"
+	"github.com/mzproxy/mzproxy/proxy/observe"
 )
 
 func main() {
@@ -136,10 +137,33 @@ func run(cfg *config, log *logrus.Entry) error {
 		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 
+	// The operations server (metrics, health) answers from the start, so
+	// /livez works while an embedded PostgreSQL is initialized.
+	ops, err := startOps(cfg.metricsListen, cfg.source["metrics-listen"] == "the default", log)
+	if err != nil {
+		return err
+	}
+	defer ops.close()
+	tracer, stopTracing, err := startTracing(cfg, os.Stdout)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(sctx); err != nil {
+			log.WithError(err).Warn("flushing traces")
+		}
+	}()
+	obs, err := observe.New(observe.Config{Meter: ops.meter(), Tracer: tracer, SlowThreshold: cfg.slowThreshold})
+	if err != nil {
+		return err
+	}
+
 	reloaded := make(chan struct{})
 	go func() {
 		defer close(reloaded)
-		r := &reloader{args: os.Args[1:], lookupEnv: os.LookupEnv, running: cfg, log: log, users: users}
+		r := &reloader{args: os.Args[1:], lookupEnv: os.LookupEnv, running: cfg, log: log, users: users, observer: obs}
 		for range hup {
 			r.reload()
 		}
@@ -149,14 +173,6 @@ func run(cfg *config, log *logrus.Entry) error {
 		close(hup)
 		<-reloaded
 	}()
-
-	// The operations server (metrics, health) answers from the start, so
-	// /livez works while an embedded PostgreSQL is initialized.
-	ops, err := startOps(cfg.metricsListen, cfg.source["metrics-listen"] == "the default", log)
-	if err != nil {
-		return err
-	}
-	defer ops.close()
 
 	backendCfg, shutdownBackend, err := startBackend(ctx, cfg, log)
 	if err != nil {
@@ -174,6 +190,7 @@ func run(cfg *config, log *logrus.Entry) error {
 			return ""
 		},
 		Logger:       log,
+		Observer:     obs,
 		HistoryReads: cfg.historyReads,
 	})
 	srv := frontend.NewServer(frontend.Config{
@@ -193,6 +210,9 @@ func run(cfg *config, log *logrus.Entry) error {
 	fields := logrus.Fields{"listen": listener.Addr().String(), "auth": string(auth)}
 	if ops.addr != "" {
 		fields["metrics"] = ops.addr
+	}
+	if cfg.traceExporter != traceNone {
+		fields["traces"] = cfg.traceExporter
 	}
 	log.WithFields(fields).Info("mzproxy ready")
 

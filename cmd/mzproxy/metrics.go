@@ -3,6 +3,8 @@ package main
 import (
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/mzproxy/mzproxy/frontend"
 	"github.com/mzproxy/mzproxy/proxy"
 	"github.com/mzproxy/mzproxy/proxy/metrics"
@@ -23,6 +25,11 @@ func registerInstruments(m *metrics.Provider, srv *frontend.Server, px *proxy.Pr
 	m.Gauge("mzproxy.plan_cache.entries", "{plan}", "Plans in the plan cache now.", func() int64 { return int64(px.PlanCacheStats().Len) })
 	m.Gauge("mzproxy.read_holds", "{hold}", "Read holds granted by this proxy and not yet released.", func() int64 { return int64(len(px.Holds())) })
 	m.FloatGauge("mzproxy.read_holds.oldest_age", "s", "Age of the oldest read hold of this proxy (0 without holds); a growing age holds back compaction.", func() float64 { return oldestHoldAge(px) })
+	m.FloatGaugeSet("mzproxy.since_lag", "s", "How far each managed collection's since trails the upper, as of the proxy's last catalog snapshot of its database (taken by AS OF / mz_now() reads).", func(observe func(float64, ...attribute.KeyValue)) {
+		for _, l := range px.SinceLags() {
+			observe(l.Lag.Seconds(), attribute.String("database", l.Database), attribute.String("collection", l.Collection))
+		}
+	})
 	return m.Err()
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/mzproxy/mzproxy/frontend"
 	"github.com/mzproxy/mzproxy/proxy"
@@ -76,6 +77,15 @@ func startOps(addr string, isDefault bool, log *logrus.Entry) (*opsServer, error
 		}
 	}()
 	return o, nil
+}
+
+// meter is the meter for instruments recorded where they happen; nil when
+// the server is disabled.
+func (o *opsServer) meter() metric.Meter {
+	if o.metrics == nil {
+		return nil
+	}
+	return o.metrics.Meter()
 }
 
 // serving registers the metrics of srv and px and makes /readyz answer

@@ -7,6 +7,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/mzproxy/mzproxy/frontend"
+	"github.com/mzproxy/mzproxy/proxy/observe"
 )
 
 // reloader applies a SIGHUP: it loads the configuration again (the config
@@ -20,6 +21,7 @@ type reloader struct {
 	running   *config                     // the settings in force: the start's, plus applied reloads
 	log       *logrus.Entry
 	users     *frontend.Users // nil when mzproxy started without a users file
+	observer  *observe.Observer
 }
 
 func (r *reloader) reload() {
@@ -50,6 +52,8 @@ func (r *reloader) reload() {
 			logger.SetLevel(level)
 		case "log-format":
 			_ = setFormat(logger, now) // validated by loadConfig
+		case "slow-statement-threshold":
+			r.observer.SetSlowThreshold(next.slowThreshold)
 		case "users-file":
 			if r.users == nil || now == "" {
 				// Without a users file at start, authentication was set up

@@ -183,6 +183,9 @@ type Startup struct {
 	RemoteAddr string
 	// TLS reports whether the client connection is encrypted.
 	TLS bool
+	// Session is the session's id in logs: the process id the client is
+	// told in BackendKeyData.
+	Session uint32
 }
 
 // AuthRelay lets a handler run an authentication exchange with the client

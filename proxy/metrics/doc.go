@@ -26,5 +26,8 @@
 // unit s becomes mzproxy_read_holds_oldest_age_seconds. Attributes must
 // come from a small fixed set (a phase, an outcome, a SQLSTATE class):
 // never SQL text, user or database names, or session ids, which would
-// give every scrape an unbounded number of series.
+// give every scrape an unbounded number of series. The one exception is
+// per-collection gauges (since lag), labeled by database and collection
+// name: their number is that of the managed tables, which the operator
+// controls.
 package metrics

@@ -84,6 +84,18 @@ func (p *Provider) FloatGauge(name, unit, help string, read func() float64) {
 	p.keep(name, err)
 }
 
+// FloatGaugeSet registers a fractional gauge with one series per label
+// set: read calls observe once per series at each scrape. The labels must
+// come from a bounded set (see the package doc).
+func (p *Provider) FloatGaugeSet(name, unit, help string, read func(observe func(v float64, labels ...attribute.KeyValue))) {
+	_, err := p.meter.Float64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(help),
+		metric.WithFloat64Callback(func(_ context.Context, o metric.Float64Observer) error {
+			read(func(v float64, labels ...attribute.KeyValue) { o.Observe(v, metric.WithAttributes(labels...)) })
+			return nil
+		}))
+	p.keep(name, err)
+}
+
 // Counter registers a monotonic counter whose running total read() returns
 // at each scrape (a count the process keeps since it started).
 func (p *Provider) Counter(name, unit, help string, read func() int64) {

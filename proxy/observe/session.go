@@ -1,0 +1,338 @@
+package observe
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// SessionInfo identifies a session; it is fixed at start.
+type SessionInfo struct {
+	ID              uint32 // the frontend's, as in its log lines
+	User            string
+	Database        string
+	ApplicationName string
+	BackendPID      uint32
+}
+
+// maxLoggedSQL bounds the statement text in a slow-statement line.
+const maxLoggedSQL = 1024
+
+// Session follows one client session's statements. Its methods other than
+// state run on the session's goroutine.
+type Session struct {
+	o    *Observer
+	info SessionInfo
+	log  *logrus.Entry
+
+	// Read by other goroutines (Observer.Sessions).
+	activeNow  atomic.Bool
+	txStatus   atomic.Uint32 // the last ReadyForQuery's status byte
+	phaseNow   atomic.Uint32
+	sinceNano  atomic.Int64
+	phaseNano  atomic.Int64
+	kindNow    atomic.Pointer[string]
+	stateSince atomic.Int64 // when the session went idle (or idle in transaction)
+
+	// The statement, owned by the session's goroutine.
+	active    bool
+	start     time.Time
+	cur       Phase
+	curStart  time.Time
+	durations [numPhases]time.Duration
+	visited   [numPhases]bool
+	kind      string
+	sql       string
+	code      string // SQLSTATE of the first error the client saw
+	ts        uint64
+	hasTS     bool
+	span      trace.Span // nil without a tracer
+	phaseSpan trace.Span
+	ctx       context.Context
+
+	// kinds are the kinds of the session's prepared statements, so that a
+	// Bind/Execute cycle has its statement's kind.
+	kinds map[string]string
+}
+
+// OpenSession starts following a session; log is its logger, whose lines
+// get the session's identity. Close it when the session ends.
+func (o *Observer) OpenSession(info SessionInfo, log *logrus.Entry) *Session {
+	s := &Session{o: o, info: info, log: log.WithFields(logrus.Fields{
+		"session":          info.ID,
+		"user":             info.User,
+		"database":         info.Database,
+		"application_name": info.ApplicationName,
+	})}
+	s.txStatus.Store('I')
+	s.stateSince.Store(time.Now().UnixNano())
+	o.mu.Lock()
+	o.sessions[info.ID] = s
+	o.mu.Unlock()
+	return s
+}
+
+// Log is the session's logger: its lines carry the session id, user,
+// database and application_name.
+func (s *Session) Log() *logrus.Entry { return s.log }
+
+// Close stops following the session; a statement still open ends as
+// failed (its client or backend went away).
+func (s *Session) Close() {
+	if s.active {
+		if s.code == "" {
+			s.code = "08006"
+		}
+		s.End(byte(s.txStatus.Load()))
+	}
+	s.o.mu.Lock()
+	delete(s.o.sessions, s.info.ID)
+	s.o.mu.Unlock()
+}
+
+// Active reports whether a statement is open.
+func (s *Session) Active() bool { return s.active }
+
+// Begin opens a statement of the given kind (a planner kind, a fixed set);
+// sql is its text, logged only if the statement turns out slow.
+func (s *Session) Begin(kind, sql string) {
+	now := time.Now()
+	s.active = true
+	s.start, s.curStart, s.cur = now, now, PhasePlan
+	s.durations = [numPhases]time.Duration{}
+	s.visited = [numPhases]bool{}
+	s.kind, s.sql, s.code, s.hasTS = kind, sql, "", false
+	if s.o.tracer != nil {
+		s.ctx, s.span = s.o.tracer.Start(context.Background(), "statement",
+			trace.WithTimestamp(now), trace.WithAttributes(attribute.String("mzproxy.statement.kind", kind)))
+		_, s.phaseSpan = s.o.tracer.Start(s.ctx, PhasePlan.String(), trace.WithTimestamp(now))
+	}
+	s.kindNow.Store(s.o.intern(kind))
+	s.phaseNow.Store(uint32(PhasePlan))
+	s.sinceNano.Store(now.UnixNano())
+	s.phaseNano.Store(now.UnixNano())
+	s.activeNow.Store(true)
+}
+
+// SetKind corrects the open statement's kind, once the proxy knows it.
+func (s *Session) SetKind(kind string) {
+	if !s.active || kind == s.kind {
+		return
+	}
+	s.kind = kind
+	s.kindNow.Store(s.o.intern(kind))
+	if s.span != nil {
+		s.span.SetAttributes(attribute.String("mzproxy.statement.kind", kind))
+	}
+}
+
+// Phase enters phase p, ending the one before. Outside a statement it does
+// nothing.
+func (s *Session) Phase(p Phase) {
+	if !s.active || p == s.cur {
+		return
+	}
+	now := time.Now()
+	s.closePhase(now)
+	s.cur, s.curStart = p, now
+	if s.span != nil {
+		_, s.phaseSpan = s.o.tracer.Start(s.ctx, p.String(), trace.WithTimestamp(now))
+	}
+	s.phaseNow.Store(uint32(p))
+	s.phaseNano.Store(now.UnixNano())
+}
+
+func (s *Session) closePhase(now time.Time) {
+	s.durations[s.cur] += now.Sub(s.curStart)
+	s.visited[s.cur] = true
+	if s.phaseSpan != nil {
+		s.phaseSpan.End(trace.WithTimestamp(now))
+		s.phaseSpan = nil
+	}
+}
+
+// Timestamp records the timestamp the statement reads or writes at.
+func (s *Session) Timestamp(ts uint64) {
+	if !s.active {
+		return
+	}
+	s.ts, s.hasTS = ts, true
+	if s.span != nil {
+		s.span.SetAttributes(attribute.Int64("mzproxy.timestamp", int64(ts)))
+	}
+}
+
+// Failed records an error the client saw for the statement (the first
+// one decides the outcome).
+func (s *Session) Failed(code string) {
+	if s.active && s.code == "" {
+		s.code = code
+	}
+}
+
+// BackendError counts an error the backend sent for a client's request,
+// by class, and records it as the statement's.
+func (s *Session) BackendError(code string) {
+	class := code
+	if len(class) > 2 {
+		class = class[:2]
+	}
+	s.o.backendErrs.Add(context.Background(), 1, s.o.attrSet("class", class))
+	s.Failed(code)
+}
+
+// Prepared remembers the kind of a prepared statement (Parse); Unprepared
+// forgets it (Close); Bound makes it the open statement's kind (Bind).
+func (s *Session) Prepared(name, kind string) {
+	if s.kinds == nil {
+		s.kinds = map[string]string{}
+	}
+	s.kinds[name] = kind
+}
+
+func (s *Session) Unprepared(name string) { delete(s.kinds, name) }
+
+func (s *Session) Bound(name string) {
+	if k, ok := s.kinds[name]; ok {
+		s.SetKind(k)
+	}
+}
+
+// End closes the statement: the client has its ReadyForQuery, whose
+// transaction status is tx.
+func (s *Session) End(tx byte) {
+	s.txStatus.Store(uint32(tx))
+	if !s.active {
+		return
+	}
+	now := time.Now()
+	s.closePhase(now)
+	s.active = false
+	s.activeNow.Store(false)
+	s.phaseNow.Store(uint32(PhaseNone))
+	s.stateSince.Store(now.UnixNano())
+
+	total := now.Sub(s.start)
+	outcome := outcomeOf(s.code)
+	ctx := context.Background()
+	s.o.statements.Add(ctx, 1, s.o.kindOutcome(s.kind, outcome))
+	s.o.duration.Record(ctx, ms(total), s.o.attrSet("kind", s.kind))
+	for p, d := range s.durations {
+		if s.visited[p] {
+			s.o.phase.Record(ctx, ms(d), s.o.phaseAttrs[p])
+		}
+	}
+	var traceID string
+	if s.span != nil {
+		if s.code != "" {
+			s.span.SetStatus(codes.Error, "SQLSTATE "+s.code)
+			s.span.SetAttributes(attribute.String("db.response.status_code", s.code))
+		}
+		traceID = s.span.SpanContext().TraceID().String()
+		s.span.End(trace.WithTimestamp(now))
+		s.span, s.ctx = nil, nil
+	}
+	if slow := s.o.slow.Load(); slow > 0 && total >= time.Duration(slow) {
+		s.logSlow(total, outcome, traceID)
+	}
+}
+
+func (s *Session) logSlow(total time.Duration, outcome, traceID string) {
+	fields := logrus.Fields{
+		"duration_ms": round3(ms(total)),
+		"kind":        s.kind,
+		"outcome":     outcome,
+		"phases":      s.phaseBreakdown(),
+	}
+	if s.code != "" {
+		fields["sqlstate"] = s.code
+	}
+	if s.hasTS {
+		fields["timestamp"] = s.ts
+	}
+	if traceID != "" {
+		fields["trace_id"] = traceID
+	}
+	if s.sql != "" {
+		sql := s.sql
+		if len(sql) > maxLoggedSQL {
+			sql = sql[:maxLoggedSQL] + "..."
+		}
+		fields["statement"] = sql
+	}
+	s.log.WithFields(fields).Warn("slow statement")
+}
+
+// phaseBreakdown is "plan=0.012ms backend=3.400ms", in phase order.
+func (s *Session) phaseBreakdown() string {
+	var b strings.Builder
+	for p, d := range s.durations {
+		if !s.visited[p] {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(Phase(p).String())
+		b.WriteByte('=')
+		b.WriteString(strconv.FormatFloat(ms(d), 'f', 3, 64))
+		b.WriteString("ms")
+	}
+	return b.String()
+}
+
+func (s *Session) state() SessionState {
+	st := SessionState{
+		ID:              s.info.ID,
+		User:            s.info.User,
+		Database:        s.info.Database,
+		ApplicationName: s.info.ApplicationName,
+		BackendPID:      s.info.BackendPID,
+		Phase:           Phase(s.phaseNow.Load()),
+	}
+	if k := s.kindNow.Load(); k != nil {
+		st.Kind = *k
+	}
+	if s.activeNow.Load() {
+		st.State = "active"
+		st.Since = time.Unix(0, s.sinceNano.Load())
+		st.PhaseSince = time.Unix(0, s.phaseNano.Load())
+		return st
+	}
+	st.Since = time.Unix(0, s.stateSince.Load())
+	switch s.txStatus.Load() {
+	case 'T':
+		st.State = "idle in transaction"
+	case 'E':
+		st.State = "idle in transaction (aborted)"
+	default:
+		st.State = "idle"
+	}
+	return st
+}
+
+func outcomeOf(code string) string {
+	switch code {
+	case "":
+		return OutcomeOK
+	case "57014":
+		return OutcomeCanceled
+	case "40001":
+		return OutcomeConflict
+	}
+	return OutcomeError
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func round3(f float64) float64 {
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(f, 'f', 3, 64), 64)
+	return v
+}
