@@ -72,7 +72,7 @@ type Observer struct {
 	backendErrs metric.Int64Counter
 	oracle      metric.Int64Counter
 
-	phaseAttrs [numPhases]metric.MeasurementOption
+	phaseAttrs [numPhases][]metric.RecordOption
 	attrs      sync.Map // attribute sets by label values (kind + outcome, class, op)
 	kinds      sync.Map // interned statement kinds
 
@@ -116,7 +116,7 @@ func New(cfg Config) (*Observer, error) {
 		return nil, fmt.Errorf("observe: instruments: %v", errs)
 	}
 	for p := range numPhases {
-		o.phaseAttrs[p] = metric.WithAttributeSet(attribute.NewSet(attribute.String("phase", p.String())))
+		o.phaseAttrs[p] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("phase", p.String())))}
 	}
 	return o, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -60,6 +61,15 @@ type Session struct {
 	// kinds are the kinds of the session's prepared statements, so that a
 	// Bind/Execute cycle has its statement's kind.
 	kinds map[string]string
+
+	// The measurement options of the last kind recorded: a session mostly
+	// runs statements of one kind, which then cost no lookup.
+	// Slices, so that passing them to the variadic Add and Record does not
+	// allocate.
+	optKind     string
+	kindPtr     *string // interned optKind
+	optDuration []metric.RecordOption
+	optOK       []metric.AddOption
 }
 
 // OpenSession starts following a session; log is its logger, whose lines
@@ -114,7 +124,7 @@ func (s *Session) Begin(kind, sql string) {
 			trace.WithTimestamp(now), trace.WithAttributes(attribute.String("mzproxy.statement.kind", kind)))
 		_, s.phaseSpan = s.o.tracer.Start(s.ctx, PhasePlan.String(), trace.WithTimestamp(now))
 	}
-	s.kindNow.Store(s.o.intern(kind))
+	s.kindNow.Store(s.internKind(kind))
 	s.phaseNow.Store(uint32(PhasePlan))
 	s.sinceNano.Store(now.UnixNano())
 	s.phaseNano.Store(now.UnixNano())
@@ -127,7 +137,7 @@ func (s *Session) SetKind(kind string) {
 		return
 	}
 	s.kind = kind
-	s.kindNow.Store(s.o.intern(kind))
+	s.kindNow.Store(s.internKind(kind))
 	if s.span != nil {
 		s.span.SetAttributes(attribute.String("mzproxy.statement.kind", kind))
 	}
@@ -222,11 +232,16 @@ func (s *Session) End(tx byte) {
 	total := now.Sub(s.start)
 	outcome := outcomeOf(s.code)
 	ctx := context.Background()
-	s.o.statements.Add(ctx, 1, s.o.kindOutcome(s.kind, outcome))
-	s.o.duration.Record(ctx, ms(total), s.o.attrSet("kind", s.kind))
+	s.cacheKind()
+	if outcome == OutcomeOK {
+		s.o.statements.Add(ctx, 1, s.optOK...)
+	} else {
+		s.o.statements.Add(ctx, 1, s.o.kindOutcome(s.kind, outcome))
+	}
+	s.o.duration.Record(ctx, ms(total), s.optDuration...)
 	for p, d := range s.durations {
 		if s.visited[p] {
-			s.o.phase.Record(ctx, ms(d), s.o.phaseAttrs[p])
+			s.o.phase.Record(ctx, ms(d), s.o.phaseAttrs[p]...)
 		}
 	}
 	var traceID string
@@ -242,6 +257,25 @@ func (s *Session) End(tx byte) {
 	if slow := s.o.slow.Load(); slow > 0 && total >= time.Duration(slow) {
 		s.logSlow(total, outcome, traceID)
 	}
+}
+
+// cacheKind makes the options of the statement's kind the cached ones.
+func (s *Session) cacheKind() {
+	if s.optDuration != nil && s.optKind == s.kind {
+		return
+	}
+	s.optKind = s.kind
+	s.kindPtr = s.o.intern(s.kind)
+	s.optDuration = []metric.RecordOption{s.o.attrSet("kind", s.kind)}
+	s.optOK = []metric.AddOption{s.o.kindOutcome(s.kind, OutcomeOK)}
+}
+
+// internKind is the statement kind shared for readers of kindNow.
+func (s *Session) internKind(kind string) *string {
+	if s.kindPtr != nil && s.optKind == kind {
+		return s.kindPtr
+	}
+	return s.o.intern(kind)
 }
 
 func (s *Session) logSlow(total time.Duration, outcome, traceID string) {
