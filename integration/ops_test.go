@@ -205,7 +205,7 @@ func TestOpsSIGHUP(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("log-level = \"info\"\nmax-connections = 50\n")
+	write("log-level = \"info\"\nmax-connections = 50\nslow-statement-threshold = \"0s\"\n")
 	// Not startProxy: it sets --log-level on the command line, which
 	// would win over the file.
 	p := startProxyArgs(t, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--backend", directURL("postgres", "postgres"), "--config", cfgPath)
@@ -236,20 +236,31 @@ func TestOpsSIGHUP(t *testing.T) {
 			return strings.Count(p.log.String(), "SIGHUP: configuration") >= n
 		})
 	}
-	write("log-level = \"debug\"\nmax-connections = 10\n")
+	if _, err := conn.Exec(ctx, "SELECT 'before_reload'"); err != nil {
+		t.Fatal(err)
+	}
+	write("log-level = \"debug\"\nmax-connections = 10\nslow-statement-threshold = \"1ns\"\n")
 	reload(1)
 	log := p.log.String()
 	for _, want := range []string{
 		`msg="SIGHUP: setting changed" new=debug old=info setting=log-level`,
+		`msg="SIGHUP: setting changed" new=1ns old=0s setting=slow-statement-threshold`,
 		`msg="SIGHUP: setting changed; ignored until restart" new=10 old=50 setting=max-connections`,
 	} {
 		if !strings.Contains(log, want) {
 			t.Errorf("log lacks %q:\n%s", want, log)
 		}
 	}
-	// The session goes on, and the proxy now logs at debug.
+	// The session goes on, and the proxy now logs at debug and every
+	// statement as slow.
 	if _, err := conn.Exec(ctx, "SELECT 2"); err != nil {
 		t.Fatalf("session after SIGHUP: %v", err)
+	}
+	eventually(t, 10*time.Second, "the statement is logged as slow", func() bool {
+		return strings.Contains(p.log.String(), `statement="SELECT 2"`)
+	})
+	if strings.Contains(p.log.String(), "before_reload") {
+		t.Errorf("a statement was logged as slow with the threshold off")
 	}
 	incomplete()
 	eventually(t, 10*time.Second, "debug lines appear", func() bool {
@@ -301,5 +312,81 @@ func TestOpsDefaultMetricsAddrInUse(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "metrics-listen:") {
 		t.Errorf("an explicit metrics address in use: %v\n%s", err, out)
+	}
+}
+
+// TestOpsReadyzStartup: while mzproxy starts its embedded PostgreSQL,
+// /livez answers 200 and /readyz 503; once it serves, /readyz is 200 (the
+// backend answers and the catalog of its database is loaded).
+func TestOpsReadyzStartup(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	// Under the directory the test PostgreSQL runs in, whose ancestors the
+	// postgres user can search.
+	dataDir, err := os.MkdirTemp(env.dir, "readyz-startup-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxyProc{log: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(env.binary, "--listen", "127.0.0.1:0", "--metrics-listen", addr, "--data-dir", dataDir, "--log-level", "debug")
+	tieToTest(p.cmd)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.stop(t)
+		if t.Failed() {
+			t.Logf("mzproxy log:\n%s", p.log.String())
+		}
+	})
+
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	probe := func(path string) (int, string) {
+		resp, err := client.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	var starting, live bool
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz did not turn 200 within 60s (seen starting: %v)", starting)
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("mzproxy exited: %v", p.err)
+		default:
+		}
+		code, body := probe("/readyz")
+		if code == http.StatusServiceUnavailable && body == "starting\n" {
+			starting = true
+			if c, _ := probe("/livez"); c == 200 {
+				live = true
+			}
+		}
+		if code == 200 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !starting || !live {
+		t.Errorf("during startup: /readyz said starting: %v, /livez 200: %v", starting, live)
+	}
+	if !strings.Contains(p.log.String(), "mzproxy ready") {
+		t.Errorf("/readyz 200 before the ready line:\n%s", p.log.String())
 	}
 }

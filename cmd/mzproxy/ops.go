@@ -25,8 +25,9 @@ import (
 const readyTimeout = 2 * time.Second
 
 // opsServer is the HTTP server for operators: /metrics (Prometheus),
-// /livez (the process is up) and /readyz (it serves clients and reaches
-// its backend; 503 while starting and while draining).
+// /livez (the process is up) and /readyz (it serves clients, reaches its
+// backend and has loaded the catalog of the backend's database; 503 while
+// starting and while draining).
 type opsServer struct {
 	addr    string // host:port it listens on; "" when disabled
 	http    *http.Server
@@ -35,6 +36,7 @@ type opsServer struct {
 	log     *logrus.Entry
 
 	srv       atomic.Pointer[frontend.Server] // set once clients are served
+	px        atomic.Pointer[proxy.Proxy]
 	probe     atomic.Pointer[backendProbe]
 	closeOnce sync.Once
 }
@@ -98,6 +100,7 @@ func (o *opsServer) serving(srv *frontend.Server, px *proxy.Proxy, backend *pgco
 		return err
 	}
 	o.probe.Store(&backendProbe{cfg: backend})
+	o.px.Store(px)
 	o.srv.Store(srv)
 	return nil
 }
@@ -114,10 +117,21 @@ func (o *opsServer) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 	defer cancel()
-	if err := o.probe.Load().check(ctx); err != nil {
+	refused, err := o.probe.Load().check(ctx)
+	if err != nil {
 		o.log.WithError(err).Debug("readiness: backend unreachable")
 		http.Error(w, "backend unreachable: "+err.Error(), http.StatusServiceUnavailable)
 		return
+	}
+	if !refused {
+		// (With the proxy's own login refused, as with passthrough and no
+		// password in --backend, it cannot read a catalog before a client
+		// logs in; the backend being up is all readiness can tell.)
+		if err := o.px.Load().LoadCatalog(ctx); err != nil {
+			o.log.WithError(err).Debug("readiness: catalog not loaded")
+			http.Error(w, "catalog not loaded: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 	}
 	fmt.Fprintln(w, "ok")
 }
@@ -153,7 +167,9 @@ type backendProbe struct {
 	conn *pgconn.PgConn
 }
 
-func (b *backendProbe) check(ctx context.Context) error {
+// check reports whether the backend answers; refused says it answered by
+// refusing the proxy's own login.
+func (b *backendProbe) check(ctx context.Context) (refused bool, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for attempt := 0; ; attempt++ {
@@ -169,24 +185,23 @@ func (b *backendProbe) check(ctx context.Context) error {
 			if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "28") {
 				// The server answered, refusing the proxy's own
 				// credentials (as with passthrough authentication and
-				// no password in --backend): it is up, which is what
-				// readiness asks.
-				return nil
+				// no password in --backend): it is up.
+				return true, nil
 			}
 			if err != nil {
-				return err
+				return false, err
 			}
 			b.conn = conn
 		}
 		_, err := b.conn.Exec(ctx, "SELECT 1").ReadAll()
 		if err == nil {
-			return nil
+			return false, nil
 		}
 		// A kept connection may have been closed by the server since the
 		// last check (restart, idle timeout): try once on a new one.
 		b.closeConn()
 		if attempt > 0 || ctx.Err() != nil {
-			return err
+			return false, err
 		}
 	}
 }
