@@ -146,6 +146,10 @@ func TestConfigErrors(t *testing.T) {
 		{name: "pg-setting", args: []string{"--pg-setting", "fsync"}, want: []string{`pg-setting: want name=value, got "fsync"`}},
 		{name: "backend", args: []string{"--backend", "postgres://u:secret@host:notaport/db"}, want: []string{"backend: not a valid PostgreSQL URL"}},
 		{name: "argument", args: []string{"serve"}, want: []string{`unexpected argument "serve"`}},
+		{name: "trace exporter", env: map[string]string{"MZPROXY_TRACE_EXPORTER": "jaeger"}, want: []string{`trace-exporter: want none, stdout or otlp, got "jaeger" (from environment variable MZPROXY_TRACE_EXPORTER)`}},
+		{name: "otlp without endpoint", args: []string{"--trace-exporter", "otlp"}, want: []string{"trace-exporter: otlp needs trace-otlp-endpoint"}},
+		{name: "otlp endpoint", file: "trace-exporter = \"otlp\"\ntrace-otlp-endpoint = \"collector:4318\"\n", want: []string{`trace-otlp-endpoint: want an http:// or https:// URL, got "collector:4318" (from config file`}},
+		{name: "slow threshold", args: []string{"--slow-statement-threshold", "-1s"}, want: []string{"slow-statement-threshold: want 0 (off) or more, got -1s"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args, env := withConfigFile(t, tc.args, tc.env, tc.file)

@@ -6,10 +6,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/mzproxy/mzproxy/frontend"
+	"github.com/mzproxy/mzproxy/proxy/observe"
 )
 
 func TestReload(t *testing.T) {
@@ -38,15 +40,22 @@ func TestReload(t *testing.T) {
 	l.SetOutput(&out)
 	l.SetFormatter(&logrus.TextFormatter{DisableTimestamp: true})
 	l.SetLevel(logrus.InfoLevel)
-	r := &reloader{args: args, lookupEnv: lookup(env), running: cfg, log: logrus.NewEntry(l), users: users}
+	obs, err := observe.New(observe.Config{SlowThreshold: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &reloader{args: args, lookupEnv: lookup(env), running: cfg, log: logrus.NewEntry(l), users: users, observer: obs}
 
 	// Reloadable changes apply; others are reported; the users file is
 	// re-read; flags and environment still win over the file.
-	write(cfgPath, "log-level = \"warn\"\nauth = \"scram-sha-256\"\nusers-file = \""+usersPath+"\"\nmax-connections = 6\nshutdown-timeout = \"1s\"\nlog-format = \"json\"\n")
+	write(cfgPath, "log-level = \"warn\"\nauth = \"scram-sha-256\"\nusers-file = \""+usersPath+"\"\nmax-connections = 6\nshutdown-timeout = \"1s\"\nlog-format = \"json\"\nslow-statement-threshold = \"250ms\"\ntrace-exporter = \"stdout\"\n")
 	write(usersPath, "\"bob\" \"two\"\n")
 	r.reload()
 	if l.GetLevel() != logrus.WarnLevel {
 		t.Errorf("level = %v, want warn", l.GetLevel())
+	}
+	if got := obs.SlowThreshold(); got != 250*time.Millisecond {
+		t.Errorf("slow threshold = %v, want 250ms", got)
 	}
 	if _, ok := users.Lookup("bob"); !ok {
 		t.Error("the users file was not re-read")
@@ -58,6 +67,8 @@ func TestReload(t *testing.T) {
 	for _, want := range []string{
 		`level=warning msg="SIGHUP: setting changed" new=warn old=info setting=log-level`,
 		`level=warning msg="SIGHUP: setting changed; ignored until restart" new=6 old=5 setting=max-connections`,
+		`level=warning msg="SIGHUP: setting changed; ignored until restart" new=stdout old=none setting=trace-exporter`,
+		`level=warning msg="SIGHUP: setting changed" new=250ms old=1s setting=slow-statement-threshold`,
 		`msg="SIGHUP: users file reloaded"`,
 		`msg="SIGHUP: configuration reloaded"`,
 	} {
