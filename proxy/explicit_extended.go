@@ -10,6 +10,7 @@ import (
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
 	"github.com/mzproxy/mzproxy/proxy/observe"
+	"github.com/mzproxy/mzproxy/timeouts"
 )
 
 // The explicit-timestamp path over the extended protocol. Parse sends the
@@ -115,6 +116,7 @@ func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, st *planne
 	if !s.pinned() || st.AsOf != nil {
 		// (A read at the pinned timestamp is under the transaction's hold.)
 		s.obs.Phase(observe.PhaseHolds)
+		s.enter(timeouts.PhaseHold)
 		s.portalHolds = append(s.portalHolds, s.proxy.holds.acquire(s.id, s.db.name, c.ts, c.inputs))
 	}
 	bind := *m

@@ -102,10 +102,13 @@ func (b *backend) queryValue(ctx context.Context, sql string) (string, error) {
 // unnamed statement and portal. The connection must be quiesced (nothing
 // of the client's awaiting an answer). If the query fails, the backend's
 // skip-to-Sync state is ended with a Sync of the proxy's own.
+//
+// The statement's deadline or a cancel stops the query through the
+// CancelRequest the session then sends (the backend answers 57014), not a
+// socket deadline, which would leave the connection mid-answer.
 func (b *backend) internalValue(ctx context.Context, sql string) (string, error) {
-	if deadline, ok := ctx.Deadline(); ok {
-		_ = b.nc.SetDeadline(deadline)
-		defer b.nc.SetDeadline(time.Time{})
+	if ctx.Err() != nil {
+		return "", pgerr.Wrap(pgerr.QueryCanceled, context.Cause(ctx))
 	}
 	const name = "mzproxy_value"
 	for _, m := range []pgproto3.FrontendMessage{

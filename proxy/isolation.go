@@ -8,6 +8,7 @@ import (
 
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
+	"github.com/mzproxy/mzproxy/timeouts"
 )
 
 // Materialize's isolation levels. transaction_isolation is the proxy's
@@ -35,7 +36,13 @@ func isolationLevel(v string) (string, bool) {
 // the proxy. It reports whether it handled the query string.
 func (s *Session) sessionSetting(ctx context.Context, sql string) (bool, error) {
 	stmts, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
-	if err != nil || len(stmts) != 1 || stmts[0].Var == nil || stmts[0].Var.Name != "transaction_isolation" {
+	if err != nil || len(stmts) != 1 || stmts[0].Var == nil {
+		return false, nil
+	}
+	if stmts[0].Kind == planner.KindShow && stmts[0].Var.Name == timeouts.StatementTimeout.String() {
+		return true, s.showStatementTimeout()
+	}
+	if stmts[0].Var.Name != "transaction_isolation" {
 		return false, nil
 	}
 	st := stmts[0]

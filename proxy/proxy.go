@@ -11,6 +11,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/sirupsen/logrus"
@@ -45,6 +46,10 @@ type Config struct {
 	// the present table. Answers must not change: the conformance tests
 	// run with it to prove the rewrite right.
 	HistoryReads bool
+	// StatementTimeout is the statement_timeout of sessions that get none
+	// from their startup packet or their role's or database's defaults;
+	// zero: none.
+	StatementTimeout time.Duration
 }
 
 // Proxy opens sessions; it implements the frontend's Handler (through a
@@ -56,6 +61,8 @@ type Proxy struct {
 	installs installs
 	holds    holds
 	obs      *observe.Observer
+
+	interruptions interruptions
 
 	dbMu     sync.Mutex
 	dbs      map[string]*database
@@ -123,6 +130,10 @@ func (p *Proxy) Connect(ctx context.Context, start wire.Startup, relay wire.Auth
 	s := newSession(ctx, p, be, client, obs.Log())
 	s.id = id
 	s.obs = obs
+	if err := s.loadTimeoutDefaults(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
 	s.user = start.User
 	s.db = p.database(start.Database)
 	return s, nil

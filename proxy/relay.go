@@ -11,6 +11,7 @@ import (
 	"github.com/mzproxy/mzproxy/planner"
 	"github.com/mzproxy/mzproxy/proxy/observe"
 	"github.com/mzproxy/mzproxy/proxy/storage"
+	"github.com/mzproxy/mzproxy/timeouts"
 )
 
 // A unit is one request forwarded to the backend whose answers have not all
@@ -27,6 +28,10 @@ type unit struct {
 	// stripParam: the statement described takes the proxy's timestamp as
 	// its last parameter, which the client must not see.
 	stripParam bool
+	// settings: the unit's statements in order, those that change the
+	// session's tracked settings non-nil, applied at their
+	// CommandComplete.
+	settings []*planner.Statement
 }
 
 type unitKind uint8
@@ -112,7 +117,12 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 		if err := s.txnQuery(ctx, m.String); err != nil {
 			return err
 		}
-		if s.tx != 'E' && (s.proxy.cfg.HistoryReads || !planner.PlainRead(m.String)) {
+		plain := planner.PlainRead(m.String)
+		var settings []*planner.Statement
+		if !plain {
+			settings = s.trackSettings(m.String)
+		}
+		if s.tx != 'E' && (s.proxy.cfg.HistoryReads || !plain) {
 			if s.isShowSessions(m.String) {
 				return s.showSessions()
 			}
@@ -121,16 +131,16 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 			}
 			st, fr, err := s.explicitPlan(ctx, m.String)
 			if err != nil {
-				return err
+				return s.failQuery(err)
 			}
 			if st != nil {
-				return s.explicitQuery(ctx, st, fr)
+				return s.failQuery(s.explicitQuery(ctx, st, fr))
 			}
 			if r := s.routeOf(m.String); r.write {
-				return s.writeQuery(ctx, frame, r)
+				return s.writeQuery(ctx, frame, r, settings)
 			}
 		}
-		return s.request(ctx, frame, unit{kind: uQuery, relayZ: true}, true)
+		return s.request(ctx, frame, unit{kind: uQuery, relayZ: true, settings: settings}, true)
 	case *pgproto3.FunctionCall:
 		return s.request(ctx, frame, unit{kind: uQuery, relayZ: true}, true)
 	case *pgproto3.Parse:
@@ -154,6 +164,7 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 			}
 		}
 		setMember(&s.writeStmts, m.Name, s.routeOf(m.Query).write)
+		setEntry(&s.settingStmts, m.Name, s.settingOf(m.Query))
 		return s.request(ctx, frame, unit{kind: uParse}, false)
 	case *pgproto3.Bind:
 		if err := s.txnBind(ctx, m); err != nil {
@@ -161,6 +172,7 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 		}
 		setMember(&s.writePortals, m.DestinationPortal, s.writeStmts[m.PreparedStatement])
 		delete(s.explainPortals, m.DestinationPortal)
+		setEntry(&s.settingPortals, m.DestinationPortal, s.settingStmts[m.PreparedStatement])
 		if st := s.explicitStmts[m.PreparedStatement]; st != nil {
 			return s.bindExplicit(ctx, m, st)
 		}
@@ -184,9 +196,14 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 				return err
 			}
 		}
-		return s.request(ctx, frame, unit{kind: uExecute}, false)
+		u := unit{kind: uExecute}
+		if st := s.settingPortals[m.Portal]; st != nil {
+			u.settings = []*planner.Statement{st}
+		}
+		return s.request(ctx, frame, u, false)
 	case *pgproto3.Close:
 		if m.ObjectType == 'S' {
+			delete(s.settingStmts, m.Name)
 			delete(s.writeStmts, m.Name)
 			delete(s.explicitStmts, m.Name)
 			delete(s.tsStmts, m.Name)
@@ -194,6 +211,7 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 		} else {
 			delete(s.writePortals, m.Name)
 			delete(s.explainPortals, m.Name)
+			delete(s.settingPortals, m.Name)
 		}
 		return s.request(ctx, frame, unit{kind: uClose}, false)
 	case *pgproto3.Sync:
@@ -305,6 +323,14 @@ func (s *Session) exchange(ctx context.Context) error {
 	defer s.busy.Store(false)
 	s.midRequest = true
 	s.obs.Phase(observe.PhaseBackend)
+	s.enter(timeouts.PhaseExecute)
+	if ctx.Err() != nil && timeouts.CauseOf(ctx) != 0 {
+		// The deadline passed before this batch reached the backend (the
+		// statement's cancel, if any, found the backend idle): stop what
+		// the backend is about to run.
+		s.cancelBackend()
+	}
+	streaming := false
 	for {
 		if s.be.r.Buffered() == 0 && s.client.Buffered() > 0 {
 			// About to wait for the backend: let the client see what is
@@ -338,6 +364,13 @@ func (s *Session) exchange(ctx context.Context) error {
 			}
 			continue
 		}
+		if typ == 'E' && ctx.Err() != nil {
+			frame = s.canceledByProxy(ctx, frame)
+		}
+		if typ == 'D' && !streaming {
+			streaming = true
+			s.enter(timeouts.PhaseStream)
+		}
 		if typ == 't' && u.stripParam {
 			if frame, err = stripTimestampParam(frame); err != nil {
 				return s.lost(err)
@@ -351,7 +384,9 @@ func (s *Session) exchange(ctx context.Context) error {
 		done := false
 		switch typ {
 		case 'Z':
+			prev := s.tx
 			s.tx = frame[5]
+			s.settleSettings(prev)
 			s.skipping = false
 			switch s.tx {
 			case 'I':
@@ -359,6 +394,7 @@ func (s *Session) exchange(ctx context.Context) error {
 				s.writeSlot = false
 				clear(s.writePortals)
 				clear(s.explainPortals)
+				clear(s.settingPortals)
 				s.releasePortalHolds()
 				s.endTxn()
 			case 'E':
@@ -375,10 +411,19 @@ func (s *Session) exchange(ctx context.Context) error {
 		case 'C', 'I', 's':
 			if typ == 'C' {
 				s.noteCommand(frame)
+				if len(u.settings) > 0 {
+					if st := u.settings[0]; st != nil {
+						s.applySetting(st, string(frame[5:len(frame)-1]))
+					}
+					u.settings = u.settings[1:]
+				}
 			}
 			done = u.kind == uExecute
 		case 'E':
 			s.noteBackendError(frame)
+			// The statements after the failed one do not run.
+			u.settings = nil
+			s.requestFailed = true
 			if fatal, err := s.backendErrorIsFatal(frame); fatal {
 				_ = s.client.Flush()
 				return err
@@ -470,7 +515,7 @@ const (
 // that holds the commit slot: in the client's transaction block if it has
 // one, else in one of the proxy's own, committed after it. The client sees
 // only its own statement's answers and one ReadyForQuery.
-func (s *Session) writeQuery(ctx context.Context, frame []byte, r route) error {
+func (s *Session) writeQuery(ctx context.Context, frame []byte, r route, settings []*planner.Statement) error {
 	if s.tx == 'T' {
 		if !s.writeSlot {
 			if err := s.internal(storage.BeginWriteSQL, false); err != nil {
@@ -478,7 +523,7 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, r route) error {
 			}
 			s.writeSlot = true
 		}
-		return s.request(ctx, frame, unit{kind: uQuery, relayZ: true}, true)
+		return s.request(ctx, frame, unit{kind: uQuery, relayZ: true, settings: settings}, true)
 	}
 	if err := s.internal("BEGIN; "+storage.BeginWriteSQL, false); err != nil {
 		return err
@@ -486,7 +531,7 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, r route) error {
 	if err := s.forward(frame); err != nil {
 		return err
 	}
-	u := unit{kind: uQuery, relayZ: false}
+	u := unit{kind: uQuery, relayZ: false, settings: settings}
 	if r.copyIn {
 		// COMMIT can only follow once the client's data is in.
 		u.then = thenCommit
@@ -555,7 +600,10 @@ func (s *Session) noteCommand(frame []byte) {
 		// ROLLBACK TO SAVEPOINT may have undone the begin_write (a full
 		// ROLLBACK ends the transaction anyway).
 		s.writeSlot = false
-	case "DISCARD ALL", "DEALLOCATE ALL":
+	case "DISCARD ALL":
+		s.settings.ResetAll()
+		s.beginWritePrepared = false
+	case "DEALLOCATE ALL":
 		// The proxy's prepared begin_write went with the client's.
 		s.beginWritePrepared = false
 		clear(s.stmtSQL)
@@ -569,6 +617,18 @@ func setMember(m *map[string]bool, key string, member bool) {
 			*m = map[string]bool{}
 		}
 		(*m)[key] = true
+	} else if *m != nil {
+		delete(*m, key)
+	}
+}
+
+// setEntry sets or (for nil) removes key in a lazily made map.
+func setEntry[V any](m *map[string]*V, key string, v *V) {
+	if v != nil {
+		if *m == nil {
+			*m = map[string]*V{}
+		}
+		(*m)[key] = v
 	} else if *m != nil {
 		delete(*m, key)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
 	"github.com/mzproxy/mzproxy/proxy/observe"
+	"github.com/mzproxy/mzproxy/timeouts"
 )
 
 // maxPipeline bounds the extended-protocol messages forwarded before their
@@ -82,8 +83,30 @@ type Session struct {
 	// everything until Sync.
 	skipping bool
 
-	// busy is set while a request is with the backend, so that a cancel
-	// reaches the backend only when there is something to cancel.
+	// settings are the session's time-valued settings (statement_timeout
+	// and the idle timeouts), followed as SET and RESET pass through.
+	settings timeouts.Settings
+	// budget is the running statement's deadline and phase; nil between
+	// statements.
+	budget *timeouts.Budget
+	// stmtCancel cancels the message being handled now (nil between
+	// messages); Cancel calls it from another goroutine, under stmtMu.
+	stmtMu     sync.Mutex
+	stmtCancel context.CancelCauseFunc
+	// backendCanceled: the statement has sent the backend its
+	// CancelRequest (once is enough).
+	backendCanceled atomic.Bool
+	// settingStmts and settingPortals are the prepared statements and
+	// portals that change the tracked settings.
+	settingStmts, settingPortals map[string]*planner.Statement
+	// requestFailed: an ErrorResponse came since the last ReadyForQuery.
+	requestFailed bool
+	// canceledReply: the backend answered the statement with 57014 after
+	// the statement's context ended.
+	canceledReply bool
+
+	// busy is set while a request is with the backend, so that a client
+	// gone mid-request cancels the backend's work.
 	busy atomic.Bool
 	// midRequest is set while an exchange has not reached its end, so a
 	// session closed in the middle (client gone) cancels the backend work.
@@ -124,12 +147,25 @@ func (s *Session) Handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 	}
 	s.observeMessage(msg)
 	copyQuery := s.copy == copyQuery
-	err := s.handle(ctx, msg, frame)
+	err := s.handleStatement(ctx, msg, frame)
 	s.observeHandled(msg, copyQuery, err)
-	if err == nil && s.listening && s.tx == 'I' && !s.midRequest && s.copy == copyNone {
+	if err == nil && s.watchIdle() {
 		s.startIdleReader()
 	}
 	return err
+}
+
+// watchIdle reports whether the backend must be read while the client is
+// idle: a session that LISTENs gets its notifications between
+// transactions, and one idle in a transaction with read holds learns at
+// once when the backend ends it (idle_in_transaction_session_timeout,
+// pg_terminate_backend), so that the holds are released then.
+func (s *Session) watchIdle() bool {
+	if s.midRequest || s.copy != copyNone {
+		return false
+	}
+	holds := len(s.portalHolds) > 0 || len(s.txn.holds) > 0
+	return s.listening && s.tx == 'I' || holds && s.tx != 'I'
 }
 
 // backendErrorIsFatal reports whether an ErrorResponse ends the backend
@@ -189,6 +225,12 @@ func (s *Session) startIdleReader() {
 				err = s.client.Flush()
 			}
 			s.clientMu.Unlock()
+			if typ == 'E' {
+				// Only a FATAL error comes unasked: the backend is gone,
+				// and with it the transaction the holds protected.
+				s.releasePortalHolds()
+				s.releaseTxnHolds()
+			}
 			if err != nil || typ == 'E' {
 				return
 			}
@@ -207,20 +249,6 @@ func (s *Session) stopIdleReader() error {
 		return s.lost(err)
 	}
 	return nil
-}
-
-// Cancel implements frontend.Session: a CancelRequest for this session
-// becomes a CancelRequest for its backend connection, if a request is with
-// the backend now.
-func (s *Session) Cancel() {
-	if !s.busy.Load() {
-		return
-	}
-	go func() {
-		if err := s.be.cancel(context.Background()); err != nil {
-			s.log.WithError(err).Warn("could not send cancel request to backend")
-		}
-	}()
 }
 
 // abandon stops backend work whose client is gone: cancel the running

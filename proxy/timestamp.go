@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/mzproxy/mzproxy/planner"
 	"github.com/mzproxy/mzproxy/proxy/observe"
 	"github.com/mzproxy/mzproxy/proxy/storage"
+	"github.com/mzproxy/mzproxy/timeouts"
 )
 
 // The explicit-timestamp path: reads that name their time (AS OF), that
@@ -102,6 +104,7 @@ type choice struct {
 // fails below an input's since; AS OF AT LEAST t reads max(t, since);
 // otherwise (strict serializable) max(oracle read timestamp, since).
 func (s *Session) chooseTimestamp(ctx context.Context, st *planner.Statement, fr *storage.FrontierState) (*choice, error) {
+	s.enter(timeouts.PhaseTimestamp)
 	c := &choice{upper: fr.Upper, inputs: st.Inputs, sinces: map[uint64]uint64{}, frontier: fr}
 	for _, in := range st.Inputs {
 		since := fr.Since[int64(in.ID)]
@@ -195,13 +198,14 @@ func (s *Session) awaitUpper(ctx context.Context, c *choice) error {
 		return pgerr.New(pgerr.FeatureNotSupported,
 			"cannot read at timestamp %d, ahead of the upper %d, in a transaction that has written", c.ts, c.upper)
 	}
+	s.enter(timeouts.PhaseUpperWait)
 	for c.upper <= c.ts {
 		if wait := time.Until(time.UnixMilli(int64(c.ts) + 1)); wait > 0 {
 			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return pgerr.New(pgerr.QueryCanceled, "canceling statement due to user request")
+				return s.budget.Err(ctx)
 			case <-t.C:
 			}
 		}
@@ -227,6 +231,40 @@ func (s *Session) awaitUpper(ctx context.Context, c *choice) error {
 	return nil
 }
 
+// failQuery passes on the error of a simple Query on the explicit-timestamp
+// path. Outside a transaction block, the proxy's own queries for it (run
+// with the extended protocol, without Sync) left the backend in an
+// implicit transaction with a snapshot; a Sync ends it, or the client's
+// next statement would join it (and, say, BEGIN ISOLATION LEVEL would
+// fail). A statement timed out in the upper wait ends here.
+func (s *Session) failQuery(err error) error {
+	var pe *pgerr.Error
+	if err == nil || s.tx != 'I' || !errors.As(err, &pe) || pe.IsFatal() {
+		return err
+	}
+	if serr := s.be.w.Send(&pgproto3.Sync{}); serr != nil {
+		return s.lost(serr)
+	}
+	if serr := s.be.w.Flush(); serr != nil {
+		return s.lostWrite(serr)
+	}
+	for {
+		typ, frame, rerr := s.be.r.Next()
+		if rerr != nil {
+			return s.lost(rerr)
+		}
+		switch typ {
+		case 'E':
+			if fatal, ferr := s.backendErrorIsFatal(frame); fatal {
+				return ferr
+			}
+		case 'Z':
+			s.tx = frame[5]
+			return err
+		}
+	}
+}
+
 // explicitQuery runs a simple Query on the explicit-timestamp path.
 func (s *Session) explicitQuery(ctx context.Context, st *planner.Statement, fr *storage.FrontierState) error {
 	target := st
@@ -247,6 +285,7 @@ func (s *Session) explicitQuery(ctx context.Context, st *planner.Statement, fr *
 		return err
 	}
 	s.obs.Phase(observe.PhaseHolds)
+	s.enter(timeouts.PhaseHold)
 	hold := s.proxy.holds.acquire(s.id, s.db.name, c.ts, c.inputs)
 	defer s.proxy.holds.release(hold)
 	sql := st.SQL

@@ -12,6 +12,7 @@ import (
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
 	"github.com/mzproxy/mzproxy/proxy/storage"
+	"github.com/mzproxy/mzproxy/timeouts"
 )
 
 // Read-only transactions, as Materialize runs them: a transaction block
@@ -320,6 +321,7 @@ func (s *Session) hold(tables []*planner.Object) {
 		}
 	}
 	if len(add) > 0 {
+		s.enter(timeouts.PhaseHold)
 		s.txn.holds = append(s.txn.holds, s.proxy.holds.acquire(s.id, s.db.name, s.txn.ts, add))
 	}
 }

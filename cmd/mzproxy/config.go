@@ -40,6 +40,7 @@ type config struct {
 	maxConnections    int
 	maxMessageSize    int
 	shutdownTimeout   time.Duration
+	statementTimeout  time.Duration
 	logLevel          string
 	logFormat         string
 	embeddedPGSetting stringList
@@ -109,6 +110,8 @@ func newFlagSet(c *config, kinds map[string]kind) *flag.FlagSet {
 	num(&c.maxMessageSize, "max-message-size", wire.DefaultMaxMessageSize, "maximum size of one client protocol message in bytes")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long busy sessions may finish before they are cut")
 	kinds["shutdown-timeout"] = kindDuration
+	fs.DurationVar(&c.statementTimeout, "statement-timeout", 0, "statement_timeout of sessions that get none from their startup options or their role's or database's defaults (0: none)")
+	kinds["statement-timeout"] = kindDuration
 	str(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	str(&c.logFormat, "log-format", "text", "log format: text or json")
 	str(&c.traceExporter, "trace-exporter", "none", "where statement traces go: none, stdout (JSON spans on standard output) or otlp (OTLP over HTTP to --trace-otlp-endpoint)")
@@ -340,6 +343,9 @@ func (c *config) validate() error {
 	}
 	if c.maxMessageSize < 1024 {
 		bad("max-message-size", "want at least 1024 bytes, got %d", c.maxMessageSize)
+	}
+	if c.statementTimeout < 0 {
+		bad("statement-timeout", "want 0 or more, got %v", c.statementTimeout)
 	}
 	if c.shutdownTimeout < 0 {
 		bad("shutdown-timeout", "want 0 or more, got %v", c.shutdownTimeout)

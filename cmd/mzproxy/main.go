@@ -189,9 +189,10 @@ func run(cfg *config, log *logrus.Entry) error {
 			}
 			return ""
 		},
-		Logger:       log,
-		Observer:     obs,
-		HistoryReads: cfg.historyReads,
+		Logger:           log,
+		Observer:         obs,
+		HistoryReads:     cfg.historyReads,
+		StatementTimeout: cfg.statementTimeout,
 	})
 	srv := frontend.NewServer(frontend.Config{
 		Handler:        handler{px},

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/mzproxy/mzproxy/frontend"
 	"github.com/mzproxy/mzproxy/proxy"
@@ -30,6 +32,17 @@ func registerInstruments(m *metrics.Provider, srv *frontend.Server, px *proxy.Pr
 			observe(l.Lag.Seconds(), attribute.String("database", l.Database), attribute.String("collection", l.Collection))
 		}
 	})
+	_, err := m.Meter().Int64ObservableCounter("mzproxy.statement.interruptions", metric.WithUnit("{statement}"),
+		metric.WithDescription("Statements a statement timeout (cause=timeout) or a client's cancel (cause=cancel) interrupted since start, by the phase they were in."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			for _, i := range px.Interruptions() {
+				o.Observe(i.Count, metric.WithAttributes(attribute.String("cause", i.Cause), attribute.String("phase", i.Phase)))
+			}
+			return nil
+		}))
+	if err != nil {
+		return err
+	}
 	return m.Err()
 }
 

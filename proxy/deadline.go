@@ -1,0 +1,242 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/sirupsen/logrus"
+
+	"github.com/mzproxy/mzproxy/frontend/wire"
+	"github.com/mzproxy/mzproxy/pgerr"
+	"github.com/mzproxy/mzproxy/timeouts"
+)
+
+// Statement deadlines and cancellation.
+//
+// Every client message is handled under a statement context (package
+// timeouts): it ends at the statement's deadline, statement_timeout after
+// the statement arrived, or when the client's CancelRequest names this
+// session while the message is being handled, with a cause that says which.
+// Every wait of the proxy's own takes that context. Work the backend is
+// doing is stopped by a CancelRequest to the backend, sent when the context
+// ends; the backend answers 57014 "canceling statement due to user
+// request", which the client sees as "due to statement timeout" when the
+// deadline was the cause.
+//
+// No stray cancel: a client cancel reaches only the message being handled
+// when it arrives (one between statements is dropped, as PostgreSQL drops
+// a cancel of an idle backend), and the session sends its backend nothing
+// more until the backend has taken the proxy's CancelRequest (the
+// postmaster closes the cancel connection once it has signaled the
+// backend). A signal that finds the backend idle is dropped by PostgreSQL,
+// so it cannot cancel the next statement.
+//
+// A statement's deadline covers all its messages: a simple Query (and the
+// COPY data that follows it), or an extended-protocol batch from its first
+// message to its Sync. (PostgreSQL restarts the timer after each completed
+// Execute of a pipeline; mzproxy gives the whole batch one deadline.)
+
+// handleStatement handles one client message under its statement context.
+func (s *Session) handleStatement(ctx context.Context, msg pgproto3.FrontendMessage, frame []byte) error {
+	if s.budget == nil {
+		s.budget = timeouts.NewBudget(time.Now(), s.settings.Effective(timeouts.StatementTimeout))
+		s.backendCanceled.Store(false)
+		s.canceledReply = false
+	}
+	b := s.budget
+	b.Enter(timeouts.PhasePlan)
+	sctx, cancel := timeouts.WithStatementDeadline(ctx, b.Deadline())
+	defer cancel(nil)
+	interrupted := make(chan struct{})
+	stop := context.AfterFunc(sctx, func() {
+		defer close(interrupted)
+		if !s.backendCanceled.Swap(true) {
+			s.cancelBackend()
+		}
+	})
+	s.setStatementCancel(cancel)
+	err := s.handle(sctx, msg, frame)
+	s.setStatementCancel(nil)
+	if !stop() {
+		// The context ended during the message: the backend's cancel, if
+		// one was sent, must be taken before anything else is sent.
+		<-interrupted
+		err = s.interrupted(sctx, b, err)
+	}
+	if endsStatement(msg) && s.copy == copyNone {
+		s.budget = nil
+	}
+	return err
+}
+
+// enter records the phase the running statement is in.
+func (s *Session) enter(p timeouts.Phase) {
+	if s.budget != nil {
+		s.budget.Enter(p)
+	}
+}
+
+// endsStatement reports whether the statement is over once msg has been
+// answered: a Query or FunctionCall (unless it started a COPY), a Sync, or
+// the end of COPY data.
+func endsStatement(msg pgproto3.FrontendMessage) bool {
+	switch msg.(type) {
+	case *pgproto3.Query, *pgproto3.FunctionCall, *pgproto3.Sync, *pgproto3.CopyDone, *pgproto3.CopyFail:
+		return true
+	}
+	return false
+}
+
+// setStatementCancel publishes the running message's cancel function to
+// Cancel; nil when no message is being handled.
+func (s *Session) setStatementCancel(cancel context.CancelCauseFunc) {
+	s.stmtMu.Lock()
+	s.stmtCancel = cancel
+	s.stmtMu.Unlock()
+}
+
+// Cancel implements frontend.Session: a CancelRequest for this session
+// cancels the message being handled now, whatever phase it is in; between
+// messages it does nothing. It is called under stmtMu's protection, so a
+// cancel that arrives after a message was answered cannot reach it.
+func (s *Session) Cancel() {
+	s.stmtMu.Lock()
+	defer s.stmtMu.Unlock()
+	if s.stmtCancel != nil {
+		timeouts.Cancel(s.stmtCancel, timeouts.UserCancel)
+	}
+}
+
+// cancelBackend sends the backend a CancelRequest and returns once the
+// backend has taken it.
+func (s *Session) cancelBackend() {
+	if err := s.be.cancel(context.Background()); err != nil {
+		s.log.WithError(err).Warn("could not send cancel request to backend")
+	}
+}
+
+// interrupted settles a message whose context ended while it was handled:
+// it counts and logs the interruption with the phase it hit, and turns the
+// error of a proxy-side wait into PostgreSQL's 57014. A message that got
+// its answers (the backend finished first, or sent its own 57014, already
+// relayed) keeps them.
+func (s *Session) interrupted(ctx context.Context, b *timeouts.Budget, err error) error {
+	cause := timeouts.CauseOf(ctx)
+	if cause == 0 {
+		// The client is gone, or the server is shutting down: the
+		// session ends anyway.
+		return err
+	}
+	var pe *pgerr.Error
+	proxyError := err != nil && errors.As(err, &pe) && !pe.IsFatal()
+	if !proxyError && !s.canceledReply {
+		return err
+	}
+	s.canceledReply = false
+	phase := b.Phase()
+	s.proxy.interruptions.add(cause, phase)
+	s.log.WithFields(logrus.Fields{"cause": cause.Error(), "phase": phase.String()}).Info("statement interrupted")
+	if proxyError {
+		return b.Err(ctx)
+	}
+	return err
+}
+
+// canceledByProxy rewrites the backend's answer to a CancelRequest the
+// proxy sent because of the statement's deadline: PostgreSQL says "due to
+// user request", the client must read "due to statement timeout". It
+// notes that the statement ended in a cancel, for interrupted.
+func (s *Session) canceledByProxy(ctx context.Context, frame []byte) []byte {
+	var er pgproto3.ErrorResponse
+	if err := er.Decode(wire.Body(frame)); err != nil || er.Code != string(pgerr.QueryCanceled) {
+		return frame
+	}
+	s.canceledReply = true
+	if timeouts.CauseOf(ctx) != timeouts.Timeout {
+		return frame
+	}
+	er.Message = timeouts.Timeout.Error()
+	out, err := er.Encode(nil)
+	if err != nil {
+		return frame
+	}
+	return out
+}
+
+// interruptions counts statements interrupted, by cause and phase, for
+// metrics.
+type interruptions struct {
+	counts [timeouts.IdleSession + 1][timeouts.PhaseStream + 1]atomic.Int64
+}
+
+func (i *interruptions) add(c timeouts.Cause, p timeouts.Phase) {
+	if int(c) < len(i.counts) && int(p) < len(i.counts[c]) {
+		i.counts[c][p].Add(1)
+	}
+}
+
+// Interruption is one count of Proxy.Interruptions.
+type Interruption struct {
+	Cause string // "timeout" or "cancel"
+	Phase string // timeouts.Phase's name
+	Count int64
+}
+
+// Interruptions returns how many statements a statement timeout or a
+// client's cancel interrupted since start, by the phase they were in.
+func (p *Proxy) Interruptions() []Interruption {
+	var out []Interruption
+	for _, c := range []struct {
+		cause timeouts.Cause
+		name  string
+	}{{timeouts.Timeout, "timeout"}, {timeouts.UserCancel, "cancel"}} {
+		for phase := timeouts.PhaseNone; phase <= timeouts.PhaseStream; phase++ {
+			out = append(out, Interruption{Cause: c.name, Phase: phase.String(), Count: p.interruptions.counts[c.cause][phase].Load()})
+		}
+	}
+	return out
+}
+
+// loadTimeoutDefaults reads the time-valued settings the backend applied at
+// connection start (the client's startup options, or the role's and
+// database's defaults) into the session's layers, over mzproxy's
+// configured default.
+func (s *Session) loadTimeoutDefaults(ctx context.Context) error {
+	if d := s.proxy.cfg.StatementTimeout; d > 0 {
+		ms := strconv.FormatInt(max(int64(d/time.Millisecond), 1), 10)
+		if err := s.settings.SetDefault(timeouts.SourceConfig, timeouts.StatementTimeout.String(), ms); err != nil {
+			return err
+		}
+	}
+	v, err := s.be.queryValue(ctx, timeoutSettingsSQL)
+	if err != nil {
+		return err
+	}
+	for _, row := range strings.Split(v, ",") {
+		f := strings.Split(row, "=")
+		if len(f) != 3 {
+			continue
+		}
+		src := timeouts.SourceBackend
+		if f[2] == "client" {
+			src = timeouts.SourceStartup
+		}
+		if err := s.settings.SetDefault(src, f[0], f[1]); err != nil {
+			return pgerr.Fatal(pgerr.InternalError, "backend setting %s = %q: %v", f[0], f[1], err)
+		}
+	}
+	return nil
+}
+
+// timeoutSettingsSQL lists the tracked settings that the backend has from
+// somewhere other than its built-in default, in milliseconds, with where
+// each came from ("client" is the startup packet).
+const timeoutSettingsSQL = `SELECT string_agg(name || '=' || setting || '=' || source, ',')
+  FROM pg_settings
+ WHERE name IN ('statement_timeout', 'lock_timeout', 'idle_in_transaction_session_timeout', 'idle_session_timeout')
+   AND source <> 'default'`
