@@ -456,3 +456,78 @@ func TestBackendAdminFunctions(t *testing.T) {
 	}
 	wantUsable(t, ctx, b)
 }
+
+// TestTimeoutWriteSlotWait: a write waiting for the commit slot (another
+// session's transaction that wrote holds it) ends at its deadline with
+// 57014 and takes nothing; a cancel ends the same wait. The parked
+// transaction is unaffected and commits.
+func TestTimeoutWriteSlotWait(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	parked := connectTo(t, ctx, p.URL("postgres", db))
+	waiter := connectTo(t, ctx, p.URL("postgres", db))
+	for _, sql := range []string{"CREATE TABLE ws_a (x int)", "CREATE TABLE ws_b (x int)", "BEGIN", "INSERT INTO ws_a VALUES (1)"} {
+		if _, err := parked.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	if _, err := waiter.Exec(ctx, "SET statement_timeout = '2s'"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err := waiter.Exec(ctx, "INSERT INTO ws_b VALUES (1)")
+	wantCanceled(t, err, true)
+	wantWithin(t, "timeout waiting for the commit slot", time.Since(start), 2*time.Second, 700*time.Millisecond)
+
+	if _, err := waiter.Exec(ctx, "SET statement_timeout = 0"); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { _, err := waiter.Exec(ctx, "INSERT INTO ws_b VALUES (2)"); errc <- err }()
+	time.Sleep(500 * time.Millisecond)
+	if err := waiter.PgConn().CancelRequest(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		wantCanceled(t, err, false)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the wait for the commit slot was not canceled")
+	}
+
+	if _, err := parked.Exec(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	var a, b int
+	if err := waiter.QueryRow(ctx, "SELECT (SELECT count(*) FROM ws_a), (SELECT count(*) FROM ws_b)").Scan(&a, &b); err != nil {
+		t.Fatal(err)
+	}
+	if a != 1 || b != 0 {
+		t.Fatalf("after the parked commit: ws_a has %d rows (want 1), ws_b %d (want 0: both waits failed)", a, b)
+	}
+	if _, err := waiter.Exec(ctx, "INSERT INTO ws_b VALUES (3)"); err != nil {
+		t.Fatalf("a write after the slot was free: %v", err)
+	}
+}
+
+// TestCancelOnClientDisconnect: a client that goes away mid-statement has
+// its backend work canceled.
+func TestCancelOnClientDisconnect(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	p := startProxy(t)
+	direct := connectDirect(t, ctx)
+	conn, err := pgx.Connect(ctx, p.URL("postgres", "postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := "/* " + tableName(t) + " */"
+	errc := make(chan error, 1)
+	go func() { _, err := conn.Exec(ctx, marker+" SELECT pg_sleep(60)"); errc <- err }()
+	eventually(t, 10*time.Second, "query running", func() bool { return activeQueries(t, ctx, direct, marker) == 1 })
+	_ = conn.PgConn().Conn().Close()
+	<-errc
+	wantNoLeftover(t, ctx, direct, marker)
+}
