@@ -53,7 +53,7 @@ func (c *Committer[P]) Commit(ctx context.Context, p P) (uint64, error) {
 	c.mu.Lock()
 	if ctx.Err() != nil {
 		c.mu.Unlock()
-		return 0, interrupted(ctx, nil)
+		return 0, Interrupted(ctx, nil)
 	}
 	t := c.g.Submit(p)
 	ch := make(chan note, 1)
@@ -85,7 +85,7 @@ func (c *Committer[P]) wait(ctx context.Context, t Ticket, ch chan note) (uint64
 					c.handoffLocked()
 				}
 				c.mu.Unlock()
-				return 0, interrupted(ctx, nil)
+				return 0, Interrupted(ctx, nil)
 			}
 			c.mu.Unlock()
 			done = nil // in the batch in flight: wait for the truth
@@ -108,7 +108,7 @@ func (c *Committer[P]) lead(ctx context.Context, own Ticket, ch chan note) (uint
 		ts, err := c.oracle.WriteTS(ctx)
 		if err != nil || ctx.Err() != nil {
 			if ctx.Err() != nil {
-				err = interrupted(ctx, nil)
+				err = Interrupted(ctx, nil)
 			}
 			c.mu.Lock()
 			c.g.Withdraw(own)

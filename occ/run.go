@@ -88,7 +88,8 @@ type Metrics struct {
 	Batched   atomic.Int64 // payloads in group-commit appends
 }
 
-func (m *Metrics) record(r Result, err error) {
+// Record counts the outcome of one write loop.
+func (m *Metrics) Record(r Result, err error) {
 	if m == nil {
 		return
 	}
@@ -130,7 +131,7 @@ func Run[R any](ctx context.Context, cfg Config, w Write[R], env Env[R]) (Result
 			if env.Metrics != nil {
 				env.Metrics.Canceled.Add(1)
 			}
-			return Result{}, interrupted(ctx, env.Budget)
+			return Result{}, Interrupted(ctx, env.Budget)
 		}
 		defer env.Sem.Release()
 	}
@@ -143,12 +144,12 @@ func Run[R any](ctx context.Context, cfg Config, w Write[R], env Env[R]) (Result
 			switch a.Kind {
 			case ActAppend:
 				// Not called yet, so not submitted: nothing is written.
-				a = m.Step(Event[R]{Kind: EvError, Err: interrupted(ctx, env.Budget)})
+				a = m.Step(Event[R]{Kind: EvError, Err: Interrupted(ctx, env.Budget)})
 				continue
 			case ActApply:
 				// Committed: finish regardless.
 			default:
-				a = m.Step(Event[R]{Kind: EvCancel, Err: interrupted(ctx, env.Budget)})
+				a = m.Step(Event[R]{Kind: EvCancel, Err: Interrupted(ctx, env.Budget)})
 				continue
 			}
 		}
@@ -167,13 +168,13 @@ func Run[R any](ctx context.Context, cfg Config, w Write[R], env Env[R]) (Result
 			r, err := env.Appender.Append(ctx, a.T, a.Payload)
 			if ctx.Err() != nil {
 				// Recorded, not acted on: the outcome decides.
-				m.Step(Event[R]{Kind: EvCancel, Err: interrupted(ctx, env.Budget)})
+				m.Step(Event[R]{Kind: EvCancel, Err: Interrupted(ctx, env.Budget)})
 			}
 			if err != nil {
 				// Nothing was written (the Appender's contract); a ctx
 				// error from before submission reads as the cancellation.
 				if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-					err = interrupted(ctx, env.Budget)
+					err = Interrupted(ctx, env.Budget)
 				}
 				e = Event[R]{Kind: EvError, Err: err}
 			} else {
@@ -188,7 +189,7 @@ func Run[R any](ctx context.Context, cfg Config, w Write[R], env Env[R]) (Result
 		}
 		a = m.Step(e)
 	}
-	env.Metrics.record(a.Result, a.Err)
+	env.Metrics.Record(a.Result, a.Err)
 	if a.Kind == ActFail && ctx.Err() != nil && !a.Result.Committed && env.Metrics != nil {
 		env.Metrics.Canceled.Add(1)
 	}
@@ -205,7 +206,7 @@ func answer[R any](ctx context.Context, b *timeouts.Budget, ok Event[R], err err
 	case err == nil:
 		return ok
 	case ctx.Err() != nil:
-		return Event[R]{Kind: EvCancel, Err: interrupted(ctx, b)}
+		return Event[R]{Kind: EvCancel, Err: Interrupted(ctx, b)}
 	}
 	return Event[R]{Kind: EvError, Err: err}
 }
@@ -216,8 +217,9 @@ func enter(b *timeouts.Budget, p timeouts.Phase) {
 	}
 }
 
-// interrupted is the client's error for an ended ctx.
-func interrupted(ctx context.Context, b *timeouts.Budget) error {
+// Interrupted is the client's error for a write whose ctx ended: the
+// budget's 57014 when there is one, else the one of ctx's cause.
+func Interrupted(ctx context.Context, b *timeouts.Budget) error {
 	if b != nil {
 		if err := b.Err(ctx); err != nil {
 			return err

@@ -17,6 +17,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/mzproxy/mzproxy/frontend/wire"
+	"github.com/mzproxy/mzproxy/occ"
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
 	"github.com/mzproxy/mzproxy/proxy/observe"
@@ -50,6 +51,16 @@ type Config struct {
 	// from their startup packet or their role's or database's defaults;
 	// zero: none.
 	StatementTimeout time.Duration
+	// OCCMaxAttempts bounds the compare-and-appends of one optimistic
+	// write (0: occ.DefaultMaxAttempts); then 40001.
+	OCCMaxAttempts int
+	// OCCMaxConcurrent bounds the optimistic write loops running at once
+	// (< 1: 1); more writers queue in FIFO order.
+	OCCMaxConcurrent int
+	// OCCPauseFile is a test-only failpoint: when set, an optimistic write
+	// whose SQL contains OCCPauseMarker pauses between its payload and its
+	// append while this file exists. Inert when empty.
+	OCCPauseFile string
 }
 
 // Proxy opens sessions; it implements the frontend's Handler (through a
@@ -61,6 +72,8 @@ type Proxy struct {
 	installs installs
 	holds    holds
 	obs      *observe.Observer
+	occSem   *occ.Semaphore
+	occStats occ.Metrics
 
 	interruptions interruptions
 
@@ -86,8 +99,12 @@ func New(cfg Config) *Proxy {
 		planner: planner.New(planCacheSize),
 		obs:     obs,
 		dbs:     map[string]*database{},
+		occSem:  occ.NewSemaphore(cfg.OCCMaxConcurrent),
 	}
 }
+
+// OCCStats returns the counters of the optimistic write loop.
+func (p *Proxy) OCCStats() *occ.Metrics { return &p.occStats }
 
 // Connect opens a session for an authenticated client (or, with
 // passthrough, authenticates it through relay). ctx is the client

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -136,8 +137,12 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 			if st != nil {
 				return s.failQuery(s.explicitQuery(ctx, st, fr))
 			}
-			if r := s.routeOf(m.String); r.write {
-				return s.writeQuery(ctx, frame, r, settings)
+			r := s.routeOf(m.String)
+			if r.refused != nil {
+				return r.refused
+			}
+			if r.write || (r.commits && s.occSlot) {
+				return s.writeQuery(ctx, frame, m.String, r, settings)
 			}
 		}
 		return s.request(ctx, frame, unit{kind: uQuery, relayZ: true, settings: settings}, true)
@@ -163,7 +168,13 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 				}
 			}
 		}
-		setMember(&s.writeStmts, m.Name, s.routeOf(m.Query).write)
+		r := s.routeOf(m.Query)
+		if r.refused != nil {
+			return s.failExtended(ctx, r.refused)
+		}
+		setMember(&s.writeStmts, m.Name, r.write)
+		setMember(&s.ddlStmts, m.Name, r.ddl)
+		setMember(&s.commitStmts, m.Name, r.commits)
 		setEntry(&s.settingStmts, m.Name, s.settingOf(m.Query))
 		return s.request(ctx, frame, unit{kind: uParse}, false)
 	case *pgproto3.Bind:
@@ -173,6 +184,8 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 		setMember(&s.writePortals, m.DestinationPortal, s.writeStmts[m.PreparedStatement])
 		delete(s.explainPortals, m.DestinationPortal)
 		setEntry(&s.settingPortals, m.DestinationPortal, s.settingStmts[m.PreparedStatement])
+		setMember(&s.commitPortals, m.DestinationPortal, s.commitStmts[m.PreparedStatement])
+		setMember(&s.ddlPortals, m.DestinationPortal, s.ddlStmts[m.PreparedStatement])
 		if st := s.explicitStmts[m.PreparedStatement]; st != nil {
 			return s.bindExplicit(ctx, m, st)
 		}
@@ -191,8 +204,13 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 		if p := s.explainPortals[m.Portal]; p != nil {
 			return s.executeExplain(ctx, p)
 		}
-		if s.writePortals[m.Portal] && !s.writeSlot && s.tx != 'E' {
-			if err := s.takeWriteSlotExtended(); err != nil {
+		if s.writePortals[m.Portal] && (!s.writeSlot || s.ddlPortals[m.Portal]) && s.tx != 'E' {
+			if err := s.takeWriteSlotExtended(s.ddlPortals[m.Portal]); err != nil {
+				return err
+			}
+		}
+		if s.commitPortals[m.Portal] && s.occSlot && s.tx == 'T' {
+			if err := s.injectExtended(commitWriteStatement, storage.CommitWriteTxFor(unfenced), &s.commitWritePrepared); err != nil {
 				return err
 			}
 		}
@@ -205,6 +223,8 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 		if m.ObjectType == 'S' {
 			delete(s.settingStmts, m.Name)
 			delete(s.writeStmts, m.Name)
+			delete(s.commitStmts, m.Name)
+			delete(s.ddlStmts, m.Name)
 			delete(s.explicitStmts, m.Name)
 			delete(s.tsStmts, m.Name)
 			delete(s.stmtSQL, m.Name)
@@ -212,6 +232,8 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 			delete(s.writePortals, m.Name)
 			delete(s.explainPortals, m.Name)
 			delete(s.settingPortals, m.Name)
+			delete(s.commitPortals, m.Name)
+			delete(s.ddlPortals, m.Name)
 		}
 		return s.request(ctx, frame, unit{kind: uClose}, false)
 	case *pgproto3.Sync:
@@ -391,10 +413,12 @@ func (s *Session) exchange(ctx context.Context) error {
 			switch s.tx {
 			case 'I':
 				// Transaction over: its commit slot and portals are gone.
-				s.writeSlot = false
+				s.writeSlot, s.occSlot = false, false
 				clear(s.writePortals)
 				clear(s.explainPortals)
 				clear(s.settingPortals)
+				clear(s.commitPortals)
+				clear(s.ddlPortals)
 				s.releasePortalHolds()
 				s.endTxn()
 			case 'E':
@@ -503,27 +527,58 @@ func (s *Session) flushClient() error {
 	return s.client.Flush()
 }
 
-// beginWriteStatement is the proxy's prepared statement for taking the
-// commit slot in the extended protocol, where a simple Query would destroy
-// the client's unnamed statement and portal.
+// The proxy's prepared statements for taking the commit slot (pessimistic
+// in an implicit transaction, optimistic in a transaction block) and for a
+// COMMIT's compare-and-append in the extended protocol, where a simple
+// Query would destroy the client's unnamed statement and portal.
 const (
-	beginWriteStatement = "mzproxy_begin_write"
-	beginWritePortal    = "mzproxy_begin_write"
+	beginWriteStatement    = "mzproxy_begin_write"
+	beginWriteOCCStatement = "mzproxy_begin_write_occ"
+	commitWriteStatement   = "mzproxy_commit_write"
 )
 
-// writeQuery runs a client Query that writes inside a backend transaction
-// that holds the commit slot: in the client's transaction block if it has
-// one, else in one of the proxy's own, committed after it. The client sees
-// only its own statement's answers and one ReadyForQuery.
-func (s *Session) writeQuery(ctx context.Context, frame []byte, r route, settings []*planner.Statement) error {
+// writeQuery runs a client Query that writes, or that commits a
+// transaction block holding an optimistic write slot.
+//
+// In a transaction block the first write takes an optimistic slot
+// (begin_write_occ): the writes run at the transaction's T without a lock,
+// and the client's COMMIT appends first (commit_write_tx), failing with
+// 40001 if anything committed since the slot's snapshot. A query string
+// that itself commits appends before it runs instead (the slot is then
+// held, as begin_write holds it, until the string's COMMIT).
+//
+// Outside a block, one replayable statement takes the optimistic loop
+// (write.go); anything else runs in a backend transaction of the proxy's
+// own that holds the commit slot (begin_write) and is committed after it.
+// The client sees only its own statement's answers and one ReadyForQuery.
+func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r route, settings []*planner.Statement) error {
 	if s.tx == 'T' {
-		if !s.writeSlot {
-			if err := s.internal(storage.BeginWriteSQL, false); err != nil {
-				return err
+		var slot []string
+		if r.commits && s.occSlot {
+			slot = append(slot, storage.CommitWriteTxFor(unfenced))
+		}
+		if r.ddl && s.occSlot && !r.commits {
+			// Hold the slot before the DDL's catalog locks (see route.ddl).
+			slot = append(slot, storage.CommitWriteTxFor(unfenced))
+		}
+		if r.write && (!s.writeSlot || r.ddl) {
+			if r.commits || r.ddl {
+				slot = append(slot, storage.BeginWriteSQL)
+			} else {
+				slot = append(slot, storage.BeginWriteOCCFor(unfenced, 0))
+				s.occSlot = true
 			}
 			s.writeSlot = true
 		}
+		if len(slot) > 0 {
+			if err := s.internal(strings.Join(slot, "; "), false); err != nil {
+				return err
+			}
+		}
 		return s.request(ctx, frame, unit{kind: uQuery, relayZ: true, settings: settings}, true)
+	}
+	if r.replayable && s.tx == 'I' && s.units.len() == 0 {
+		return s.optimisticWrite(ctx, frame, sql)
 	}
 	if err := s.internal("BEGIN; "+storage.BeginWriteSQL, false); err != nil {
 		return err
@@ -547,27 +602,46 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, r route, setting
 
 // takeWriteSlotExtended queues, before a client's Execute of a write, the
 // proxy's own Bind/Execute/Close of begin_write: it runs in the same
-// (implicit or explicit) transaction as the write.
-func (s *Session) takeWriteSlotExtended() error {
-	if !s.beginWritePrepared {
-		if err := s.internalMsg(&pgproto3.Parse{Name: beginWriteStatement, Query: storage.BeginWriteSQL}, uParse); err != nil {
+// (implicit or explicit) transaction as the write. In a transaction block
+// the slot is optimistic (begin_write_occ), appended at the client's
+// COMMIT, except before DDL (see route.ddl: an optimistic slot is appended
+// now and held); an implicit transaction commits at Sync with no chance
+// to append, so it takes the pessimistic slot.
+func (s *Session) takeWriteSlotExtended(ddl bool) error {
+	s.writeSlot = true
+	if s.tx != 'T' || ddl {
+		if s.occSlot {
+			if err := s.injectExtended(commitWriteStatement, storage.CommitWriteTxFor(unfenced), &s.commitWritePrepared); err != nil {
+				return err
+			}
+		}
+		return s.injectExtended(beginWriteStatement, storage.BeginWriteSQL, &s.beginWritePrepared)
+	}
+	s.occSlot = true
+	return s.injectExtended(beginWriteOCCStatement, storage.BeginWriteOCCFor(unfenced, 0), &s.beginWriteOCCPrepared)
+}
+
+// injectExtended queues the proxy's own Bind/Execute/Close of the prepared
+// statement name (sql, prepared first unless *prepared says it is).
+func (s *Session) injectExtended(name, sql string, prepared *bool) error {
+	if !*prepared {
+		if err := s.internalMsg(&pgproto3.Parse{Name: name, Query: sql}, uParse); err != nil {
 			return err
 		}
-		s.beginWritePrepared = true
+		*prepared = true
 	}
 	for _, m := range []struct {
 		msg  pgproto3.FrontendMessage
 		kind unitKind
 	}{
-		{&pgproto3.Bind{DestinationPortal: beginWritePortal, PreparedStatement: beginWriteStatement}, uBind},
-		{&pgproto3.Execute{Portal: beginWritePortal}, uExecute},
-		{&pgproto3.Close{ObjectType: 'P', Name: beginWritePortal}, uClose},
+		{&pgproto3.Bind{DestinationPortal: name, PreparedStatement: name}, uBind},
+		{&pgproto3.Execute{Portal: name}, uExecute},
+		{&pgproto3.Close{ObjectType: 'P', Name: name}, uClose},
 	} {
 		if err := s.internalMsg(m.msg, m.kind); err != nil {
 			return err
 		}
 	}
-	s.writeSlot = true
 	return nil
 }
 
@@ -602,10 +676,10 @@ func (s *Session) noteCommand(frame []byte) {
 		s.writeSlot = false
 	case "DISCARD ALL":
 		s.settings.ResetAll()
-		s.beginWritePrepared = false
+		s.beginWritePrepared, s.beginWriteOCCPrepared, s.commitWritePrepared = false, false, false
 	case "DEALLOCATE ALL":
-		// The proxy's prepared begin_write went with the client's.
-		s.beginWritePrepared = false
+		// The proxy's prepared statements went with the client's.
+		s.beginWritePrepared, s.beginWriteOCCPrepared, s.commitWritePrepared = false, false, false
 		clear(s.stmtSQL)
 	}
 }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"strings"
 
+	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
 )
 
@@ -16,6 +17,24 @@ type route struct {
 	// copyIn: the statement reads COPY data from the client, so nothing
 	// may be pipelined after it.
 	copyIn bool
+	// replayable: the query string is one data-changing statement
+	// (INSERT, UPDATE, DELETE, MERGE, with RETURNING or not) that can be run
+	// again from the client's message alone, so outside a transaction block
+	// it takes the optimistic path (write.go). DDL, COPY FROM STDIN,
+	// EXECUTE and several statements in one string stay pessimistic.
+	replayable bool
+	// commits: the string ends the transaction block with a commit (COMMIT,
+	// END, PREPARE TRANSACTION): an optimistic write slot taken earlier in
+	// the block must append first.
+	commits bool
+	// ddl: the string changes the catalog. In a transaction block it takes
+	// the pessimistic slot (begin_write) before it runs: DDL locks catalog
+	// rows that pessimistic writers lock after the slot, and taking the
+	// slot first keeps that order.
+	ddl bool
+	// refused: the planner refuses the string outright (mz_now() in a
+	// write: 0A000); the client gets this instead of running it.
+	refused error
 }
 
 // emptyCatalog answers "not managed" for every name: routing needs only
@@ -27,7 +46,7 @@ func (emptyCatalog) Revision() uint64                                        { r
 
 // routeOf decides how sql runs. A plain read goes to the backend unchanged
 // without being parsed; so does anything the parser rejects (the backend
-// then reports its own error).
+// then reports its own error), except what mzproxy refuses (0A000).
 //
 // Every write takes the commit slot, whether or not its table is managed:
 // telling them apart would need the session's search_path and temporary
@@ -39,12 +58,21 @@ func (s *Session) routeOf(sql string) route {
 	}
 	stmts, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
 	if err != nil {
+		if pgerr.Of(err) == pgerr.FeatureNotSupported {
+			return route{refused: err}
+		}
 		return route{}
 	}
 	var r route
+	r.replayable = len(stmts) == 1 && stmts[0].Kind == planner.KindWrite && !stmts[0].CopyFromStdin
 	for _, st := range stmts {
+		if st.Kind == planner.KindTransaction && st.Txn != nil &&
+			(st.Txn.Kind == planner.TxnCommit || st.Txn.Kind == planner.TxnPrepare) {
+			r.commits = true
+		}
 		if needsCommitSlot(st) {
 			r.write = true
+			r.ddl = r.ddl || st.Kind == planner.KindDDL
 		}
 		if st.CopyFromStdin {
 			r.copyIn = true

@@ -59,10 +59,21 @@ type Session struct {
 	// writeSlot: the current backend transaction holds the commit slot
 	// (begin_write ran in it).
 	writeSlot bool
+	// occSlot: an optimistic slot (begin_write_occ) may have been taken in
+	// the current transaction block, so its COMMIT must append first
+	// (commit_write_tx). Kept until the block ends, also across ROLLBACK TO
+	// SAVEPOINT (the append is a no-op when the slot was rolled back).
+	occSlot bool
 	// writeStmts and writePortals name the prepared statements and portals
-	// that write, so that their Execute takes the commit slot first.
-	writeStmts, writePortals map[string]bool
-	beginWritePrepared       bool
+	// that write, so that their Execute takes the commit slot first;
+	// commitStmts and commitPortals those that commit, so that their
+	// Execute appends an optimistic slot first.
+	writeStmts, writePortals   map[string]bool
+	commitStmts, commitPortals map[string]bool
+	// ddlStmts and ddlPortals: those that change the catalog (route.ddl).
+	ddlStmts, ddlPortals map[string]bool
+	// The proxy's own prepared statements exist on the backend connection.
+	beginWritePrepared, beginWriteOCCPrepared, commitWritePrepared bool
 
 	// explicitStmts are the prepared statements on the explicit-timestamp
 	// path; tsStmts those among them that take the timestamp as their last

@@ -19,6 +19,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/mzproxy/mzproxy/frontend/wire"
+	"github.com/mzproxy/mzproxy/occ"
 )
 
 // config is every setting of mzproxy. Each setting is a flag, an
@@ -48,6 +49,8 @@ type config struct {
 	traceExporter     string
 	traceEndpoint     string
 	slowThreshold     time.Duration
+	occMaxRetries     int
+	occMaxConcurrent  int
 
 	// values is each setting's value as text, by name, and source where
 	// it came from: SIGHUP compares them to report what changed.
@@ -118,6 +121,8 @@ func newFlagSet(c *config, kinds map[string]kind) *flag.FlagSet {
 	str(&c.traceEndpoint, "trace-otlp-endpoint", "", "OTLP/HTTP collector URL for --trace-exporter otlp (e.g. http://localhost:4318)")
 	fs.DurationVar(&c.slowThreshold, "slow-statement-threshold", time.Second, "log statements that take at least this long, with their phases and trace id (0: none)")
 	kinds["slow-statement-threshold"] = kindDuration
+	num(&c.occMaxRetries, "occ-max-retries", occ.DefaultMaxAttempts-1, "optimistic writes: compare-and-appends retried after a conflict before the statement fails with 40001")
+	num(&c.occMaxConcurrent, "occ-max-concurrent", 1, "optimistic writes: loops running at once per proxy (more queue, FIFO); every commit moves the one shared upper, so concurrent loops mostly abort each other")
 	boolean(&c.historyReads, "history-reads", false, "read managed tables through their history at the oracle's timestamp, even for reads of the present (for conformance testing of the rewrite; slower)")
 	return fs
 }
@@ -340,6 +345,12 @@ func (c *config) validate() error {
 	}
 	if c.maxConnections < 0 {
 		bad("max-connections", "want 0 (no limit) or more, got %d", c.maxConnections)
+	}
+	if c.occMaxRetries < 0 {
+		bad("occ-max-retries", "want 0 or more, got %d", c.occMaxRetries)
+	}
+	if c.occMaxConcurrent < 1 {
+		bad("occ-max-concurrent", "want 1 or more, got %d", c.occMaxConcurrent)
 	}
 	if c.maxMessageSize < 1024 {
 		bad("max-message-size", "want at least 1024 bytes, got %d", c.maxMessageSize)

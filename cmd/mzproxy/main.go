@@ -193,6 +193,10 @@ func run(cfg *config, log *logrus.Entry) error {
 		Observer:         obs,
 		HistoryReads:     cfg.historyReads,
 		StatementTimeout: cfg.statementTimeout,
+		OCCMaxAttempts:   cfg.occMaxRetries + 1,
+		OCCMaxConcurrent: cfg.occMaxConcurrent,
+		// Test-only failpoint (see proxy.Config.OCCPauseFile); not a flag.
+		OCCPauseFile: os.Getenv("MZPROXY_TEST_OCC_PAUSE_FILE"),
 	})
 	srv := frontend.NewServer(frontend.Config{
 		Handler:        handler{px},

@@ -43,6 +43,13 @@ func registerInstruments(m *metrics.Provider, srv *frontend.Server, px *proxy.Pr
 	if err != nil {
 		return err
 	}
+	occ := px.OCCStats()
+	m.Counter("mzproxy.occ.writes", "{statement}", "Autocommit writes that took the optimistic loop.", func() int64 { return occ.Writes.Load() })
+	m.Counter("mzproxy.occ.commits", "{statement}", "Optimistic writes that committed.", func() int64 { return occ.Commits.Load() })
+	m.Counter("mzproxy.occ.conflicts", "{append}", "Compare-and-appends of optimistic writes that lost to a concurrent commit.", func() int64 { return occ.Conflicts.Load() })
+	m.Counter("mzproxy.occ.retries", "{attempt}", "Optimistic write attempts after the first.", func() int64 { return occ.Retries.Load() })
+	m.Counter("mzproxy.occ.exhausted", "{statement}", "Optimistic writes that failed with 40001 after their last retry.", func() int64 { return occ.Exhausted.Load() })
+	m.Counter("mzproxy.occ.waits", "{statement}", "Optimistic writes that queued for a loop slot (occ-max-concurrent).", func() int64 { return occ.Waits.Load() })
 	return m.Err()
 }
 

@@ -42,10 +42,10 @@ $$;
 -- The compare-and-append of an optimistic write transaction: upper moves
 -- from the expected upper to T+1 and read_ts to T, or the call fails with
 -- MZ001 and DETAIL the actual upper (the transaction must then roll back).
--- Under READ COMMITTED the UPDATE waits for a concurrent committer's row
--- lock and re-checks against the upper it committed; under REPEATABLE READ
--- PostgreSQL itself fails it with 40001 when any commit happened since the
--- transaction's snapshot. p_inc fences as begin_write(p_inc) does. Returns
+-- It does not wait for the txns row lock: held by another writer, it is a
+-- conflict with DETAIL T+1 (a floor for the retry, whose begin_write_occ
+-- reads the real upper). Under REPEATABLE READ PostgreSQL itself fails it
+-- with 40001 when any commit happened since the transaction's snapshot. p_inc fences as begin_write(p_inc) does. Returns
 -- T; returns T at once when the slot is already held (begin_write, or a
 -- commit_write earlier in the transaction) and NULL when the transaction
 -- has no write slot (nothing to append).
@@ -61,6 +61,15 @@ DECLARE
 BEGIN
     IF t IS NULL OR e IS NULL THEN
         RETURN t;
+    END IF;
+    -- Never wait for the slot while holding the write's row locks: a
+    -- pessimistic writer (begin_write) that holds the slot may be waiting
+    -- for them (a deadlock), and whoever holds it is about to move the
+    -- upper anyway, so the append would fail after the wait.
+    PERFORM 1 FROM @SCHEMA@.txns x FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'write at timestamp % conflicts: another write holds the commit slot', t
+            USING ERRCODE = 'MZ001', DETAIL = (t + 1)::text;
     END IF;
     UPDATE @SCHEMA@.txns x SET upper = t + 1 WHERE x.upper = e RETURNING t INTO done;
     IF done IS NULL THEN

@@ -1,0 +1,658 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Optimistic writes (issue #5): autocommit writes through the simple
+// protocol commit by compare-and-append on the shared upper and retry on a
+// conflict; transaction blocks are validated at COMMIT.
+
+const retriesExhausted = "read-then-write exceeded maximum retry attempts under contention"
+
+// occRetries counts the optimistic writes the proxy logged as retried.
+func occRetries(p *proxyProc) int {
+	return strings.Count(p.log.String(), "optimistic write retried after conflicts")
+}
+
+// execSimple runs sql as one simple-protocol Query and returns its last
+// command tag.
+func execSimple(ctx context.Context, conn *pgx.Conn, sql string) (pgconn.CommandTag, error) {
+	results, err := conn.PgConn().Exec(ctx, sql).ReadAll()
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	if len(results) == 0 {
+		return pgconn.CommandTag{}, nil
+	}
+	return results[len(results)-1].CommandTag, nil
+}
+
+// TestOCCCounter: 8 connections each increment one row 50 times. Every
+// increment that was acknowledged is in the final value, retries happen,
+// and the only error is the 40001 of an exhausted retry budget, which
+// wrote nothing (the client retries it and counts only successes).
+func TestOCCCounter(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t, "--occ-max-concurrent", "8")
+	setup := connectTo(t, ctx, p.URL("postgres", db))
+	for _, sql := range []string{"CREATE TABLE counter (id int PRIMARY KEY, v int NOT NULL)", "INSERT INTO counter VALUES (1, 0)"} {
+		if _, err := execSimple(ctx, setup, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const clients, each = 8, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	var exhaustedMu sync.Mutex
+	exhausted := 0
+	for c := 0; c < clients; c++ {
+		conn := connectTo(t, ctx, p.URL("postgres", db))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for done := 0; done < each; {
+				tag, err := execSimple(ctx, conn, "UPDATE counter SET v = v + 1 WHERE id = 1")
+				var pe *pgconn.PgError
+				switch {
+				case err == nil:
+					if tag.String() != "UPDATE 1" {
+						errs <- fmt.Errorf("tag %q", tag)
+						return
+					}
+					done++
+				case errors.As(err, &pe) && pe.Code == "40001" && pe.Message == retriesExhausted:
+					exhaustedMu.Lock()
+					exhausted++
+					exhaustedMu.Unlock()
+				default:
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	var v int
+	if err := setup.QueryRow(ctx, "SELECT v FROM counter WHERE id = 1").Scan(&v); err != nil || v != clients*each {
+		t.Fatalf("counter = %d (%v), want %d", v, err, clients*each)
+	}
+	// The history agrees: one version per committed increment, at
+	// distinct timestamps.
+	var versions, distinct int
+	q := fmt.Sprintf("SELECT count(*), count(DISTINCT mz_from) FROM %s", historyOf(t, ctx, setup, "counter"))
+	if err := setup.QueryRow(ctx, q).Scan(&versions, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if versions != clients*each+1 || distinct != versions {
+		t.Fatalf("history has %d versions at %d timestamps, want %d", versions, distinct, clients*each+1)
+	}
+	// The log is read from the process asynchronously.
+	eventually(t, 10*time.Second, "retried writes in the log (conflicts exercised)", func() bool { return occRetries(p) > 0 })
+	t.Logf("%d statements retried, %d exhausted their budget", occRetries(p), exhausted)
+}
+
+// historyOf is the history relation of managed table name.
+func historyOf(t *testing.T, ctx context.Context, conn *pgx.Conn, name string) string {
+	t.Helper()
+	var hist string
+	if err := conn.QueryRow(ctx, "SELECT history FROM mzproxy.catalog WHERE name = $1 AND dropped_ts IS NULL", name).Scan(&hist); err != nil {
+		t.Fatal(err)
+	}
+	return hist
+}
+
+// TestOCCNoOverDelete: five identical rows in a table without a key and
+// five concurrent DELETEs of them: the row counts add up to exactly 5,
+// the table ends empty and its history retracts each version once.
+func TestOCCNoOverDelete(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t, "--occ-max-concurrent", "5")
+	setup := connectTo(t, ctx, p.URL("postgres", db))
+	for _, sql := range []string{"CREATE TABLE dup (x int)", "INSERT INTO dup SELECT 1 FROM generate_series(1, 5)"} {
+		if _, err := execSimple(ctx, setup, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conns := make([]*pgx.Conn, 5)
+	for i := range conns {
+		conns[i] = connectTo(t, ctx, p.URL("postgres", db))
+	}
+	var wg sync.WaitGroup
+	counts := make([]int64, len(conns))
+	errs := make([]error, len(conns))
+	start := make(chan struct{})
+	for i, conn := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			tag, err := execSimple(ctx, conn, "DELETE FROM dup WHERE x = 1")
+			counts[i], errs[i] = tag.RowsAffected(), err
+		}()
+	}
+	close(start)
+	wg.Wait()
+	var total int64
+	for i := range conns {
+		if errs[i] != nil {
+			t.Fatalf("DELETE %d: %v", i, errs[i])
+		}
+		total += counts[i]
+	}
+	if total != 5 {
+		t.Fatalf("row counts %v add up to %d, want 5", counts, total)
+	}
+	hist := historyOf(t, ctx, setup, "dup")
+	var left, current, retracted int
+	if err := setup.QueryRow(ctx, "SELECT count(*) FROM dup").Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d rows left (%v)", left, err)
+	}
+	q := fmt.Sprintf("SELECT count(*) FILTER (WHERE mz_to = 9223372036854775807), count(*) FILTER (WHERE mz_to < 9223372036854775807) FROM %s", hist)
+	if err := setup.QueryRow(ctx, q).Scan(&current, &retracted); err != nil {
+		t.Fatal(err)
+	}
+	if current != 0 || retracted != 5 {
+		t.Fatalf("history: %d current, %d retracted versions; want 0 and 5", current, retracted)
+	}
+}
+
+// TestOCCForcedConflict: a DELETE paused by the failpoint between its
+// payload and its append; an INSERT of a matching row commits meanwhile;
+// the DELETE's append fails, its retry includes the new row, and its row
+// count says so.
+func TestOCCForcedConflict(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	pause := filepath.Join(t.TempDir(), "pause")
+	p := launchProxy(t, append(os.Environ(), "MZPROXY_METRICS_LISTEN=", "MZPROXY_TEST_OCC_PAUSE_FILE="+pause),
+		[]string{"--listen", "127.0.0.1:0", "--backend", directURL("postgres", db), "--log-level", "debug", "--occ-max-concurrent", "2"})
+	setup := connectTo(t, ctx, p.URL("postgres", db))
+	for _, sql := range []string{"CREATE TABLE fc (x int)", "INSERT INTO fc VALUES (1), (1), (2)"} {
+		if _, err := execSimple(ctx, setup, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(pause, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deleter := connectTo(t, ctx, p.URL("postgres", db))
+	type result struct {
+		tag pgconn.CommandTag
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		tag, err := execSimple(ctx, deleter, "DELETE FROM fc WHERE x = 1 "+"/*mzproxy:occ-pause*/")
+		done <- result{tag, err}
+	}()
+	eventually(t, 10*time.Second, "the DELETE reaches the failpoint", func() bool {
+		_, err := os.Stat(pause + ".paused")
+		return err == nil
+	})
+	if tag, err := execSimple(ctx, setup, "INSERT INTO fc VALUES (1)"); err != nil || tag.String() != "INSERT 0 1" {
+		t.Fatalf("INSERT while the DELETE is paused: %v %v", tag, err)
+	}
+	if err := os.Remove(pause); err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the DELETE did not finish")
+	}
+	if r.err != nil || r.tag.String() != "DELETE 3" {
+		t.Fatalf("DELETE: %q %v; want DELETE 3 (the retry includes the new row)", r.tag, r.err)
+	}
+	// The log is read from the process asynchronously.
+	eventually(t, 10*time.Second, "one retried write in the log", func() bool { return occRetries(p) == 1 })
+	if !strings.Contains(p.log.String(), "attempts=2") {
+		t.Fatalf("the DELETE did not take exactly two attempts:\n%s", p.log.String())
+	}
+	var left int
+	if err := setup.QueryRow(ctx, "SELECT count(*) FROM fc WHERE x = 1").Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d rows with x = 1 left (%v)", left, err)
+	}
+}
+
+// retryable reports whether err is a serialization failure or deadlock,
+// which a client retries: the transaction wrote nothing.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+}
+
+// TestOCCBank: 10 accounts, concurrent transfers in explicit transactions
+// through two proxy processes (one client kind per proxy: simple-protocol
+// query strings, pgx transactions with parameters), and concurrent
+// readers: the total is the same in every read and at the end, and each
+// balance is exactly what the acknowledged transfers made it.
+func TestOCCBank(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p1, p2 := startProxy(t), startProxy(t)
+	setup := connectTo(t, ctx, p1.URL("postgres", db))
+	const accounts, initial = 10, 100
+	for _, sql := range []string{
+		"CREATE TABLE acct (id int PRIMARY KEY, balance int NOT NULL)",
+		fmt.Sprintf("INSERT INTO acct SELECT g, %d FROM generate_series(0, %d) g", initial, accounts-1),
+	} {
+		if _, err := execSimple(ctx, setup, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const workers, transfers = 3, 25
+	var mu sync.Mutex
+	delta := make([]int, accounts) // from acknowledged transfers
+	conflicts := 0
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*workers+4)
+	transfer := func(conn *pgx.Conn, simpleProtocol bool, from, to, amount int) error {
+		if simpleProtocol {
+			for _, sql := range []string{
+				"BEGIN",
+				fmt.Sprintf("SELECT balance FROM acct WHERE id = %d", from),
+				fmt.Sprintf("UPDATE acct SET balance = balance - %d WHERE id = %d", amount, from),
+				fmt.Sprintf("UPDATE acct SET balance = balance + %d WHERE id = %d", amount, to),
+				"COMMIT",
+			} {
+				if _, err := execSimple(ctx, conn, sql); err != nil {
+					_, _ = execSimple(ctx, conn, "ROLLBACK")
+					return err
+				}
+			}
+			return nil
+		}
+		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			var b int
+			if err := tx.QueryRow(ctx, "SELECT balance FROM acct WHERE id = $1", from).Scan(&b); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, "UPDATE acct SET balance = balance - $1 WHERE id = $2", amount, from); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "UPDATE acct SET balance = balance + $1 WHERE id = $2", amount, to)
+			return err
+		})
+	}
+	for w := 0; w < 2*workers; w++ {
+		p := p1
+		if w%2 == 1 {
+			p = p2
+		}
+		conn := connectTo(t, ctx, p.URL("postgres", db))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < transfers; {
+				from, to, amount := (w*7+i*3)%accounts, (w*5+i*7+1)%accounts, 1+(w+i)%9
+				if from == to {
+					to = (to + 1) % accounts
+				}
+				err := transfer(conn, w%2 == 0, from, to, amount)
+				switch {
+				case err == nil:
+					mu.Lock()
+					delta[from] -= amount
+					delta[to] += amount
+					mu.Unlock()
+					i++
+				case retryable(err):
+					mu.Lock()
+					conflicts++
+					mu.Unlock()
+				default:
+					errs <- fmt.Errorf("transfer: %w", err)
+					return
+				}
+			}
+		}()
+	}
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	reads := 0
+	for _, p := range []*proxyProc{p1, p2} {
+		conn := connectTo(t, ctx, p.URL("postgres", db))
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var total int
+				if err := conn.QueryRow(ctx, "SELECT sum(balance) FROM acct").Scan(&total); err != nil {
+					errs <- fmt.Errorf("reader: %w", err)
+					return
+				}
+				if total != accounts*initial {
+					errs <- fmt.Errorf("a reader saw a total of %d", total)
+					return
+				}
+				mu.Lock()
+				reads++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	readers.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	rows, err := setup.Query(ctx, "SELECT id, balance FROM acct ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for rows.Next() {
+		var id, b int
+		if err := rows.Scan(&id, &b); err != nil {
+			t.Fatal(err)
+		}
+		total += b
+		if b != initial+delta[id] {
+			t.Errorf("account %d: balance %d, acknowledged transfers make it %d", id, b, initial+delta[id])
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if total != accounts*initial {
+		t.Fatalf("total %d, want %d", total, accounts*initial)
+	}
+	t.Logf("%d transfers, %d retried after 40001/40P01, %d reads", 2*workers*transfers, conflicts, reads)
+}
+
+// TestOCCPgbench: pgbench's TPC-B-like script through mzproxy with
+// --max-tries completes without failed transactions, and the balances add
+// up: the history's deltas sum to each table's balances.
+func TestOCCPgbench(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pgbench runs for about 10s; skipped with -short")
+	}
+	if _, err := exec.LookPath("pgbench"); err != nil {
+		t.Skip("pgbench is not installed")
+	}
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	host, port := p.hostPort()
+	pgbench := func(args ...string) string {
+		t.Helper()
+		cctx, cancel := context.WithTimeout(ctx, 120*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(cctx, "pgbench", append(args, "-h", host, "-p", port, "-U", "postgres", db)...)
+		cmd.Env = append(os.Environ(), "PGSSLMODE=disable", "PGOPTIONS=")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("pgbench %q: %v\n%s", args, err, out.String())
+		}
+		return out.String()
+	}
+	pgbench("-i", "-s", "1", "-q")
+	for _, mode := range []string{"simple", "prepared"} {
+		out := pgbench("-n", "-T", "4", "-c", "4", "-j", "2", "-M", mode, "--max-tries", "1000")
+		if !strings.Contains(out, "number of failed transactions: 0") {
+			t.Fatalf("pgbench -M %s:\n%s", mode, out)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "number of transactions actually processed") || strings.HasPrefix(line, "number of transactions retried") || strings.HasPrefix(line, "tps") {
+				t.Logf("-M %s: %s", mode, line)
+			}
+		}
+	}
+	conn := connectTo(t, ctx, p.URL("postgres", db))
+	var hist, acct, tell, branch, n int64
+	err := conn.QueryRow(ctx, `SELECT (SELECT coalesce(sum(delta), 0) FROM pgbench_history), (SELECT count(*) FROM pgbench_history),
+		(SELECT sum(abalance) FROM pgbench_accounts), (SELECT sum(tbalance) FROM pgbench_tellers), (SELECT sum(bbalance) FROM pgbench_branches)`).
+		Scan(&hist, &n, &acct, &tell, &branch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 || hist != acct || hist != tell || hist != branch {
+		t.Fatalf("%d history rows with deltas summing to %d; balances: accounts %d, tellers %d, branches %d", n, hist, acct, tell, branch)
+	}
+}
+
+// TestOCCCancel: the cancellation contract. A cancel while the statement
+// runs, at the failpoint before the append, and while the append waits
+// for the commit slot: each time the client gets 57014 and nothing was
+// written; the session goes on working.
+func TestOCCCancel(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	pause := filepath.Join(t.TempDir(), "pause")
+	p := launchProxy(t, append(os.Environ(), "MZPROXY_METRICS_LISTEN=", "MZPROXY_TEST_OCC_PAUSE_FILE="+pause),
+		[]string{"--listen", "127.0.0.1:0", "--backend", directURL("postgres", db), "--log-level", "debug", "--occ-max-retries", "1000000"})
+	setup := connectTo(t, ctx, p.URL("postgres", db))
+	for _, sql := range []string{"CREATE TABLE cc (id int PRIMARY KEY, v int NOT NULL)", "INSERT INTO cc VALUES (1, 0)"} {
+		if _, err := execSimple(ctx, setup, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := connectCancelable(t, ctx, p.URL("postgres", db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct := connectTo(t, ctx, directURL("postgres", db))
+	upper := func() int64 {
+		var u int64
+		if err := direct.QueryRow(ctx, "SELECT upper FROM mzproxy.txns").Scan(&u); err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	unchanged := func(what string, before int64) {
+		t.Helper()
+		var v int
+		if err := setup.QueryRow(ctx, "SELECT v FROM cc WHERE id = 1").Scan(&v); err != nil || v != 0 {
+			t.Fatalf("%s: v = %d (%v), want 0: the canceled write was applied", what, v, err)
+		}
+		if u := upper(); u != before {
+			t.Fatalf("%s: the upper moved from %d to %d", what, before, u)
+		}
+	}
+	// cancelWhen runs the UPDATE sql and cancels it once ready() holds.
+	cancelWhen := func(what, sql string, ready func() bool) {
+		t.Helper()
+		before := upper()
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() {
+			_, err := execSimple(cctx, conn, sql)
+			done <- err
+		}()
+		eventually(t, 10*time.Second, what+": the write reaches the point to cancel", ready)
+		cancel()
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: the canceled write did not end", what)
+		}
+		wantCode(t, err, "57014")
+		unchanged(what, before)
+	}
+
+	cancelWhen("while the statement runs", "UPDATE cc SET v = v + 1 + (SELECT 0 FROM pg_sleep(30)) WHERE id = 1 /*occ-cancel-1*/",
+		func() bool { return activeQueries(t, ctx, direct, "occ-cancel-1") == 1 })
+
+	if err := os.WriteFile(pause, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cancelWhen("at the failpoint before the append", "UPDATE cc SET v = v + 1 WHERE id = 1 /*mzproxy:occ-pause*/", func() bool {
+		_, err := os.Stat(pause + ".paused")
+		return err == nil
+	})
+	_ = os.Remove(pause)
+
+	// Hold the commit slot directly: every append conflicts, and the loop
+	// retries until the cancel stops it.
+	lock, err := direct.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.Exec(ctx, "SELECT upper FROM mzproxy.txns FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	cancelWhen("while the loop retries", "UPDATE cc SET v = v + 1 WHERE id = 1", func() bool {
+		return time.Since(start) > 300*time.Millisecond
+	})
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(p.log.String(), "optimistic write retried after conflicts") {
+		eventually(t, 10*time.Second, "the canceled loop logged its retries", func() bool { return occRetries(p) > 0 })
+	}
+
+	// Cancels at random moments, also while the append is in flight: the
+	// client is told the truth each time (success: the row was written;
+	// 57014: it was not).
+	rng := rand.New(rand.NewSource(1))
+	succeeded := 0
+	for i := 0; i < 40; i++ {
+		cctx, cancel := context.WithTimeout(ctx, time.Duration(rng.Intn(3000))*time.Microsecond)
+		_, err := execSimple(cctx, conn, "UPDATE cc SET v = v + 1 WHERE id = 1")
+		cancel()
+		switch {
+		case err == nil:
+			succeeded++
+		case sqlState(err) == "57014" || errors.Is(err, context.DeadlineExceeded):
+		default:
+			t.Fatalf("write %d: %v", i, err)
+		}
+		var v int
+		if err := setup.QueryRow(ctx, "SELECT v FROM cc WHERE id = 1").Scan(&v); err != nil || v != succeeded {
+			t.Fatalf("after write %d (%v): v = %d (%v), but %d writes were acknowledged", i, err, v, err, succeeded)
+		}
+	}
+	t.Logf("%d of 40 writes under random cancels succeeded", succeeded)
+	base := succeeded
+
+	// The session still works, and a write now commits.
+	if tag, err := execSimple(ctx, conn, "UPDATE cc SET v = v + 1 WHERE id = 1 RETURNING v"); err != nil || tag.String() != "UPDATE 1" {
+		t.Fatalf("after the cancels: %q %v", tag, err)
+	}
+	var v int
+	if err := setup.QueryRow(ctx, "SELECT v FROM cc WHERE id = 1").Scan(&v); err != nil || v != base+1 {
+		t.Fatalf("v = %d (%v), want %d", v, err, base+1)
+	}
+}
+
+// TestOCCTransactions: a transaction block's writes commit at one
+// timestamp or not at all: COMMIT fails with 40001 when something
+// committed after its snapshot, and the client's session is then idle;
+// savepoints undo the writes after them.
+func TestOCCTransactions(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	a := connectTo(t, ctx, p.URL("postgres", db))
+	b := connectTo(t, ctx, p.URL("postgres", db))
+	run := func(conn *pgx.Conn, sqls ...string) error {
+		t.Helper()
+		for _, sql := range sqls {
+			if _, err := execSimple(ctx, conn, sql); err != nil {
+				return fmt.Errorf("%s: %w", sql, err)
+			}
+		}
+		return nil
+	}
+	must := func(conn *pgx.Conn, sqls ...string) {
+		t.Helper()
+		if err := run(conn, sqls...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows := func(table string) string {
+		t.Helper()
+		var got string
+		if err := b.QueryRow(ctx, "SELECT coalesce(string_agg(x::text, ',' ORDER BY x), '') FROM "+table).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	must(a, "CREATE TABLE tx1 (x int)", "CREATE TABLE tx2 (x int)")
+
+	// A write elsewhere commits between the block's write and its COMMIT.
+	must(a, "BEGIN", "INSERT INTO tx1 VALUES (1)", "INSERT INTO tx1 VALUES (2)")
+	var inBlock string
+	if err := a.QueryRow(ctx, "SELECT string_agg(x::text, ',' ORDER BY x) FROM tx1").Scan(&inBlock); err != nil || inBlock != "1,2" {
+		t.Fatalf("the block reads %q (%v), want its own writes 1,2", inBlock, err)
+	}
+	must(b, "INSERT INTO tx2 VALUES (9)")
+	err := run(a, "COMMIT")
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "40001" || pe.Message != "could not serialize access due to concurrent update" {
+		t.Fatalf("COMMIT after a concurrent commit: %v", err)
+	}
+	if st := a.PgConn().TxStatus(); st != 'I' {
+		t.Fatalf("after the failed COMMIT the session is %q, want idle", st)
+	}
+	if got := rows("tx1"); got != "" {
+		t.Fatalf("tx1 = %q after the failed COMMIT, want empty", got)
+	}
+	// Retried, it commits both rows at one timestamp.
+	must(a, "BEGIN", "INSERT INTO tx1 VALUES (1)", "INSERT INTO tx1 VALUES (2)", "COMMIT")
+	var stamps int
+	if err := b.QueryRow(ctx, fmt.Sprintf("SELECT count(DISTINCT mz_from) FROM %s", historyOf(t, ctx, b, "tx1"))).Scan(&stamps); err != nil || stamps != 1 {
+		t.Fatalf("the block's rows are at %d timestamps (%v), want 1", stamps, err)
+	}
+
+	// Savepoints: the slot taken before the savepoint survives ROLLBACK TO;
+	// one taken after it is rolled back with it.
+	must(a, "BEGIN", "INSERT INTO tx1 VALUES (3)", "SAVEPOINT s", "INSERT INTO tx1 VALUES (4)", "ROLLBACK TO SAVEPOINT s",
+		"INSERT INTO tx1 VALUES (5)", "COMMIT")
+	must(a, "BEGIN", "SAVEPOINT s", "INSERT INTO tx1 VALUES (6)", "ROLLBACK TO SAVEPOINT s", "INSERT INTO tx1 VALUES (7)", "COMMIT")
+	must(a, "BEGIN", "SAVEPOINT s", "INSERT INTO tx1 VALUES (8)", "ROLLBACK TO SAVEPOINT s", "COMMIT")
+	if got := rows("tx1"); got != "1,2,3,5,7" {
+		t.Fatalf("tx1 = %q, want 1,2,3,5,7", got)
+	}
+	var current int
+	if err := b.QueryRow(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE mz_to = 9223372036854775807", historyOf(t, ctx, b, "tx1"))).Scan(&current); err != nil || current != 5 {
+		t.Fatalf("history has %d current versions (%v), want 5", current, err)
+	}
+
+	// A query string that commits appends before it runs.
+	must(a, "BEGIN", "INSERT INTO tx2 VALUES (10)")
+	must(a, "INSERT INTO tx2 VALUES (11); COMMIT")
+	if got := rows("tx2"); got != "9,10,11" {
+		t.Fatalf("tx2 = %q, want 9,10,11", got)
+	}
+	// ROLLBACK discards.
+	must(a, "BEGIN", "DELETE FROM tx2", "ROLLBACK")
+	if got := rows("tx2"); got != "9,10,11" {
+		t.Fatalf("tx2 = %q after ROLLBACK, want 9,10,11", got)
+	}
+	// mz_now() in a write is refused.
+	wantCode(t, run(a, "INSERT INTO tx2 SELECT 1 WHERE mz_now() > 0"), "0A000")
+}

@@ -1,0 +1,423 @@
+package proxy
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/mzproxy/mzproxy/frontend/wire"
+	"github.com/mzproxy/mzproxy/occ"
+	"github.com/mzproxy/mzproxy/pgerr"
+	"github.com/mzproxy/mzproxy/proxy/storage"
+	"github.com/mzproxy/mzproxy/timeouts"
+)
+
+// deadlockDetected is PostgreSQL's 40P01.
+const deadlockDetected pgerr.Code = "40P01"
+
+// unfenced is the incarnation passed to the write functions while the
+// proxy writes without one (no lease registered): NULL, not fenced.
+const unfenced int64 = -1
+
+// OCCPauseMarker is the comment that makes an optimistic write stop at
+// the test-only failpoint (Config.OCCPauseFile).
+const OCCPauseMarker = "/*mzproxy:occ-pause*/"
+
+// An optimistic write is one client Query, outside a transaction block, of
+// a single statement that can be run again (route.replayable). Each
+// attempt is one backend transaction in two round trips:
+//
+//	payload: BEGIN; SELECT begin_write_occ(inc, floor)   -- T, no lock
+//	         <the client's Query>                        -- answers buffered
+//	append:  SELECT commit_write(inc)                    -- compare-and-append
+//	         COMMIT
+//
+// The statement itself is the read at T-1 (PostgreSQL's snapshot, with its
+// row locks): commit_write succeeds only if nothing committed since
+// begin_write_occ's snapshot, which is older than the statement's. On MZ001
+// the attempt rolls back (commit_write's error makes COMMIT a ROLLBACK),
+// the answers are dropped, and occ.Machine decides: another attempt past
+// the actual upper, or 40001 once its budget is spent. The client sees the
+// answers of the attempt that committed only, after its COMMIT.
+//
+// Cancellation: the statement's context ends at the client's cancel or the
+// deadline (deadline.go), and the backend is sent a CancelRequest, so a
+// running statement or commit_write fails and the attempt writes nothing;
+// a context that ends between round trips stops the loop before the next
+// one (before the append: the attempt is rolled back). Once the append is
+// sent the outcome the backend reports is what the client gets, whatever
+// happened to ctx: a COMMIT that succeeded is reported as success.
+
+// attempt is what one attempt's payload round trip left.
+type attempt struct {
+	t       uint64
+	answers [][]byte // the client statement's answers, copied
+	rows    int64
+	// failed is the ErrorResponse that ends the write without a retry:
+	// begin_write_occ's, or the client statement's (then also in answers).
+	failed []byte
+	// bad is a begin_write_occ answer the proxy cannot use.
+	bad error
+}
+
+// optimisticWrite runs frame, a replayable write outside a transaction
+// block, through the optimistic loop.
+func (s *Session) optimisticWrite(ctx context.Context, frame []byte, sql string) error {
+	px := s.proxy
+	px.occStats.Writes.Add(1)
+	s.enter(timeouts.PhaseSemaphoreWait)
+	waited, err := px.occSem.Acquire(ctx)
+	if waited {
+		px.occStats.Waits.Add(1)
+	}
+	if err != nil {
+		px.occStats.Canceled.Add(1)
+		return occ.Interrupted(ctx, s.budget)
+	}
+	defer px.occSem.Release()
+
+	s.busy.Store(true)
+	defer s.busy.Store(false)
+	s.midRequest = true
+
+	s.enter(timeouts.PhaseOCCAttempt)
+	pause := px.cfg.OCCPauseFile != "" && strings.Contains(sql, OCCPauseMarker)
+	m := occ.NewMachine(occ.Config{MaxAttempts: px.cfg.OCCMaxAttempts}, occ.Write[struct{}]{})
+	var (
+		floor    uint64
+		answers  [][]byte
+		ready    []byte // the ReadyForQuery that ends the client's request
+		attempts int
+	)
+	var conflicts int
+	a := m.Action()
+	defer func() {
+		if conflicts > 0 {
+			s.log.WithFields(map[string]any{"attempts": attempts, "conflicts": conflicts, "committed": a.Result.Committed}).
+				Debug("optimistic write retried after conflicts")
+		}
+	}()
+	for !a.Terminal() {
+		if ctx.Err() != nil {
+			// Between attempts: nothing is in flight.
+			a = m.Step(occ.Event[struct{}]{Kind: occ.EvCancel, Err: occ.Interrupted(ctx, s.budget)})
+			continue
+		}
+		at, err := s.occPayload(ctx, frame, floor)
+		if err != nil {
+			return err
+		}
+		if at.bad != nil {
+			if err := s.occRollback(ctx, nil); err != nil {
+				return err
+			}
+			s.midRequest = false
+			return at.bad
+		}
+		if at.failed != nil {
+			// Nothing was written: the transaction is rolled back and
+			// the client sees the error as PostgreSQL sent it.
+			if at.answers == nil {
+				at.answers = [][]byte{at.failed}
+			}
+			return s.occRollback(ctx, at.answers)
+		}
+		a = m.Step(occ.Event[struct{}]{Kind: occ.EvTimestamp, TS: at.t})
+		if a.Kind == occ.ActRefold {
+			// The statement is re-executed: its reads are not known to
+			// the proxy, so there is nothing to fold.
+			a = m.Step(occ.Event[struct{}]{Kind: occ.EvRefolded})
+		}
+		if a.Kind != occ.ActRead || a.At != at.t-1 {
+			_ = s.occRollback(ctx, nil)
+			return pgerr.New(pgerr.InternalError, "optimistic write: backend chose T=%d, the loop wants %s", at.t, a)
+		}
+		a = m.Step(occ.Event[struct{}]{Kind: occ.EvRead, Payload: occ.Payload[struct{}]{Rows: at.rows}})
+		attempts++
+		if attempts > 1 {
+			px.occStats.Retries.Add(1)
+		}
+		if pause && attempts == 1 {
+			waitForFailpoint(ctx, px.cfg.OCCPauseFile)
+		}
+		if ctx.Err() != nil {
+			// The append was not sent: roll back, nothing is written.
+			if err := s.occRollback(ctx, nil); err != nil {
+				return err
+			}
+			a = m.Step(occ.Event[struct{}]{Kind: occ.EvError, Err: occ.Interrupted(ctx, s.budget)})
+			continue
+		}
+		out, err := s.occAppend(ctx, at.t)
+		if err != nil {
+			s.midRequest = false
+			return err
+		}
+		if ctx.Err() != nil {
+			// Recorded only: the outcome below decides.
+			m.Step(occ.Event[struct{}]{Kind: occ.EvCancel, Err: occ.Interrupted(ctx, s.budget)})
+		}
+		switch {
+		case out.failed != nil:
+			return s.occFinish([][]byte{out.failed}, out.ready)
+		case out.conflict:
+			px.occStats.Conflicts.Add(1)
+			conflicts++
+			floor = out.upper
+			a = m.Step(occ.Event[struct{}]{Kind: occ.EvAppended, Append: occ.AppendResult{ActualUpper: out.upper}})
+		default:
+			a = m.Step(occ.Event[struct{}]{Kind: occ.EvAppended, Append: occ.AppendResult{OK: true}})
+			// read_ts was raised by commit_write, in the write's
+			// transaction: there is nothing left to apply.
+			a = m.Step(occ.Event[struct{}]{Kind: occ.EvApplied})
+			answers, ready = at.answers, out.ready
+		}
+	}
+	res := a.Result
+	switch {
+	case res.Committed:
+		px.occStats.Commits.Add(1)
+	case pgerr.Of(a.Err) == pgerr.SerializationFailure:
+		px.occStats.Exhausted.Add(1)
+	}
+	if a.Kind == occ.ActFail {
+		if ctx.Err() != nil {
+			px.occStats.Canceled.Add(1)
+		}
+		s.midRequest = false
+		return a.Err
+	}
+	return s.occFinish(answers, ready)
+}
+
+// occPayload sends an attempt's first round trip and reads its answers.
+func (s *Session) occPayload(ctx context.Context, frame []byte, floor uint64) (attempt, error) {
+	var at attempt
+	if err := s.be.w.Send(&pgproto3.Query{String: "BEGIN; " + storage.BeginWriteOCCFor(unfenced, floor)}); err != nil {
+		return at, s.lost(err)
+	}
+	if err := s.forward(frame); err != nil {
+		return at, err
+	}
+	if err := s.be.w.Flush(); err != nil {
+		return at, s.lostWrite(err)
+	}
+	var tsText string
+	var seen bool
+	err := s.occRead(ctx, func(typ byte, f []byte) {
+		switch typ {
+		case 'D':
+			firstValue(f, &tsText, &seen)
+		case 'E':
+			at.failed = cloneFrame(f)
+		}
+	})
+	if err != nil {
+		return at, err
+	}
+	if at.failed == nil {
+		t, perr := strconv.ParseUint(tsText, 10, 64)
+		if perr != nil || t == 0 {
+			at.bad = pgerr.New(pgerr.InternalError, "begin_write_occ returned %q", tsText)
+		}
+		at.t = t
+	}
+	beginFailed := at.failed != nil || at.bad != nil
+	err = s.occRead(ctx, func(typ byte, f []byte) {
+		if beginFailed || typ == 'Z' {
+			// After a failed begin_write_occ only 25P02 comes; the
+			// client gets the ReadyForQuery of the transaction's end.
+			return
+		}
+		at.answers = append(at.answers, cloneFrame(f))
+		switch typ {
+		case 'E':
+			if at.failed == nil {
+				at.failed = at.answers[len(at.answers)-1]
+			}
+		case 'C':
+			at.rows += tagRows(f)
+		}
+	})
+	if beginFailed {
+		at.answers = nil
+	}
+	return at, err
+}
+
+// appendOutcome is what an attempt's append round trip left.
+type appendOutcome struct {
+	conflict bool
+	upper    uint64 // the actual upper, on a conflict
+	failed   []byte // an ErrorResponse that ends the write (nothing written)
+	ready    []byte // the ReadyForQuery after COMMIT
+}
+
+// occAppend sends commit_write and COMMIT and waits for their outcome,
+// whatever happens to the statement's context meanwhile.
+func (s *Session) occAppend(ctx context.Context, t uint64) (appendOutcome, error) {
+	var out appendOutcome
+	for _, q := range []string{storage.CommitWriteFor(unfenced), "COMMIT"} {
+		if err := s.be.w.Send(&pgproto3.Query{String: q}); err != nil {
+			return out, s.lost(err)
+		}
+	}
+	if err := s.be.w.Flush(); err != nil {
+		return out, s.lostWrite(err)
+	}
+	var appendErr []byte
+	if err := s.occRead(ctx, func(typ byte, f []byte) {
+		if typ == 'E' {
+			appendErr = cloneFrame(f)
+		}
+	}); err != nil {
+		return out, err
+	}
+	var committed bool
+	err := s.occRead(ctx, func(typ byte, f []byte) {
+		switch typ {
+		case 'C':
+			committed = string(f[5:len(f)-1]) == "COMMIT"
+		case 'E':
+			if out.failed == nil {
+				out.failed = cloneFrame(f)
+			}
+		case 'Z':
+			out.ready = cloneFrame(f)
+		}
+	})
+	if err != nil {
+		return out, err
+	}
+	switch {
+	case appendErr != nil:
+		var er pgproto3.ErrorResponse
+		_ = er.Decode(wire.Body(appendErr))
+		switch pgerr.Code(er.Code) {
+		case storage.CodeUpperConflict:
+			u, perr := strconv.ParseUint(er.Detail, 10, 64)
+			if perr != nil || u <= t {
+				u = t + 1
+			}
+			out.conflict, out.upper = true, u
+		case pgerr.SerializationFailure, deadlockDetected:
+			// The append lost to a concurrent commit (REPEATABLE READ) or
+			// to a pessimistic writer's lock: retried like MZ001.
+			out.conflict, out.upper = true, t+1
+		default:
+			out.failed = appendErr
+		}
+	case out.failed == nil && !committed:
+		return out, pgerr.New(pgerr.InternalError, "optimistic write: COMMIT did not commit, and no error said why")
+	}
+	return out, nil
+}
+
+// occRead reads the backend's answers to one Query up to its
+// ReadyForQuery, handing each to f. Asynchronous messages go straight to
+// the client; a FATAL error ends the session.
+func (s *Session) occRead(ctx context.Context, f func(typ byte, frame []byte)) error {
+	for {
+		typ, frame, err := s.be.r.Next()
+		if err != nil {
+			return s.lost(err)
+		}
+		switch typ {
+		case 'A', 'S':
+			if err := s.client.WriteFrame(frame); err != nil {
+				return err
+			}
+			continue
+		case 'E':
+			if fatal, err := s.backendErrorIsFatal(frame); fatal {
+				_ = s.client.WriteFrame(frame)
+				_ = s.client.Flush()
+				return err
+			}
+			if ctx.Err() != nil {
+				frame = s.canceledByProxy(ctx, frame)
+			}
+		case 'Z':
+			s.tx = frame[5]
+		}
+		f(typ, frame)
+		if typ == 'Z' {
+			return nil
+		}
+	}
+}
+
+// occRollback ends a failed attempt's transaction and, when answers is not
+// nil, relays them and the ReadyForQuery to the client.
+func (s *Session) occRollback(ctx context.Context, answers [][]byte) error {
+	var ready []byte
+	// A CancelRequest the statement's end sent the backend may still
+	// land on the ROLLBACK itself; then the transaction is still open.
+	for attempt := 0; attempt < 3 && (ready == nil || s.tx != 'I'); attempt++ {
+		if err := s.be.w.Send(&pgproto3.Query{String: "ROLLBACK"}); err != nil {
+			return s.lost(err)
+		}
+		if err := s.be.w.Flush(); err != nil {
+			return s.lostWrite(err)
+		}
+		if err := s.occRead(ctx, func(typ byte, f []byte) {
+			if typ == 'Z' {
+				ready = cloneFrame(f)
+			}
+		}); err != nil {
+			return err
+		}
+	}
+	if s.tx != 'I' {
+		return pgerr.Fatal(pgerr.InternalError, "optimistic write: could not roll back its attempt")
+	}
+	if answers == nil {
+		return nil
+	}
+	return s.occFinish(answers, ready)
+}
+
+// occFinish relays an optimistic write's answers and ReadyForQuery.
+func (s *Session) occFinish(answers [][]byte, ready []byte) error {
+	for _, f := range answers {
+		if err := s.client.WriteFrame(f); err != nil {
+			return err
+		}
+	}
+	if err := s.client.WriteFrame(ready); err != nil {
+		return err
+	}
+	return s.flushClient()
+}
+
+// tagRows is the row count of a CommandComplete ("UPDATE 3", "INSERT 0 3").
+func tagRows(frame []byte) int64 {
+	tag := string(frame[5 : len(frame)-1])
+	n, err := strconv.ParseInt(tag[strings.LastIndexByte(tag, ' ')+1:], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+func cloneFrame(f []byte) []byte { return append([]byte(nil), f...) }
+
+// waitForFailpoint is the test-only pause of Config.OCCPauseFile: it
+// announces itself by creating file+".paused" and waits while file exists
+// (or until ctx ends).
+func waitForFailpoint(ctx context.Context, file string) {
+	if _, err := os.Stat(file); err != nil {
+		return
+	}
+	_ = os.WriteFile(file+".paused", nil, 0o644)
+	for ctx.Err() == nil {
+		if _, err := os.Stat(file); err != nil {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
