@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -457,35 +459,51 @@ func TestBackendAdminFunctions(t *testing.T) {
 	wantUsable(t, ctx, b)
 }
 
-// TestTimeoutWriteSlotWait: a write waiting for the commit slot (another
-// session's transaction that wrote holds it) ends at its deadline with
-// 57014 and takes nothing; a cancel ends the same wait. The parked
-// transaction is unaffected and commits.
-func TestTimeoutWriteSlotWait(t *testing.T) {
+// TestTimeoutOCCSemaphore: with --occ-max-concurrent 1 and one write
+// parked in its optimistic loop (at the test failpoint), a second write on
+// another table waits for the semaphore; its deadline ends the wait on time
+// with 57014, a cancel ends it at once, and neither writes anything. The
+// parked write then commits.
+func TestTimeoutOCCSemaphore(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	db := freshDatabase(t, ctx)
-	p := startProxy(t)
+	pause := filepath.Join(t.TempDir(), "pause")
+	p := launchProxy(t, append(os.Environ(), "MZPROXY_METRICS_LISTEN=", "MZPROXY_TEST_OCC_PAUSE_FILE="+pause),
+		[]string{"--listen", "127.0.0.1:0", "--backend", directURL("postgres", db), "--log-level", "debug", "--occ-max-concurrent", "1"})
 	parked := connectTo(t, ctx, p.URL("postgres", db))
 	waiter := connectTo(t, ctx, p.URL("postgres", db))
-	for _, sql := range []string{"CREATE TABLE ws_a (x int)", "CREATE TABLE ws_b (x int)", "BEGIN", "INSERT INTO ws_a VALUES (1)"} {
-		if _, err := parked.Exec(ctx, sql); err != nil {
+	for _, sql := range []string{"CREATE TABLE sem_a (x int)", "CREATE TABLE sem_b (x int)"} {
+		if _, err := execSimple(ctx, parked, sql); err != nil {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	if _, err := waiter.Exec(ctx, "SET statement_timeout = '2s'"); err != nil {
+	if err := os.WriteFile(pause, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	parkedDone := make(chan error, 1)
+	go func() {
+		_, err := execSimple(ctx, parked, "INSERT INTO sem_a VALUES (1) /*mzproxy:occ-pause*/")
+		parkedDone <- err
+	}()
+	eventually(t, 10*time.Second, "the first write parked at the failpoint", func() bool {
+		_, err := os.Stat(pause + ".paused")
+		return err == nil
+	})
+
+	if _, err := execSimple(ctx, waiter, "SET statement_timeout = '2s'"); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err := waiter.Exec(ctx, "INSERT INTO ws_b VALUES (1)")
+	_, err := execSimple(ctx, waiter, "INSERT INTO sem_b VALUES (1)")
 	wantCanceled(t, err, true)
-	wantWithin(t, "timeout waiting for the commit slot", time.Since(start), 2*time.Second, 700*time.Millisecond)
+	wantWithin(t, "timeout waiting for the OCC semaphore", time.Since(start), 2*time.Second, 700*time.Millisecond)
 
-	if _, err := waiter.Exec(ctx, "SET statement_timeout = 0"); err != nil {
+	if _, err := execSimple(ctx, waiter, "SET statement_timeout = 0"); err != nil {
 		t.Fatal(err)
 	}
 	errc := make(chan error, 1)
-	go func() { _, err := waiter.Exec(ctx, "INSERT INTO ws_b VALUES (2)"); errc <- err }()
+	go func() { _, err := execSimple(ctx, waiter, "INSERT INTO sem_b VALUES (2)"); errc <- err }()
 	time.Sleep(500 * time.Millisecond)
 	if err := waiter.PgConn().CancelRequest(ctx); err != nil {
 		t.Fatal(err)
@@ -494,22 +512,86 @@ func TestTimeoutWriteSlotWait(t *testing.T) {
 	case err := <-errc:
 		wantCanceled(t, err, false)
 	case <-time.After(20 * time.Second):
-		t.Fatal("the wait for the commit slot was not canceled")
+		t.Fatal("the wait for the OCC semaphore was not canceled")
 	}
 
-	if _, err := parked.Exec(ctx, "COMMIT"); err != nil {
+	if err := os.Remove(pause); err != nil {
 		t.Fatal(err)
 	}
+	select {
+	case err := <-parkedDone:
+		if err != nil {
+			t.Fatalf("the parked write: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the parked write did not finish")
+	}
 	var a, b int
-	if err := waiter.QueryRow(ctx, "SELECT (SELECT count(*) FROM ws_a), (SELECT count(*) FROM ws_b)").Scan(&a, &b); err != nil {
+	if err := waiter.QueryRow(ctx, "SELECT (SELECT count(*) FROM sem_a), (SELECT count(*) FROM sem_b)").Scan(&a, &b); err != nil {
 		t.Fatal(err)
 	}
 	if a != 1 || b != 0 {
-		t.Fatalf("after the parked commit: ws_a has %d rows (want 1), ws_b %d (want 0: both waits failed)", a, b)
+		t.Fatalf("sem_a has %d rows (want 1), sem_b %d (want 0: both waits failed)", a, b)
 	}
-	if _, err := waiter.Exec(ctx, "INSERT INTO ws_b VALUES (3)"); err != nil {
-		t.Fatalf("a write after the slot was free: %v", err)
+	if _, err := execSimple(ctx, waiter, "INSERT INTO sem_b VALUES (3)"); err != nil {
+		t.Fatalf("a write after the semaphore was free: %v", err)
 	}
+	eventually(t, 10*time.Second, "log lines naming the semaphore phase", func() bool {
+		return strings.Count(p.log.String(), `phase="semaphore wait"`) >= 2
+	})
+}
+
+// TestTimeoutOCCRetryStorm: a write whose every append conflicts (the
+// commit slot is held directly in PostgreSQL) retries until its deadline,
+// which ends it on time with 57014; nothing is written, the upper has not
+// moved, and the session goes on.
+func TestTimeoutOCCRetryStorm(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t, "--occ-max-retries", "1000000")
+	conn := connectTo(t, ctx, p.URL("postgres", db))
+	direct := connectTo(t, ctx, directURL("postgres", db))
+	for _, sql := range []string{"CREATE TABLE storm (id int PRIMARY KEY, v int NOT NULL)", "INSERT INTO storm VALUES (1, 0)", "SET statement_timeout = '1s'"} {
+		if _, err := execSimple(ctx, conn, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	upper := func() int64 {
+		var u int64
+		if err := direct.QueryRow(ctx, "SELECT upper FROM mzproxy.txns").Scan(&u); err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	before := upper()
+	lock, err := direct.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.Exec(ctx, "SELECT upper FROM mzproxy.txns FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = execSimple(ctx, conn, "UPDATE storm SET v = v + 1 WHERE id = 1")
+	wantCanceled(t, err, true)
+	wantWithin(t, "timeout of a retrying write", time.Since(start), time.Second, 700*time.Millisecond)
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	if err := direct.QueryRow(ctx, "SELECT v FROM storm WHERE id = 1").Scan(&v); err != nil || v != 0 {
+		t.Fatalf("v = %d (%v), want 0: the timed-out write was applied", v, err)
+	}
+	if u := upper(); u != before {
+		t.Fatalf("the upper moved from %d to %d", before, u)
+	}
+	if tag, err := execSimple(ctx, conn, "UPDATE storm SET v = v + 1 WHERE id = 1"); err != nil || tag.String() != "UPDATE 1" {
+		t.Fatalf("a write after the storm: %q %v", tag, err)
+	}
+	eventually(t, 10*time.Second, "a log line naming the OCC attempt phase", func() bool {
+		return strings.Contains(p.log.String(), `phase="OCC attempt"`)
+	})
 }
 
 // TestCancelOnClientDisconnect: a client that goes away mid-statement has
