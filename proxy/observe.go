@@ -25,7 +25,7 @@ func (s *Session) observeMessage(msg pgproto3.FrontendMessage) {
 		}
 	case *pgproto3.Parse:
 		kind := s.statementKind(m.Query)
-		s.obs.Prepared(m.Name, kind)
+		s.obs.Prepared(m.Name, kind, m.Query)
 		if !s.obs.Active() {
 			s.obs.Begin(kind, m.Query)
 		}

@@ -198,6 +198,31 @@ func TestCloseMidStatement(t *testing.T) {
 	}
 }
 
+// TestPreparedStatement: a Bind/Execute cycle of a statement prepared
+// earlier gets its kind and text.
+func TestPreparedStatement(t *testing.T) {
+	f := newFixture(t, time.Nanosecond)
+	s := f.obs.OpenSession(SessionInfo{ID: 1}, f.logger())
+	s.Prepared("s1", "write", "INSERT INTO t VALUES ($1)")
+	s.Begin("unknown", "")
+	s.Bound("s1")
+	s.End('I')
+	if got := f.sums(t)["mzproxy.statements{kind=write,outcome=ok}"]; got != 1 {
+		t.Errorf("Bind of a prepared write: %v", f.sums(t))
+	}
+	if !strings.Contains(f.log.String(), `statement="INSERT INTO t VALUES ($1)"`) {
+		t.Errorf("slow log lacks the prepared text: %s", f.log)
+	}
+	s.Unprepared("s1")
+	s.Begin("unknown", "")
+	s.Bound("s1")
+	s.End('I')
+	if got := f.sums(t)["mzproxy.statements{kind=unknown,outcome=ok}"]; got != 1 {
+		t.Errorf("Bind of a closed statement: %v", f.sums(t))
+	}
+	s.Close()
+}
+
 // TestWithoutTracer: no tracer, no spans, and the rest still works.
 func TestWithoutTracer(t *testing.T) {
 	obs, err := New(Config{})

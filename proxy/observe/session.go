@@ -58,9 +58,9 @@ type Session struct {
 	phaseSpan trace.Span
 	ctx       context.Context
 
-	// kinds are the kinds of the session's prepared statements, so that a
-	// Bind/Execute cycle has its statement's kind.
-	kinds map[string]string
+	// prepared are the session's prepared statements, so that a
+	// Bind/Execute cycle has its statement's kind and text.
+	prepared map[string]preparedStatement
 
 	// The measurement options of the last kind recorded: a session mostly
 	// runs statements of one kind, which then cost no lookup.
@@ -198,20 +198,24 @@ func (s *Session) BackendError(code string) {
 	s.Failed(code)
 }
 
-// Prepared remembers the kind of a prepared statement (Parse); Unprepared
-// forgets it (Close); Bound makes it the open statement's kind (Bind).
-func (s *Session) Prepared(name, kind string) {
-	if s.kinds == nil {
-		s.kinds = map[string]string{}
+type preparedStatement struct{ kind, sql string }
+
+// Prepared remembers the kind and text of a prepared statement (Parse);
+// Unprepared forgets it (Close); Bound makes them the open statement's
+// (Bind).
+func (s *Session) Prepared(name, kind, sql string) {
+	if s.prepared == nil {
+		s.prepared = map[string]preparedStatement{}
 	}
-	s.kinds[name] = kind
+	s.prepared[name] = preparedStatement{kind: kind, sql: sql}
 }
 
-func (s *Session) Unprepared(name string) { delete(s.kinds, name) }
+func (s *Session) Unprepared(name string) { delete(s.prepared, name) }
 
 func (s *Session) Bound(name string) {
-	if k, ok := s.kinds[name]; ok {
-		s.SetKind(k)
+	if p, ok := s.prepared[name]; ok && s.active {
+		s.SetKind(p.kind)
+		s.sql = p.sql
 	}
 }
 
