@@ -205,7 +205,7 @@ func TestOpsSIGHUP(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("log-level = \"info\"\nmax-connections = 50\nslow-statement-threshold = \"0s\"\n")
+	write("log-level = \"info\"\nmax-connections = 50\nslow-statement-threshold = \"0s\"\nstatement-timeout = \"0s\"\n")
 	// Not startProxy: it sets --log-level on the command line, which
 	// would win over the file.
 	p := startProxyArgs(t, "--listen", "127.0.0.1:0", "--metrics-listen", "", "--backend", directURL("postgres", "postgres"), "--config", cfgPath)
@@ -239,12 +239,13 @@ func TestOpsSIGHUP(t *testing.T) {
 	if _, err := conn.Exec(ctx, "SELECT 'before_reload'"); err != nil {
 		t.Fatal(err)
 	}
-	write("log-level = \"debug\"\nmax-connections = 10\nslow-statement-threshold = \"1ns\"\n")
+	write("log-level = \"debug\"\nmax-connections = 10\nslow-statement-threshold = \"1ns\"\nstatement-timeout = \"300ms\"\n")
 	reload(1)
 	log := p.log.String()
 	for _, want := range []string{
 		`msg="SIGHUP: setting changed" new=debug old=info setting=log-level`,
 		`msg="SIGHUP: setting changed" new=1ns old=0s setting=slow-statement-threshold`,
+		`msg="SIGHUP: setting changed" new=300ms old=0s setting=statement-timeout`,
 		`msg="SIGHUP: setting changed; ignored until restart" new=10 old=50 setting=max-connections`,
 	} {
 		if !strings.Contains(log, want) {
@@ -261,6 +262,20 @@ func TestOpsSIGHUP(t *testing.T) {
 	})
 	if strings.Contains(p.log.String(), "before_reload") {
 		t.Errorf("a statement was logged as slow with the threshold off")
+	}
+	// The session, open since before the reload, has the new default
+	// statement timeout from its next statement on.
+	var shown string
+	if err := conn.QueryRow(ctx, "SHOW statement_timeout", pgx.QueryExecModeSimpleProtocol).Scan(&shown); err != nil || shown != "300ms" {
+		t.Errorf("SHOW statement_timeout after SIGHUP: %q, %v", shown, err)
+	}
+	start := time.Now()
+	var pe *pgconn.PgError
+	if _, err := conn.Exec(ctx, "SELECT pg_sleep(5)"); !errors.As(err, &pe) || pe.Code != "57014" {
+		t.Fatalf("a 5s statement under the reloaded 300ms default: %v", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("the statement timed out after %v, want about 300ms", d)
 	}
 	incomplete()
 	eventually(t, 10*time.Second, "debug lines appear", func() bool {

@@ -44,6 +44,7 @@ import (
 // handleStatement handles one client message under its statement context.
 func (s *Session) handleStatement(ctx context.Context, msg pgproto3.FrontendMessage, frame []byte) error {
 	if s.budget == nil {
+		s.followConfigTimeout()
 		s.budget = timeouts.NewBudget(time.Now(), s.settings.Effective(timeouts.StatementTimeout))
 		s.backendCanceled.Store(false)
 		s.canceledReply = false
@@ -207,12 +208,7 @@ func (p *Proxy) Interruptions() []Interruption {
 // database's defaults) into the session's layers, over mzproxy's
 // configured default.
 func (s *Session) loadTimeoutDefaults(ctx context.Context) error {
-	if d := s.proxy.cfg.StatementTimeout; d > 0 {
-		ms := strconv.FormatInt(max(int64(d/time.Millisecond), 1), 10)
-		if err := s.settings.SetDefault(timeouts.SourceConfig, timeouts.StatementTimeout.String(), ms); err != nil {
-			return err
-		}
-	}
+	s.followConfigTimeout()
 	v, err := s.be.queryValue(ctx, timeoutSettingsSQL)
 	if err != nil {
 		return err
@@ -240,3 +236,21 @@ const timeoutSettingsSQL = `SELECT string_agg(name || '=' || setting || '=' || s
   FROM pg_settings
  WHERE name IN ('statement_timeout', 'lock_timeout', 'idle_in_transaction_session_timeout', 'idle_session_timeout')
    AND source <> 'default'`
+
+// followConfigTimeout makes mzproxy's configured statement_timeout (which
+// SIGHUP can change) the session's lowest default, when it changed since
+// the session last looked. Sessions see a change at their next statement,
+// as PostgreSQL's sessions see a reloaded postgresql.conf.
+func (s *Session) followConfigTimeout() {
+	d := s.proxy.StatementTimeout()
+	if d == s.configTimeout {
+		return
+	}
+	s.configTimeout = d
+	ms := "0"
+	if d > 0 {
+		ms = strconv.FormatInt(max(int64(d/time.Millisecond), 1), 10)
+	}
+	// A valid number of milliseconds: SetDefault cannot fail.
+	_ = s.settings.SetDefault(timeouts.SourceConfig, timeouts.StatementTimeout.String(), ms)
+}

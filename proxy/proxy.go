@@ -49,7 +49,7 @@ type Config struct {
 	HistoryReads bool
 	// StatementTimeout is the statement_timeout of sessions that get none
 	// from their startup packet or their role's or database's defaults;
-	// zero: none.
+	// zero: none. SetStatementTimeout changes it later.
 	StatementTimeout time.Duration
 	// OCCMaxAttempts bounds the compare-and-appends of one optimistic
 	// write (0: occ.DefaultMaxAttempts); then 40001.
@@ -76,6 +76,8 @@ type Proxy struct {
 	occStats occ.Metrics
 
 	interruptions interruptions
+	// statementTimeout is Config.StatementTimeout as SIGHUP last set it.
+	statementTimeout atomic.Int64
 
 	dbMu     sync.Mutex
 	dbs      map[string]*database
@@ -93,7 +95,7 @@ func New(cfg Config) *Proxy {
 		// Without meter and tracer New cannot fail.
 		obs, _ = observe.New(observe.Config{})
 	}
-	return &Proxy{
+	p := &Proxy{
 		cfg:     cfg,
 		log:     log,
 		planner: planner.New(planCacheSize),
@@ -101,10 +103,19 @@ func New(cfg Config) *Proxy {
 		dbs:     map[string]*database{},
 		occSem:  occ.NewSemaphore(cfg.OCCMaxConcurrent),
 	}
+	p.statementTimeout.Store(int64(cfg.StatementTimeout))
+	return p
 }
 
 // OCCStats returns the counters of the optimistic write loop.
 func (p *Proxy) OCCStats() *occ.Metrics { return &p.occStats }
+
+// StatementTimeout is the configured default statement_timeout now.
+func (p *Proxy) StatementTimeout() time.Duration { return time.Duration(p.statementTimeout.Load()) }
+
+// SetStatementTimeout changes the configured default statement_timeout;
+// sessions follow from their next statement.
+func (p *Proxy) SetStatementTimeout(d time.Duration) { p.statementTimeout.Store(int64(d)) }
 
 // Connect opens a session for an authenticated client (or, with
 // passthrough, authenticates it through relay). ctx is the client

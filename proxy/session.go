@@ -100,6 +100,9 @@ type Session struct {
 	// budget is the running statement's deadline and phase; nil between
 	// statements.
 	budget *timeouts.Budget
+	// configTimeout is the configured statement_timeout last applied to
+	// settings.
+	configTimeout time.Duration
 	// stmtCancel cancels the message being handled now (nil between
 	// messages); Cancel calls it from another goroutine, under stmtMu.
 	stmtMu     sync.Mutex

@@ -67,6 +67,7 @@ var reloadable = map[string]bool{
 	"users-file": true, // re-read on every SIGHUP, changed or not
 
 	"slow-statement-threshold": true,
+	"statement-timeout":        true, // sessions follow from their next statement
 }
 
 // kinds are what a config file key must hold, by the flag's type.

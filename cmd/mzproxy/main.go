@@ -161,9 +161,10 @@ func run(cfg *config, log *logrus.Entry) error {
 	}
 
 	reloaded := make(chan struct{})
+	r := &reloader{args: os.Args[1:], lookupEnv: os.LookupEnv, running: cfg, log: log, users: users, observer: obs,
+		statementTimeout: cfg.statementTimeout}
 	go func() {
 		defer close(reloaded)
-		r := &reloader{args: os.Args[1:], lookupEnv: os.LookupEnv, running: cfg, log: log, users: users, observer: obs}
 		for range hup {
 			r.reload()
 		}
@@ -198,6 +199,8 @@ func run(cfg *config, log *logrus.Entry) error {
 		// Test-only failpoint (see proxy.Config.OCCPauseFile); not a flag.
 		OCCPauseFile: os.Getenv("MZPROXY_TEST_OCC_PAUSE_FILE"),
 	})
+	// A SIGHUP during the backend's start may have changed the default.
+	r.attach(px)
 	srv := frontend.NewServer(frontend.Config{
 		Handler:        handler{px},
 		TLS:            tlsConfig,

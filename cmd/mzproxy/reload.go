@@ -3,10 +3,13 @@ package main
 import (
 	"io"
 	"sort"
+	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/mzproxy/mzproxy/frontend"
+	"github.com/mzproxy/mzproxy/proxy"
 	"github.com/mzproxy/mzproxy/proxy/observe"
 )
 
@@ -22,9 +25,26 @@ type reloader struct {
 	log       *logrus.Entry
 	users     *frontend.Users // nil when mzproxy started without a users file
 	observer  *observe.Observer
+
+	mu sync.Mutex // serializes reloads with attach
+	// px is the proxy once it exists (an embedded backend starts first);
+	// statementTimeout the configured default to give it.
+	px               *proxy.Proxy
+	statementTimeout time.Duration
+}
+
+// attach hands the reloader the proxy, with the default statement timeout
+// as reloads have left it.
+func (r *reloader) attach(px *proxy.Proxy) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.px = px
+	px.SetStatementTimeout(r.statementTimeout)
 }
 
 func (r *reloader) reload() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	next, err := loadConfig(r.args, r.lookupEnv, io.Discard)
 	if err != nil {
 		r.log.WithError(err).Error("SIGHUP: configuration not reloaded; the running one stays")
@@ -54,6 +74,11 @@ func (r *reloader) reload() {
 			_ = setFormat(logger, now) // validated by loadConfig
 		case "slow-statement-threshold":
 			r.observer.SetSlowThreshold(next.slowThreshold)
+		case "statement-timeout":
+			r.statementTimeout = next.statementTimeout
+			if r.px != nil {
+				r.px.SetStatementTimeout(next.statementTimeout)
+			}
 		case "users-file":
 			if r.users == nil || now == "" {
 				// Without a users file at start, authentication was set up
