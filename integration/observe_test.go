@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -117,13 +119,17 @@ func TestOpsTraceStdout(t *testing.T) {
 }
 
 // TestOpsStatementMetrics: after a workload of reads, an error, a statement
-// timeout and a cancel, the statement, phase, backend error and oracle
-// series have moved.
+// timeout, a cancel and an optimistic write that conflicts, the statement,
+// phase, interruption, OCC, backend error and oracle series have moved.
 func TestOpsStatementMetrics(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	db := freshDatabase(t, ctx)
-	p := startProxy(t, "--metrics-listen", "127.0.0.1:0")
+	pause := filepath.Join(t.TempDir(), "pause")
+	p := launchProxy(t, append(os.Environ(), "MZPROXY_TEST_OCC_PAUSE_FILE="+pause), []string{
+		"--listen", "127.0.0.1:0", "--backend", directURL("postgres", "postgres"), "--metrics-listen", "127.0.0.1:0",
+		"--occ-max-concurrent", "2",
+	})
 	addr := p.metricsAddr(t)
 	conn := connectTo(t, ctx, p.URL("postgres", db))
 	for _, sql := range []string{"CREATE TABLE m (x int)", "INSERT INTO m VALUES (1)", "SELECT 1", "SELECT count(*) FROM m WHERE mz_now() > 0"} {
@@ -158,6 +164,30 @@ func TestOpsStatementMetrics(t *testing.T) {
 	if _, err := conn.Exec(ctx, "SELECT 1"); err != nil {
 		t.Fatalf("after the cancel: %v", err)
 	}
+	// An optimistic write paused between its payload and its append
+	// while another write commits: its append conflicts, it retries.
+	if err := os.WriteFile(pause, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writer := connectTo(t, ctx, p.URL("postgres", db))
+	done := make(chan error, 1)
+	go func() {
+		_, err := execSimple(ctx, writer, "UPDATE m SET x = x + 1 /*mzproxy:occ-pause*/")
+		done <- err
+	}()
+	eventually(t, 10*time.Second, "the write reaches the failpoint", func() bool {
+		_, err := os.Stat(pause + ".paused")
+		return err == nil
+	})
+	if _, err := execSimple(ctx, conn, "INSERT INTO m VALUES (2)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(pause); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the conflicting write: %v", err)
+	}
 
 	_, m := get(t, addr, "/metrics")
 	atLeast := func(series string, min float64) {
@@ -174,6 +204,14 @@ func TestOpsStatementMetrics(t *testing.T) {
 	atLeast(`mzproxy_backend_errors_total{class="42"}`, 1)
 	atLeast(`mzproxy_backend_errors_total{class="57"}`, 1)
 	atLeast(`mzproxy_oracle_round_trips_total{op="read_ts"}`, 1)
+	atLeast(`mzproxy_occ_conflicts_total`, 1)
+	atLeast(`mzproxy_occ_retries_total`, 1)
+	atLeast(`mzproxy_statement_interruptions_total{cause="timeout",phase="execute"}`, 1)
+	atLeast(`mzproxy_statement_interruptions_total{cause="cancel",phase="execute"}`, 1)
+	// Three optimistic writes (the INSERTs and the UPDATE, whose two
+	// attempts add up in one sample per phase).
+	atLeast(`mzproxy_statement_phase_duration_milliseconds_count{phase="occ_attempt"}`, 3)
+	atLeast(`mzproxy_statement_phase_duration_milliseconds_count{phase="commit"}`, 3)
 	for _, phase := range []string{"plan", "timestamp", "upper_wait", "holds", "backend"} {
 		atLeast(`mzproxy_statement_phase_duration_milliseconds_count{phase="`+phase+`"}`, 1)
 	}

@@ -66,6 +66,21 @@ func metricValue(t testing.TB, scrape, name string) float64 {
 	return 0
 }
 
+// awaitReady waits for /readyz to answer 200 ok: just after the ready
+// line, the proxy may still be loading its backend database's catalog.
+func awaitReady(t testing.TB, addr string) {
+	t.Helper()
+	var code int
+	var body string
+	eventually(t, 30*time.Second, "/readyz answers 200", func() bool {
+		code, body = get(t, addr, "/readyz")
+		if code != 200 && code != http.StatusServiceUnavailable {
+			t.Fatalf("GET /readyz: %d %q", code, body)
+		}
+		return code == 200 && body == "ok\n"
+	})
+}
+
 // TestOpsMetrics: /metrics counts connections accepted, active and
 // refused; /livez and /readyz answer 200 while the proxy serves.
 func TestOpsMetrics(t *testing.T) {
@@ -74,11 +89,10 @@ func TestOpsMetrics(t *testing.T) {
 	addr := p.metricsAddr(t)
 	ctx := testContext(t)
 
-	for _, path := range []string{"/livez", "/readyz"} {
-		if code, body := get(t, addr, path); code != 200 || body != "ok\n" {
-			t.Fatalf("GET %s: %d %q", path, code, body)
-		}
+	if code, body := get(t, addr, "/livez"); code != 200 || body != "ok\n" {
+		t.Fatalf("GET /livez: %d %q", code, body)
 	}
+	awaitReady(t, addr)
 	_, before := get(t, addr, "/metrics")
 	accepted0 := metricValue(t, before, "mzproxy_connections_accepted_total")
 	for _, name := range []string{"mzproxy_connections_active", "mzproxy_connections_refused_total", "mzproxy_read_holds", "mzproxy_plan_cache_hits_total", "mzproxy_draining"} {
@@ -135,9 +149,7 @@ func TestOpsReadyzDrain(t *testing.T) {
 	p := startProxy(t, "--metrics-listen", "127.0.0.1:0", "--shutdown-timeout", "30s")
 	addr := p.metricsAddr(t)
 	ctx := testContext(t)
-	if code, body := get(t, addr, "/readyz"); code != 200 {
-		t.Fatalf("GET /readyz while serving: %d %q", code, body)
-	}
+	awaitReady(t, addr)
 
 	busy := p.connect(t, ctx)
 	done := make(chan error, 1)

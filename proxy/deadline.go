@@ -80,6 +80,7 @@ func (s *Session) enter(p timeouts.Phase) {
 	if s.budget != nil {
 		s.budget.Enter(p)
 	}
+	s.obs.Phase(observedPhase[p])
 }
 
 // endsStatement reports whether the statement is over once msg has been

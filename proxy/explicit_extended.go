@@ -9,7 +9,6 @@ import (
 
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
-	"github.com/mzproxy/mzproxy/proxy/observe"
 	"github.com/mzproxy/mzproxy/timeouts"
 )
 
@@ -103,11 +102,9 @@ func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, st *planne
 		// would see no change in it and answer in the old shape.
 		return s.failExtended(ctx, pgerr.New(pgerr.FeatureNotSupported, "cached plan must not change result type"))
 	}
-	s.obs.Phase(observe.PhaseTimestamp)
 	c, err := s.chooseTimestamp(ctx, st, fr)
 	if err == nil {
 		s.obs.Timestamp(c.ts)
-		s.obs.Phase(observe.PhaseUpperWait)
 		err = s.awaitUpper(ctx, c)
 	}
 	if err != nil {
@@ -115,7 +112,6 @@ func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, st *planne
 	}
 	if !s.pinned() || st.AsOf != nil {
 		// (A read at the pinned timestamp is under the transaction's hold.)
-		s.obs.Phase(observe.PhaseHolds)
 		s.enter(timeouts.PhaseHold)
 		s.portalHolds = append(s.portalHolds, s.proxy.holds.acquire(s.id, s.db.name, c.ts, c.inputs))
 	}

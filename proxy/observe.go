@@ -10,6 +10,8 @@ import (
 	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
+	"github.com/mzproxy/mzproxy/proxy/observe"
+	"github.com/mzproxy/mzproxy/timeouts"
 )
 
 // The session's side of package observe: where a statement begins and
@@ -47,6 +49,20 @@ func (s *Session) observeMessage(msg pgproto3.FrontendMessage) {
 			s.obs.Unprepared(m.Name)
 		}
 	}
+}
+
+// observedPhase is the observer's phase for a phase of the statement's
+// deadline budget (the one place phases are entered: Session.enter).
+var observedPhase = [...]observe.Phase{
+	timeouts.PhaseNone:          observe.PhasePlan,
+	timeouts.PhasePlan:          observe.PhasePlan,
+	timeouts.PhaseSemaphoreWait: observe.PhaseOCCWait,
+	timeouts.PhaseTimestamp:     observe.PhaseTimestamp,
+	timeouts.PhaseUpperWait:     observe.PhaseUpperWait,
+	timeouts.PhaseHold:          observe.PhaseHolds,
+	timeouts.PhaseOCCAttempt:    observe.PhaseOCCAttempt,
+	timeouts.PhaseExecute:       observe.PhaseBackend,
+	timeouts.PhaseStream:        observe.PhaseBackend,
 }
 
 // kindUnknown is the kind of an extended-protocol cycle whose statement

@@ -5,13 +5,15 @@ import (
 	"errors"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/mzproxy/mzproxy/pgerr"
 )
 
-// LoadCatalog makes sure the proxy can serve the backend's default
-// database (--backend's): its backend schema is installed (installing it
-// if missing, as a session's start would) and its catalog loads. It is
-// readiness's "catalog loaded".
-func (p *Proxy) LoadCatalog(ctx context.Context) error {
+// LoadCatalog loads the catalog of the backend's default database
+// (--backend's): readiness's "catalog loaded". With install, a missing
+// backend schema is installed first, as a session's start would;
+// without, it is an error.
+func (p *Proxy) LoadCatalog(ctx context.Context, install bool) error {
 	name := p.cfg.Backend.Database
 	if name == "" {
 		name = p.cfg.Backend.User
@@ -20,6 +22,9 @@ func (p *Proxy) LoadCatalog(ctx context.Context) error {
 	_, _, err := db.snapshot(ctx, p)
 	if !undefinedTable(err) {
 		return err
+	}
+	if !install {
+		return pgerr.New(pgerr.UndefinedTable, "mzproxy's schema is not installed in database %q (a session's start installs it)", name)
 	}
 	p.installs.mu.Lock()
 	err = p.install(ctx, name)

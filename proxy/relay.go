@@ -10,7 +10,6 @@ import (
 	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
-	"github.com/mzproxy/mzproxy/proxy/observe"
 	"github.com/mzproxy/mzproxy/proxy/storage"
 	"github.com/mzproxy/mzproxy/timeouts"
 )
@@ -344,7 +343,6 @@ func (s *Session) exchange(ctx context.Context) error {
 	s.busy.Store(true)
 	defer s.busy.Store(false)
 	s.midRequest = true
-	s.obs.Phase(observe.PhaseBackend)
 	s.enter(timeouts.PhaseExecute)
 	if ctx.Err() != nil && timeouts.CauseOf(ctx) != 0 {
 		// The deadline passed before this batch reached the backend (the

@@ -13,7 +13,6 @@ import (
 
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
-	"github.com/mzproxy/mzproxy/proxy/observe"
 	"github.com/mzproxy/mzproxy/proxy/storage"
 	"github.com/mzproxy/mzproxy/timeouts"
 )
@@ -271,7 +270,6 @@ func (s *Session) explicitQuery(ctx context.Context, st *planner.Statement, fr *
 	if st.ExplainTimestamp != nil {
 		target = st.ExplainTimestamp.Inner
 	}
-	s.obs.Phase(observe.PhaseTimestamp)
 	c, err := s.chooseTimestamp(ctx, target, fr)
 	if err != nil {
 		return err
@@ -280,11 +278,9 @@ func (s *Session) explicitQuery(ctx context.Context, st *planner.Statement, fr *
 	if st.ExplainTimestamp != nil {
 		return s.explainTimestamp(st.ExplainTimestamp.Format, c)
 	}
-	s.obs.Phase(observe.PhaseUpperWait)
 	if err := s.awaitUpper(ctx, c); err != nil {
 		return err
 	}
-	s.obs.Phase(observe.PhaseHolds)
 	s.enter(timeouts.PhaseHold)
 	hold := s.proxy.holds.acquire(s.id, s.db.name, c.ts, c.inputs)
 	defer s.proxy.holds.release(hold)

@@ -12,6 +12,7 @@ import (
 	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/occ"
 	"github.com/mzproxy/mzproxy/pgerr"
+	"github.com/mzproxy/mzproxy/proxy/observe"
 	"github.com/mzproxy/mzproxy/proxy/storage"
 	"github.com/mzproxy/mzproxy/timeouts"
 )
@@ -107,6 +108,7 @@ func (s *Session) optimisticWrite(ctx context.Context, frame []byte, sql string)
 			a = m.Step(occ.Event[struct{}]{Kind: occ.EvCancel, Err: occ.Interrupted(ctx, s.budget)})
 			continue
 		}
+		s.obs.Phase(observe.PhaseOCCAttempt)
 		at, err := s.occPayload(ctx, frame, floor)
 		if err != nil {
 			return err
@@ -126,6 +128,7 @@ func (s *Session) optimisticWrite(ctx context.Context, frame []byte, sql string)
 			}
 			return s.occRollback(ctx, at.answers)
 		}
+		s.obs.Timestamp(at.t)
 		a = m.Step(occ.Event[struct{}]{Kind: occ.EvTimestamp, TS: at.t})
 		if a.Kind == occ.ActRefold {
 			// The statement is re-executed: its reads are not known to
@@ -152,6 +155,7 @@ func (s *Session) optimisticWrite(ctx context.Context, frame []byte, sql string)
 			a = m.Step(occ.Event[struct{}]{Kind: occ.EvError, Err: occ.Interrupted(ctx, s.budget)})
 			continue
 		}
+		s.obs.Phase(observe.PhaseCommit)
 		out, err := s.occAppend(ctx, at.t)
 		if err != nil {
 			s.midRequest = false

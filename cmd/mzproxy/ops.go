@@ -24,6 +24,10 @@ import (
 // readyTimeout bounds /readyz's backend check, connecting included.
 const readyTimeout = 2 * time.Second
 
+// catalogLoadTimeout bounds the first load of the catalog at start, which
+// may install mzproxy's backend schema.
+const catalogLoadTimeout = time.Minute
+
 // opsServer is the HTTP server for operators: /metrics (Prometheus),
 // /livez (the process is up) and /readyz (it serves clients, reaches its
 // backend and has loaded the catalog of the backend's database; 503 while
@@ -37,6 +41,10 @@ type opsServer struct {
 
 	srv       atomic.Pointer[frontend.Server] // set once clients are served
 	px        atomic.Pointer[proxy.Proxy]
+	// catalogLoaded is closed when the first catalog load (started by
+	// serving) has ended, successfully or not; stopLoad cancels it.
+	catalogLoaded chan struct{}
+	stopLoad      context.CancelFunc
 	probe     atomic.Pointer[backendProbe]
 	closeOnce sync.Once
 }
@@ -101,6 +109,14 @@ func (o *opsServer) serving(srv *frontend.Server, px *proxy.Proxy, backend *pgco
 	}
 	o.probe.Store(&backendProbe{cfg: backend})
 	o.px.Store(px)
+	ctx, cancel := context.WithTimeout(context.Background(), catalogLoadTimeout)
+	o.catalogLoaded, o.stopLoad = make(chan struct{}), cancel
+	go func() {
+		defer close(o.catalogLoaded)
+		if err := px.LoadCatalog(ctx, true); err != nil {
+			o.log.WithError(err).Warn("loading the catalog of the backend's database; /readyz says not ready until it loads")
+		}
+	}()
 	o.srv.Store(srv)
 	return nil
 }
@@ -127,7 +143,13 @@ func (o *opsServer) readyz(w http.ResponseWriter, r *http.Request) {
 		// (With the proxy's own login refused, as with passthrough and no
 		// password in --backend, it cannot read a catalog before a client
 		// logs in; the backend being up is all readiness can tell.)
-		if err := o.px.Load().LoadCatalog(ctx); err != nil {
+		select {
+		case <-o.catalogLoaded:
+		default:
+			http.Error(w, "loading the catalog", http.StatusServiceUnavailable)
+			return
+		}
+		if err := o.px.Load().LoadCatalog(ctx, false); err != nil {
 			o.log.WithError(err).Debug("readiness: catalog not loaded")
 			http.Error(w, "catalog not loaded: "+err.Error(), http.StatusServiceUnavailable)
 			return
@@ -152,6 +174,10 @@ func (o *opsServer) doClose() {
 		o.http.Close()
 	}
 	<-o.done
+	if o.catalogLoaded != nil {
+		o.stopLoad()
+		<-o.catalogLoaded
+	}
 	if p := o.probe.Load(); p != nil {
 		p.close()
 	}

@@ -18,8 +18,9 @@
 //	upper_wait  waiting for the upper to pass the chosen timestamp
 //	holds       acquiring read holds
 //	backend     the backend executing and the answers streaming back
-//	occ_attempt one optimistic write attempt
-//	commit      the commit of a write
+//	occ_wait    waiting for a slot to run an optimistic write loop in
+//	occ_attempt an optimistic write attempt: its payload statement
+//	commit      an optimistic write's compare-and-append and COMMIT
 //
 // # Cost
 //

@@ -24,6 +24,7 @@ const (
 	PhaseUpperWait
 	PhaseHolds
 	PhaseBackend
+	PhaseOCCWait
 	PhaseOCCAttempt
 	PhaseCommit
 	numPhases
@@ -31,7 +32,8 @@ const (
 
 var phaseNames = [numPhases]string{
 	PhaseNone: "none", PhasePlan: "plan", PhaseTimestamp: "timestamp", PhaseUpperWait: "upper_wait",
-	PhaseHolds: "holds", PhaseBackend: "backend", PhaseOCCAttempt: "occ_attempt", PhaseCommit: "commit",
+	PhaseHolds: "holds", PhaseBackend: "backend", PhaseOCCWait: "occ_wait", PhaseOCCAttempt: "occ_attempt",
+	PhaseCommit: "commit",
 }
 
 func (p Phase) String() string { return phaseNames[p] }
@@ -103,7 +105,7 @@ func New(cfg Config) (*Observer, error) {
 		metric.WithExplicitBucketBoundaries(msBuckets...))
 	keep(err)
 	o.phase, err = m.Float64Histogram("mzproxy.statement.phase.duration", metric.WithUnit("ms"),
-		metric.WithDescription("Time statements spent in each phase (plan, timestamp, upper_wait, holds, backend, occ_attempt, commit)."),
+		metric.WithDescription("Time statements spent in each phase (plan, timestamp, upper_wait, holds, backend, occ_wait, occ_attempt, commit)."),
 		metric.WithExplicitBucketBoundaries(msBuckets...))
 	keep(err)
 	o.backendErrs, err = m.Int64Counter("mzproxy.backend.errors", metric.WithUnit("{error}"),
