@@ -39,14 +39,14 @@ type opsServer struct {
 	metrics *metrics.Provider
 	log     *logrus.Entry
 
-	srv       atomic.Pointer[frontend.Server] // set once clients are served
-	px        atomic.Pointer[proxy.Proxy]
+	srv atomic.Pointer[frontend.Server] // set once clients are served
+	px  atomic.Pointer[proxy.Proxy]
 	// catalogLoaded is closed when the first catalog load (started by
 	// serving) has ended, successfully or not; stopLoad cancels it.
 	catalogLoaded chan struct{}
 	stopLoad      context.CancelFunc
-	probe     atomic.Pointer[backendProbe]
-	closeOnce sync.Once
+	probe         atomic.Pointer[backendProbe]
+	closeOnce     sync.Once
 }
 
 // startOps listens on addr and serves the endpoints. An empty addr
