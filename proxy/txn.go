@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -61,7 +62,7 @@ type readTxn struct {
 	oracle uint64 // the oracle's read timestamp in the snapshot
 	upper  uint64 // the upper in the snapshot
 	// domain is the timedomain's managed objects (nil until a read names
-	// one); held the managed tables held at ts.
+	// one); held is the set of managed tables held at ts, by holds.
 	domain map[uint64]*planner.Object
 	held   map[uint64]bool
 	holds  []uint64
@@ -357,10 +358,9 @@ func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`)
 func (s *Session) refuse(ctx context.Context, err *pgerr.Error) error {
 	raise := fmt.Sprintf("DO $mzproxy$BEGIN RAISE EXCEPTION USING ERRCODE = %s, MESSAGE = %s, DETAIL = %s; END$mzproxy$",
 		quoteLiteral(string(err.Code)), quoteLiteral(err.Message), quoteLiteral(err.Detail))
-	if _, rerr := s.be.internalValue(ctx, raise); rerr == nil {
-		return pgerr.New(pgerr.InternalError, "mzproxy could not abort the transaction")
-	} else if pgerr.As(rerr).IsFatal() {
-		return rerr
+	if _, rerr := s.be.internalValue(ctx, raise); rerr == nil || pgerr.As(rerr).IsFatal() {
+		// The DO block cannot succeed; the backend connection can fail.
+		return cmp.Or(rerr, error(err))
 	}
 	s.tx = 'E'
 	s.releaseTxnHolds()
