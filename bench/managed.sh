@@ -8,10 +8,13 @@
 # pgbench custom scripts, interleaved over rounds, median TPS:
 #   point: SELECT abalance FROM pgbench_accounts WHERE aid = :aid
 #   join3: pgbench_accounts JOIN pgbench_branches JOIN pgbench_tellers, one aid
+#   rotxn: a read-only transaction: BEGIN, two point SELECTs, COMMIT (through
+#          mzproxy: pinned at one timestamp, REPEATABLE READ, timedomain checked)
 # plus the CPU time of the mzproxy process per statement.
 #
 # usage: bench/managed.sh
 #   env: ROUNDS=3 DURATION=10 CLIENTS=8 JOBS=2 SCALE=1 MODES="simple prepared"
+#        SCRIPTS="point join3 rotxn"
 #        DDL_COUNTS=100,1000 DDL_PAIRS=40 (DDL_COUNTS= skips the DDL part)
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -22,6 +25,7 @@ CLIENTS=${CLIENTS:-8}
 JOBS=${JOBS:-2}
 SCALE=${SCALE:-1}
 MODES=${MODES:-"simple prepared"}
+SCRIPTS=${SCRIPTS:-"point join3 rotxn"}
 DDL_COUNTS=${DDL_COUNTS-100,1000}
 DDL_PAIRS=${DDL_PAIRS:-40}
 
@@ -55,6 +59,13 @@ SELECT a.aid, a.abalance, b.bbalance, t.tid, t.tbalance
   JOIN pgbench_tellers t ON t.bid = b.bid
  WHERE a.aid = :aid;
 EOF
+cat >"$work/rotxn.sql" <<EOF
+\set aid random(1, 100000 * $SCALE)
+BEGIN;
+SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
+SELECT abalance FROM pgbench_accounts WHERE aid = :aid + 1;
+COMMIT;
+EOF
 
 declare -A port db
 port[direct]=$pg_port db[direct]=plain
@@ -63,7 +74,7 @@ port[mzproxy]=$mz_port db[mzproxy]=managed
 results="$work/results.txt"
 : >"$results"
 for round in $(seq "$ROUNDS"); do
-	for script in point join3; do
+	for script in $SCRIPTS; do
 		for mode in $MODES; do
 			for t in direct mzproxy; do
 				c0=$(cpu_ticks "$mz_pid")
@@ -88,9 +99,9 @@ for round in $(seq "$ROUNDS"); do
 	done
 done
 
-python3 - "$results" "$MODES" "$ROUNDS" "$DURATION" "$CLIENTS" "$SCALE" <<'EOF'
+python3 - "$results" "$MODES" "$ROUNDS" "$DURATION" "$CLIENTS" "$SCALE" "$SCRIPTS" <<'EOF'
 import statistics, sys
-path, modes, rounds, duration, clients, scale = sys.argv[1:]
+path, modes, rounds, duration, clients, scale, scripts = sys.argv[1:]
 tps, cpu = {}, {}
 for line in open(path):
     t, s, m, v, c = line.split()
@@ -101,7 +112,7 @@ print(f"pgbench custom scripts, {clients} clients, scale {scale}, {rounds} round
 print()
 print("| script | protocol | direct (plain tables) | mzproxy (managed tables) | ratio | mzproxy CPU/stmt |")
 print("|---|---|---|---|---|---|")
-for s in ("point", "join3"):
+for s in scripts.split():
     for m in modes.split():
         d, p = statistics.median(tps[("direct", s, m)]), statistics.median(tps[("mzproxy", s, m)])
         c = statistics.median(cpu[(s, m)]) if (s, m) in cpu else float("nan")
