@@ -228,6 +228,11 @@ func TestTxnTimedomain(t *testing.T) {
 			mustExec(t, ctx, conn, "ROLLBACK")
 		})
 	}
+	// Names resolve with the search_path of the moment.
+	mustExec(t, ctx, conn, "BEGIN", "SELECT * FROM s1.a", "SET LOCAL search_path = s2")
+	_, err := conn.Exec(ctx, "SELECT * FROM c", simple(conn))
+	wantCode(t, err, "25000")
+	mustExec(t, ctx, conn, "ROLLBACK")
 	// Outside a transaction block nothing is confined.
 	count(t, ctx, conn, "SELECT count(*) FROM s1.a, s2.c", simple(conn))
 	mustExec(t, ctx, conn, "BEGIN", "SELECT * FROM s1.a", "COMMIT")

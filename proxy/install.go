@@ -107,38 +107,49 @@ func (b *backend) queryValue(ctx context.Context, sql string) (string, error) {
 // CancelRequest the session then sends (the backend answers 57014), not a
 // socket deadline, which would leave the connection mid-answer.
 func (b *backend) internalValue(ctx context.Context, sql string) (string, error) {
-	if ctx.Err() != nil {
-		return "", pgerr.Wrap(pgerr.QueryCanceled, context.Cause(ctx))
-	}
-	const name = "mzproxy_value"
-	for _, m := range []pgproto3.FrontendMessage{
-		&pgproto3.Parse{Name: name, Query: sql},
-		&pgproto3.Bind{DestinationPortal: name, PreparedStatement: name},
-		&pgproto3.Execute{Portal: name},
-		&pgproto3.Close{ObjectType: 'P', Name: name},
-		&pgproto3.Close{ObjectType: 'S', Name: name},
-		&pgproto3.Flush{},
-	} {
-		if err := b.w.Send(m); err != nil {
-			return "", err
-		}
-	}
-	if err := b.w.Flush(); err != nil {
+	values, err := b.internalValues(ctx, sql)
+	if err != nil {
 		return "", err
 	}
-	var (
-		value  string
-		gotRow bool
-		closes int
-	)
-	for closes < 2 {
+	return values[0], nil
+}
+
+// internalValues is internalValue for several queries in one round trip,
+// run in order; the first that fails stops the rest.
+func (b *backend) internalValues(ctx context.Context, sqls ...string) ([]string, error) {
+	if ctx.Err() != nil {
+		return nil, pgerr.Wrap(pgerr.QueryCanceled, context.Cause(ctx))
+	}
+	const name = "mzproxy_value"
+	for _, sql := range sqls {
+		for _, m := range []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Name: name, Query: sql},
+			&pgproto3.Bind{DestinationPortal: name, PreparedStatement: name},
+			&pgproto3.Execute{Portal: name},
+			&pgproto3.Close{ObjectType: 'P', Name: name},
+			&pgproto3.Close{ObjectType: 'S', Name: name},
+		} {
+			if err := b.w.Send(m); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := b.w.Send(&pgproto3.Flush{}); err != nil {
+		return nil, err
+	}
+	if err := b.w.Flush(); err != nil {
+		return nil, err
+	}
+	values := make([]string, len(sqls))
+	gotRow := make([]bool, len(sqls))
+	for closes := 0; closes < 2*len(sqls); {
 		typ, frame, err := b.r.Next()
 		if err != nil {
-			return "", pgerr.Fatal(pgerr.ConnectionFailure, "backend connection lost: %v", err)
+			return nil, pgerr.Fatal(pgerr.ConnectionFailure, "backend connection lost: %v", err)
 		}
 		switch typ {
 		case 'D':
-			firstValue(frame, &value, &gotRow)
+			firstValue(frame, &values[closes/2], &gotRow[closes/2])
 		case '3':
 			closes++
 		case 'E':
@@ -148,30 +159,30 @@ func (b *backend) internalValue(ctx context.Context, sql string) (string, error)
 			if failed.IsFatal() {
 				// The backend ended the session (e.g. 25P03): nothing
 				// more to read or write.
-				return "", failed
+				return nil, failed
 			}
 			// The backend skipped the Closes after the error: close the
 			// statement after Sync, or the next call cannot Parse it.
 			for _, m := range []pgproto3.FrontendMessage{&pgproto3.Sync{}, &pgproto3.Close{ObjectType: 'S', Name: name}, &pgproto3.Sync{}} {
 				if err := b.w.Send(m); err != nil {
-					return "", err
+					return nil, err
 				}
 			}
 			if err := b.w.Flush(); err != nil {
-				return "", err
+				return nil, err
 			}
 			for zs := 0; zs < 2; {
 				if typ, _, err = b.r.Next(); err != nil {
-					return "", pgerr.Fatal(pgerr.ConnectionFailure, "backend connection lost: %v", err)
+					return nil, pgerr.Fatal(pgerr.ConnectionFailure, "backend connection lost: %v", err)
 				}
 				if typ == 'Z' {
 					zs++
 				}
 			}
-			return "", failed
+			return nil, failed
 		}
 	}
-	return value, nil
+	return values, nil
 }
 
 // firstValue keeps the first column of the first DataRow seen.

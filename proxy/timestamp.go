@@ -75,6 +75,11 @@ func (s *Session) searchPath(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseSearchPath(v), nil
+}
+
+// parseSearchPath splits SHOW search_path's answer into schema names.
+func parseSearchPath(v string) []string {
 	var path []string
 	for _, p := range strings.Split(v, ",") {
 		p = strings.TrimSpace(p)
@@ -85,7 +90,7 @@ func (s *Session) searchPath(ctx context.Context) ([]string, error) {
 			path = append(path, p)
 		}
 	}
-	return path, nil
+	return path
 }
 
 // choice is a chosen timestamp with what it was chosen from.

@@ -66,8 +66,10 @@ type readTxn struct {
 	domain map[uint64]*planner.Object
 	held   map[uint64]bool
 	holds  []uint64
-	// searchPath is the session's, as read in the transaction (nil after
-	// a SET, which may change it).
+	// catalog is mzproxy's catalog when the transaction was pinned;
+	// searchPath the session's, as read in the transaction (nil after a
+	// SET of it).
+	catalog    *catalogSnapshot
 	searchPath []string
 }
 
@@ -157,73 +159,87 @@ func (s *Session) noteBegin(sql string) {
 // reads, and checks the reads in sql against the timedomain. ready is
 // called before the proxy's first query of its own; false means the
 // backend is skipping messages after an error, and so does the proxy.
+//
+// Reads are planned against the catalog as it was when the transaction
+// was pinned, so a read costs no round trip: a managed object created
+// since is not known to be managed, and is not refused.
 func (s *Session) txnStatements(ctx context.Context, sql string, ready func() (bool, error)) error {
-	cheap, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
+	plan := func() ([]*planner.Statement, error) {
+		var cat planner.Catalog = emptyCatalog{}
+		if s.txn.catalog != nil {
+			cat = s.txn.catalog
+		}
+		return s.proxy.planner.Plan(sql, cat, planner.Options{SearchPath: s.txn.searchPath})
+	}
+	stmts, err := plan()
 	if err != nil {
 		// The backend reports its own error.
 		return nil
 	}
-	for _, st := range cheap {
-		switch st.Kind {
-		case planner.KindSet, planner.KindReset:
-			// It may change search_path.
-			s.txn.searchPath = nil
-		case planner.KindTransaction:
-			if st.Txn.Chain && (st.Txn.Kind == planner.TxnCommit || st.Txn.Kind == planner.TxnRollback) {
-				// AND CHAIN: the next transaction begins now.
-				s.endTxn()
-				s.txn.phase = txnFresh
-				return nil
-			}
-		}
-	}
-	pin := false
 	if s.txn.phase == txnFresh {
-		i := slices.IndexFunc(cheap, func(st *planner.Statement) bool { return !takesNoSnapshot(st) })
+		i := slices.IndexFunc(stmts, func(st *planner.Statement) bool { return !takesNoSnapshot(st) })
 		if i < 0 {
 			return nil
 		}
-		if !cheap[i].ReadOnly() {
+		if !stmts[i].ReadOnly() {
 			s.txn.phase = txnOther
 			return nil
 		}
-		pin = true
-	}
-	if !slices.ContainsFunc(cheap, (*planner.Statement).ReadOnly) {
-		return nil
-	}
-	if ok, err := ready(); err != nil || !ok {
-		return err
-	}
-	if pin {
+		if ok, err := ready(); err != nil || !ok {
+			return err
+		}
 		if err := s.pin(ctx); err != nil {
 			return err
 		}
-	}
-	cat, _, err := s.db.snapshot(ctx, s.proxy)
-	if err != nil {
-		return err
-	}
-	if s.txn.searchPath == nil {
+		if stmts, err = plan(); err != nil {
+			return nil
+		}
+	} else if !slices.ContainsFunc(stmts, (*planner.Statement).ReadOnly) {
+		s.afterStatements(stmts)
+		return nil
+	} else if s.txn.searchPath == nil {
+		if ok, err := ready(); err != nil || !ok {
+			return err
+		}
 		path, err := s.searchPath(ctx)
 		if err != nil {
 			return err
 		}
 		s.txn.searchPath = planner.EffectiveSearchPath(path, s.user)
-	}
-	stmts, err := s.proxy.planner.Plan(sql, cat, planner.Options{SearchPath: s.txn.searchPath})
-	if err != nil {
-		return nil
+		if stmts, err = plan(); err != nil {
+			return nil
+		}
 	}
 	for _, st := range stmts {
 		if !st.ReadOnly() || st.AsOf != nil {
 			continue
 		}
-		if err := s.inTimedomain(ctx, cat, st); err != nil {
-			return err
+		if refused := s.inTimedomain(st); refused != nil {
+			if ok, err := ready(); err != nil || !ok {
+				return err
+			}
+			return s.refuse(ctx, refused)
 		}
 	}
+	s.afterStatements(stmts)
 	return nil
+}
+
+// afterStatements follows what statements about to run change: a SET of
+// search_path (read again before the next read), COMMIT or ROLLBACK AND
+// CHAIN (a new transaction begins).
+func (s *Session) afterStatements(stmts []*planner.Statement) {
+	for _, st := range stmts {
+		switch {
+		case st.Var != nil && (st.Var.Name == "search_path" || st.Var.Name == "all"):
+			s.txn.searchPath = nil
+		case st.Kind == planner.KindTransaction && st.Txn.Chain &&
+			(st.Txn.Kind == planner.TxnCommit || st.Txn.Kind == planner.TxnRollback):
+			s.endTxn()
+			s.txn.phase = txnFresh
+			return
+		}
+	}
 }
 
 // takesNoSnapshot reports whether a statement leaves a fresh transaction
@@ -239,21 +255,24 @@ func takesNoSnapshot(st *planner.Statement) bool {
 }
 
 // pin makes the backend transaction REPEATABLE READ and reads its
-// timestamp, which takes its snapshot.
+// timestamp, which takes its snapshot; and reads the catalog and the
+// search_path the transaction's reads are planned with.
 func (s *Session) pin(ctx context.Context) error {
-	level, err := s.be.internalValue(ctx, "SHOW transaction_isolation")
+	// Neither SHOW takes a snapshot.
+	shown, err := s.be.internalValues(ctx, "SHOW transaction_isolation", "SHOW search_path")
 	if err != nil {
 		return err
 	}
-	if level != "repeatable read" && level != "serializable" {
-		if _, err := s.be.internalValue(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
-			return err
-		}
+	s.txn.searchPath = planner.EffectiveSearchPath(parseSearchPath(shown[1]), s.user)
+	queries := []string{"SELECT " + storage.Schema + ".read_ts()::text || ' ' || upper FROM " + storage.Schema + ".txns"}
+	if level := shown[0]; level != "repeatable read" && level != "serializable" {
+		queries = append([]string{"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"}, queries...)
 	}
-	v, err := s.be.internalValue(ctx, "SELECT "+storage.Schema+".read_ts()::text || ' ' || upper FROM "+storage.Schema+".txns")
+	values, err := s.be.internalValues(ctx, queries...)
 	if err != nil {
 		return err
 	}
+	v := values[len(values)-1]
 	var read, upper uint64
 	if _, err := fmt.Sscan(v, &read, &upper); err != nil {
 		return pgerr.New(pgerr.InternalError, "oracle read timestamp and upper %q: %v", v, err)
@@ -265,13 +284,14 @@ func (s *Session) pin(ctx context.Context) error {
 	if s.isolation == serializable {
 		s.txn.ts = upper - 1
 	}
-	return nil
+	s.txn.catalog, _, err = s.db.snapshot(ctx, s.proxy)
+	return err
 }
 
 // inTimedomain checks a read of a pinned transaction against its
 // timedomain, choosing the timedomain at the first read that names a
 // managed object, and holds what the read reads.
-func (s *Session) inTimedomain(ctx context.Context, cat *catalogSnapshot, st *planner.Statement) error {
+func (s *Session) inTimedomain(st *planner.Statement) *pgerr.Error {
 	if s.txn.domain == nil {
 		schemas := map[string]bool{}
 		for _, r := range st.Reads {
@@ -285,7 +305,7 @@ func (s *Session) inTimedomain(ctx context.Context, cat *catalogSnapshot, st *pl
 		}
 		s.txn.domain = map[uint64]*planner.Object{}
 		var tables []*planner.Object
-		for _, o := range cat.objects {
+		for _, o := range s.txn.catalog.objects {
 			if schemas[o.Schema] {
 				s.txn.domain[o.ID] = o
 				if o.Kind == planner.Table {
@@ -302,7 +322,7 @@ func (s *Session) inTimedomain(ctx context.Context, cat *catalogSnapshot, st *pl
 		}
 	}
 	if len(outside) > 0 {
-		return s.refuse(ctx, s.outsideTimedomain(outside))
+		return s.outsideTimedomain(outside)
 	}
 	s.hold(st.Inputs)
 	return nil
