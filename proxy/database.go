@@ -135,6 +135,15 @@ func (db *database) snapshot(ctx context.Context, p *Proxy) (*catalogSnapshot, *
 	return cat, fr, nil
 }
 
+// catalogAt returns the catalog of the last snapshot if it is at revision
+// rev, nil otherwise: without a round trip.
+func (db *database) catalogAt(rev int64) *catalogSnapshot {
+	if seen := db.seen.Load(); seen != nil && seen.catalog.cat.Revision == rev {
+		return seen.catalog
+	}
+	return nil
+}
+
 // catalogSnapshot adapts a storage catalog to what the planner looks up.
 type catalogSnapshot struct {
 	cat     *storage.Catalog

@@ -164,25 +164,8 @@ func (s *Session) noteBegin(sql string) {
 // was pinned, so a read costs no round trip: a managed object created
 // since is not known to be managed, and is not refused.
 func (s *Session) txnStatements(ctx context.Context, sql string, ready func() (bool, error)) error {
-	plan := func() ([]*planner.Statement, error) {
-		var cat planner.Catalog = emptyCatalog{}
-		if s.txn.catalog != nil {
-			cat = s.txn.catalog
-		}
-		return s.proxy.planner.Plan(sql, cat, planner.Options{SearchPath: s.txn.searchPath})
-	}
-	stmts, err := plan()
-	if err != nil {
-		// The backend reports its own error.
-		return nil
-	}
 	if s.txn.phase == txnFresh {
-		i := slices.IndexFunc(stmts, func(st *planner.Statement) bool { return !takesNoSnapshot(st) })
-		if i < 0 {
-			return nil
-		}
-		if !stmts[i].ReadOnly() {
-			s.txn.phase = txnOther
+		if !s.beginsReadOnly(sql) {
 			return nil
 		}
 		if ok, err := ready(); err != nil || !ok {
@@ -191,13 +174,17 @@ func (s *Session) txnStatements(ctx context.Context, sql string, ready func() (b
 		if err := s.pin(ctx); err != nil {
 			return err
 		}
-		if stmts, err = plan(); err != nil {
-			return nil
-		}
-	} else if !slices.ContainsFunc(stmts, (*planner.Statement).ReadOnly) {
+	}
+	plan := func() ([]*planner.Statement, error) {
+		return s.proxy.planner.Plan(sql, s.txn.catalog, planner.Options{SearchPath: s.txn.searchPath})
+	}
+	stmts, err := plan()
+	if err != nil || !slices.ContainsFunc(stmts, (*planner.Statement).ReadOnly) {
+		// (A statement that does not parse gets the backend's error.)
 		s.afterStatements(stmts)
 		return nil
-	} else if s.txn.searchPath == nil {
+	}
+	if s.txn.searchPath == nil {
 		if ok, err := ready(); err != nil || !ok {
 			return err
 		}
@@ -223,6 +210,28 @@ func (s *Session) txnStatements(ctx context.Context, sql string, ready func() (b
 	}
 	s.afterStatements(stmts)
 	return nil
+}
+
+// beginsReadOnly reports whether the first statement in sql that takes a
+// snapshot reads, so that sql begins a read-only transaction; when it does
+// not, the transaction is not read-only.
+func (s *Session) beginsReadOnly(sql string) bool {
+	if planner.PlainRead(sql) {
+		return true
+	}
+	stmts, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
+	if err != nil {
+		return false
+	}
+	i := slices.IndexFunc(stmts, func(st *planner.Statement) bool { return !takesNoSnapshot(st) })
+	switch {
+	case i < 0:
+		return false
+	case stmts[i].ReadOnly():
+		return true
+	}
+	s.txn.phase = txnOther
+	return false
 }
 
 // afterStatements follows what statements about to run change: a SET of
@@ -264,7 +273,8 @@ func (s *Session) pin(ctx context.Context) error {
 		return err
 	}
 	s.txn.searchPath = planner.EffectiveSearchPath(parseSearchPath(shown[1]), s.user)
-	queries := []string{"SELECT " + storage.Schema + ".read_ts()::text || ' ' || upper FROM " + storage.Schema + ".txns"}
+	queries := []string{"SELECT " + storage.Schema + ".read_ts()::text || ' ' || x.upper || ' ' || r.revision FROM " +
+		storage.Schema + ".txns x, " + storage.Schema + ".catalog_revision r"}
 	if level := shown[0]; level != "repeatable read" && level != "serializable" {
 		queries = append([]string{"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"}, queries...)
 	}
@@ -274,8 +284,9 @@ func (s *Session) pin(ctx context.Context) error {
 	}
 	v := values[len(values)-1]
 	var read, upper uint64
-	if _, err := fmt.Sscan(v, &read, &upper); err != nil {
-		return pgerr.New(pgerr.InternalError, "oracle read timestamp and upper %q: %v", v, err)
+	var revision int64
+	if _, err := fmt.Sscan(v, &read, &upper, &revision); err != nil {
+		return pgerr.New(pgerr.InternalError, "oracle read timestamp, upper and catalog revision %q: %v", v, err)
 	}
 	s.txn.phase, s.txn.oracle, s.txn.upper = txnPinned, read, upper
 	// Both are the snapshot's time: every commit sets read_ts = T and
@@ -284,7 +295,14 @@ func (s *Session) pin(ctx context.Context) error {
 	if s.isolation == serializable {
 		s.txn.ts = upper - 1
 	}
-	s.txn.catalog, _, err = s.db.snapshot(ctx, s.proxy)
+	// The catalog as of the snapshot, unless the proxy has not loaded it
+	// (then the newest).
+	if s.txn.catalog = s.db.catalogAt(revision); s.txn.catalog == nil {
+		if s.txn.catalog, _, err = s.db.snapshot(ctx, s.proxy); err != nil {
+			// The snapshot is taken, but no read can be checked.
+			s.txn.phase = txnOther
+		}
+	}
 	return err
 }
 
