@@ -273,8 +273,11 @@ func (s *Session) pin(ctx context.Context) error {
 		return err
 	}
 	s.txn.searchPath = planner.EffectiveSearchPath(parseSearchPath(shown[1]), s.user)
-	queries := []string{"SELECT " + storage.Schema + ".read_ts()::text || ' ' || x.upper || ' ' || r.revision FROM " +
-		storage.Schema + ".txns x, " + storage.Schema + ".catalog_revision r"}
+	// Scalar subqueries, not a join: PostgreSQL estimates a join of the
+	// unanalyzed one-row tables at millions of rows, and JIT-compiles it
+	// (hundreds of milliseconds).
+	queries := []string{"SELECT " + storage.Schema + ".read_ts()::text || ' ' || (SELECT upper FROM " + storage.Schema +
+		".txns) || ' ' || (SELECT revision FROM " + storage.Schema + ".catalog_revision)"}
 	if level := shown[0]; level != "repeatable read" && level != "serializable" {
 		queries = append([]string{"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"}, queries...)
 	}
