@@ -52,7 +52,8 @@ type Config struct {
 	// zero: none. SetStatementTimeout changes it later.
 	StatementTimeout time.Duration
 	// OCCMaxAttempts bounds the compare-and-appends of one optimistic
-	// write (0: occ.DefaultMaxAttempts); then 40001.
+	// write (0: occ.DefaultMaxAttempts); then 40001. SetOCCMaxAttempts
+	// changes it later.
 	OCCMaxAttempts int
 	// OCCMaxConcurrent bounds the optimistic write loops running at once
 	// (< 1: 1); more writers queue in FIFO order.
@@ -76,8 +77,10 @@ type Proxy struct {
 	occStats occ.Metrics
 
 	interruptions interruptions
-	// statementTimeout is Config.StatementTimeout as SIGHUP last set it.
+	// statementTimeout and occMaxAttempts are Config's StatementTimeout
+	// and OCCMaxAttempts as SIGHUP last set them.
 	statementTimeout atomic.Int64
+	occMaxAttempts   atomic.Int64
 
 	dbMu     sync.Mutex
 	dbs      map[string]*database
@@ -104,8 +107,18 @@ func New(cfg Config) *Proxy {
 		occSem:  occ.NewSemaphore(cfg.OCCMaxConcurrent),
 	}
 	p.statementTimeout.Store(int64(cfg.StatementTimeout))
+	p.occMaxAttempts.Store(int64(cfg.OCCMaxAttempts))
 	return p
 }
+
+// OCCMaxAttempts is the bound on an optimistic write's compare-and-appends
+// now.
+func (p *Proxy) OCCMaxAttempts() int { return int(p.occMaxAttempts.Load()) }
+
+// SetOCCMaxAttempts changes the bound on an optimistic write's
+// compare-and-appends (0: occ.DefaultMaxAttempts); writes that start
+// after it follow it.
+func (p *Proxy) SetOCCMaxAttempts(n int) { p.occMaxAttempts.Store(int64(n)) }
 
 // OCCStats returns the counters of the optimistic write loop.
 func (p *Proxy) OCCStats() *occ.Metrics { return &p.occStats }

@@ -87,7 +87,7 @@ func (s *Session) optimisticWrite(ctx context.Context, frame []byte, sql string)
 
 	s.enter(timeouts.PhaseOCCAttempt)
 	pause := px.cfg.OCCPauseFile != "" && strings.Contains(sql, OCCPauseMarker)
-	m := occ.NewMachine(occ.Config{MaxAttempts: px.cfg.OCCMaxAttempts}, occ.Write[struct{}]{})
+	m := occ.NewMachine(occ.Config{MaxAttempts: px.OCCMaxAttempts()}, occ.Write[struct{}]{})
 	var (
 		floor    uint64
 		answers  [][]byte

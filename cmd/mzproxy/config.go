@@ -68,6 +68,7 @@ var reloadable = map[string]bool{
 
 	"slow-statement-threshold": true,
 	"statement-timeout":        true, // sessions follow from their next statement
+	"occ-max-retries":          true, // writes that start after the reload follow
 }
 
 // kinds are what a config file key must hold, by the flag's type.

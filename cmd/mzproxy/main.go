@@ -162,7 +162,7 @@ func run(cfg *config, log *logrus.Entry) error {
 
 	reloaded := make(chan struct{})
 	r := &reloader{args: os.Args[1:], lookupEnv: os.LookupEnv, running: cfg, log: log, users: users, observer: obs,
-		statementTimeout: cfg.statementTimeout}
+		statementTimeout: cfg.statementTimeout, occMaxRetries: cfg.occMaxRetries}
 	go func() {
 		defer close(reloaded)
 		for range hup {

@@ -28,9 +28,10 @@ type reloader struct {
 
 	mu sync.Mutex // serializes reloads with attach
 	// px is the proxy once it exists (an embedded backend starts first);
-	// statementTimeout the configured default to give it.
+	// statementTimeout and occMaxRetries the settings to give it.
 	px               *proxy.Proxy
 	statementTimeout time.Duration
+	occMaxRetries    int
 }
 
 // attach hands the reloader the proxy, with the default statement timeout
@@ -40,6 +41,7 @@ func (r *reloader) attach(px *proxy.Proxy) {
 	defer r.mu.Unlock()
 	r.px = px
 	px.SetStatementTimeout(r.statementTimeout)
+	px.SetOCCMaxAttempts(r.occMaxRetries + 1)
 }
 
 func (r *reloader) reload() {
@@ -78,6 +80,11 @@ func (r *reloader) reload() {
 			r.statementTimeout = next.statementTimeout
 			if r.px != nil {
 				r.px.SetStatementTimeout(next.statementTimeout)
+			}
+		case "occ-max-retries":
+			r.occMaxRetries = next.occMaxRetries
+			if r.px != nil {
+				r.px.SetOCCMaxAttempts(next.occMaxRetries + 1)
 			}
 		case "users-file":
 			if r.users == nil || now == "" {

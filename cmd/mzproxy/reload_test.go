@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/mzproxy/mzproxy/frontend"
+	"github.com/mzproxy/mzproxy/proxy"
 	"github.com/mzproxy/mzproxy/proxy/observe"
 )
 
@@ -44,11 +45,14 @@ func TestReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &reloader{args: args, lookupEnv: lookup(env), running: cfg, log: logrus.NewEntry(l), users: users, observer: obs}
+	r := &reloader{args: args, lookupEnv: lookup(env), running: cfg, log: logrus.NewEntry(l), users: users, observer: obs,
+		statementTimeout: cfg.statementTimeout, occMaxRetries: cfg.occMaxRetries}
+	px := proxy.New(proxy.Config{})
+	r.attach(px)
 
 	// Reloadable changes apply; others are reported; the users file is
 	// re-read; flags and environment still win over the file.
-	write(cfgPath, "log-level = \"warn\"\nauth = \"scram-sha-256\"\nusers-file = \""+usersPath+"\"\nmax-connections = 6\nshutdown-timeout = \"1s\"\nlog-format = \"json\"\nslow-statement-threshold = \"250ms\"\ntrace-exporter = \"stdout\"\n")
+	write(cfgPath, "log-level = \"warn\"\nauth = \"scram-sha-256\"\nusers-file = \""+usersPath+"\"\nmax-connections = 6\nshutdown-timeout = \"1s\"\nlog-format = \"json\"\nslow-statement-threshold = \"250ms\"\ntrace-exporter = \"stdout\"\nstatement-timeout = \"2s\"\nocc-max-retries = 3\n")
 	write(usersPath, "\"bob\" \"two\"\n")
 	r.reload()
 	if l.GetLevel() != logrus.WarnLevel {
@@ -56,6 +60,12 @@ func TestReload(t *testing.T) {
 	}
 	if got := obs.SlowThreshold(); got != 250*time.Millisecond {
 		t.Errorf("slow threshold = %v, want 250ms", got)
+	}
+	if got := px.StatementTimeout(); got != 2*time.Second {
+		t.Errorf("default statement timeout = %v, want 2s", got)
+	}
+	if got := px.OCCMaxAttempts(); got != 4 {
+		t.Errorf("OCC attempts = %d, want 4 (3 retries)", got)
 	}
 	if _, ok := users.Lookup("bob"); !ok {
 		t.Error("the users file was not re-read")
