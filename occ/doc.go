@@ -92,6 +92,17 @@
 // refolds, re-reads, exhausted budgets, cancels and group-commit batches
 // for export.
 //
+// # In the proxy
+//
+// proxy/write.go drives Machine directly (not Run): an attempt there is one
+// backend transaction whose statement is the read (PostgreSQL's snapshot
+// and row locks) and whose commit_write is the compare-and-append, sent in
+// two round trips. It answers ActAllocate with the T begin_write_occ chose
+// (at least the machine's floor), ActRefold always with "cannot" (the
+// proxy does not know the statement's reads; it re-executes it), ActRead
+// with the statement's row count, and ActApply at once (read_ts moves in
+// the commit's own transaction).
+//
 // # Group commit
 //
 // Group is the pure core of group commit for blind writes: payloads arrive
