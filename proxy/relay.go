@@ -112,6 +112,11 @@ func (q *queue) pop() {
 // handle forwards one client message and, when the client now waits for
 // answers, relays them.
 func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, frame []byte) error {
+	if s.occBatch != nil {
+		if held, err := s.holdBatch(ctx, msg, frame); held || err != nil {
+			return err
+		}
+	}
 	switch m := msg.(type) {
 	case *pgproto3.Query:
 		if err := s.txnQuery(ctx, m.String); err != nil {
@@ -175,6 +180,7 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 		setMember(&s.ddlStmts, m.Name, r.ddl)
 		setMember(&s.commitStmts, m.Name, r.commits)
 		setEntry(&s.settingStmts, m.Name, s.settingOf(m.Query))
+		setMember(&s.replayStmts, m.Name, r.replayable)
 		return s.request(ctx, frame, unit{kind: uParse}, false)
 	case *pgproto3.Bind:
 		if err := s.txnBind(ctx, m); err != nil {
@@ -187,6 +193,12 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 		setMember(&s.ddlPortals, m.DestinationPortal, s.ddlStmts[m.PreparedStatement])
 		if st := s.explicitStmts[m.PreparedStatement]; st != nil {
 			return s.bindExplicit(ctx, m, st)
+		}
+		if s.replayStmts[m.PreparedStatement] && s.tx == 'I' && s.units.len() == 0 && !s.skipping {
+			// Perhaps an autocommit write that can take the optimistic
+			// loop: held until the batch shows (write.go).
+			s.occBatch = &occBatch{bind: cloneFrame(frame), portal: m.DestinationPortal, sql: s.stmtSQL[m.PreparedStatement]}
+			return nil
 		}
 		return s.request(ctx, frame, unit{kind: uBind}, false)
 	case *pgproto3.Describe:
@@ -224,6 +236,7 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 			delete(s.writeStmts, m.Name)
 			delete(s.commitStmts, m.Name)
 			delete(s.ddlStmts, m.Name)
+			delete(s.replayStmts, m.Name)
 			delete(s.explicitStmts, m.Name)
 			delete(s.tsStmts, m.Name)
 			delete(s.stmtSQL, m.Name)
@@ -576,7 +589,7 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 		return s.request(ctx, frame, unit{kind: uQuery, relayZ: true, settings: settings}, true)
 	}
 	if r.replayable && s.tx == 'I' && s.units.len() == 0 {
-		return s.optimisticWrite(ctx, frame, sql)
+		return s.optimisticWrite(ctx, sql, func() error { return s.forward(frame) })
 	}
 	if err := s.internal("BEGIN; "+storage.BeginWriteSQL, false); err != nil {
 		return err

@@ -72,6 +72,12 @@ type Session struct {
 	commitStmts, commitPortals map[string]bool
 	// ddlStmts and ddlPortals: those that change the catalog (route.ddl).
 	ddlStmts, ddlPortals map[string]bool
+	// replayStmts: prepared statements that are one replayable write
+	// (route.replayable); occBatch holds the client's messages of an
+	// autocommit Bind of one until its batch shows whether it can take
+	// the optimistic loop (write.go).
+	replayStmts map[string]bool
+	occBatch    *occBatch
 	// The proxy's own prepared statements exist on the backend connection.
 	beginWritePrepared, beginWriteOCCPrepared, commitWritePrepared bool
 

@@ -65,9 +65,10 @@ type attempt struct {
 	bad error
 }
 
-// optimisticWrite runs frame, a replayable write outside a transaction
-// block, through the optimistic loop.
-func (s *Session) optimisticWrite(ctx context.Context, frame []byte, sql string) error {
+// optimisticWrite runs a replayable write outside a transaction block
+// through the optimistic loop; send forwards the client's messages of it
+// (a Query, or a Bind ... Sync batch), again for each attempt.
+func (s *Session) optimisticWrite(ctx context.Context, sql string, send func() error) error {
 	px := s.proxy
 	px.occStats.Writes.Add(1)
 	s.enter(timeouts.PhaseSemaphoreWait)
@@ -93,6 +94,7 @@ func (s *Session) optimisticWrite(ctx context.Context, frame []byte, sql string)
 		answers  [][]byte
 		ready    []byte // the ReadyForQuery that ends the client's request
 		attempts int
+		slotBusy bool // the last append found the slot held
 	)
 	var conflicts int
 	a := m.Action()
@@ -108,8 +110,19 @@ func (s *Session) optimisticWrite(ctx context.Context, frame []byte, sql string)
 			a = m.Step(occ.Event[struct{}]{Kind: occ.EvCancel, Err: occ.Interrupted(ctx, s.budget)})
 			continue
 		}
+		if slotBusy {
+			// Wait, holding no lock, for the writer that holds the slot
+			// (a long pessimistic one would otherwise exhaust the retries).
+			failed, ready, err := s.occAwaitSlot(ctx)
+			if err != nil {
+				return err
+			}
+			if failed != nil {
+				return s.occFinish([][]byte{failed}, ready)
+			}
+		}
 		s.obs.Phase(observe.PhaseOCCAttempt)
-		at, err := s.occPayload(ctx, frame, floor)
+		at, err := s.occPayload(ctx, send, floor)
 		if err != nil {
 			return err
 		}
@@ -171,7 +184,7 @@ func (s *Session) optimisticWrite(ctx context.Context, frame []byte, sql string)
 		case out.conflict:
 			px.occStats.Conflicts.Add(1)
 			conflicts++
-			floor = out.upper
+			floor, slotBusy = out.upper, out.slotBusy
 			a = m.Step(occ.Event[struct{}]{Kind: occ.EvAppended, Append: occ.AppendResult{ActualUpper: out.upper}})
 		default:
 			a = m.Step(occ.Event[struct{}]{Kind: occ.EvAppended, Append: occ.AppendResult{OK: true}})
@@ -199,12 +212,12 @@ func (s *Session) optimisticWrite(ctx context.Context, frame []byte, sql string)
 }
 
 // occPayload sends an attempt's first round trip and reads its answers.
-func (s *Session) occPayload(ctx context.Context, frame []byte, floor uint64) (attempt, error) {
+func (s *Session) occPayload(ctx context.Context, send func() error, floor uint64) (attempt, error) {
 	var at attempt
 	if err := s.be.w.Send(&pgproto3.Query{String: "BEGIN; " + storage.BeginWriteOCCFor(unfenced, floor)}); err != nil {
 		return at, s.lost(err)
 	}
-	if err := s.forward(frame); err != nil {
+	if err := send(); err != nil {
 		return at, err
 	}
 	if err := s.be.w.Flush(); err != nil {
@@ -256,6 +269,7 @@ func (s *Session) occPayload(ctx context.Context, frame []byte, floor uint64) (a
 // appendOutcome is what an attempt's append round trip left.
 type appendOutcome struct {
 	conflict bool
+	slotBusy bool   // the conflict: another transaction held the slot
 	upper    uint64 // the actual upper, on a conflict
 	failed   []byte // an ErrorResponse that ends the write (nothing written)
 	ready    []byte // the ReadyForQuery after COMMIT
@@ -302,12 +316,13 @@ func (s *Session) occAppend(ctx context.Context, t uint64) (appendOutcome, error
 		var er pgproto3.ErrorResponse
 		_ = er.Decode(wire.Body(appendErr))
 		switch pgerr.Code(er.Code) {
-		case storage.CodeUpperConflict:
+		case storage.CodeUpperConflict, storage.CodeSlotBusy:
 			u, perr := strconv.ParseUint(er.Detail, 10, 64)
 			if perr != nil || u <= t {
 				u = t + 1
 			}
 			out.conflict, out.upper = true, u
+			out.slotBusy = pgerr.Code(er.Code) == storage.CodeSlotBusy
 		case pgerr.SerializationFailure, deadlockDetected:
 			// The append lost to a concurrent commit (REPEATABLE READ) or
 			// to a pessimistic writer's lock: retried like MZ001.
@@ -385,6 +400,28 @@ func (s *Session) occRollback(ctx context.Context, answers [][]byte) error {
 	return s.occFinish(answers, ready)
 }
 
+// occAwaitSlot waits, in a transaction of its own, until no transaction
+// holds the commit slot. failed is the ErrorResponse that ended the wait
+// (57014: the statement was canceled or timed out), ready the
+// ReadyForQuery after it.
+func (s *Session) occAwaitSlot(ctx context.Context) (failed, ready []byte, err error) {
+	if err := s.be.w.Send(&pgproto3.Query{String: storage.AwaitSlotSQL}); err != nil {
+		return nil, nil, s.lost(err)
+	}
+	if err := s.be.w.Flush(); err != nil {
+		return nil, nil, s.lostWrite(err)
+	}
+	err = s.occRead(ctx, func(typ byte, f []byte) {
+		switch typ {
+		case 'E':
+			failed = cloneFrame(f)
+		case 'Z':
+			ready = cloneFrame(f)
+		}
+	})
+	return failed, ready, err
+}
+
 // occFinish relays an optimistic write's answers and ReadyForQuery.
 func (s *Session) occFinish(answers [][]byte, ready []byte) error {
 	for _, f := range answers {
@@ -424,4 +461,73 @@ func waitForFailpoint(ctx context.Context, file string) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// occBatch is an autocommit Bind of a replayable write held back, with the
+// Describe and Execute of its portal that followed, until Sync.
+type occBatch struct {
+	bind, describe, execute []byte
+	portal                  string
+	sql                     string
+}
+
+// holdBatch handles msg while an autocommit Bind is held: a Describe or
+// Execute of its portal joins the batch, and a Sync after the Execute runs
+// it through the optimistic loop, the batch re-sent for each attempt.
+// Anything else releases the batch (forwarded as usual, the write then
+// taking the pessimistic slot) and is not handled here (held false).
+func (s *Session) holdBatch(ctx context.Context, msg pgproto3.FrontendMessage, frame []byte) (held bool, err error) {
+	b := s.occBatch
+	switch m := msg.(type) {
+	case *pgproto3.Describe:
+		if m.ObjectType == 'P' && m.Name == b.portal && b.describe == nil && b.execute == nil {
+			b.describe = cloneFrame(frame)
+			return true, nil
+		}
+	case *pgproto3.Execute:
+		if m.Portal == b.portal && b.execute == nil {
+			b.execute = cloneFrame(frame)
+			return true, nil
+		}
+	case *pgproto3.Sync:
+		if b.execute != nil {
+			s.occBatch = nil
+			sync := cloneFrame(frame)
+			return true, s.optimisticWrite(ctx, b.sql, func() error {
+				for _, f := range [][]byte{b.bind, b.describe, b.execute, sync} {
+					if f == nil {
+						continue
+					}
+					if err := s.forward(f); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+	}
+	return false, s.releaseBatch(ctx)
+}
+
+// releaseBatch forwards a held batch as if it had not been held.
+func (s *Session) releaseBatch(ctx context.Context) error {
+	b := s.occBatch
+	s.occBatch = nil
+	if err := s.request(ctx, b.bind, unit{kind: uBind}, false); err != nil {
+		return err
+	}
+	if b.describe != nil {
+		if err := s.request(ctx, b.describe, unit{kind: uDescribePortal}, false); err != nil {
+			return err
+		}
+	}
+	if b.execute == nil {
+		return nil
+	}
+	if !s.writeSlot && !s.skipping {
+		if err := s.takeWriteSlotExtended(false); err != nil {
+			return err
+		}
+	}
+	return s.request(ctx, b.execute, unit{kind: uExecute}, false)
 }

@@ -42,11 +42,13 @@ $$;
 -- The compare-and-append of an optimistic write transaction: upper moves
 -- from the expected upper to T+1 and read_ts to T, or the call fails with
 -- MZ001 and DETAIL the actual upper (the transaction must then roll back).
--- It does not wait for the txns row lock: held by another writer, it is a
--- conflict with DETAIL T+1 (a floor for the retry, whose begin_write_occ
--- reads the real upper). Under REPEATABLE READ PostgreSQL itself fails it
--- with 40001 when any commit happened since the transaction's snapshot. p_inc fences as begin_write(p_inc) does. Returns
--- T; returns T at once when the slot is already held (begin_write, or a
+-- It does not wait for the txns row lock: held by another writer, it
+-- fails with MZ004 and DETAIL T+1 (a floor for the retry, whose
+-- begin_write_occ reads the real upper); the caller rolls back (dropping
+-- its row locks) and may wait with await_slot before it tries again.
+-- Under REPEATABLE READ PostgreSQL itself fails it with 40001 when any
+-- commit happened since the transaction's snapshot. p_inc fences as
+-- begin_write(p_inc) does. Returns T; returns T at once when the slot is already held (begin_write, or a
 -- commit_write earlier in the transaction) and NULL when the transaction
 -- has no write slot (nothing to append).
 CREATE FUNCTION @SCHEMA@.commit_write(p_inc bigint) RETURNS bigint
@@ -69,7 +71,8 @@ BEGIN
     PERFORM 1 FROM @SCHEMA@.txns x FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'write at timestamp % conflicts: another write holds the commit slot', t
-            USING ERRCODE = 'MZ001', DETAIL = (t + 1)::text;
+            USING ERRCODE = 'MZ004', DETAIL = (t + 1)::text,
+                  HINT = 'Roll back, wait for the slot (await_slot), and try again.';
     END IF;
     UPDATE @SCHEMA@.txns x SET upper = t + 1 WHERE x.upper = e RETURNING t INTO done;
     IF done IS NULL THEN
@@ -97,6 +100,17 @@ BEGIN
 END
 $$;
 
+-- Wait until no transaction holds the commit slot (a pessimistic writer,
+-- or a commit in progress), without taking it: run in a transaction of its
+-- own that holds no other lock, it returns once the holder has committed.
+CREATE FUNCTION @SCHEMA@.await_slot() RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM 1 FROM @SCHEMA@.txns x FOR SHARE;
+END
+$$;
+
 -- commit_write for a client's explicit transaction, at its COMMIT: a
 -- conflict is PostgreSQL's serialization failure, which clients retry.
 CREATE FUNCTION @SCHEMA@.commit_write_tx(p_inc bigint) RETURNS bigint
@@ -104,7 +118,7 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     RETURN @SCHEMA@.commit_write(p_inc);
-EXCEPTION WHEN SQLSTATE 'MZ001' THEN
+EXCEPTION WHEN SQLSTATE 'MZ001' OR SQLSTATE 'MZ004' THEN
     RAISE EXCEPTION 'could not serialize access due to concurrent update'
         USING ERRCODE = '40001', DETAIL = 'mzproxy: another write committed since this transaction''s snapshot.',
               HINT = 'The transaction might succeed if retried.';

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -92,6 +93,38 @@ func TestCommitWriteCompareAndAppend(t *testing.T) {
 		t.Fatalf("commit_write_tx loser: %v", err)
 	}
 	_ = b.Rollback(ctx)
+
+	// A slot held by another transaction is not waited for: MZ004, and
+	// await_slot waits for it without taking it.
+	holder, err := other.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, BeginWriteSQL); err != nil {
+		t.Fatal(err)
+	}
+	a, _ = begin(conn, pgx.ReadCommitted)
+	_, err = a.Exec(ctx, CommitWriteFor(-1))
+	if !errors.As(err, &pe) || pe.Code != string(CodeSlotBusy) {
+		t.Fatalf("commit_write with the slot held elsewhere: %v; want MZ004", err)
+	}
+	_ = a.Rollback(ctx)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := conn.Exec(ctx, AwaitSlotSQL)
+		waited <- err
+	}()
+	select {
+	case err := <-waited:
+		t.Fatalf("await_slot returned (%v) while the slot is held", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
 
 	// Without a slot there is nothing to append.
 	var none *int64

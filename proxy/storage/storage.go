@@ -50,6 +50,9 @@ const (
 	// CatalogRevisionSQL returns the catalog revision, bumped by every DDL
 	// through the proxy.
 	CatalogRevisionSQL = "SELECT revision FROM " + Schema + ".catalog_revision"
+	// AwaitSlotSQL returns once no transaction holds the commit slot; run
+	// it in a transaction holding no other lock.
+	AwaitSlotSQL = "SELECT " + Schema + ".await_slot()"
 	// UpperSQL returns the shared transaction-log upper.
 	UpperSQL = "SELECT upper FROM " + Schema + ".txns"
 )
@@ -67,6 +70,9 @@ const (
 	// CodeDDLOutsideProxy: ALTER/DROP/... of a managed relation outside a
 	// proxy write transaction, or dropping a history trigger.
 	CodeDDLOutsideProxy pgerr.Code = "MZ003"
+	// CodeSlotBusy: commit_write found the commit slot held by another
+	// transaction; DETAIL is T+1. Roll back, AwaitSlotSQL, try again.
+	CodeSlotBusy pgerr.Code = "MZ004"
 )
 
 // UpperConflict reports whether err is begin_write_at's conflict, and if so
