@@ -58,14 +58,14 @@
 //
 // A statement gets one deadline: Deadline(arrival, Effective(StatementTimeout)).
 // All its phases (plan, semaphore wait, timestamp, upper wait, hold, OCC
-// attempt, execute, stream) share it. As in PostgreSQL 13 and later, each
-// statement of a multi-statement Query gets its own deadline. A Budget
+// attempt, execute, stream) share it. (PostgreSQL 13 and later give each
+// statement of a multi-statement Query its own deadline; the proxy gives
+// the whole Query one.) A Budget
 // carries the deadline and records the phase; WithStatementDeadline makes
 // the statement's context, whose cause (Timeout or, through Cancel,
 // UserCancel) tells the two apart; Budget.Err turns an ended context into
 // PostgreSQL's error. The phase is never shown to the client (the text is
-// PostgreSQL's), but is kept in the error as an *Interruption. Work the
-// backend does for the statement gets the rest of the budget as its own
-// statement_timeout (Budget.BackendTimeout), so it stops even if a cancel
-// is lost on the way.
+// PostgreSQL's), but is kept in the error as an *Interruption. The proxy
+// stops work the backend is doing for an interrupted statement with a
+// CancelRequest to the backend (proxy/deadline.go).
 package timeouts

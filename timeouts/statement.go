@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -197,35 +196,6 @@ func NewBudget(start time.Time, timeout time.Duration) *Budget {
 
 // Deadline returns the statement's deadline; zero means none.
 func (b *Budget) Deadline() time.Time { return b.deadline }
-
-// Remaining returns the time left at now and whether there is a deadline
-// at all. It is negative or zero once the deadline has passed; a caller
-// passing the budget on (say, as the backend's own statement_timeout)
-// should treat that as already expired rather than as "disabled".
-func (b *Budget) Remaining(now time.Time) (left time.Duration, limited bool) {
-	if b.deadline.IsZero() {
-		return 0, false
-	}
-	return b.deadline.Sub(now), true
-}
-
-// BackendTimeout returns the statement_timeout to give the backend for the
-// rest of the statement (for example in SET LOCAL before forwarding it), so
-// the backend stops its own work even if a cancel from the proxy is lost:
-// the time left at now in whole milliseconds rounded up, at least 1 since
-// 0 would mean no limit, or "0" when the statement has no deadline. ok is
-// false once the deadline has passed: do not start the backend work at all.
-func (b *Budget) BackendTimeout(now time.Time) (value string, ok bool) {
-	left, limited := b.Remaining(now)
-	switch {
-	case !limited:
-		return "0", true
-	case left <= 0:
-		return "", false
-	}
-	ms := (left + time.Millisecond - 1) / time.Millisecond
-	return strconv.FormatInt(int64(min(ms, maxMillis)), 10), true
-}
 
 // Enter records that the statement has entered phase p.
 func (b *Budget) Enter(p Phase) { b.phase.Store(uint32(p)) }

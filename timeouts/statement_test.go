@@ -238,26 +238,10 @@ func TestStatementContext(t *testing.T) {
 }
 
 func TestBudget(t *testing.T) {
-	for _, tc := range []struct {
-		timeout     time.Duration
-		now         time.Time
-		wantLeft    time.Duration
-		wantLimited bool
-	}{
-		{0, t0, 0, false},
-		{5 * time.Second, t0, 5 * time.Second, true},
-		{5 * time.Second, t0.Add(2 * time.Second), 3 * time.Second, true},
-		{5 * time.Second, t0.Add(5 * time.Second), 0, true},
-		{5 * time.Second, t0.Add(7 * time.Second), -2 * time.Second, true},
-	} {
-		b := NewBudget(t0, tc.timeout)
-		if !b.Deadline().Equal(Deadline(t0, tc.timeout)) {
-			t.Errorf("NewBudget(t0, %v).Deadline() = %v", tc.timeout, b.Deadline())
-		}
-		left, limited := b.Remaining(tc.now)
-		if left != tc.wantLeft || limited != tc.wantLimited {
-			t.Errorf("NewBudget(t0, %v).Remaining(t0+%v) = %v, %v; want %v, %v",
-				tc.timeout, tc.now.Sub(t0), left, limited, tc.wantLeft, tc.wantLimited)
+	for _, timeout := range []time.Duration{0, -time.Second, 5 * time.Second} {
+		b := NewBudget(t0, timeout)
+		if !b.Deadline().Equal(Deadline(t0, timeout)) {
+			t.Errorf("NewBudget(t0, %v).Deadline() = %v", timeout, b.Deadline())
 		}
 	}
 }
@@ -285,29 +269,5 @@ func TestBudgetPhaseAcrossGoroutines(t *testing.T) {
 	var in *Interruption
 	if err := b.Err(ctx); !errors.As(err, &in) || in.Cause != UserCancel || in.Phase != PhaseExecute {
 		t.Fatalf("Err = %v (%+v), want a user cancel in phase execute", err, in)
-	}
-}
-
-func TestBudgetBackendTimeout(t *testing.T) {
-	for _, tc := range []struct {
-		timeout time.Duration
-		elapsed time.Duration
-		want    string
-		wantOK  bool
-	}{
-		{0, time.Hour, "0", true},
-		{5 * time.Second, 0, "5000", true},
-		{5 * time.Second, 1500 * time.Millisecond, "3500", true},
-		{5 * time.Second, 1500*time.Millisecond + time.Microsecond, "3500", true}, // 3499.999ms rounds up
-		{5 * time.Second, 5*time.Second - time.Nanosecond, "1", true},
-		{5 * time.Second, 5 * time.Second, "", false},
-		{5 * time.Second, 6 * time.Second, "", false},
-		{100 * 24 * time.Hour, 0, "2147483647", true},
-	} {
-		got, ok := NewBudget(t0, tc.timeout).BackendTimeout(t0.Add(tc.elapsed))
-		if got != tc.want || ok != tc.wantOK {
-			t.Errorf("timeout %v, elapsed %v: BackendTimeout = %q, %v; want %q, %v",
-				tc.timeout, tc.elapsed, got, ok, tc.want, tc.wantOK)
-		}
 	}
 }
