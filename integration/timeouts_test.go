@@ -33,12 +33,19 @@ func wantCanceled(t testing.TB, err error, timeout bool) {
 	}
 }
 
-// wantWithin fails the test unless elapsed is within [want-slack/4, want+slack].
-func wantWithin(t testing.TB, what string, elapsed, want, slack time.Duration) {
+// timingSlack is how late past its deadline an interruption may reach the
+// client in these tests. The target is about 100 ms; the bound is generous
+// because the tests share two cores with everything else.
+const timingSlack = 1500 * time.Millisecond
+
+// wantWithin fails the test unless elapsed is at least want (less 50 ms for
+// clocks) and at most want+timingSlack, and logs how late it was.
+func wantWithin(t testing.TB, what string, elapsed, want time.Duration) {
 	t.Helper()
-	if elapsed < want-slack/4 || elapsed > want+slack {
+	if elapsed < want-50*time.Millisecond || elapsed > want+timingSlack {
 		t.Fatalf("%s after %v, want about %v", what, elapsed.Round(time.Millisecond), want)
 	}
+	t.Logf("%s after %v (%v past the deadline)", what, elapsed.Round(time.Millisecond), (elapsed - want).Round(time.Millisecond))
 }
 
 // wantNoLeftover waits until no backend runs a query containing marker.
@@ -85,7 +92,7 @@ func TestTimeoutBackendExecution(t *testing.T) {
 	start := time.Now()
 	_, err := conn.Exec(ctx, marker+" SELECT pg_sleep(30)")
 	wantCanceled(t, err, true)
-	wantWithin(t, "timeout", time.Since(start), time.Second, 700*time.Millisecond)
+	wantWithin(t, "timeout", time.Since(start), time.Second)
 	wantNoLeftover(t, ctx, direct, marker)
 	wantUsable(t, ctx, conn)
 
@@ -148,7 +155,7 @@ func TestTimeoutInTransaction(t *testing.T) {
 	start := time.Now()
 	_, err := conn.Exec(ctx, "SELECT pg_sleep(10)")
 	wantCanceled(t, err, true)
-	wantWithin(t, "timeout in a transaction", time.Since(start), 500*time.Millisecond, 700*time.Millisecond)
+	wantWithin(t, "timeout in a transaction", time.Since(start), 500*time.Millisecond)
 	_, err = conn.Exec(ctx, "SELECT 1")
 	wantCode(t, err, "25P02")
 	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
@@ -189,7 +196,7 @@ func TestTimeoutUpperWait(t *testing.T) {
 	start := time.Now()
 	_, err := conn.Exec(ctx, future(""), simple(conn))
 	wantCanceled(t, err, true)
-	wantWithin(t, "timeout in the upper wait", time.Since(start), time.Second, 700*time.Millisecond)
+	wantWithin(t, "timeout in the upper wait", time.Since(start), time.Second)
 	if n := holdsNow(t, addr); n != 0 {
 		t.Fatalf("%v read holds left after the timeout", n)
 	}
@@ -209,7 +216,7 @@ func TestTimeoutUpperWait(t *testing.T) {
 	select {
 	case err := <-errc:
 		wantCanceled(t, err, false)
-		wantWithin(t, "cancel of the upper wait", time.Since(start), 0, 500*time.Millisecond)
+		wantWithin(t, "cancel of the upper wait", time.Since(start), 0)
 	case <-time.After(20 * time.Second):
 		t.Fatal("the upper wait was not canceled")
 	}
@@ -261,7 +268,7 @@ func TestTimeoutStreaming(t *testing.T) {
 		rows.Close()
 		wantCanceled(t, rows.Err(), timeout)
 		if timeout {
-			wantWithin(t, "streaming timeout", time.Since(start), 1500*time.Millisecond, 700*time.Millisecond)
+			wantWithin(t, "streaming timeout", time.Since(start), 1500*time.Millisecond)
 		}
 		if n < 5 || n >= 400 {
 			t.Fatalf("got %d rows before the error, want some but not all", n)
@@ -300,7 +307,7 @@ func TestCancelBackendExecution(t *testing.T) {
 	case err := <-errc:
 		// The deadline did not cause it: the message stays the user's.
 		wantCanceled(t, err, false)
-		wantWithin(t, "cancel", time.Since(start), 0, 500*time.Millisecond)
+		wantWithin(t, "cancel", time.Since(start), 0)
 	case <-time.After(20 * time.Second):
 		t.Fatal("not canceled")
 	}
@@ -357,7 +364,7 @@ func TestTimeoutStartupOptions(t *testing.T) {
 	start := time.Now()
 	_, err := conn.Exec(ctx, "SELECT pg_sleep(10)")
 	wantCanceled(t, err, true)
-	wantWithin(t, "timeout from the startup options", time.Since(start), 800*time.Millisecond, 700*time.Millisecond)
+	wantWithin(t, "timeout from the startup options", time.Since(start), 800*time.Millisecond)
 	// RESET goes back to the startup value, not the configured default.
 	if _, err := conn.Exec(ctx, "SET statement_timeout = '5s'; RESET statement_timeout"); err != nil {
 		t.Fatal(err)
@@ -497,7 +504,7 @@ func TestTimeoutOCCSemaphore(t *testing.T) {
 	start := time.Now()
 	_, err := execSimple(ctx, waiter, "INSERT INTO sem_b VALUES (1)")
 	wantCanceled(t, err, true)
-	wantWithin(t, "timeout waiting for the OCC semaphore", time.Since(start), 2*time.Second, 700*time.Millisecond)
+	wantWithin(t, "timeout waiting for the OCC semaphore", time.Since(start), 2*time.Second)
 
 	if _, err := execSimple(ctx, waiter, "SET statement_timeout = 0"); err != nil {
 		t.Fatal(err)
@@ -575,7 +582,7 @@ func TestTimeoutOCCRetryStorm(t *testing.T) {
 	start := time.Now()
 	_, err = execSimple(ctx, conn, "UPDATE storm SET v = v + 1 WHERE id = 1")
 	wantCanceled(t, err, true)
-	wantWithin(t, "timeout of a retrying write", time.Since(start), time.Second, 700*time.Millisecond)
+	wantWithin(t, "timeout of a retrying write", time.Since(start), time.Second)
 	if err := lock.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -612,4 +619,30 @@ func TestCancelOnClientDisconnect(t *testing.T) {
 	_ = conn.PgConn().Conn().Close()
 	<-errc
 	wantNoLeftover(t, ctx, direct, marker)
+}
+
+// TestTimeoutPerStatement: each statement of a query string, and each
+// query of a pipelined batch, gets its own deadline, as in PostgreSQL 13
+// and later (--statement-timeout, so that only the proxy's deadline is
+// tested: the backend does not know it).
+func TestTimeoutPerStatement(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	p := startProxy(t, "--statement-timeout", "1s")
+	conn := p.connect(t, ctx)
+	if _, err := execSimple(ctx, conn, "SELECT pg_sleep(0.6); SELECT pg_sleep(0.6); SELECT pg_sleep(0.6)"); err != nil {
+		t.Fatalf("three statements of 0.6 s each under a 1 s timeout: %v", err)
+	}
+	batch := &pgx.Batch{}
+	for i := 0; i < 3; i++ {
+		batch.Queue("SELECT pg_sleep($1)", 0.6)
+	}
+	if err := conn.SendBatch(ctx, batch).Close(); err != nil {
+		t.Fatalf("a batch of three 0.6 s queries under a 1 s timeout: %v", err)
+	}
+	start := time.Now()
+	_, err := execSimple(ctx, conn, "SELECT pg_sleep(0.3); SELECT pg_sleep(5)")
+	wantCanceled(t, err, true)
+	wantWithin(t, "timeout of the second statement", time.Since(start), 1300*time.Millisecond)
+	wantUsable(t, ctx, conn)
 }
