@@ -620,29 +620,3 @@ func TestCancelOnClientDisconnect(t *testing.T) {
 	<-errc
 	wantNoLeftover(t, ctx, direct, marker)
 }
-
-// TestTimeoutPerStatement: each statement of a query string, and each
-// query of a pipelined batch, gets its own deadline, as in PostgreSQL 13
-// and later (--statement-timeout, so that only the proxy's deadline is
-// tested: the backend does not know it).
-func TestTimeoutPerStatement(t *testing.T) {
-	t.Parallel()
-	ctx := testContext(t)
-	p := startProxy(t, "--statement-timeout", "1s")
-	conn := p.connect(t, ctx)
-	if _, err := execSimple(ctx, conn, "SELECT pg_sleep(0.6); SELECT pg_sleep(0.6); SELECT pg_sleep(0.6)"); err != nil {
-		t.Fatalf("three statements of 0.6 s each under a 1 s timeout: %v", err)
-	}
-	batch := &pgx.Batch{}
-	for i := 0; i < 3; i++ {
-		batch.Queue("SELECT pg_sleep($1)", 0.6)
-	}
-	if err := conn.SendBatch(ctx, batch).Close(); err != nil {
-		t.Fatalf("a batch of three 0.6 s queries under a 1 s timeout: %v", err)
-	}
-	start := time.Now()
-	_, err := execSimple(ctx, conn, "SELECT pg_sleep(0.3); SELECT pg_sleep(5)")
-	wantCanceled(t, err, true)
-	wantWithin(t, "timeout of the second statement", time.Since(start), 1300*time.Millisecond)
-	wantUsable(t, ctx, conn)
-}
