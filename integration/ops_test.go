@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -415,5 +416,79 @@ func TestOpsReadyzStartup(t *testing.T) {
 	}
 	if !strings.Contains(p.log.String(), "mzproxy ready") {
 		t.Errorf("/readyz 200 before the ready line:\n%s", p.log.String())
+	}
+}
+
+// serverCertSerial does an SSLRequest and a TLS handshake with the proxy
+// and returns the serial number of the certificate it offers.
+func serverCertSerial(t *testing.T, addr string) string {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	// SSLRequest: length 8, code 80877103.
+	if _, err := nc.Write([]byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f}); err != nil {
+		t.Fatal(err)
+	}
+	answer := make([]byte, 1)
+	if _, err := io.ReadFull(nc, answer); err != nil || answer[0] != 'S' {
+		t.Fatalf("SSLRequest answered %q, %v", answer, err)
+	}
+	tc := tls.Client(nc, &tls.Config{InsecureSkipVerify: true})
+	if err := tc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	return tc.ConnectionState().PeerCertificates[0].SerialNumber.String()
+}
+
+// TestOpsSIGHUPTLS: SIGHUP loads the TLS certificate again from its files:
+// new connections get the renewed one, an encrypted session goes on.
+func TestOpsSIGHUPTLS(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	certFile, keyFile := selfSignedCert(t)
+	p := startProxy(t, "--tls-cert", certFile, "--tls-key", keyFile)
+	first := serverCertSerial(t, p.addr)
+	conn, err := pgx.Connect(ctx, strings.Replace(p.URL("postgres", "postgres"), "sslmode=disable", "sslmode=require", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+
+	renewedCert, renewedKey := selfSignedCert(t)
+	for from, to := range map[string]string{renewedCert: certFile, renewedKey: keyFile} {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.signal(syscall.SIGHUP)
+	eventually(t, 10*time.Second, "the certificate is reloaded", func() bool {
+		return strings.Contains(p.log.String(), "SIGHUP: TLS certificate reloaded")
+	})
+	if second := serverCertSerial(t, p.addr); second == first {
+		t.Errorf("after SIGHUP the proxy still offers certificate %s", first)
+	}
+	if _, err := conn.Exec(ctx, "SELECT 1"); err != nil {
+		t.Errorf("the TLS session after SIGHUP: %v", err)
+	}
+
+	// A broken file keeps the loaded certificate.
+	if err := os.WriteFile(certFile, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	renewed := serverCertSerial(t, p.addr)
+	p.signal(syscall.SIGHUP)
+	eventually(t, 10*time.Second, "the failed reload is logged", func() bool {
+		return strings.Contains(p.log.String(), "SIGHUP: TLS certificate not reloaded")
+	})
+	if got := serverCertSerial(t, p.addr); got != renewed {
+		t.Errorf("a broken certificate file changed the certificate offered: %s, want %s", got, renewed)
 	}
 }

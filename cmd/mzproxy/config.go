@@ -65,6 +65,8 @@ var reloadable = map[string]bool{
 	"log-level":  true,
 	"log-format": true,
 	"users-file": true, // re-read on every SIGHUP, changed or not
+	"tls-cert":   true, // with tls-key, re-read on every SIGHUP when TLS is on
+	"tls-key":    true,
 
 	"slow-statement-threshold": true,
 	"statement-timeout":        true, // sessions follow from their next statement

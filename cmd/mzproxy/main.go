@@ -128,13 +128,16 @@ func run(cfg *config, log *logrus.Entry) error {
 	if auth == frontend.AuthSCRAM && users == nil {
 		return errors.New("--auth scram-sha-256 needs --users-file")
 	}
-	var tlsConfig *tls.Config
+	var (
+		tlsConfig *tls.Config
+		cert      *certificate // nil without TLS
+	)
 	if cfg.tlsCert != "" || cfg.tlsKey != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.tlsCert, cfg.tlsKey)
-		if err != nil {
+		cert = &certificate{}
+		if err := cert.load(cfg.tlsCert, cfg.tlsKey); err != nil {
 			return fmt.Errorf("--tls-cert/--tls-key: %v", err)
 		}
-		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		tlsConfig = cert.tlsConfig()
 	}
 
 	// The operations server (metrics, health) answers from the start, so
@@ -161,7 +164,7 @@ func run(cfg *config, log *logrus.Entry) error {
 	}
 
 	reloaded := make(chan struct{})
-	r := &reloader{args: os.Args[1:], lookupEnv: os.LookupEnv, running: cfg, log: log, users: users, observer: obs,
+	r := &reloader{args: os.Args[1:], lookupEnv: os.LookupEnv, running: cfg, log: log, users: users, cert: cert, observer: obs,
 		statementTimeout: cfg.statementTimeout, occMaxRetries: cfg.occMaxRetries}
 	go func() {
 		defer close(reloaded)

@@ -24,6 +24,7 @@ type reloader struct {
 	running   *config                     // the settings in force: the start's, plus applied reloads
 	log       *logrus.Entry
 	users     *frontend.Users // nil when mzproxy started without a users file
+	cert      *certificate    // nil when mzproxy started without TLS
 	observer  *observe.Observer
 
 	mu sync.Mutex // serializes reloads with attach
@@ -86,6 +87,12 @@ func (r *reloader) reload() {
 			if r.px != nil {
 				r.px.SetOCCMaxAttempts(next.occMaxRetries + 1)
 			}
+		case "tls-cert", "tls-key":
+			if r.cert == nil || now == "" {
+				// Whether clients may use TLS at all is decided at start.
+				r.log.WithFields(fields).Warn("SIGHUP: setting changed; ignored until restart")
+				continue
+			}
 		case "users-file":
 			if r.users == nil || now == "" {
 				// Without a users file at start, authentication was set up
@@ -105,6 +112,14 @@ func (r *reloader) reload() {
 		} else {
 			r.users.Replace(users)
 			r.log.WithField("path", path).Log(visible(logger), "SIGHUP: users file reloaded")
+		}
+	}
+	if r.cert != nil {
+		certFile, keyFile := r.running.values["tls-cert"], r.running.values["tls-key"]
+		if err := r.cert.load(certFile, keyFile); err != nil {
+			r.log.WithError(err).WithField("path", certFile).Error("SIGHUP: TLS certificate not reloaded; the loaded one stays")
+		} else {
+			r.log.WithField("path", certFile).Log(visible(logger), "SIGHUP: TLS certificate reloaded")
 		}
 	}
 	r.log.Log(visible(logger), "SIGHUP: configuration reloaded")
