@@ -1,7 +1,8 @@
 // Package lease is a proxy incarnation's standing in one backend database:
 // its registration and heartbeat, the read protection it publishes for its
 // read holds, fencing, and the database's compaction. The backend side
-// (tables and functions) is proxy/storage's schema version 2 (lease.sql).
+// (tables and functions) is proxy/storage's schema versions 2 and 4 (lease.sql,
+// lease_holds.sql).
 //
 // # Incarnations
 //
@@ -28,8 +29,10 @@
 // the floor (AS OF an older time) takes one round trip: acquire_hold
 // checks ts against the inputs' sinces and publishes a per-collection row
 // in read_holds, under the same transaction lock as compaction's since
-// advance, so no hold is ever granted below a since. Releases are
-// published by the next heartbeat.
+// advance, so no hold is ever granted below a since. Each heartbeat
+// publishes the oldest hold out per collection, those above the floor
+// included (only so that mz_read_holds shows them); releases are published
+// by the next heartbeat.
 //
 // # Compaction and retention
 //
@@ -90,7 +93,8 @@
 //     lease expired, shutdown), retired_at, fenced_by.
 //   - mz_read_holds: incarnation, object_id ('u' || catalog id),
 //     schema_name, name, kind ('floor' per live incarnation and collection,
-//     'hold' for a hold below a floor), ts.
+//     'hold' for the oldest hold out, published when granted below the
+//     floor, else at the next heartbeat), ts.
 //   - mz_frontiers: object_id, schema_name, name, read_frontier (since),
 //     write_frontier (the shared upper), retain_ms (the effective one once
 //     a round ran), dropped_ts.

@@ -114,7 +114,7 @@ type Lease struct {
 	candidate uint64         // the oracle's read_ts at the last heartbeat: the next floor
 	deadline  time.Time      // the lease is valid until then
 	fast      map[uint64]int // holds at or above the floor, by ts
-	slow      map[*Hold]struct{}
+	held      map[*Hold]struct{} // every hold out, published at each heartbeat
 	err       error // set once lost
 	done      chan struct{}
 	lastRound CompactStats
@@ -145,7 +145,7 @@ func Register(ctx context.Context, cfg Config) (*Lease, error) {
 		cfg:  cfg,
 		conn: conn,
 		fast: map[uint64]int{},
-		slow: map[*Hold]struct{}{},
+		held: map[*Hold]struct{}{},
 		done: make(chan struct{}),
 	}
 	start := time.Now()
@@ -273,8 +273,8 @@ func (h *Hold) Release() {
 		l := h.l
 		l.mu.Lock()
 		defer l.mu.Unlock()
+		delete(l.held, h)
 		if h.slow {
-			delete(l.slow, h)
 			return
 		}
 		if l.fast[h.ts]--; l.fast[h.ts] <= 0 {
@@ -315,21 +315,23 @@ func (e *BelowSinceError) Error() string {
 // is its creation time, which may be above the floor); Acquire guarantees
 // that a since at or below ts when it was read stays so while held.
 func (l *Lease) Acquire(ctx context.Context, ts uint64, inputs []int64) (*Hold, error) {
+	ids := append([]int64(nil), inputs...)
 	l.mu.Lock()
 	if err := l.checkLocked(); err != nil {
 		l.mu.Unlock()
 		return nil, err
 	}
 	if ts >= l.floor {
+		h := &Hold{l: l, ts: ts, inputs: ids}
 		l.fast[ts]++
+		l.held[h] = struct{}{}
 		l.mu.Unlock()
-		return &Hold{l: l, ts: ts}, nil
+		return h, nil
 	}
 	l.mu.Unlock()
 
 	l.connMu.Lock()
 	defer l.connMu.Unlock()
-	ids := append([]int64(nil), inputs...)
 	since := map[int64]uint64{}
 	err := l.withConn(ctx, func(conn *pgx.Conn) error {
 		rows, err := conn.Query(ctx, "SELECT collection, since FROM "+storage.Schema+".acquire_hold($1, $2, $3)", l.id, int64(min(ts, math.MaxInt64)), ids)
@@ -364,7 +366,7 @@ func (l *Lease) Acquire(ctx context.Context, ts uint64, inputs []int64) (*Hold, 
 	if err := l.checkLocked(); err != nil {
 		return nil, err
 	}
-	l.slow[h] = struct{}{}
+	l.held[h] = struct{}{}
 	return h, nil
 }
 
@@ -386,7 +388,9 @@ func (l *Lease) withConn(ctx context.Context, f func(*pgx.Conn) error) error {
 }
 
 // Heartbeat renews the lease now and publishes the floor and the holds
-// below it (the loop does this every Interval).
+// out, per collection the oldest (the loop does this every Interval).
+// Holds at or above the floor are published only to be seen (mz_read_holds):
+// the floor already protects them.
 func (l *Lease) Heartbeat(ctx context.Context) error {
 	l.connMu.Lock()
 	defer l.connMu.Unlock()
@@ -406,21 +410,18 @@ func (l *Lease) heartbeat(ctx context.Context) error {
 	for ts := range l.fast {
 		floor = min(floor, ts)
 	}
-	below := map[int64]uint64{}
-	for h := range l.slow {
-		if h.ts >= floor {
-			continue
-		}
+	oldest := map[int64]uint64{}
+	for h := range l.held {
 		for _, c := range h.inputs {
-			if cur, ok := below[c]; !ok || h.ts < cur {
-				below[c] = h.ts
+			if cur, ok := oldest[c]; !ok || h.ts < cur {
+				oldest[c] = h.ts
 			}
 		}
 	}
 	l.mu.Unlock()
-	colls := make([]int64, 0, len(below))
-	tss := make([]int64, 0, len(below))
-	for c, ts := range below {
+	colls := make([]int64, 0, len(oldest))
+	tss := make([]int64, 0, len(oldest))
+	for c, ts := range oldest {
 		colls, tss = append(colls, c), append(tss, int64(ts))
 	}
 	start := time.Now()
@@ -658,5 +659,5 @@ func (l *Lease) Stats() Stats {
 		n += c
 	}
 	return Stats{ID: l.id, Generation: l.gen, Floor: l.floor, Published: l.published, FastHolds: n,
-		SlowHolds: len(l.slow), Deadline: l.deadline, Err: l.checkLocked(), LastCompaction: l.lastRound}
+		SlowHolds: len(l.held) - n, Deadline: l.deadline, Err: l.checkLocked(), LastCompaction: l.lastRound}
 }

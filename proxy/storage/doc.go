@@ -8,7 +8,8 @@
 // Install brings a database to schema version SchemaVersion in one
 // transaction under pg_advisory_xact_lock, so proxies starting together do
 // not race: install.sql creates version 1, lease.sql upgrades 1 to 2, occ.sql 2
-// to 3 (a database at an older version gets only the upgrades); a database already
+// to 3, lease_holds.sql 3 to 4 (a database at an older version gets only the
+// upgrades); a database already
 // at the version is left alone. It needs a superuser because it creates
 // event triggers. The schema holds:
 //
@@ -27,7 +28,8 @@
 //   - incarnations(id, generation, heartbeat_at, grace_ms, floor_ts,
 //     retired_at, retired_reason, fenced_by, ...): proxy incarnations and
 //     their published read floors; read_holds(incarnation, collection, ts):
-//     holds below a floor; fence(generation): the newest generation ever
+//     the oldest read hold per incarnation and collection (those below a
+//     floor published when granted, the others at the next heartbeat); fence(generation): the newest generation ever
 //     registered; compactor: the last compaction round. Package
 //     proxy/lease is their client; its doc has the model.
 //   - h<id>: the history relation of managed table <id>: the user's columns

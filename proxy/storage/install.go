@@ -25,8 +25,14 @@ var leaseSQL string
 //go:embed occ.sql
 var occSQL string
 
+// leaseHoldsSQL upgrades version 3 to 4: heartbeats publish every read
+// hold, for introspection.
+//
+//go:embed lease_holds.sql
+var leaseHoldsSQL string
+
 // migrations[v] upgrades a database at version v to v+1.
-var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL}
+var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL}
 
 // installLockKey is the pg_advisory_xact_lock key that serializes Install
 // across proxies sharing a backend ("mzproxy" in ASCII).
