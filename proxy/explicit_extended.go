@@ -103,17 +103,23 @@ func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, st *planne
 		return s.failExtended(ctx, pgerr.New(pgerr.FeatureNotSupported, "cached plan must not change result type"))
 	}
 	c, err := s.chooseTimestamp(ctx, st, fr)
-	if err == nil {
-		s.obs.Timestamp(c.ts)
-		err = s.awaitUpper(ctx, c)
-	}
 	if err != nil {
 		return s.failExtended(ctx, err)
 	}
 	if !s.pinned() || st.AsOf != nil {
 		// (A read at the pinned timestamp is under the transaction's hold.)
 		s.enter(timeouts.PhaseHold)
-		s.portalHolds = append(s.portalHolds, s.proxy.holds.acquire(s.id, s.db.name, c.ts, c.inputs))
+		hold, err := s.holdRead(ctx, c, exactTimestamp(st, s.pinned()))
+		if err != nil {
+			return s.failExtended(ctx, err)
+		}
+		// Held until the transaction ends: the portal may be executed
+		// later.
+		s.portalHolds = append(s.portalHolds, hold)
+	}
+	s.obs.Timestamp(c.ts)
+	if err := s.awaitUpper(ctx, c); err != nil {
+		return s.failExtended(ctx, err)
 	}
 	bind := *m
 	if s.tsStmts[m.PreparedStatement] {
@@ -154,7 +160,7 @@ func paramFormats(codes []int16, n int) []int16 {
 // their transaction is over.
 func (s *Session) releasePortalHolds() {
 	for _, h := range s.portalHolds {
-		s.proxy.holds.release(h)
+		s.release(h)
 	}
 	s.portalHolds = s.portalHolds[:0]
 }

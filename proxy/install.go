@@ -33,6 +33,13 @@ func (p *Proxy) ensureInstalled(ctx context.Context, be *backend, database strin
 	}
 	p.installs.mu.Lock()
 	defer p.installs.mu.Unlock()
+	// Another session may have installed it meanwhile (and registered).
+	if present, err := be.queryValue(ctx, check); err != nil || present == "t" {
+		return err
+	}
+	// The schema is missing: a lease of the database is of an earlier
+	// database of that name.
+	p.leases.Forget(database)
 	return p.install(ctx, database)
 }
 
@@ -61,15 +68,22 @@ func (p *Proxy) install(ctx context.Context, database string) error {
 // queryValue runs one simple query of the proxy's own on an idle backend
 // connection and returns the first column of its first row as text.
 func (b *backend) queryValue(ctx context.Context, sql string) (string, error) {
+	v, _, err := b.queryValueStatus(ctx, sql)
+	return v, err
+}
+
+// queryValueStatus is queryValue also returning the transaction status
+// that ends the query.
+func (b *backend) queryValueStatus(ctx context.Context, sql string) (string, byte, error) {
 	if deadline, ok := ctx.Deadline(); ok {
 		_ = b.nc.SetDeadline(deadline)
 		defer b.nc.SetDeadline(time.Time{})
 	}
 	if err := b.w.Send(&pgproto3.Query{String: sql}); err != nil {
-		return "", err
+		return "", 0, err
 	}
 	if err := b.w.Flush(); err != nil {
-		return "", err
+		return "", 0, err
 	}
 	var (
 		value  string
@@ -79,7 +93,7 @@ func (b *backend) queryValue(ctx context.Context, sql string) (string, error) {
 	for {
 		typ, frame, err := b.r.Next()
 		if err != nil {
-			return "", pgerr.Fatal(pgerr.ConnectionFailure, "backend connection lost: %v", err)
+			return "", 0, pgerr.Fatal(pgerr.ConnectionFailure, "backend connection lost: %v", err)
 		}
 		switch typ {
 		case 'D':
@@ -90,7 +104,7 @@ func (b *backend) queryValue(ctx context.Context, sql string) (string, error) {
 				failed = backendError(&er)
 			}
 		case 'Z':
-			return value, failed
+			return value, frame[5], failed
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/sirupsen/logrus"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/mzproxy/mzproxy/occ"
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
+	"github.com/mzproxy/mzproxy/proxy/lease"
 	"github.com/mzproxy/mzproxy/proxy/observe"
 )
 
@@ -62,6 +64,10 @@ type Config struct {
 	// whose SQL contains OCCPauseMarker pauses between its payload and its
 	// append while this file exists. Inert when empty.
 	OCCPauseFile string
+	// Lease configures the incarnation the proxy registers in each
+	// database it serves (Dial is ignored: the proxy connects as the
+	// backend's configured user).
+	Lease lease.Config
 }
 
 // Proxy opens sessions; it implements the frontend's Handler (through a
@@ -75,6 +81,7 @@ type Proxy struct {
 	obs      *observe.Observer
 	occSem   *occ.Semaphore
 	occStats occ.Metrics
+	leases   *lease.Set
 
 	interruptions interruptions
 	// statementTimeout and occMaxAttempts are Config's StatementTimeout
@@ -108,6 +115,12 @@ func New(cfg Config) *Proxy {
 	}
 	p.statementTimeout.Store(int64(cfg.StatementTimeout))
 	p.occMaxAttempts.Store(int64(cfg.OCCMaxAttempts))
+	if cfg.Lease.Log == nil {
+		cfg.Lease.Log = log
+	}
+	p.leases = lease.NewSet(cfg.Lease, func(ctx context.Context, database string) (*pgx.Conn, error) {
+		return p.adminConn(ctx, database)
+	})
 	return p
 }
 
@@ -160,6 +173,13 @@ func (p *Proxy) Connect(ctx context.Context, start wire.Startup, relay wire.Auth
 		be.close()
 		return nil, err
 	}
+	// Registering is needed to write and to hold reads; a proxy that a
+	// newer generation fenced serves no new sessions.
+	l, err := p.Lease(ctx, start.Database)
+	if err != nil {
+		be.close()
+		return nil, pgerr.As(err)
+	}
 	id := p.sessions.Add(1)
 	obs := p.obs.OpenSession(observe.SessionInfo{
 		ID:              start.Session,
@@ -177,5 +197,6 @@ func (p *Proxy) Connect(ctx context.Context, start wire.Startup, relay wire.Auth
 	}
 	s.user = start.User
 	s.db = p.database(start.Database)
+	s.lease = l
 	return s, nil
 }

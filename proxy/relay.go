@@ -117,6 +117,15 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 			return err
 		}
 	}
+	if s.tx == 'T' && len(s.portalHolds)+len(s.txn.holds) > 0 && s.copy == copyNone {
+		switch msg.(type) {
+		case *pgproto3.Query, *pgproto3.Parse, *pgproto3.Bind, *pgproto3.Execute:
+			if l := s.lostHold(); l != nil {
+				_, simple := msg.(*pgproto3.Query)
+				return s.failLostHold(ctx, l, simple)
+			}
+		}
+	}
 	switch m := msg.(type) {
 	case *pgproto3.Query:
 		if err := s.txnQuery(ctx, m.String); err != nil {
@@ -141,12 +150,15 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 			if st != nil {
 				return s.failQuery(s.explicitQuery(ctx, st, fr))
 			}
+			if handled, err := s.retentionQuery(ctx, m.String); handled {
+				return err
+			}
 			r := s.routeOf(m.String)
 			if r.refused != nil {
 				return r.refused
 			}
 			if r.write || (r.commits && s.occSlot) {
-				return s.writeQuery(ctx, frame, m.String, r, settings)
+				return s.writeQuery(ctx, frame, m.String, r, settings, "")
 			}
 		}
 		return s.request(ctx, frame, unit{kind: uQuery, relayZ: true, settings: settings}, true)
@@ -170,6 +182,10 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 				if st != nil {
 					return s.parseExplicit(ctx, m, st)
 				}
+			}
+			if st, _ := s.retentionStatement(m.Query); st != nil {
+				return s.failExtended(ctx, pgerr.New(pgerr.FeatureNotSupported,
+					"RETAIN HISTORY is supported over the simple query protocol only"))
 			}
 		}
 		r := s.routeOf(m.Query)
@@ -215,13 +231,17 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 		if p := s.explainPortals[m.Portal]; p != nil {
 			return s.executeExplain(ctx, p)
 		}
-		if s.writePortals[m.Portal] && (!s.writeSlot || s.ddlPortals[m.Portal]) && s.tx != 'E' {
-			if err := s.takeWriteSlotExtended(s.ddlPortals[m.Portal]); err != nil {
-				return err
+		if s.writePortals[m.Portal] && (!s.writeSlot || s.ddlPortals[m.Portal]) && s.tx != 'E' && !s.skipping {
+			if err := s.takeWriteSlotExtended(ctx, s.ddlPortals[m.Portal]); err != nil {
+				return s.failExtended(ctx, err)
 			}
 		}
-		if s.commitPortals[m.Portal] && s.occSlot && s.tx == 'T' {
-			if err := s.injectExtended(commitWriteStatement, storage.CommitWriteTxFor(unfenced), &s.commitWritePrepared); err != nil {
+		if s.commitPortals[m.Portal] && s.occSlot && s.tx == 'T' && !s.skipping {
+			inc, err := s.incarnation(ctx)
+			if err != nil {
+				return s.failExtended(ctx, err)
+			}
+			if err := s.injectExtended(commitWriteStatement, storage.CommitWriteTxFor(inc), &s.commitWritePrepared, inc); err != nil {
 				return err
 			}
 		}
@@ -437,6 +457,7 @@ func (s *Session) exchange(ctx context.Context) error {
 			}
 			if u.relayZ {
 				s.muted = false
+				s.clientFailed = false
 			}
 			done = true
 		case '1', '2', '3':
@@ -462,6 +483,9 @@ func (s *Session) exchange(ctx context.Context) error {
 			if fatal, err := s.backendErrorIsFatal(frame); fatal {
 				_ = s.client.Flush()
 				return err
+			}
+			if u.disp == relay {
+				s.clientFailed = true
 			}
 			if u.disp == swallow {
 				// The proxy's own request failed and the client has been
@@ -515,7 +539,9 @@ func (s *Session) relays(u *unit, typ byte) bool {
 	if s.muted {
 		return false
 	}
-	return u.disp == relay || typ == 'E'
+	// The proxy's own request after a client's that failed fails only
+	// because of it (transaction aborted): the client has its error.
+	return u.disp == relay || typ == 'E' && !s.clientFailed
 }
 
 // failExtended fails an extended-protocol message the proxy refused, after
@@ -562,21 +588,29 @@ const (
 // (write.go); anything else runs in a backend transaction of the proxy's
 // own that holds the commit slot (begin_write) and is committed after it.
 // The client sees only its own statement's answers and one ReadyForQuery.
-func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r route, settings []*planner.Statement) error {
+//
+// Every slot is taken for the session's incarnation, so a fenced or
+// expired one writes nothing. after, if not empty, is a statement of the
+// proxy's own run after the client's in the same transaction.
+func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r route, settings []*planner.Statement, after string) error {
+	inc, err := s.incarnation(ctx)
+	if err != nil {
+		return err
+	}
 	if s.tx == 'T' {
 		var slot []string
 		if r.commits && s.occSlot {
-			slot = append(slot, storage.CommitWriteTxFor(unfenced))
+			slot = append(slot, storage.CommitWriteTxFor(inc))
 		}
 		if r.ddl && s.occSlot && !r.commits {
 			// Hold the slot before the DDL's catalog locks (see route.ddl).
-			slot = append(slot, storage.CommitWriteTxFor(unfenced))
+			slot = append(slot, storage.CommitWriteTxFor(inc))
 		}
 		if r.write && (!s.writeSlot || r.ddl) {
 			if r.commits || r.ddl {
-				slot = append(slot, storage.BeginWriteSQL)
+				slot = append(slot, storage.BeginWriteFor(inc))
 			} else {
-				slot = append(slot, storage.BeginWriteOCCFor(unfenced, 0))
+				slot = append(slot, storage.BeginWriteOCCFor(inc, 0))
 				s.occSlot = true
 			}
 			s.writeSlot = true
@@ -586,12 +620,22 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 				return err
 			}
 		}
-		return s.request(ctx, frame, unit{kind: uQuery, relayZ: true, settings: settings}, true)
+		if after == "" {
+			return s.request(ctx, frame, unit{kind: uQuery, relayZ: true, settings: settings}, true)
+		}
+		if err := s.forward(frame); err != nil {
+			return err
+		}
+		s.units.push(unit{kind: uQuery, settings: settings})
+		if err := s.internal(after, true); err != nil {
+			return err
+		}
+		return s.exchange(ctx)
 	}
-	if r.replayable && s.tx == 'I' && s.units.len() == 0 {
-		return s.optimisticWrite(ctx, sql, func() error { return s.forward(frame) })
+	if r.replayable && s.tx == 'I' && s.units.len() == 0 && after == "" {
+		return s.optimisticWrite(ctx, sql, inc, func() error { return s.forward(frame) })
 	}
-	if err := s.internal("BEGIN; "+storage.BeginWriteSQL, false); err != nil {
+	if err := s.internal("BEGIN; "+storage.BeginWriteFor(inc), false); err != nil {
 		return err
 	}
 	if err := s.forward(frame); err != nil {
@@ -604,6 +648,11 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 		s.units.push(u)
 	} else {
 		s.units.push(u)
+		if after != "" {
+			if err := s.internal(after, false); err != nil {
+				return err
+			}
+		}
 		if err := s.internal("COMMIT", true); err != nil {
 			return err
 		}
@@ -618,28 +667,39 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 // COMMIT, except before DDL (see route.ddl: an optimistic slot is appended
 // now and held); an implicit transaction commits at Sync with no chance
 // to append, so it takes the pessimistic slot.
-func (s *Session) takeWriteSlotExtended(ddl bool) error {
+func (s *Session) takeWriteSlotExtended(ctx context.Context, ddl bool) error {
+	inc, err := s.incarnation(ctx)
+	if err != nil {
+		return err
+	}
 	s.writeSlot = true
 	if s.tx != 'T' || ddl {
 		if s.occSlot {
-			if err := s.injectExtended(commitWriteStatement, storage.CommitWriteTxFor(unfenced), &s.commitWritePrepared); err != nil {
+			if err := s.injectExtended(commitWriteStatement, storage.CommitWriteTxFor(inc), &s.commitWritePrepared, inc); err != nil {
 				return err
 			}
 		}
-		return s.injectExtended(beginWriteStatement, storage.BeginWriteSQL, &s.beginWritePrepared)
+		return s.injectExtended(beginWriteStatement, storage.BeginWriteFor(inc), &s.beginWritePrepared, inc)
 	}
 	s.occSlot = true
-	return s.injectExtended(beginWriteOCCStatement, storage.BeginWriteOCCFor(unfenced, 0), &s.beginWriteOCCPrepared)
+	return s.injectExtended(beginWriteOCCStatement, storage.BeginWriteOCCFor(inc, 0), &s.beginWriteOCCPrepared, inc)
 }
 
 // injectExtended queues the proxy's own Bind/Execute/Close of the prepared
-// statement name (sql, prepared first unless *prepared says it is).
-func (s *Session) injectExtended(name, sql string, prepared *bool) error {
-	if !*prepared {
+// statement name (sql, which writes for incarnation inc; prepared first
+// unless *prepared says it is, for inc).
+func (s *Session) injectExtended(name, sql string, prepared *int64, inc int64) error {
+	if *prepared != inc {
+		if *prepared != 0 {
+			// Prepared for an incarnation that was lost.
+			if err := s.internalMsg(&pgproto3.Close{ObjectType: 'S', Name: name}, uClose); err != nil {
+				return err
+			}
+		}
 		if err := s.internalMsg(&pgproto3.Parse{Name: name, Query: sql}, uParse); err != nil {
 			return err
 		}
-		*prepared = true
+		*prepared = inc
 	}
 	for _, m := range []struct {
 		msg  pgproto3.FrontendMessage
@@ -687,10 +747,12 @@ func (s *Session) noteCommand(frame []byte) {
 		s.writeSlot = false
 	case "DISCARD ALL":
 		s.settings.ResetAll()
-		s.beginWritePrepared, s.beginWriteOCCPrepared, s.commitWritePrepared = false, false, false
+		s.beginWritePrepared, s.beginWriteOCCPrepared, s.commitWritePrepared = 0, 0, 0
+		s.lostHoldPrepared = false
 	case "DEALLOCATE ALL":
 		// The proxy's prepared statements went with the client's.
-		s.beginWritePrepared, s.beginWriteOCCPrepared, s.commitWritePrepared = false, false, false
+		s.beginWritePrepared, s.beginWriteOCCPrepared, s.commitWritePrepared = 0, 0, 0
+		s.lostHoldPrepared = false
 		clear(s.stmtSQL)
 	}
 }

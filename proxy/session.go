@@ -16,6 +16,7 @@ import (
 	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
+	"github.com/mzproxy/mzproxy/proxy/lease"
 	"github.com/mzproxy/mzproxy/proxy/observe"
 	"github.com/mzproxy/mzproxy/timeouts"
 )
@@ -54,7 +55,10 @@ type Session struct {
 	tx        byte   // transaction status from the last ReadyForQuery
 	units     queue  // requests forwarded whose answers have not all arrived
 	muted     bool   // an injected request failed: drop answers until the client's ReadyForQuery
-	copy      copyState
+	// clientFailed: a request of the client's failed since its last
+	// ReadyForQuery.
+	clientFailed bool
+	copy         copyState
 
 	// writeSlot: the current backend transaction holds the commit slot
 	// (begin_write ran in it).
@@ -78,16 +82,23 @@ type Session struct {
 	// the optimistic loop (write.go).
 	replayStmts map[string]bool
 	occBatch    *occBatch
-	// The proxy's own prepared statements exist on the backend connection.
-	beginWritePrepared, beginWriteOCCPrepared, commitWritePrepared bool
+	// The proxy's own prepared statements exist on the backend connection
+	// for the incarnation given (0: not prepared); they write for it.
+	beginWritePrepared, beginWriteOCCPrepared, commitWritePrepared int64
+
+	// lease is the session's incarnation in its database (replaced when it
+	// was lost); lostHoldPrepared: the proxy's raise_fenced statement is
+	// prepared (see failLostHold).
+	lease            *lease.Lease
+	lostHoldPrepared bool
 
 	// explicitStmts are the prepared statements on the explicit-timestamp
 	// path; tsStmts those among them that take the timestamp as their last
-	// parameter. portalHolds are the read holds of their portals, released
-	// when the transaction ends.
+	// parameter. portalHolds are the read holds of the transaction (its
+	// portals' and cursors'), released when it ends.
 	explicitStmts map[string]*planner.Statement
 	tsStmts       map[string]bool
-	portalHolds   []uint64
+	portalHolds   []heldRead
 	// explainPortals are the portals of EXPLAIN TIMESTAMP statements,
 	// which the proxy answers itself.
 	explainPortals map[string]*explainPortal

@@ -283,12 +283,23 @@ func (s *Session) explicitQuery(ctx context.Context, st *planner.Statement, fr *
 	if st.ExplainTimestamp != nil {
 		return s.explainTimestamp(st.ExplainTimestamp.Format, c)
 	}
+	// A read at a pinned transaction's timestamp is under the
+	// transaction's hold.
+	var hold *heldRead
+	if !s.pinned() || st.AsOf != nil {
+		s.enter(timeouts.PhaseHold)
+		h, err := s.holdRead(ctx, c, exactTimestamp(st, s.pinned()))
+		if err != nil {
+			return err
+		}
+		hold = &h
+	}
 	if err := s.awaitUpper(ctx, c); err != nil {
+		if hold != nil {
+			s.release(*hold)
+		}
 		return err
 	}
-	s.enter(timeouts.PhaseHold)
-	hold := s.proxy.holds.acquire(s.id, s.db.name, c.ts, c.inputs)
-	defer s.proxy.holds.release(hold)
 	sql := st.SQL
 	if st.Template != nil {
 		sql = st.Template.RenderLiteral(c.ts)
@@ -297,7 +308,16 @@ func (s *Session) explicitQuery(ctx context.Context, st *planner.Statement, fr *
 		return s.lost(err)
 	}
 	s.units.push(unit{kind: uQuery, relayZ: true})
-	return s.exchange(ctx)
+	err = s.exchange(ctx)
+	switch {
+	case hold == nil:
+	case st.Kind == planner.KindCursor && s.tx == 'T':
+		// The cursor reads on: held until the transaction ends.
+		s.portalHolds = append(s.portalHolds, *hold)
+	default:
+		s.release(*hold)
+	}
+	return err
 }
 
 // textOID is PostgreSQL's text type.

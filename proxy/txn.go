@@ -65,7 +65,7 @@ type readTxn struct {
 	// one); held is the set of managed tables held at ts, by holds.
 	domain map[uint64]*planner.Object
 	held   map[uint64]bool
-	holds  []uint64
+	holds  []heldRead
 	// catalog is mzproxy's catalog when the transaction was pinned;
 	// searchPath the session's, as read in the transaction (nil after a
 	// SET of it).
@@ -201,7 +201,7 @@ func (s *Session) txnStatements(ctx context.Context, sql string, ready func() (b
 		if !st.ReadOnly() || st.AsOf != nil {
 			continue
 		}
-		if refused := s.inTimedomain(st); refused != nil {
+		if refused := s.inTimedomain(ctx, st); refused != nil {
 			if ok, err := ready(); err != nil || !ok {
 				return err
 			}
@@ -312,7 +312,7 @@ func (s *Session) pin(ctx context.Context) error {
 // inTimedomain checks a read of a pinned transaction against its
 // timedomain, choosing the timedomain at the first read that names a
 // managed object, and holds what the read reads.
-func (s *Session) inTimedomain(st *planner.Statement) *pgerr.Error {
+func (s *Session) inTimedomain(ctx context.Context, st *planner.Statement) *pgerr.Error {
 	if s.txn.domain == nil {
 		schemas := map[string]bool{}
 		for _, r := range st.Reads {
@@ -321,8 +321,7 @@ func (s *Session) inTimedomain(st *planner.Statement) *pgerr.Error {
 			}
 		}
 		if len(schemas) == 0 {
-			s.hold(st.Inputs)
-			return nil
+			return s.hold(ctx, st.Inputs)
 		}
 		s.txn.domain = map[uint64]*planner.Object{}
 		var tables []*planner.Object
@@ -334,7 +333,9 @@ func (s *Session) inTimedomain(st *planner.Statement) *pgerr.Error {
 				}
 			}
 		}
-		s.hold(tables)
+		if err := s.hold(ctx, tables); err != nil {
+			return err
+		}
 	}
 	var outside []string
 	for _, r := range st.Reads {
@@ -345,13 +346,12 @@ func (s *Session) inTimedomain(st *planner.Statement) *pgerr.Error {
 	if len(outside) > 0 {
 		return s.outsideTimedomain(outside)
 	}
-	s.hold(st.Inputs)
-	return nil
+	return s.hold(ctx, st.Inputs)
 }
 
 // hold adds read holds at the transaction's timestamp on the tables not
 // held yet.
-func (s *Session) hold(tables []*planner.Object) {
+func (s *Session) hold(ctx context.Context, tables []*planner.Object) *pgerr.Error {
 	var add []*planner.Object
 	for _, t := range tables {
 		if !s.txn.held[t.ID] {
@@ -362,10 +362,16 @@ func (s *Session) hold(tables []*planner.Object) {
 			add = append(add, t)
 		}
 	}
-	if len(add) > 0 {
-		s.enter(timeouts.PhaseHold)
-		s.txn.holds = append(s.txn.holds, s.proxy.holds.acquire(s.id, s.db.name, s.txn.ts, add))
+	if len(add) == 0 {
+		return nil
 	}
+	s.enter(timeouts.PhaseHold)
+	h, err := s.holdRead(ctx, &choice{ts: s.txn.ts, inputs: add}, true)
+	if err != nil {
+		return pgerr.As(err)
+	}
+	s.txn.holds = append(s.txn.holds, h)
+	return nil
 }
 
 // outsideTimedomain is Materialize's error for a read outside the
@@ -414,7 +420,7 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // failed and can read nothing more.
 func (s *Session) releaseTxnHolds() {
 	for _, h := range s.txn.holds {
-		s.proxy.holds.release(h)
+		s.release(h)
 	}
 	s.txn.holds = s.txn.holds[:0]
 	clear(s.txn.held)

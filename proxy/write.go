@@ -20,10 +20,6 @@ import (
 // deadlockDetected is PostgreSQL's 40P01.
 const deadlockDetected pgerr.Code = "40P01"
 
-// unfenced is the incarnation passed to the write functions while the
-// proxy writes without one (no lease registered): NULL, not fenced.
-const unfenced int64 = -1
-
 // OCCPauseMarker is the comment that makes an optimistic write stop at
 // the test-only failpoint (Config.OCCPauseFile).
 const OCCPauseMarker = "/*mzproxy:occ-pause*/"
@@ -67,8 +63,9 @@ type attempt struct {
 
 // optimisticWrite runs a replayable write outside a transaction block
 // through the optimistic loop; send forwards the client's messages of it
-// (a Query, or a Bind ... Sync batch), again for each attempt.
-func (s *Session) optimisticWrite(ctx context.Context, sql string, send func() error) error {
+// (a Query, or a Bind ... Sync batch), again for each attempt. It writes
+// for incarnation inc.
+func (s *Session) optimisticWrite(ctx context.Context, sql string, inc int64, send func() error) error {
 	px := s.proxy
 	px.occStats.Writes.Add(1)
 	s.enter(timeouts.PhaseSemaphoreWait)
@@ -122,7 +119,7 @@ func (s *Session) optimisticWrite(ctx context.Context, sql string, send func() e
 			}
 		}
 		s.obs.Phase(observe.PhaseOCCAttempt)
-		at, err := s.occPayload(ctx, send, floor)
+		at, err := s.occPayload(ctx, send, inc, floor)
 		if err != nil {
 			return err
 		}
@@ -169,7 +166,7 @@ func (s *Session) optimisticWrite(ctx context.Context, sql string, send func() e
 			continue
 		}
 		s.obs.Phase(observe.PhaseCommit)
-		out, err := s.occAppend(ctx, at.t)
+		out, err := s.occAppend(ctx, inc, at.t)
 		if err != nil {
 			s.midRequest = false
 			return err
@@ -212,9 +209,9 @@ func (s *Session) optimisticWrite(ctx context.Context, sql string, send func() e
 }
 
 // occPayload sends an attempt's first round trip and reads its answers.
-func (s *Session) occPayload(ctx context.Context, send func() error, floor uint64) (attempt, error) {
+func (s *Session) occPayload(ctx context.Context, send func() error, inc int64, floor uint64) (attempt, error) {
 	var at attempt
-	if err := s.be.w.Send(&pgproto3.Query{String: "BEGIN; " + storage.BeginWriteOCCFor(unfenced, floor)}); err != nil {
+	if err := s.be.w.Send(&pgproto3.Query{String: "BEGIN; " + storage.BeginWriteOCCFor(inc, floor)}); err != nil {
 		return at, s.lost(err)
 	}
 	if err := send(); err != nil {
@@ -277,9 +274,9 @@ type appendOutcome struct {
 
 // occAppend sends commit_write and COMMIT and waits for their outcome,
 // whatever happens to the statement's context meanwhile.
-func (s *Session) occAppend(ctx context.Context, t uint64) (appendOutcome, error) {
+func (s *Session) occAppend(ctx context.Context, inc int64, t uint64) (appendOutcome, error) {
 	var out appendOutcome
-	for _, q := range []string{storage.CommitWriteFor(unfenced), "COMMIT"} {
+	for _, q := range []string{storage.CommitWriteFor(inc), "COMMIT"} {
 		if err := s.be.w.Send(&pgproto3.Query{String: q}); err != nil {
 			return out, s.lost(err)
 		}
@@ -493,7 +490,11 @@ func (s *Session) holdBatch(ctx context.Context, msg pgproto3.FrontendMessage, f
 		if b.execute != nil {
 			s.occBatch = nil
 			sync := cloneFrame(frame)
-			return true, s.optimisticWrite(ctx, b.sql, func() error {
+			inc, err := s.incarnation(ctx)
+			if err != nil {
+				return true, err
+			}
+			return true, s.optimisticWrite(ctx, b.sql, inc, func() error {
 				for _, f := range [][]byte{b.bind, b.describe, b.execute, sync} {
 					if f == nil {
 						continue
@@ -525,8 +526,8 @@ func (s *Session) releaseBatch(ctx context.Context) error {
 		return nil
 	}
 	if !s.writeSlot && !s.skipping {
-		if err := s.takeWriteSlotExtended(false); err != nil {
-			return err
+		if err := s.takeWriteSlotExtended(ctx, false); err != nil {
+			return s.failExtended(ctx, err)
 		}
 	}
 	return s.request(ctx, b.execute, unit{kind: uExecute}, false)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/occ"
+	"github.com/mzproxy/mzproxy/proxy/lease"
 )
 
 // config is every setting of mzproxy. Each setting is a flag, an
@@ -51,6 +52,11 @@ type config struct {
 	slowThreshold     time.Duration
 	occMaxRetries     int
 	occMaxConcurrent  int
+	generation        int
+	heartbeat         time.Duration
+	leaseGrace        time.Duration
+	compaction        time.Duration
+	retainHistory     time.Duration
 
 	// values is each setting's value as text, by name, and source where
 	// it came from: SIGHUP compares them to report what changed.
@@ -127,6 +133,15 @@ func newFlagSet(c *config, kinds map[string]kind) *flag.FlagSet {
 	kinds["slow-statement-threshold"] = kindDuration
 	num(&c.occMaxRetries, "occ-max-retries", occ.DefaultMaxAttempts-1, "optimistic writes: compare-and-appends retried after a conflict before the statement fails with 40001")
 	num(&c.occMaxConcurrent, "occ-max-concurrent", 1, "optimistic writes: loops running at once per proxy (more queue, FIFO); every commit moves the one shared upper, so concurrent loops mostly abort each other")
+	dur := func(p *time.Duration, name string, def time.Duration, help string) {
+		fs.DurationVar(p, name, def, help)
+		kinds[name] = kindDuration
+	}
+	num(&c.generation, "generation", 0, "generation of this proxy: a higher one than the newest registered fences the older proxies' writes; 0 joins the newest")
+	dur(&c.heartbeat, "heartbeat-interval", lease.DefaultInterval, "how often the proxy renews its lease and publishes its read holds in each database")
+	dur(&c.leaseGrace, "lease-grace", lease.DefaultGrace, "a proxy without a heartbeat for this long is retired: its holds stop counting and it must register again")
+	dur(&c.compaction, "compaction-interval", lease.DefaultCompactInterval, "how often the proxy holding the compaction lock compacts history (0: this proxy never compacts)")
+	dur(&c.retainHistory, "retain-history", lease.DefaultRetention, "history kept of a table without RETAIN HISTORY (when this proxy compacts)")
 	boolean(&c.historyReads, "history-reads", false, "read managed tables through their history at the oracle's timestamp, even for reads of the present (for conformance testing of the rewrite; slower)")
 	return fs
 }
@@ -364,6 +379,21 @@ func (c *config) validate() error {
 	}
 	if c.shutdownTimeout < 0 {
 		bad("shutdown-timeout", "want 0 or more, got %v", c.shutdownTimeout)
+	}
+	if c.generation < 0 {
+		bad("generation", "want 0 or more, got %d", c.generation)
+	}
+	if c.heartbeat <= 0 {
+		bad("heartbeat-interval", "want more than 0, got %v", c.heartbeat)
+	}
+	if c.leaseGrace < 2*c.heartbeat {
+		bad("lease-grace", "want at least twice heartbeat-interval (%v), got %v", c.heartbeat, c.leaseGrace)
+	}
+	if c.compaction < 0 {
+		bad("compaction-interval", "want 0 (never) or more, got %v", c.compaction)
+	}
+	if c.retainHistory < time.Millisecond {
+		bad("retain-history", "want at least 1ms, got %v", c.retainHistory)
 	}
 	if _, err := logrus.ParseLevel(c.logLevel); err != nil {
 		bad("log-level", "want debug, info, warn or error, got %q", c.logLevel)

@@ -201,9 +201,18 @@ func run(cfg *config, log *logrus.Entry) error {
 		OCCMaxConcurrent: cfg.occMaxConcurrent,
 		// Test-only failpoint (see proxy.Config.OCCPauseFile); not a flag.
 		OCCPauseFile: os.Getenv("MZPROXY_TEST_OCC_PAUSE_FILE"),
+		Lease:        cfg.leaseConfig(),
 	})
 	// A SIGHUP during the backend's start may have changed the default.
 	r.attach(px)
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := px.Close(cctx); err != nil {
+			log.WithError(err).Warn("retiring the proxy's incarnations")
+		}
+	}()
+	go registerAtStart(ctx, px, backendCfg.Database, log)
 	srv := frontend.NewServer(frontend.Config{
 		Handler:        handler{px},
 		TLS:            tlsConfig,

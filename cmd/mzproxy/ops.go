@@ -41,6 +41,8 @@ type opsServer struct {
 
 	srv atomic.Pointer[frontend.Server] // set once clients are served
 	px  atomic.Pointer[proxy.Proxy]
+	// database is the backend URL's, where the proxy registers at start.
+	database string
 	// catalogLoaded is closed when the first catalog load (started by
 	// serving) has ended, successfully or not; stopLoad cancels it.
 	catalogLoaded chan struct{}
@@ -108,6 +110,7 @@ func (o *opsServer) serving(srv *frontend.Server, px *proxy.Proxy, backend *pgco
 		return err
 	}
 	o.probe.Store(&backendProbe{cfg: backend})
+	o.database = backend.Database
 	o.px.Store(px)
 	ctx, cancel := context.WithTimeout(context.Background(), catalogLoadTimeout)
 	o.catalogLoaded, o.stopLoad = make(chan struct{}), cancel
@@ -152,6 +155,11 @@ func (o *opsServer) readyz(w http.ResponseWriter, r *http.Request) {
 		if err := o.px.Load().LoadCatalog(ctx, false); err != nil {
 			o.log.WithError(err).Debug("readiness: catalog not loaded")
 			http.Error(w, "catalog not loaded: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		// Registered: a new generation has fenced the old one.
+		if err := o.px.Load().LeaseErr(o.database); err != nil {
+			http.Error(w, "no lease: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 	}

@@ -109,13 +109,13 @@ type Lease struct {
 	haveLock bool      // conn holds the compaction advisory lock
 
 	mu        sync.Mutex
-	floor     uint64         // holds at ts >= floor are granted locally
-	published uint64         // the floor the last heartbeat published
-	candidate uint64         // the oracle's read_ts at the last heartbeat: the next floor
-	deadline  time.Time      // the lease is valid until then
-	fast      map[uint64]int // holds at or above the floor, by ts
+	floor     uint64             // holds at ts >= floor are granted locally
+	published uint64             // the floor the last heartbeat published
+	candidate uint64             // the oracle's read_ts at the last heartbeat: the next floor
+	deadline  time.Time          // the lease is valid until then
+	fast      map[uint64]int     // holds at or above the floor, by ts
 	held      map[*Hold]struct{} // every hold out, published at each heartbeat
-	err       error // set once lost
+	err       error              // set once lost
 	done      chan struct{}
 	lastRound CompactStats
 
@@ -266,6 +266,10 @@ type Hold struct {
 
 // TS is the held timestamp.
 func (h *Hold) TS() uint64 { return h.ts }
+
+// Lease is the lease the hold was granted under: once it is lost
+// (Lease().Err() != nil) the hold protects nothing.
+func (h *Hold) Lease() *Lease { return h.l }
 
 // Release gives the hold up; the backend learns at the next heartbeat.
 func (h *Hold) Release() {
@@ -631,6 +635,22 @@ func (l *Lease) Close(ctx context.Context) error {
 		}
 	})
 	return err
+}
+
+// abandon stops the loop and drops the connection without retiring the
+// incarnation (whose database is gone): the lease counts as lost.
+func (l *Lease) abandon() {
+	l.closeOnce.Do(func() {
+		l.cancel()
+		<-l.loopDone
+		l.connMu.Lock()
+		defer l.connMu.Unlock()
+		l.lose(lost(fmt.Errorf("mzproxy incarnation %d: its database was dropped", l.id)))
+		if l.conn != nil {
+			l.conn.Close(context.Background())
+			l.conn = nil
+		}
+	})
 }
 
 // Stats is the lease's state for metrics and introspection.

@@ -81,6 +81,25 @@ func (s *Set) Get(ctx context.Context, database string) (*Lease, error) {
 	return l, nil
 }
 
+// Forget drops the lease of database without retiring its incarnation,
+// for a database that was dropped and made again under the same name: the
+// incarnation's id may belong to another proxy there now. The next Get
+// registers anew.
+func (s *Set) Forget(database string) {
+	s.mu.Lock()
+	e := s.entries[database]
+	s.mu.Unlock()
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.l != nil {
+		e.l.abandon()
+		e.l = nil
+	}
+}
+
 // Leases returns the leases held now, by database (lost ones included
 // until the next Get replaces them).
 func (s *Set) Leases() map[string]*Lease {
