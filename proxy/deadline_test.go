@@ -60,7 +60,10 @@ func openSession(t *testing.T, ctx context.Context, cfg Config) (*Session, *clie
 	log.SetOutput(&bytes.Buffer{})
 	cfg.Logger = logrus.NewEntry(log)
 	client := &clientBuffer{}
-	s, err := New(cfg).Connect(ctx, wire.Startup{User: "postgres", Database: "postgres", Params: map[string]string{}}, nil, wire.NewWriter(client, 4096))
+	px := New(cfg)
+	// Retires the proxy's incarnation and stops its lease loop.
+	t.Cleanup(func() { _ = px.Close(context.Background()) })
+	s, err := px.Connect(ctx, wire.Startup{User: "postgres", Database: "postgres", Params: map[string]string{}}, nil, wire.NewWriter(client, 4096))
 	if err != nil {
 		t.Fatal(err)
 	}
