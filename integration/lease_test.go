@@ -420,11 +420,16 @@ func TestLeaseGenerationFence(t *testing.T) {
 	old := startProxy(t, leaseArgs("--generation", "1", "--backend", backend)...)
 	w := connectTo(t, ctx, old.URL("postgres", d.name))
 	createKV(t, ctx, w, "")
-	// A write in flight: its transaction holds the commit slot.
-	mustExec(t, ctx, w, "BEGIN", "INSERT INTO kv VALUES (100, 100)")
+	// Two writes in flight. A transaction with DDL holds the commit slot
+	// (pessimistic): the fence waits for it, and it commits fully before
+	// the fence. An optimistic one holds no lock: its COMMIT comes after
+	// the fence and appends nothing.
+	mustExec(t, ctx, w, "BEGIN", "CREATE TABLE kv2 (k int)", "INSERT INTO kv2 VALUES (1)")
+	w2 := connectTo(t, ctx, old.URL("postgres", d.name))
+	mustExec(t, ctx, w2, "BEGIN", "INSERT INTO kv VALUES (100, 100)")
 
 	// Generation 2 registers at start; the fence waits for the open
-	// write's commit, and so does its first session.
+	// pessimistic write's commit, and so does its first session.
 	next := startProxy(t, leaseArgs("--generation", "2", "--backend", backend)...)
 	registered := make(chan error, 1)
 	go func() {
@@ -437,15 +442,32 @@ func TestLeaseGenerationFence(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	select {
 	case err := <-registered:
-		t.Fatalf("generation 2 registered while generation 1's write was open: %v", err)
+		t.Fatalf("generation 2 registered while generation 1's pessimistic write was open: %v", err)
 	default:
 	}
-	mustExec(t, ctx, w, "INSERT INTO kv VALUES (101, 101)", "COMMIT")
+	mustExec(t, ctx, w, "INSERT INTO kv2 VALUES (2)", "COMMIT")
 	if err := <-registered; err != nil {
 		t.Fatalf("generation 2's first session: %v", err)
 	}
-	if n := d.int("SELECT count(*) FROM kv WHERE k >= 100"); n != 2 {
-		t.Fatalf("the write in flight during the fence: %d of 2 rows", n)
+	if n := d.int("SELECT count(*) FROM kv2"); n != 2 {
+		t.Fatalf("the pessimistic write in flight during the fence: %d of 2 rows", n)
+	}
+	// The rest of the optimistic transaction fails: refused by the proxy
+	// (its lease is fenced), or at COMMIT as a conflict (the fence moved
+	// the upper's row: 40001) or as fenced. Either way nothing is written.
+	for _, sql := range []string{"INSERT INTO kv VALUES (101, 101)", "COMMIT"} {
+		_, err := w2.Exec(ctx, sql, simple(w2))
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && (pe.Code == "40001" || strings.Contains(pe.Message, "fenced by new generation 2")) {
+			break
+		}
+		if err != nil || sql == "COMMIT" {
+			t.Fatalf("%s in the optimistic write in flight after the fence: %v", sql, err)
+		}
+	}
+	_, _ = w2.Exec(ctx, "ROLLBACK", simple(w2))
+	if n := d.int("SELECT count(*) FROM kv WHERE k >= 100"); n != 0 {
+		t.Fatalf("the optimistic write in flight wrote %d rows after the fence", n)
 	}
 
 	before := d.int("SELECT count(*) FROM kv")
@@ -463,12 +485,11 @@ func TestLeaseGenerationFence(t *testing.T) {
 		t.Fatalf("fenced UPDATE wrote %d rows", n)
 	}
 	// Reads of the present through the fenced proxy still drain.
-	if got := kv(t, ctx, w, "SELECT k, v FROM kv WHERE k = 100"); len(got) != 1 {
+	if got := kv(t, ctx, w, "SELECT k, v FROM kv WHERE k = 1"); len(got) != 1 {
 		t.Fatalf("read through the fenced proxy: %v", got)
 	}
 	// Generation 2 writes.
-	w2 := connectTo(t, ctx, next.URL("postgres", d.name))
-	mustExec(t, ctx, w2, "INSERT INTO kv VALUES (300, 300)")
+	mustExec(t, ctx, connectTo(t, ctx, next.URL("postgres", d.name)), "INSERT INTO kv VALUES (300, 300)")
 	// A new session on generation 1 cannot register.
 	if conn, err := pgx.Connect(ctx, old.URL("postgres", d.name)); err == nil {
 		conn.Close(ctx)
