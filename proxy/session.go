@@ -304,12 +304,13 @@ func (s *Session) Close() error {
 	s.closed = true
 	s.obs.Close()
 	s.stopWait()
-	// The transaction and its portals end with the connection.
-	s.endTxn()
-	s.releasePortalHolds()
 	if s.idleRead != nil {
 		_ = s.stopIdleReader()
 	}
+	// The transaction and its portals end with the connection (after the
+	// idle reader, which may release them too).
+	s.endTxn()
+	s.releasePortalHolds()
 	if s.midRequest || s.copy != copyNone {
 		// Closing mid-request: make sure the backend's work stops
 		// rather than running on for a client that is gone.
