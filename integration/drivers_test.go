@@ -54,13 +54,17 @@ func TestDrivers(t *testing.T) {
 	t.Parallel()
 	p := startProxy(t)
 	host, port := p.hostPort()
+	// Each driver in a database of its own: a transaction that reads and
+	// then writes fails with 40001 when another write committed in its
+	// database since its first read (the read pinned its timestamp), and
+	// the drivers and other tests run in parallel.
 
 	t.Run("psycopg2", func(t *testing.T) {
 		t.Parallel()
 		if exec.Command(systemPython, "-c", "import psycopg2").Run() != nil {
 			t.Skip("psycopg2 is not installed for " + systemPython + ": apt-get install -y python3-psycopg2")
 		}
-		dsn := fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres sslmode=disable", host, port)
+		dsn := fmt.Sprintf("host=%s port=%s user=postgres dbname=%s sslmode=disable", host, port, freshDatabase(t, testContext(t)))
 		runDriver(t, testdataDir(t, "python"), []string{"MZ_DSN=" + dsn, "MZ_TABLE=" + tableName(t), "PGOPTIONS="},
 			systemPython, "psycopg2_check.py")
 	})
@@ -70,7 +74,7 @@ func TestDrivers(t *testing.T) {
 		if exec.Command(systemPython, "-c", "import psycopg").Run() != nil {
 			t.Skip("psycopg 3 is not installed for " + systemPython + ": apt-get install -y python3-psycopg")
 		}
-		dsn := fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres sslmode=disable", host, port)
+		dsn := fmt.Sprintf("host=%s port=%s user=postgres dbname=%s sslmode=disable", host, port, freshDatabase(t, testContext(t)))
 		runDriver(t, testdataDir(t, "python"), []string{"MZ_DSN=" + dsn, "MZ_TABLE=" + tableName(t), "PGOPTIONS="},
 			systemPython, "psycopg_check.py")
 	})
@@ -85,7 +89,7 @@ func TestDrivers(t *testing.T) {
 			t.Skip("the PostgreSQL JDBC driver is not installed (" + jdbcJar + "): apt-get install -y libpostgresql-jdbc-java")
 		}
 		// Java 11+ runs a single source file directly, so no javac step.
-		url := fmt.Sprintf("jdbc:postgresql://%s:%s/postgres?user=postgres&sslmode=disable", host, port)
+		url := fmt.Sprintf("jdbc:postgresql://%s:%s/%s?user=postgres&sslmode=disable", host, port, freshDatabase(t, testContext(t)))
 		runDriver(t, testdataDir(t, "java"), []string{"JAVA_TOOL_OPTIONS=-Xshare:auto -XX:TieredStopAtLevel=1"},
 			java, "-cp", jdbcJar, "JdbcCheck.java", url, tableName(t))
 	})
@@ -100,7 +104,7 @@ func TestDrivers(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, "node_modules", "pg")); err != nil {
 			t.Skip("node-postgres is not installed: (cd integration/testdata/node && npm ci)")
 		}
-		url := fmt.Sprintf("postgres://postgres@%s:%s/postgres?sslmode=disable", host, port)
+		url := fmt.Sprintf("postgres://postgres@%s:%s/%s?sslmode=disable", host, port, freshDatabase(t, testContext(t)))
 		runDriver(t, dir, nil, node, "check.js", url, tableName(t))
 	})
 }
