@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -101,16 +102,17 @@ func TestOpsTraceStdout(t *testing.T) {
 			t.Errorf("no %s span under the statement; children: %v", phase, children)
 		}
 	}
-	log := p.log.String()
+	// The slow-statement line follows the span (both come after the
+	// client's answer; the log is read from the process asynchronously).
 	var slow string
-	for _, line := range strings.Split(log, "\n") {
-		if strings.Contains(line, "slow statement") && strings.Contains(line, "trace_id="+stmt.SpanContext.TraceID) {
-			slow = line
+	eventually(t, 10*time.Second, "a slow-statement line with trace_id="+stmt.SpanContext.TraceID, func() bool {
+		for _, line := range strings.Split(p.log.String(), "\n") {
+			if strings.Contains(line, "slow statement") && strings.Contains(line, "trace_id="+stmt.SpanContext.TraceID) {
+				slow = line
+			}
 		}
-	}
-	if slow == "" {
-		t.Fatalf("no slow-statement line with trace_id=%s:\n%s", stmt.SpanContext.TraceID, log)
-	}
+		return slow != ""
+	})
 	for _, want := range []string{"session=", "application_name=trace_test", "database=" + db, "user=postgres", "phases=\"plan=", "backend=", "kind=read", "outcome=ok", "timestamp="} {
 		if !strings.Contains(slow, want) {
 			t.Errorf("slow-statement line lacks %q: %s", want, slow)
@@ -128,7 +130,7 @@ func TestOpsStatementMetrics(t *testing.T) {
 	pause := filepath.Join(t.TempDir(), "pause")
 	p := launchProxy(t, append(os.Environ(), "MZPROXY_TEST_OCC_PAUSE_FILE="+pause), []string{
 		"--listen", "127.0.0.1:0", "--backend", directURL("postgres", "postgres"), "--metrics-listen", "127.0.0.1:0",
-		"--occ-max-concurrent", "2",
+		"--occ-max-concurrent", "2", "--statement-timeout", "3s",
 	})
 	addr := p.metricsAddr(t)
 	conn := connectTo(t, ctx, p.URL("postgres", db))
@@ -140,16 +142,12 @@ func TestOpsStatementMetrics(t *testing.T) {
 	if _, err := conn.Exec(ctx, "SELEC 1"); err == nil {
 		t.Fatal("a syntax error succeeded")
 	}
-	// A statement timeout (the backend's own, for now).
-	if _, err := conn.Exec(ctx, "SET statement_timeout = '50ms'"); err != nil {
-		t.Fatal(err)
-	}
+	// A statement timeout: --statement-timeout, which only the proxy
+	// knows (a SET statement_timeout also reaches the backend, whose own
+	// timer may fire first: then it is not the proxy's interruption).
 	var pe *pgconn.PgError
-	if _, err := conn.Exec(ctx, "SELECT pg_sleep(5)"); !errors.As(err, &pe) || pe.Code != "57014" {
+	if _, err := conn.Exec(ctx, "SELECT pg_sleep(10)"); !errors.As(err, &pe) || pe.Code != "57014" {
 		t.Fatalf("statement timeout: %v", err)
-	}
-	if _, err := conn.Exec(ctx, "RESET statement_timeout"); err != nil {
-		t.Fatal(err)
 	}
 	// A cancel: pgx sends a CancelRequest when the context ends.
 	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
@@ -206,8 +204,12 @@ func TestOpsStatementMetrics(t *testing.T) {
 	atLeast(`mzproxy_oracle_round_trips_total{op="read_ts"}`, 1)
 	atLeast(`mzproxy_occ_conflicts_total`, 1)
 	atLeast(`mzproxy_occ_retries_total`, 1)
-	atLeast(`mzproxy_statement_interruptions_total{cause="timeout",phase="execute"}`, 1)
-	atLeast(`mzproxy_statement_interruptions_total{cause="cancel",phase="execute"}`, 1)
+	// By cause, whatever phase the machine's load let the statement reach.
+	for _, cause := range []string{"timeout", "cancel"} {
+		if got := sumSeries(m, `mzproxy_statement_interruptions_total{cause="`+cause+`"`); got < 1 {
+			t.Errorf("interruptions with cause %s: %v, want at least 1", cause, got)
+		}
+	}
 	// Three optimistic writes (the INSERTs and the UPDATE, whose two
 	// attempts add up in one sample per phase).
 	atLeast(`mzproxy_statement_phase_duration_milliseconds_count{phase="occ_attempt"}`, 3)
@@ -303,4 +305,21 @@ func TestOpsShowSessions(t *testing.T) {
 	if r := read()["show_busy"]; r.state != "idle" || r.kind != "read" {
 		t.Errorf("busy session after its statement: %+v", r)
 	}
+}
+
+// sumSeries adds the values of the series whose line starts with prefix.
+func sumSeries(scrape, prefix string) float64 {
+	var sum float64
+	for _, line := range strings.Split(scrape, "\n") {
+		if !strings.HasPrefix(line, prefix) {
+			continue
+		}
+		if i := strings.LastIndexByte(line, ' '); i > 0 {
+			v, err := strconv.ParseFloat(line[i+1:], 64)
+			if err == nil {
+				sum += v
+			}
+		}
+	}
+	return sum
 }
