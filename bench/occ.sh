@@ -78,7 +78,7 @@ run() {
 sql() { psql -h 127.0.0.1 -p "$(target_port "$1")" -U postgres -d "$(target_db "$1")" -Atc "$2"; }
 
 metric() { # name target: a counter's value from mzproxy's /metrics
-	curl -s "http://127.0.0.1:${mport[$2]}/metrics" | awk -v n="$1" '$1 ~ "^"n {print $2; exit}'
+	curl -s "http://127.0.0.1:${mport[$2]}/metrics" | awk -v n="$1" '$1 ~ "^"n && !done {print $2; done = 1}'
 }
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }

@@ -26,12 +26,17 @@ const OCCPauseMarker = "/*mzproxy:occ-pause*/"
 
 // An optimistic write is one client Query, outside a transaction block, of
 // a single statement that can be run again (route.replayable). Each
-// attempt is one backend transaction in two round trips:
+// attempt is one backend transaction, sent in one round trip (two when the
+// test-only failpoint stops between payload and append):
 //
 //	payload: BEGIN; SELECT begin_write_occ(inc, floor)   -- T, no lock
 //	         <the client's Query>                        -- answers buffered
 //	append:  SELECT commit_write(inc)                    -- compare-and-append
 //	         COMMIT
+//
+// A statement that fails aborts the transaction: commit_write then fails
+// with 25P02 and COMMIT rolls back, and the client gets the statement's
+// error.
 //
 // The statement itself is the read at T-1 (PostgreSQL's snapshot, with its
 // row locks): commit_write succeeds only if nothing committed since
@@ -44,8 +49,8 @@ const OCCPauseMarker = "/*mzproxy:occ-pause*/"
 // Cancellation: the statement's context ends at the client's cancel or the
 // deadline (deadline.go), and the backend is sent a CancelRequest, so a
 // running statement or commit_write fails and the attempt writes nothing;
-// a context that ends between round trips stops the loop before the next
-// one (before the append: the attempt is rolled back). Once the append is
+// a context that ends between attempts stops the loop (at the failpoint,
+// before the append: the attempt is rolled back). Once the append is
 // sent the outcome the backend reports is what the client gets, whatever
 // happened to ctx: a COMMIT that succeeded is reported as success.
 
@@ -119,24 +124,40 @@ func (s *Session) optimisticWrite(ctx context.Context, sql string, inc int64, se
 			}
 		}
 		s.obs.Phase(observe.PhaseOCCAttempt)
-		at, err := s.occPayload(ctx, send, inc, floor)
+		// The append goes with the payload in one round trip, except at
+		// the failpoint (which must stop between them).
+		pipelined := !(pause && attempts == 0)
+		at, err := s.occPayload(ctx, send, inc, floor, pipelined)
 		if err != nil {
 			return err
 		}
-		if at.bad != nil {
-			if err := s.occRollback(ctx, nil); err != nil {
-				return err
-			}
-			s.midRequest = false
-			return at.bad
-		}
-		if at.failed != nil {
-			// Nothing was written: the transaction is rolled back and
-			// the client sees the error as PostgreSQL sent it.
-			if at.answers == nil {
+		if at.bad != nil || at.failed != nil {
+			if at.failed != nil && at.answers == nil {
 				at.answers = [][]byte{at.failed}
 			}
-			return s.occRollback(ctx, at.answers)
+			if !pipelined {
+				if at.bad == nil {
+					// Nothing was written: the client sees the error as
+					// PostgreSQL sent it.
+					return s.occRollback(ctx, at.answers)
+				}
+				if err := s.occRollback(ctx, nil); err != nil {
+					return err
+				}
+				s.midRequest = false
+				return at.bad
+			}
+			// The append that followed failed with 25P02 and COMMIT rolled
+			// back, unless the statement succeeded (at.bad).
+			out, err := s.occAppend(ctx, inc, at.t, true)
+			if err != nil {
+				return err
+			}
+			if at.bad != nil && (out.failed != nil || out.conflict) {
+				s.midRequest = false
+				return at.bad
+			}
+			return s.occFinish(at.answers, out.ready)
 		}
 		s.obs.Timestamp(at.t)
 		a = m.Step(occ.Event[struct{}]{Kind: occ.EvTimestamp, TS: at.t})
@@ -154,19 +175,19 @@ func (s *Session) optimisticWrite(ctx context.Context, sql string, inc int64, se
 		if attempts > 1 {
 			px.occStats.Retries.Add(1)
 		}
-		if pause && attempts == 1 {
+		if !pipelined {
 			waitForFailpoint(ctx, px.cfg.OCCPauseFile)
-		}
-		if ctx.Err() != nil {
-			// The append was not sent: roll back, nothing is written.
-			if err := s.occRollback(ctx, nil); err != nil {
-				return err
+			if ctx.Err() != nil {
+				// The append was not sent: roll back, nothing is written.
+				if err := s.occRollback(ctx, nil); err != nil {
+					return err
+				}
+				a = m.Step(occ.Event[struct{}]{Kind: occ.EvError, Err: occ.Interrupted(ctx, s.budget)})
+				continue
 			}
-			a = m.Step(occ.Event[struct{}]{Kind: occ.EvError, Err: occ.Interrupted(ctx, s.budget)})
-			continue
 		}
 		s.obs.Phase(observe.PhaseCommit)
-		out, err := s.occAppend(ctx, inc, at.t)
+		out, err := s.occAppend(ctx, inc, at.t, pipelined)
 		if err != nil {
 			s.midRequest = false
 			return err
@@ -209,13 +230,19 @@ func (s *Session) optimisticWrite(ctx context.Context, sql string, inc int64, se
 }
 
 // occPayload sends an attempt's first round trip and reads its answers.
-func (s *Session) occPayload(ctx context.Context, send func() error, inc int64, floor uint64) (attempt, error) {
+// withAppend sends the append too (occAppend then only reads its answers).
+func (s *Session) occPayload(ctx context.Context, send func() error, inc int64, floor uint64, withAppend bool) (attempt, error) {
 	var at attempt
 	if err := s.be.w.Send(&pgproto3.Query{String: "BEGIN; " + storage.BeginWriteOCCFor(inc, floor)}); err != nil {
 		return at, s.lost(err)
 	}
 	if err := send(); err != nil {
 		return at, err
+	}
+	if withAppend {
+		if err := s.sendAppend(inc); err != nil {
+			return at, err
+		}
 	}
 	if err := s.be.w.Flush(); err != nil {
 		return at, s.lostWrite(err)
@@ -272,17 +299,28 @@ type appendOutcome struct {
 	ready    []byte // the ReadyForQuery after COMMIT
 }
 
-// occAppend sends commit_write and COMMIT and waits for their outcome,
-// whatever happens to the statement's context meanwhile.
-func (s *Session) occAppend(ctx context.Context, inc int64, t uint64) (appendOutcome, error) {
-	var out appendOutcome
+// sendAppend queues commit_write and COMMIT for incarnation inc.
+func (s *Session) sendAppend(inc int64) error {
 	for _, q := range []string{storage.CommitWriteFor(inc), "COMMIT"} {
 		if err := s.be.w.Send(&pgproto3.Query{String: q}); err != nil {
-			return out, s.lost(err)
+			return s.lost(err)
 		}
 	}
-	if err := s.be.w.Flush(); err != nil {
-		return out, s.lostWrite(err)
+	return nil
+}
+
+// occAppend sends commit_write and COMMIT (unless sent, with the payload)
+// and waits for their outcome, whatever happens to the statement's context
+// meanwhile.
+func (s *Session) occAppend(ctx context.Context, inc int64, t uint64, sent bool) (appendOutcome, error) {
+	var out appendOutcome
+	if !sent {
+		if err := s.sendAppend(inc); err != nil {
+			return out, err
+		}
+		if err := s.be.w.Flush(); err != nil {
+			return out, s.lostWrite(err)
+		}
 	}
 	var appendErr []byte
 	if err := s.occRead(ctx, func(typ byte, f []byte) {
