@@ -11,7 +11,8 @@
 #      the loop at once).
 #   2. 32 clients doing blind single-row INSERTs.
 #   3. One client updating random rows of 10,000 (uncontended): latency
-#      p50/p95 from pgbench's per-transaction log.
+#      p50/p95 from pgbench's per-transaction log; through mzproxy also
+#      pessimistically (the UPDATE and a SELECT 1 in one query string).
 #
 # The machine is shared and noisy: only ratios from the same run mean
 # anything.
@@ -57,6 +58,9 @@ psql -q -h 127.0.0.1 -p "${port[mz1]}" -U postgres -d postgres -c "$setup"   # m
 printf 'UPDATE counter SET v = v + 1 WHERE id = 1;\n' >"$work/inc.sql"
 printf 'INSERT INTO ins VALUES (1);\n' >"$work/ins.sql"
 printf '\\set id random(1, 10000)\nUPDATE acct SET v = v + 1 WHERE id = :id;\n' >"$work/upd.sql"
+# The same UPDATE and a SELECT in one query string: mzproxy runs a string of
+# several statements pessimistically (begin_write), for comparison.
+printf '\\set id random(1, 10000)\nUPDATE acct SET v = v + 1 WHERE id = :id \\; SELECT 1;\n' >"$work/updp.sql"
 
 target_port() { case $1 in direct) echo "$pg_port" ;; *) echo "${port[$1]}" ;; esac; }
 target_db() { case $1 in direct) echo plain ;; *) echo postgres ;; esac; }
@@ -112,13 +116,15 @@ done
 echo "ratio mz1/direct: $(ratio "$ins_mz1" "$ins_direct")  mz8/direct: $(ratio "$ins_mz8" "$ins_direct")"
 
 echo "## 3. one client, single-row UPDATE of random rows (${DURATION}s each): latency"
-for target in direct mz1; do
+for variant in direct:upd mz1:upd mz1:updp; do
+	target=${variant%%:*} script=${variant#*:}
 	rm -f "$work"/lat.*
-	run "$target" upd.sql 1 -l --log-prefix="$work/lat" >/dev/null
+	run "$target" "$script.sql" 1 -l --log-prefix="$work/lat" >/dev/null
 	# pgbench's log: client, transaction, latency (us), script, epoch, us.
 	read -r p50 p95 n < <(cat "$work"/lat.* | awk '{print $3}' | sort -n |
 		awk '{a[NR] = $1} END {printf "%d %d %d\n", a[int(NR * 0.50)], a[int(NR * 0.95)], NR}')
-	declare "p50_$target=$p50" "p95_$target=$p95"
-	echo "$target: transactions=$n p50=${p50}us p95=${p95}us"
+	declare "p50_${target}_$script=$p50" "p95_${target}_$script=$p95"
+	echo "$target ($script): transactions=$n p50=${p50}us p95=${p95}us"
 done
-echo "ratio mz1/direct: p50 $(ratio "$p50_mz1" "$p50_direct")x  p95 $(ratio "$p95_mz1" "$p95_direct")x"
+echo "ratio mz1/direct: p50 $(ratio "$p50_mz1_upd" "$p50_direct_upd")x  p95 $(ratio "$p95_mz1_upd" "$p95_direct_upd")x"
+echo "mzproxy pessimistic (UPDATE; SELECT 1 in one string) vs optimistic: p50 $(ratio "$p50_mz1_updp" "$p50_mz1_upd")x  p95 $(ratio "$p95_mz1_updp" "$p95_mz1_upd")x"
