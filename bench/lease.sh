@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Leases, handover and compaction, against a throw-away PostgreSQL shared
+# by several mzproxy processes (bench/lease.py does the measuring):
+#
+#   bench/lease.sh handover    process start -> /readyz and -> first query, new generation
+#   bench/lease.sh proxies     pgbench -S throughput through one proxy vs two (same clients)
+#   bench/lease.sh storage     history rows under a steady update load (STORAGE_SECONDS, 300),
+#                              rows compacted per second, read latency with and without compaction
+#
+# Needs python3 with psycopg2, pgbench and psql. Results go to stdout.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+what=${1:?usage: bench/lease.sh handover|proxies|storage}
+bench_postgres
+export MZ_BINARY=$work/mzproxy MZ_BACKEND=$backend MZ_WORK=$work PG_PORT=$pg_port PG_SOCKET=$work
+python3 "$root/bench/lease.py" "$what"
