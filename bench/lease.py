@@ -61,25 +61,30 @@ def handover(rounds=5):
     c.autocommit = True
     c.cursor().execute("CREATE TABLE IF NOT EXISTS handover (x int)")
     c.close()
-    ready, first = [], []
+    ready, first, write = [], [], []
     for gen in range(2, 2 + rounds):
         new = Proxy("--generation", str(gen), name="gen%d" % gen)
         r = new.ready()
         conn = psycopg2.connect(new.dsn())
         conn.autocommit = True
         cur = conn.cursor()
-        cur.execute("INSERT INTO handover VALUES (1)")  # a write: the new generation owns writes
+        cur.execute("SELECT 1")
         f = time.monotonic() - new.started
+        t = time.monotonic()
+        cur.execute("INSERT INTO handover VALUES (1)")  # a write: the new generation owns writes
+        w = time.monotonic() - t
         conn.close()
         ready.append(r * 1000)
         first.append(f * 1000)
+        write.append(w * 1000)
         old.stop()
         old = new
     old.stop()
     print("handover over %d generations (ms): process start -> /readyz 200: median %.0f (min %.0f, max %.0f); "
-          "-> first write answered through it: median %.0f (after ready: median %.1f)" % (
+          "-> first query (connect + SELECT 1) answered: median %.0f (after ready: median %.1f); "
+          "then its first write: median %.1f" % (
               rounds, statistics.median(ready), min(ready), max(ready), statistics.median(first),
-              statistics.median([f - r for f, r in zip(first, ready)])))
+              statistics.median([f - r for f, r in zip(first, ready)]), statistics.median(write)))
 
 
 def pgbench(proxy, clients, seconds):
