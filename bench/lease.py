@@ -61,7 +61,7 @@ def handover(rounds=5):
     c.autocommit = True
     c.cursor().execute("CREATE TABLE IF NOT EXISTS handover (x int)")
     c.close()
-    ready, first, write = [], [], []
+    ready, first, write, write2, warm = [], [], [], [], []
     for gen in range(2, 2 + rounds):
         new = Proxy("--generation", str(gen), name="gen%d" % gen)
         r = new.ready()
@@ -73,7 +73,15 @@ def handover(rounds=5):
         t = time.monotonic()
         cur.execute("INSERT INTO handover VALUES (1)")  # a write: the new generation owns writes
         w = time.monotonic() - t
+        cur.execute("INSERT INTO handover VALUES (1)")
+        w2 = time.monotonic() - t - w
         conn.close()
+        t = time.monotonic()
+        again = psycopg2.connect(new.dsn())
+        again.cursor().execute("SELECT 1")
+        again.close()
+        warm.append((time.monotonic() - t) * 1000)
+        write2.append(w2 * 1000)
         ready.append(r * 1000)
         first.append(f * 1000)
         write.append(w * 1000)
@@ -82,9 +90,10 @@ def handover(rounds=5):
     old.stop()
     print("handover over %d generations (ms): process start -> /readyz 200: median %.0f (min %.0f, max %.0f); "
           "-> first query (connect + SELECT 1) answered: median %.0f (after ready: median %.1f); "
-          "then its first write: median %.1f" % (
+          "then its first write: median %.1f, second write %.1f; a later connect + SELECT 1: median %.1f" % (
               rounds, statistics.median(ready), min(ready), max(ready), statistics.median(first),
-              statistics.median([f - r for f, r in zip(first, ready)]), statistics.median(write)))
+              statistics.median([f - r for f, r in zip(first, ready)]), statistics.median(write),
+              statistics.median(write2), statistics.median(warm)))
 
 
 def pgbench(proxy, clients, seconds):
