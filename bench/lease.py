@@ -111,22 +111,29 @@ def proxies(clients=8, seconds=20, rounds=3):
                     "-U", "postgres", "postgres"], check=True, capture_output=True)
     a, b = Proxy(name="a"), Proxy(name="b")
     a.ready(), b.ready()
-    one, two = [], []
-    for _ in range(rounds):
-        one.append(pgbench(a, clients, seconds))
+    def split(targets):
+        # Two pgbench processes of clients/2 each, at once.
         res = [None, None]
         ts = [threading.Thread(target=lambda i, p: res.__setitem__(i, pgbench(p, clients // 2, seconds)), args=(i, p))
-              for i, p in enumerate((a, b))]
+              for i, p in enumerate(targets)]
         for t in ts:
             t.start()
         for t in ts:
             t.join()
-        two.append(res[0] + res[1])
+        return res[0] + res[1]
+
+    one, control, two = [], [], []
+    for _ in range(rounds):
+        one.append(pgbench(a, clients, seconds))
+        control.append(split((a, a)))
+        two.append(split((a, b)))
     a.stop(), b.stop()
-    print("pgbench -S, %d clients, %ds x %d rounds (tps): one proxy median %.0f %s; two proxies (%d clients each) "
-          "median %.0f %s; ratio %.2f" % (clients, seconds, rounds, statistics.median(one), [round(x) for x in one],
-                                          clients // 2, statistics.median(two), [round(x) for x in two],
-                                          statistics.median(two) / statistics.median(one)))
+    med = statistics.median
+    print("pgbench -S, %d clients, %ds x %d rounds (tps): one pgbench, one proxy: median %.0f %s; two pgbench "
+          "(%d clients each), one proxy: median %.0f %s; two pgbench, two proxies: median %.0f %s; "
+          "two proxies / one proxy with two pgbench: %.2f" % (
+              clients, seconds, rounds, med(one), [round(x) for x in one], clients // 2, med(control),
+              [round(x) for x in control], med(two), [round(x) for x in two], med(two) / med(control)))
 
 
 def storage(seconds=int(os.environ.get("STORAGE_SECONDS", "300"))):
