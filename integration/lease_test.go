@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -545,4 +546,121 @@ func (d *leaseDB) historyTable(name string) string {
 		d.t.Fatal(err)
 	}
 	return h
+}
+
+// TestLeaseBankRestart: transfers between accounts through two proxies
+// while one is killed (-9) and a new process takes its place: the total is
+// conserved, every acknowledged transfer is in the ledger written in its
+// transaction, and the balances are exactly what the ledger says.
+func TestLeaseBankRestart(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	d := newLeaseDB(t, ctx)
+	a, b := startProxy(t, fastLease...), startProxy(t, fastLease...)
+	setup := connectTo(t, ctx, b.URL("postgres", d.name))
+	const accounts, initial = 8, 1000
+	mustExec(t, ctx, setup,
+		"CREATE TABLE acct (id int PRIMARY KEY, balance int NOT NULL)",
+		fmt.Sprintf("INSERT INTO acct SELECT g, %d FROM generate_series(0, %d) g", initial, accounts-1),
+		"CREATE TABLE ledger (id text PRIMARY KEY, src int, dst int, amount int)")
+
+	var mu sync.Mutex
+	urls := map[string]string{"a": a.URL("postgres", d.name), "b": b.URL("postgres", d.name)}
+	url := func(name string) string { mu.Lock(); defer mu.Unlock(); return urls[name] }
+	var acked []string
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		name := []string{"a", "b"}[w%2]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var conn *pgx.Conn
+			defer func() {
+				if conn != nil {
+					conn.Close(context.Background())
+				}
+			}()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if conn == nil {
+					c, err := pgx.Connect(ctx, url(name))
+					if err != nil {
+						time.Sleep(20 * time.Millisecond) // the proxy is being replaced
+						continue
+					}
+					conn = c
+				}
+				id := fmt.Sprintf("w%d-%d", w, i)
+				from, to, amount := (w+i)%accounts, (w+3*i+1)%accounts, 1+i%7
+				if from == to {
+					to = (to + 1) % accounts
+				}
+				_, err := execSimple(ctx, conn, fmt.Sprintf("BEGIN; UPDATE acct SET balance = balance - %d WHERE id = %d; "+
+					"UPDATE acct SET balance = balance + %d WHERE id = %d; INSERT INTO ledger VALUES ('%s', %d, %d, %d); COMMIT",
+					amount, from, amount, to, id, from, to, amount))
+				switch {
+				case err == nil:
+					mu.Lock()
+					acked = append(acked, id)
+					mu.Unlock()
+				case conn.IsClosed() || errors.Is(err, context.Canceled) || !isPgError(err):
+					// Killed mid-transfer: the outcome is unknown; the
+					// ledger says.
+					conn.Close(context.Background())
+					conn = nil
+				case retryable(err):
+				default:
+					var pe *pgconn.PgError
+					if errors.As(err, &pe) && pe.Severity == "FATAL" {
+						conn.Close(context.Background())
+						conn = nil
+						continue
+					}
+					t.Errorf("transfer %s: %v", id, err)
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	a.signal(syscall.SIGKILL)
+	a.wait(10 * time.Second)
+	a2 := startProxy(t, fastLease...)
+	mu.Lock()
+	urls["a"] = a2.URL("postgres", d.name)
+	mu.Unlock()
+	time.Sleep(2 * time.Second)
+	close(stop)
+	wg.Wait()
+
+	if n := d.int("SELECT sum(balance) FROM acct"); n != accounts*initial {
+		t.Fatalf("total %d, want %d", n, accounts*initial)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(acked) < 20 {
+		t.Fatalf("only %d transfers acknowledged", len(acked))
+	}
+	lost := d.int("SELECT count(*) FROM unnest($1::text[]) a(id) WHERE NOT EXISTS (SELECT 1 FROM ledger l WHERE l.id = a.id)", acked)
+	if lost != 0 {
+		t.Fatalf("%d acknowledged transfers are not in the ledger", lost)
+	}
+	if n := d.int(`SELECT count(*) FROM acct a WHERE a.balance <> $1
+		+ coalesce((SELECT sum(amount) FROM ledger WHERE dst = a.id), 0)
+		- coalesce((SELECT sum(amount) FROM ledger WHERE src = a.id), 0)`, initial); n != 0 {
+		t.Fatalf("%d balances differ from the ledger", n)
+	}
+	t.Logf("%d transfers acknowledged, %d in the ledger", len(acked), d.int("SELECT count(*) FROM ledger"))
+}
+
+// isPgError reports whether err is an error the server sent (not a broken
+// connection).
+func isPgError(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe)
 }
