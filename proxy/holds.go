@@ -48,6 +48,13 @@ func (h *holds) release(id uint64) {
 	h.mu.Unlock()
 }
 
+// HoldsGranted counts the read holds granted since start (released or not).
+func (p *Proxy) HoldsGranted() uint64 {
+	p.holds.mu.Lock()
+	defer p.holds.mu.Unlock()
+	return p.holds.next
+}
+
 // Holds returns the read holds granted now, oldest first.
 func (p *Proxy) Holds() []Hold {
 	p.holds.mu.Lock()

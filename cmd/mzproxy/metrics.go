@@ -26,6 +26,7 @@ func registerInstruments(m *metrics.Provider, srv *frontend.Server, px *proxy.Pr
 	m.Counter("mzproxy.plan_cache.misses", "{lookup}", "Statements planned because the plan cache lacked them.", func() int64 { return int64(px.PlanCacheStats().Misses) })
 	m.Gauge("mzproxy.plan_cache.entries", "{plan}", "Plans in the plan cache now.", func() int64 { return int64(px.PlanCacheStats().Len) })
 	m.Gauge("mzproxy.read_holds", "{hold}", "Read holds granted by this proxy and not yet released.", func() int64 { return int64(len(px.Holds())) })
+	m.Counter("mzproxy.read_holds.granted", "{hold}", "Read holds granted by this proxy since start.", func() int64 { return int64(px.HoldsGranted()) })
 	m.FloatGauge("mzproxy.read_holds.oldest_age", "s", "Age of the oldest read hold of this proxy (0 without holds); a growing age holds back compaction.", func() float64 { return oldestHoldAge(px) })
 	m.FloatGaugeSet("mzproxy.since_lag", "s", "How far each managed collection's since trails the upper, as of the proxy's last catalog snapshot of its database (taken by AS OF / mz_now() reads).", func(observe func(float64, ...attribute.KeyValue)) {
 		for _, l := range px.SinceLags() {
