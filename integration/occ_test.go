@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -403,19 +402,7 @@ func TestOCCPgbench(t *testing.T) {
 	db := freshDatabase(t, ctx)
 	p := startProxy(t)
 	host, port := p.hostPort()
-	pgbench := func(args ...string) string {
-		t.Helper()
-		cctx, cancel := context.WithTimeout(ctx, 120*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(cctx, "pgbench", append(args, "-h", host, "-p", port, "-U", "postgres", db)...)
-		cmd.Env = append(os.Environ(), "PGSSLMODE=disable", "PGOPTIONS=")
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("pgbench %q: %v\n%s", args, err, out.String())
-		}
-		return out.String()
-	}
+	pgbench := pgbenchRunner(t, ctx, host, port, db, 120*time.Second)
 	pgbench("-i", "-s", "1", "-q")
 	for _, mode := range []string{"simple", "prepared"} {
 		out := pgbench("-n", "-T", "4", "-c", "4", "-j", "2", "-M", mode, "--max-tries", "1000")

@@ -27,19 +27,7 @@ func TestPgbench(t *testing.T) {
 	db := tableName(t)
 	execDirect(t, ctx, "CREATE DATABASE "+db)
 
-	pgbench := func(args ...string) string {
-		t.Helper()
-		cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(cctx, "pgbench", append(args, "-h", host, "-p", port, "-U", "postgres", db)...)
-		cmd.Env = append(os.Environ(), "PGSSLMODE=disable", "PGOPTIONS=")
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("pgbench %q: %v\n%s", args, err, out.String())
-		}
-		return out.String()
-	}
+	pgbench := pgbenchRunner(t, ctx, host, port, db, 90*time.Second)
 	out := pgbench("-i", "-s", "1", "-q")
 	if !strings.Contains(out, "done") {
 		t.Fatalf("pgbench -i:\n%s", out)
@@ -61,5 +49,24 @@ func TestPgbench(t *testing.T) {
 	out = pgbench("-T", "3", "-c", "2", "-j", "2", "-M", "prepared", "--max-tries", "1000")
 	if !strings.Contains(out, "number of failed transactions: 0") {
 		t.Fatalf("pgbench tpcb-like:\n%s", out)
+	}
+}
+
+// pgbenchRunner returns a function that runs pgbench with the given
+// arguments against database db at host:port and returns its output,
+// failing the test if pgbench fails.
+func pgbenchRunner(t *testing.T, ctx context.Context, host, port, db string, limit time.Duration) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		cctx, cancel := context.WithTimeout(ctx, limit)
+		defer cancel()
+		cmd := exec.CommandContext(cctx, "pgbench", append(args, "-h", host, "-p", port, "-U", "postgres", db)...)
+		cmd.Env = append(os.Environ(), "PGSSLMODE=disable", "PGOPTIONS=")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("pgbench %q: %v\n%s", args, err, out.String())
+		}
+		return out.String()
 	}
 }
