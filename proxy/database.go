@@ -25,6 +25,8 @@ type database struct {
 	conn    *pgx.Conn
 	catalog *catalogSnapshot
 
+	group *groupCommitter // Config.GroupCommit; created on first use (groupMu)
+
 	// seen is the last snapshot's catalog and frontiers, for metrics read
 	// without waiting for conn.
 	seen atomic.Pointer[seenFrontiers]

@@ -633,6 +633,11 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 		return s.exchange(ctx)
 	}
 	if r.replayable && s.tx == 'I' && s.units.len() == 0 && after == "" {
+		if s.proxy.cfg.GroupCommit {
+			if handled, err := s.groupWrite(ctx, sql, inc); handled {
+				return err
+			}
+		}
 		return s.optimisticWrite(ctx, sql, inc, func() error { return s.forward(frame) })
 	}
 	if err := s.internal("BEGIN; "+storage.BeginWriteFor(inc), false); err != nil {

@@ -1,0 +1,100 @@
+package integration
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// TestGroupCommit: with --group-commit, 32 sessions insert concurrently;
+// every acknowledged row is there, statements were appended in batches of
+// more than one (by the metrics and by the history: rows of one batch
+// share their mz_from), a PRIMARY KEY violation fails only its own
+// statement, and a session's search_path decides which table it writes.
+func TestGroupCommit(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t, "--group-commit", "--metrics-listen", "127.0.0.1:0")
+	setup := connectTo(t, ctx, p.URL("postgres", db))
+	for _, sql := range []string{
+		"CREATE TABLE g (id int PRIMARY KEY, who int NOT NULL)",
+		"INSERT INTO g VALUES (0, -1)",
+		"CREATE SCHEMA other",
+		"CREATE TABLE other.g (id int PRIMARY KEY, who int NOT NULL)",
+	} {
+		if _, err := execSimple(ctx, setup, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	const sessions, each = 32, 20
+	var wg sync.WaitGroup
+	errs := make(chan error, sessions)
+	dupFailed := make(chan error, 1)
+	for c := 0; c < sessions; c++ {
+		conn := connectTo(t, ctx, p.URL("postgres", db))
+		if c == 1 {
+			if _, err := execSimple(ctx, conn, "SET search_path = other, public"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				if c == 0 && i == each/2 {
+					// Among the others' inserts: id 0 exists.
+					_, err := execSimple(ctx, conn, "INSERT INTO g VALUES (0, 0)")
+					dupFailed <- err
+				}
+				id := 1 + c*each + i
+				tag, err := execSimple(ctx, conn, fmt.Sprintf("INSERT INTO g VALUES (%d, %d)", id, c))
+				if err != nil {
+					errs <- fmt.Errorf("session %d insert %d: %w", c, id, err)
+					return
+				}
+				if tag.String() != "INSERT 0 1" {
+					errs <- fmt.Errorf("session %d: tag %q", c, tag)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	var pe *pgconn.PgError
+	if err := <-dupFailed; !errors.As(err, &pe) || pe.Code != "23505" || pe.ConstraintName != "g_pkey" {
+		t.Errorf("duplicate key insert: %v, want 23505 on g_pkey", err)
+	}
+	var public, other int
+	if err := setup.QueryRow(ctx, "SELECT (SELECT count(*) FROM public.g), (SELECT count(*) FROM other.g)").Scan(&public, &other); err != nil {
+		t.Fatal(err)
+	}
+	if public != 1+(sessions-1)*each || other != each {
+		t.Fatalf("public.g has %d rows, other.g %d; want %d and %d", public, other, 1+(sessions-1)*each, each)
+	}
+	var who int
+	if err := setup.QueryRow(ctx, "SELECT who FROM g WHERE id = 0").Scan(&who); err != nil || who != -1 {
+		t.Fatalf("row 0: who = %d (%v), the failed insert must not have changed it", who, err)
+	}
+	var versions, stamps int
+	q := fmt.Sprintf("SELECT count(*), count(DISTINCT mz_from) FROM %s", historyOf(t, ctx, setup, "g"))
+	if err := setup.QueryRow(ctx, q).Scan(&versions, &stamps); err != nil {
+		t.Fatal(err)
+	}
+	if versions != public || stamps >= versions {
+		t.Errorf("history of g: %d versions at %d timestamps; want %d versions sharing timestamps", versions, stamps, public)
+	}
+	_, m := get(t, p.metricsAddr(t), "/metrics")
+	batches := metricValue(t, m, "mzproxy_occ_group_batches_total")
+	batched := metricValue(t, m, "mzproxy_occ_group_batched_total")
+	if batches < 1 || batched < sessions*each || batched <= batches {
+		t.Errorf("group commit: %v statements in %v batches, want more statements than batches (and at least %d)", batched, batches, sessions*each)
+	}
+	t.Logf("%v statements in %v batches (mean %.1f); %d rows at %d timestamps", batched, batches, batched/batches, versions, stamps)
+}

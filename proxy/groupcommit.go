@@ -1,0 +1,312 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	pg "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/mzproxy/mzproxy/occ"
+	"github.com/mzproxy/mzproxy/pgerr"
+	"github.com/mzproxy/mzproxy/proxy/storage"
+)
+
+// Group commit (Config.GroupCommit): an autocommit blind INSERT (simple
+// protocol) does not run on the session's own backend connection. The
+// session hands its statement, with the settings that decide what the
+// statement means (role, search_path, DateStyle, TimeZone, IntervalStyle,
+// standard_conforming_strings), to its database's committer, which owns a
+// backend connection of its own and appends every statement that arrived
+// together in one backend transaction:
+//
+//	BEGIN; SELECT begin_write_occ(NULL, floor)                  -- T
+//	SAVEPOINT g; <member's settings>; <member's INSERT>         -- per member,
+//	RELEASE SAVEPOINT g | ROLLBACK TO SAVEPOINT g; RELEASE ...  -- its own outcome
+//	RESET ROLE; SELECT commit_write(inc)                        -- compare-and-append
+//	COMMIT
+//
+// A member whose statement fails is rolled back to its savepoint and gets
+// its own error; the others commit. A lost compare-and-append rolls the
+// whole batch back and occ.Committer runs it again past the actual upper.
+// Reads of the present stay linearizable: the batch is one backend
+// transaction that moves the upper once.
+
+// blindWrite is one session's statement in a group commit. tag and failed
+// are the outcome of the attempt that committed.
+type blindWrite struct {
+	sql      string
+	settings string // statements that set the session's settings locally
+	inc      int64
+	tag      string
+	failed   *pgconn.PgError
+}
+
+// groupCommitter is a database's committer: occ.Oracle and
+// occ.BatchAppender over one backend connection. occ.Committer calls it
+// from one leader at a time, so conn needs no lock of its own.
+type groupCommitter struct {
+	px *Proxy
+	db string
+	c  *occ.Committer[*blindWrite]
+
+	conn     *pgconn.PgConn
+	inTx     bool   // a WriteTS whose batch never came (its leader left)
+	floor    uint64 // the actual upper of the last conflict
+	slotBusy bool   // the last append found the commit slot held
+}
+
+var groupMu sync.Mutex
+
+// groupCommitter returns the committer of db, creating it on first use.
+func (p *Proxy) groupCommitter(db *database) *groupCommitter {
+	groupMu.Lock()
+	defer groupMu.Unlock()
+	if db.group == nil {
+		g := &groupCommitter{px: p, db: db.name}
+		g.c = occ.NewCommitter[*blindWrite](occ.GroupConfig{MaxAttempts: p.OCCMaxAttempts()}, g, g, &p.occStats)
+		db.group = g
+	}
+	return db.group
+}
+
+func (g *groupCommitter) connect(ctx context.Context) error {
+	if g.conn != nil && !g.conn.IsClosed() {
+		return nil
+	}
+	c, err := g.px.adminConn(ctx, g.db)
+	if err != nil {
+		return err
+	}
+	g.conn, g.inTx = c.PgConn(), false
+	return nil
+}
+
+// drop closes a connection whose state is unknown.
+func (g *groupCommitter) drop() {
+	if g.conn != nil {
+		_ = g.conn.Close(context.Background())
+	}
+	g.conn = nil
+}
+
+// WriteTS opens the batch's transaction and returns its T.
+func (g *groupCommitter) WriteTS(ctx context.Context) (uint64, error) {
+	if err := g.connect(ctx); err != nil {
+		return 0, err
+	}
+	var q strings.Builder
+	if g.inTx {
+		q.WriteString("ROLLBACK; ")
+	}
+	if g.slotBusy {
+		// Wait, holding nothing, for the pessimistic writer holding the slot.
+		q.WriteString(storage.AwaitSlotSQL + "; ")
+	}
+	q.WriteString("BEGIN; " + storage.BeginWriteOCCFor(-1, g.floor))
+	rs, err := g.conn.Exec(ctx, q.String()).ReadAll()
+	if err != nil {
+		g.drop()
+		return 0, pgerr.Wrap(pgerr.ConnectionFailure, err)
+	}
+	g.inTx, g.slotBusy = true, false
+	last := rs[len(rs)-1]
+	if len(last.Rows) != 1 || len(last.Rows[0]) != 1 {
+		g.drop()
+		return 0, pgerr.New(pgerr.InternalError, "group commit: begin_write_occ returned no timestamp")
+	}
+	t, perr := strconv.ParseUint(string(last.Rows[0][0]), 10, 64)
+	if perr != nil || t == 0 {
+		g.drop()
+		return 0, pgerr.New(pgerr.InternalError, "group commit: begin_write_occ returned %q", last.Rows[0][0])
+	}
+	return t, nil
+}
+
+// ApplyWrite has nothing to do: commit_write raised read_ts in the
+// batch's own transaction.
+func (g *groupCommitter) ApplyWrite(context.Context, uint64) error { return nil }
+
+// AppendBatch runs each member in its own savepoint, then compare-and-
+// appends and commits. One round trip per member plus two.
+func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*blindWrite) (occ.BatchResult, error) {
+	if g.conn == nil || !g.inTx {
+		return occ.BatchResult{}, pgerr.New(pgerr.InternalError, "group commit: no open batch transaction")
+	}
+	prev := ""
+	for _, p := range ps {
+		p.tag, p.failed = "", nil
+		head := prev + "SAVEPOINT g; " + p.settings
+		rs, err := g.conn.Exec(ctx, head+p.sql).ReadAll()
+		var pge *pgconn.PgError
+		switch {
+		case errors.As(err, &pge):
+			if pge.Position > 0 {
+				// The client's statement starts after head.
+				pge.Position -= int32(utf8.RuneCountInString(head))
+			}
+			p.failed = pge
+			prev = "ROLLBACK TO SAVEPOINT g; RELEASE SAVEPOINT g; "
+		case err != nil:
+			g.drop()
+			return occ.BatchResult{}, pgerr.Wrap(pgerr.ConnectionFailure, err)
+		default:
+			p.tag = rs[len(rs)-1].CommandTag.String()
+			prev = "RELEASE SAVEPOINT g; "
+		}
+	}
+	_, err := g.conn.Exec(ctx, prev+"RESET ROLE; "+storage.CommitWriteFor(ps[0].inc)).ReadAll()
+	var pge *pgconn.PgError
+	if err != nil && !errors.As(err, &pge) {
+		g.drop()
+		return occ.BatchResult{}, pgerr.Wrap(pgerr.ConnectionFailure, err)
+	}
+	if pge != nil {
+		if _, rerr := g.conn.Exec(ctx, "ROLLBACK").ReadAll(); rerr != nil {
+			g.drop()
+		}
+		g.inTx = false
+		switch pgerr.Code(pge.Code) {
+		case storage.CodeUpperConflict, storage.CodeSlotBusy:
+			u, perr := strconv.ParseUint(pge.Detail, 10, 64)
+			if perr != nil || u <= t {
+				u = t + 1
+			}
+			g.floor, g.slotBusy = u, pgerr.Code(pge.Code) == storage.CodeSlotBusy
+			return occ.BatchResult{ActualUpper: u}, nil
+		case pgerr.SerializationFailure, deadlockDetected:
+			g.floor = t + 1
+			return occ.BatchResult{ActualUpper: t + 1}, nil
+		}
+		return occ.BatchResult{}, pgErrorAsErr(pge)
+	}
+	rs, err := g.conn.Exec(ctx, "COMMIT").ReadAll()
+	g.inTx = false
+	if err != nil {
+		// The outcome of a COMMIT whose answer was lost is not known.
+		g.drop()
+		return occ.BatchResult{}, pgerr.Fatal(pgerr.ConnectionFailure, "group commit: COMMIT failed, outcome unknown: %v", err)
+	}
+	if len(rs) != 1 || rs[0].CommandTag.String() != "COMMIT" {
+		return occ.BatchResult{}, pgerr.New(pgerr.InternalError, "group commit: COMMIT did not commit")
+	}
+	g.floor = 0
+	return occ.BatchResult{OK: true}, nil
+}
+
+func pgErrorAsErr(e *pgconn.PgError) error {
+	return pgerr.New(pgerr.Code(e.Code), "%s", e.Message)
+}
+
+// blindInsertTable returns the target of sql if it is a blind write the
+// committer may run on the session's behalf: one INSERT ... VALUES of
+// constants (or DEFAULT), without WITH, ON CONFLICT or RETURNING. The
+// text is the table as written, quoted, for to_regclass.
+func blindInsertTable(sql string) (string, bool) {
+	tree, err := pg.Parse(sql)
+	if err != nil || len(tree.Stmts) != 1 {
+		return "", false
+	}
+	ins := tree.Stmts[0].Stmt.GetInsertStmt()
+	if ins == nil || ins.WithClause != nil || ins.OnConflictClause != nil || len(ins.ReturningList) > 0 ||
+		ins.Relation == nil || ins.Relation.Relpersistence == "t" {
+		return "", false
+	}
+	sel := ins.SelectStmt.GetSelectStmt()
+	if sel == nil || len(sel.ValuesLists) == 0 {
+		return "", false
+	}
+	for _, row := range sel.ValuesLists {
+		for _, v := range row.GetList().GetItems() {
+			if !constantValue(v) {
+				return "", false
+			}
+		}
+	}
+	name := quoteIdent(ins.Relation.Relname)
+	if ins.Relation.Schemaname != "" {
+		name = quoteIdent(ins.Relation.Schemaname) + "." + name
+	}
+	if ins.Relation.Catalogname != "" {
+		return "", false
+	}
+	return name, true
+}
+
+// constantValue: a literal, a cast of one, or DEFAULT (a column default
+// is evaluated in the committer's transaction; see README Limitations).
+func constantValue(n *pg.Node) bool {
+	switch {
+	case n.GetAConst() != nil, n.GetSetToDefault() != nil:
+		return true
+	case n.GetTypeCast() != nil:
+		return constantValue(n.GetTypeCast().Arg)
+	}
+	return false
+}
+
+// groupSettingsSQL builds, on the session's backend, the statements that
+// give the committer's transaction the session's meaning of a statement
+// on table: empty if the table is missing or temporary, or the client's
+// encoding is not the committer's (UTF8).
+func groupSettingsSQL(table string) string {
+	return `SELECT coalesce((SELECT format('SET LOCAL ROLE %I; SELECT set_config(''search_path'', %L, true), ` +
+		`set_config(''DateStyle'', %L, true), set_config(''TimeZone'', %L, true), ` +
+		`set_config(''IntervalStyle'', %L, true), set_config(''standard_conforming_strings'', %L, true); ', ` +
+		`current_user, current_setting('search_path'), current_setting('DateStyle'), current_setting('TimeZone'), ` +
+		`current_setting('IntervalStyle'), current_setting('standard_conforming_strings')) ` +
+		`FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass(` + quoteLiteral(table) + `) ` +
+		`AND c.relpersistence = 'p' AND c.relkind = 'r' AND current_setting('client_encoding') = 'UTF8'), '')`
+}
+
+// groupWrite runs sql, an autocommit write, through the database's
+// committer if it is an eligible blind insert; handled is false (nothing
+// sent to the client) otherwise.
+func (s *Session) groupWrite(ctx context.Context, sql string, inc int64) (handled bool, err error) {
+	table, ok := blindInsertTable(sql)
+	if !ok {
+		return false, nil
+	}
+	settings, err := s.be.internalValue(ctx, groupSettingsSQL(table))
+	if err != nil {
+		return true, err
+	}
+	if settings == "" {
+		return false, nil
+	}
+	s.busy.Store(true)
+	defer s.busy.Store(false)
+	px := s.proxy
+	px.occStats.Writes.Add(1)
+	w := &blindWrite{sql: sql, settings: settings, inc: inc}
+	if _, err := px.groupCommitter(s.db).c.Commit(ctx, w); err != nil {
+		if ctx.Err() != nil {
+			px.occStats.Canceled.Add(1)
+			return true, occ.Interrupted(ctx, s.budget)
+		}
+		return true, err
+	}
+	var answer pgproto3.BackendMessage = &pgproto3.CommandComplete{CommandTag: []byte(w.tag)}
+	if f := w.failed; f != nil {
+		answer = &pgproto3.ErrorResponse{
+			Severity: f.Severity, SeverityUnlocalized: f.SeverityUnlocalized, Code: f.Code, Message: f.Message,
+			Detail: f.Detail, Hint: f.Hint, Position: f.Position, Where: f.Where, SchemaName: f.SchemaName,
+			TableName: f.TableName, ColumnName: f.ColumnName, DataTypeName: f.DataTypeName,
+			ConstraintName: f.ConstraintName, File: f.File, Line: f.Line, Routine: f.Routine,
+		}
+	}
+	frame, err := answer.Encode(nil)
+	if err != nil {
+		return true, err
+	}
+	ready, err := (&pgproto3.ReadyForQuery{TxStatus: 'I'}).Encode(nil)
+	if err != nil {
+		return true, err
+	}
+	return true, s.occFinish([][]byte{frame}, ready)
+}
