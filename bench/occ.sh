@@ -9,7 +9,8 @@
 #      mzproxy's retries per committed statement (from /metrics). mzproxy
 #      twice: the default --occ-max-concurrent 1, and 8 (every client in
 #      the loop at once).
-#   2. 32 clients doing blind single-row INSERTs.
+#   2. 32 clients doing blind single-row INSERTs; mzproxy also with
+#      --group-commit (mzg).
 #   3. One client updating random rows of 10,000 (uncontended): latency
 #      p50/p95 from pgbench's per-transaction log; through mzproxy also
 #      pessimistically (the UPDATE and a SELECT 1 in one query string).
@@ -19,12 +20,14 @@
 #
 # usage: bench/occ.sh
 #   env: DURATION=10 INS_DURATION=30  SRC=tree (build the working tree instead of the last commit)
+#        SECTIONS=123 (which of the three to run)
 set -euo pipefail
 
 DURATION=${DURATION:-10}
 # The blind-insert runs are longer: 32 sessions take seconds to connect
 # through mzproxy on a loaded machine, and pgbench's -T includes that.
 INS_DURATION=${INS_DURATION:-30}
+SECTIONS=${SECTIONS:-123}
 
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -48,6 +51,7 @@ start_mzproxy() { # name flags...
 }
 start_mzproxy mz1
 start_mzproxy mz8 --occ-max-concurrent 8
+start_mzproxy mzg --group-commit
 
 psql -q -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -c 'CREATE DATABASE plain'
 setup='CREATE TABLE counter (id int PRIMARY KEY, v bigint NOT NULL);
@@ -90,6 +94,7 @@ metric() { # name target: a counter's value from mzproxy's /metrics
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 
+if [[ $SECTIONS == *1* ]]; then
 echo "## 1. 8 clients incrementing one row (${DURATION}s each)"
 for target in direct mz1 mz8; do
 	before=$(sql "$target" 'SELECT v FROM counter WHERE id = 1')
@@ -109,15 +114,20 @@ for target in direct mz1 mz8; do
 	echo "$target: tps=$tps processed=$processed failed=$failed lost_updates=$lost$extra"
 done
 echo "ratio mz1/direct: $(ratio "$inc_mz1" "$inc_direct")  mz8/direct: $(ratio "$inc_mz8" "$inc_direct")"
+fi
 
+if [[ $SECTIONS == *2* ]]; then
 echo "## 2. 32 clients, blind single-row INSERT (${INS_DURATION}s each)"
-for target in direct mz1 mz8; do
+for target in direct mz1 mz8 mzg; do
 	read -r tps processed failed < <(DURATION=$INS_DURATION run "$target" ins.sql 32)
 	declare "ins_$target=$tps"
 	echo "$target: tps=$tps processed=$processed failed=$failed"
 done
-echo "ratio mz1/direct: $(ratio "$ins_mz1" "$ins_direct")  mz8/direct: $(ratio "$ins_mz8" "$ins_direct")"
+echo "ratio mz1/direct: $(ratio "$ins_mz1" "$ins_direct")  mz8/direct: $(ratio "$ins_mz8" "$ins_direct")  mzg/direct: $(ratio "$ins_mzg" "$ins_direct")"
+echo "mzg batches: $(metric mzproxy_occ_group_batches mzg), statements in them: $(metric mzproxy_occ_group_batched mzg)"
+fi
 
+if [[ $SECTIONS == *3* ]]; then
 echo "## 3. one client, single-row UPDATE of random rows (${DURATION}s each): latency"
 for variant in direct:upd mz1:upd mz1:updp; do
 	target=${variant%%:*} script=${variant#*:}
@@ -131,3 +141,4 @@ for variant in direct:upd mz1:upd mz1:updp; do
 done
 echo "ratio mz1/direct: p50 $(ratio "$p50_mz1_upd" "$p50_direct_upd")x  p95 $(ratio "$p95_mz1_upd" "$p95_direct_upd")x"
 echo "mzproxy pessimistic (UPDATE; SELECT 1 in one string) vs optimistic: p50 $(ratio "$p50_mz1_updp" "$p50_mz1_upd")x  p95 $(ratio "$p95_mz1_updp" "$p95_mz1_upd")x"
+fi

@@ -25,7 +25,8 @@ type database struct {
 	conn    *pgx.Conn
 	catalog *catalogSnapshot
 
-	group *groupCommitter // Config.GroupCommit; created on first use (groupMu)
+	groupOnce sync.Once
+	group     *groupCommitter // Config.GroupCommit; created on first use
 
 	// seen is the last snapshot's catalog and frontiers, for metrics read
 	// without waiting for conn.

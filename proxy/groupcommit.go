@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -61,17 +60,14 @@ type groupCommitter struct {
 	slotBusy bool   // the last append found the commit slot held
 }
 
-var groupMu sync.Mutex
-
 // groupCommitter returns the committer of db, creating it on first use.
+// The retry bound is the one in force then (a reload does not change it).
 func (p *Proxy) groupCommitter(db *database) *groupCommitter {
-	groupMu.Lock()
-	defer groupMu.Unlock()
-	if db.group == nil {
+	db.groupOnce.Do(func() {
 		g := &groupCommitter{px: p, db: db.name}
 		g.c = occ.NewCommitter[*blindWrite](occ.GroupConfig{MaxAttempts: p.OCCMaxAttempts()}, g, g, &p.occStats)
 		db.group = g
-	}
+	})
 	return db.group
 }
 
