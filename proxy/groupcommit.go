@@ -19,16 +19,18 @@ import (
 // Group commit (Config.GroupCommit): an autocommit blind INSERT (simple
 // protocol) does not run on the session's own backend connection. The
 // session hands its statement, with the settings that decide what the
-// statement means (role, search_path, DateStyle, TimeZone, IntervalStyle,
-// standard_conforming_strings), to its database's committer, which owns a
+// statement means (role, search_path, DateStyle, TimeZone, IntervalStyle),
+// to its database's committer, which owns a
 // backend connection of its own and appends every statement that arrived
 // together in one backend transaction:
 //
 //	BEGIN; SELECT begin_write_occ(NULL, floor)                  -- T
-//	SAVEPOINT g; <member's settings>; <member's INSERT>         -- per member,
-//	RELEASE SAVEPOINT g | ROLLBACK TO SAVEPOINT g; RELEASE ...  -- its own outcome
+//	SAVEPOINT g; <settings>; <INSERT>; RELEASE SAVEPOINT g; ... -- every member, one string
 //	RESET ROLE; SELECT commit_write(inc)                        -- compare-and-append
 //	COMMIT
+//
+// A member that fails stops the string; ROLLBACK TO SAVEPOINT g undoes it
+// alone and the members after it are sent again.
 //
 // A member whose statement fails is rolled back to its savepoint and gets
 // its own error; the others commit. A lost compare-and-append rolls the
@@ -80,6 +82,10 @@ func (g *groupCommitter) connect(ctx context.Context) error {
 		return err
 	}
 	g.conn, g.inTx = c.PgConn(), false
+	if _, err := g.conn.Exec(ctx, "SET standard_conforming_strings = on; SET client_encoding = 'UTF8'").ReadAll(); err != nil {
+		g.drop()
+		return pgerr.Wrap(pgerr.ConnectionFailure, err)
+	}
 	return nil
 }
 
@@ -128,33 +134,73 @@ func (g *groupCommitter) WriteTS(ctx context.Context) (uint64, error) {
 // batch's own transaction.
 func (g *groupCommitter) ApplyWrite(context.Context, uint64) error { return nil }
 
-// AppendBatch runs each member in its own savepoint, then compare-and-
-// appends and commits. One round trip per member plus two.
+// memberStatements is the number of statements of one member in the
+// batch's query string: SAVEPOINT, the two of blindWrite.settings, the
+// client's statement, RELEASE SAVEPOINT.
+const memberStatements = 5
+
+// AppendBatch runs the members, each in its own savepoint, all in one
+// query string; then compare-and-appends and commits. A member that fails
+// stops the string: it is rolled back to its savepoint and the members
+// after it are sent again, so the batch takes one round trip plus one per
+// failed member, plus two.
 func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*blindWrite) (occ.BatchResult, error) {
 	if g.conn == nil || !g.inTx {
 		return occ.BatchResult{}, pgerr.New(pgerr.InternalError, "group commit: no open batch transaction")
 	}
-	prev := ""
 	for _, p := range ps {
 		p.tag, p.failed = "", nil
-		head := prev + "SAVEPOINT g; " + p.settings
-		rs, err := g.conn.Exec(ctx, head+p.sql).ReadAll()
+	}
+	const undo = "ROLLBACK TO SAVEPOINT g; RELEASE SAVEPOINT g; "
+	prev := ""
+	for pending := ps; len(pending) > 0; {
+		var q strings.Builder
+		q.WriteString(prev)
+		starts := make([]int, len(pending)) // where each client statement begins, in characters
+		for i, p := range pending {
+			q.WriteString("SAVEPOINT g; " + p.settings)
+			starts[i] = utf8.RuneCountInString(q.String())
+			// A newline ends a trailing -- comment of the client's.
+			q.WriteString(p.sql + "\n; RELEASE SAVEPOINT g; ")
+		}
+		rs, err := g.conn.Exec(ctx, q.String()).ReadAll()
 		var pge *pgconn.PgError
-		switch {
-		case errors.As(err, &pge):
-			if pge.Position > 0 {
-				// The client's statement starts after head.
-				pge.Position -= int32(utf8.RuneCountInString(head))
-			}
-			p.failed = pge
-			prev = "ROLLBACK TO SAVEPOINT g; RELEASE SAVEPOINT g; "
-		case err != nil:
+		if err != nil && !errors.As(err, &pge) {
 			g.drop()
 			return occ.BatchResult{}, pgerr.Wrap(pgerr.ConnectionFailure, err)
-		default:
-			p.tag = rs[len(rs)-1].CommandTag.String()
-			prev = "RELEASE SAVEPOINT g; "
 		}
+		var done []string // command tags of the statements that completed
+		for _, r := range rs {
+			if r.Err == nil {
+				done = append(done, r.CommandTag.String())
+			}
+		}
+		done = done[min(len(done), strings.Count(prev, ";")):]
+		for i, p := range pending {
+			if (i+1)*memberStatements > len(done) {
+				break
+			}
+			p.tag = done[i*memberStatements+3]
+		}
+		if pge == nil {
+			prev = ""
+			break
+		}
+		failed := len(done) / memberStatements
+		switch len(done) % memberStatements {
+		case 1, 2, 3: // the member's settings or statement
+		default: // SAVEPOINT or RELEASE, or before the first member
+			g.drop()
+			return occ.BatchResult{}, pgerr.New(pgerr.InternalError, "group commit: %s", pge.Message)
+		}
+		p := pending[failed]
+		if len(done)%memberStatements == 3 && pge.Position > 0 {
+			pge.Position -= int32(starts[failed])
+		} else {
+			pge.Position = 0
+		}
+		p.failed = pge
+		pending, prev = pending[failed+1:], undo
 	}
 	_, err := g.conn.Exec(ctx, prev+"RESET ROLE; "+storage.CommitWriteFor(ps[0].inc)).ReadAll()
 	var pge *pgconn.PgError
@@ -249,15 +295,19 @@ func constantValue(n *pg.Node) bool {
 // groupSettingsSQL builds, on the session's backend, the statements that
 // give the committer's transaction the session's meaning of a statement
 // on table: empty if the table is missing or temporary, or the client's
-// encoding is not the committer's (UTF8).
+// encoding or standard_conforming_strings is not the committer's (UTF8,
+// on: PostgreSQL lexes a whole query string before running any of it, so
+// a setting in the string cannot change how the client's statement is
+// read).
 func groupSettingsSQL(table string) string {
 	return `SELECT coalesce((SELECT format('SET LOCAL ROLE %I; SELECT set_config(''search_path'', %L, true), ` +
 		`set_config(''DateStyle'', %L, true), set_config(''TimeZone'', %L, true), ` +
-		`set_config(''IntervalStyle'', %L, true), set_config(''standard_conforming_strings'', %L, true); ', ` +
+		`set_config(''IntervalStyle'', %L, true); ', ` +
 		`current_user, current_setting('search_path'), current_setting('DateStyle'), current_setting('TimeZone'), ` +
-		`current_setting('IntervalStyle'), current_setting('standard_conforming_strings')) ` +
+		`current_setting('IntervalStyle')) ` +
 		`FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass(` + quoteLiteral(table) + `) ` +
-		`AND c.relpersistence = 'p' AND c.relkind = 'r' AND current_setting('client_encoding') = 'UTF8'), '')`
+		`AND c.relpersistence = 'p' AND c.relkind = 'r' AND current_setting('client_encoding') = 'UTF8' ` +
+		`AND current_setting('standard_conforming_strings') = 'on'), '')`
 }
 
 // groupWrite runs sql, an autocommit write, through the database's
