@@ -229,6 +229,11 @@ func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*blindW
 	}
 	rs, err := g.conn.Exec(ctx, "COMMIT").ReadAll()
 	g.inTx = false
+	if errors.As(err, &pge) {
+		// COMMIT itself failed (a deferred constraint, say): the batch
+		// rolled back, and the error cannot be pinned on one member.
+		return occ.BatchResult{}, pgErrorAsErr(pge)
+	}
 	if err != nil {
 		// The outcome of a COMMIT whose answer was lost is not known.
 		g.drop()
