@@ -418,7 +418,9 @@ func TestLeaseGenerationFence(t *testing.T) {
 	// 2 registered in the shared database would fence every other test's
 	// proxies.
 	backend := directURL("postgres", d.name)
-	old := startProxy(t, leaseArgs("--generation", "1", "--backend", backend)...)
+	// Generation 1 heartbeats too rarely to notice the fence itself
+	// during the test: its sessions' refused writes must tell it.
+	old := startProxy(t, leaseArgs("--generation", "1", "--backend", backend, "--heartbeat-interval", "1m", "--lease-grace", "3m")...)
 	w := connectTo(t, ctx, old.URL("postgres", d.name))
 	createKV(t, ctx, w, "")
 	// Two writes in flight. A transaction with DDL holds the commit slot

@@ -8,8 +8,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
 	"github.com/mzproxy/mzproxy/proxy/lease"
@@ -71,6 +73,19 @@ func (s *Session) currentLease(ctx context.Context) (*lease.Lease, error) {
 	}
 	s.lease = l
 	return l, nil
+}
+
+// noteFenced passes a backend ErrorResponse frame in XX000 to the
+// session's lease, which is lost at once if it says the incarnation was
+// fenced or expired (only XX000 frames are decoded: they are rare).
+func (s *Session) noteFenced(frame []byte) {
+	if s.lease == nil || errorCode(wire.Body(frame)) != string(storage.CodeFenced) {
+		return
+	}
+	var er pgproto3.ErrorResponse
+	if er.Decode(wire.Body(frame)) == nil {
+		s.lease.Refused(&pgconn.PgError{Code: er.Code, Message: er.Message, Detail: er.Detail})
+	}
 }
 
 // incarnation is the session's incarnation id: what its writes pass to

@@ -114,9 +114,11 @@ func (s *Session) statementKind(sql string) string {
 }
 
 // noteBackendError counts an ErrorResponse from the backend by its
-// SQLSTATE class and makes it the statement's outcome.
+// SQLSTATE class and makes it the statement's outcome; one saying the
+// session's incarnation was fenced loses its lease.
 func (s *Session) noteBackendError(frame []byte) {
 	s.obs.BackendError(errorCode(wire.Body(frame)))
+	s.noteFenced(frame)
 }
 
 // errorCode is the SQLSTATE field of an ErrorResponse body, without

@@ -460,6 +460,9 @@ func (s *Session) occAwaitSlot(ctx context.Context) (failed, ready []byte, err e
 // occFinish relays an optimistic write's answers and ReadyForQuery.
 func (s *Session) occFinish(answers [][]byte, ready []byte) error {
 	for _, f := range answers {
+		if f[0] == 'E' {
+			s.noteFenced(f)
+		}
 		if err := s.client.WriteFrame(f); err != nil {
 			return err
 		}

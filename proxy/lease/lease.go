@@ -236,6 +236,15 @@ func (l *Lease) loseLocked(err error) {
 	l.cfg.Log.WithField("incarnation", l.id).WithError(err).Warn("mzproxy lease lost")
 }
 
+// Refused loses the lease at once when err is a write function refusing
+// this incarnation (storage.IsFenced), rather than at the next heartbeat:
+// a proxy that a session saw fenced starts no new session on it.
+func (l *Lease) Refused(err error) {
+	if storage.IsFenced(err) {
+		l.lose(lost(err))
+	}
+}
+
 func (l *Lease) lose(err error) {
 	l.mu.Lock()
 	l.loseLocked(err)
