@@ -162,4 +162,32 @@ func TestGroupCommit(t *testing.T) {
 	}
 	t.Logf("%v statements in %v batches (mean %.1f); %d rows at %d timestamps; %d committed together among failing statements",
 		batched, batches, batched/batches, versions, stamps, together)
+
+	// The settings a session's inserts run with are read once and kept
+	// while it sends nothing else: any other statement may change them.
+	conn := connectTo(t, ctx, p.URL("postgres", db))
+	for i, step := range []struct{ before, want string }{
+		{"", "public"},
+		{"", "public"},
+		{"SET search_path = other, public", "other"},
+		{"", "other"},
+		{"RESET search_path", "public"},
+		{"SELECT set_config('search_path', 'other', false)", "other"},
+		{"SELECT set_config('search_path', 'public', false)", "public"},
+	} {
+		if step.before != "" {
+			if _, err := execSimple(ctx, conn, step.before); err != nil {
+				t.Fatalf("%s: %v", step.before, err)
+			}
+		}
+		id := 20000 + i
+		if _, err := execSimple(ctx, conn, fmt.Sprintf("INSERT INTO g VALUES (%d, 0)", id)); err != nil {
+			t.Fatalf("insert %d: %v", id, err)
+		}
+		var in string
+		q := fmt.Sprintf("SELECT CASE WHEN EXISTS (SELECT FROM public.g WHERE id = %d) THEN 'public' ELSE 'other' END", id)
+		if err := setup.QueryRow(ctx, q).Scan(&in); err != nil || in != step.want {
+			t.Fatalf("after %q, the insert went to %s.g (%v), want %s.g", step.before, in, err, step.want)
+		}
+	}
 }

@@ -25,12 +25,12 @@ import (
 // together in one backend transaction:
 //
 //	BEGIN; SELECT begin_write_occ(NULL, floor)                  -- T
-//	SAVEPOINT g; <settings>; <INSERT>; RELEASE SAVEPOINT g; ... -- every member, one string
-//	RESET ROLE; SELECT commit_write(inc)                        -- compare-and-append
-//	COMMIT
+//
+//	SAVEPOINT g; <settings>; <INSERT>; RELEASE SAVEPOINT g; ... -- every member,
+//	RESET ROLE; SELECT commit_write(inc); COMMIT                -- compare-and-append: one string
 //
 // A member that fails stops the string; ROLLBACK TO SAVEPOINT g undoes it
-// alone and the members after it are sent again.
+// alone and the rest of the string is sent again.
 //
 // A member whose statement fails is rolled back to its savepoint and gets
 // its own error; the others commit. A lost compare-and-append rolls the
@@ -139,11 +139,11 @@ func (g *groupCommitter) ApplyWrite(context.Context, uint64) error { return nil 
 // client's statement, RELEASE SAVEPOINT.
 const memberStatements = 5
 
-// AppendBatch runs the members, each in its own savepoint, all in one
-// query string; then compare-and-appends and commits. A member that fails
-// stops the string: it is rolled back to its savepoint and the members
-// after it are sent again, so the batch takes one round trip plus one per
-// failed member, plus two.
+// AppendBatch runs the members, each in its own savepoint, then the
+// compare-and-append and COMMIT, all in one query string. A member that
+// fails stops the string: it is rolled back to its savepoint and the rest
+// of the string (the members after it, the append, COMMIT) is sent again,
+// so a batch takes one round trip plus one per failed member.
 func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*blindWrite) (occ.BatchResult, error) {
 	if g.conn == nil || !g.inTx {
 		return occ.BatchResult{}, pgerr.New(pgerr.InternalError, "group commit: no open batch transaction")
@@ -152,8 +152,9 @@ func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*blindW
 		p.tag, p.failed = "", nil
 	}
 	const undo = "ROLLBACK TO SAVEPOINT g; RELEASE SAVEPOINT g; "
+	tail := "RESET ROLE; " + storage.CommitWriteFor(ps[0].inc) + "; COMMIT"
 	prev := ""
-	for pending := ps; len(pending) > 0; {
+	for pending := ps; ; {
 		var q strings.Builder
 		q.WriteString(prev)
 		starts := make([]int, len(pending)) // where each client statement begins, in characters
@@ -163,11 +164,13 @@ func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*blindW
 			// A newline ends a trailing -- comment of the client's.
 			q.WriteString(p.sql + "\n; RELEASE SAVEPOINT g; ")
 		}
+		q.WriteString(tail)
 		rs, err := g.conn.Exec(ctx, q.String()).ReadAll()
 		var pge *pgconn.PgError
 		if err != nil && !errors.As(err, &pge) {
+			// The outcome of a COMMIT whose answer was lost is not known.
 			g.drop()
-			return occ.BatchResult{}, pgerr.Wrap(pgerr.ConnectionFailure, err)
+			return occ.BatchResult{}, pgerr.Fatal(pgerr.ConnectionFailure, "group commit: batch failed, outcome unknown: %v", err)
 		}
 		var done []string // command tags of the statements that completed
 		for _, r := range rs {
@@ -182,9 +185,17 @@ func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*blindW
 			}
 			p.tag = done[i*memberStatements+3]
 		}
+		members := len(pending) * memberStatements
 		if pge == nil {
-			prev = ""
-			break
+			g.inTx = false
+			if len(done) != members+3 || done[members+2] != "COMMIT" {
+				return occ.BatchResult{}, pgerr.New(pgerr.InternalError, "group commit: COMMIT did not commit")
+			}
+			g.floor = 0
+			return occ.BatchResult{OK: true}, nil
+		}
+		if len(done) >= members {
+			return g.tailFailed(ctx, t, pge, len(done)-members)
 		}
 		failed := len(done) / memberStatements
 		switch len(done) % memberStatements {
@@ -202,17 +213,22 @@ func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*blindW
 		p.failed = pge
 		pending, prev = pending[failed+1:], undo
 	}
-	_, err := g.conn.Exec(ctx, prev+"RESET ROLE; "+storage.CommitWriteFor(ps[0].inc)).ReadAll()
-	var pge *pgconn.PgError
-	if err != nil && !errors.As(err, &pge) {
-		g.drop()
-		return occ.BatchResult{}, pgerr.Wrap(pgerr.ConnectionFailure, err)
-	}
-	if pge != nil {
-		if _, rerr := g.conn.Exec(ctx, "ROLLBACK").ReadAll(); rerr != nil {
-			g.drop()
-		}
+}
+
+// tailFailed ends a batch whose members ran but whose tail failed: its
+// statement i (RESET ROLE, commit_write, COMMIT) raised pge.
+func (g *groupCommitter) tailFailed(ctx context.Context, t uint64, pge *pgconn.PgError, i int) (occ.BatchResult, error) {
+	if i == 2 {
+		// COMMIT itself failed (a deferred constraint, say): the batch
+		// rolled back, and the error cannot be pinned on one member.
 		g.inTx = false
+		return occ.BatchResult{}, pgErrorAsErr(pge)
+	}
+	if _, rerr := g.conn.Exec(ctx, "ROLLBACK").ReadAll(); rerr != nil {
+		g.drop()
+	}
+	g.inTx = false
+	if i == 1 {
 		switch pgerr.Code(pge.Code) {
 		case storage.CodeUpperConflict, storage.CodeSlotBusy:
 			u, perr := strconv.ParseUint(pge.Detail, 10, 64)
@@ -225,25 +241,8 @@ func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*blindW
 			g.floor = t + 1
 			return occ.BatchResult{ActualUpper: t + 1}, nil
 		}
-		return occ.BatchResult{}, pgErrorAsErr(pge)
 	}
-	rs, err := g.conn.Exec(ctx, "COMMIT").ReadAll()
-	g.inTx = false
-	if errors.As(err, &pge) {
-		// COMMIT itself failed (a deferred constraint, say): the batch
-		// rolled back, and the error cannot be pinned on one member.
-		return occ.BatchResult{}, pgErrorAsErr(pge)
-	}
-	if err != nil {
-		// The outcome of a COMMIT whose answer was lost is not known.
-		g.drop()
-		return occ.BatchResult{}, pgerr.Fatal(pgerr.ConnectionFailure, "group commit: COMMIT failed, outcome unknown: %v", err)
-	}
-	if len(rs) != 1 || rs[0].CommandTag.String() != "COMMIT" {
-		return occ.BatchResult{}, pgerr.New(pgerr.InternalError, "group commit: COMMIT did not commit")
-	}
-	g.floor = 0
-	return occ.BatchResult{OK: true}, nil
+	return occ.BatchResult{}, pgErrorAsErr(pge)
 }
 
 func pgErrorAsErr(e *pgconn.PgError) error {
@@ -315,6 +314,17 @@ func groupSettingsSQL(table string) string {
 		`AND current_setting('standard_conforming_strings') = 'on'), '')`
 }
 
+// groupSettings is the outcome of groupSettingsSQL for table, read while
+// handling the client's request number at. It stays true while the
+// session sends nothing but group-committed INSERTs: they run on the
+// committer's connection and change none of the settings it reads, and
+// any other request may (SET, SET ROLE, a function calling set_config,
+// CREATE TEMP TABLE shadowing table).
+type groupSettings struct {
+	table, sql string
+	at         uint64
+}
+
 // groupWrite runs sql, an autocommit write, through the database's
 // committer if it is an eligible blind insert; handled is false (nothing
 // sent to the client) otherwise.
@@ -323,13 +333,17 @@ func (s *Session) groupWrite(ctx context.Context, sql string, inc int64) (handle
 	if !ok {
 		return false, nil
 	}
-	settings, err := s.be.internalValue(ctx, groupSettingsSQL(table))
-	if err != nil {
-		return true, err
+	settings := s.groupSettings.sql
+	if s.groupSettings.table != table || s.groupSettings.at != s.requests-1 {
+		var err error
+		if settings, err = s.be.internalValue(ctx, groupSettingsSQL(table)); err != nil {
+			return true, err
+		}
+		if settings == "" {
+			return false, nil
+		}
 	}
-	if settings == "" {
-		return false, nil
-	}
+	s.groupSettings = groupSettings{table: table, sql: settings, at: s.requests}
 	s.busy.Store(true)
 	defer s.busy.Store(false)
 	px := s.proxy

@@ -112,6 +112,7 @@ func (q *queue) pop() {
 // handle forwards one client message and, when the client now waits for
 // answers, relays them.
 func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, frame []byte) error {
+	s.requests++
 	if s.occBatch != nil {
 		if held, err := s.holdBatch(ctx, msg, frame); held || err != nil {
 			return err
