@@ -164,6 +164,15 @@ func (c *Committer[P]) lead(ctx context.Context, own Ticket, ch chan note) (uint
 	}
 }
 
+// Queued is the number of payloads waiting for the next batch: an
+// appender may prepare that batch's transaction along with the current
+// one's.
+func (c *Committer[P]) Queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.g.pending)
+}
+
 // handoffLocked passes leadership to the oldest queued caller, if any.
 func (c *Committer[P]) handoffLocked() {
 	c.leader = 0

@@ -59,6 +59,7 @@ type groupCommitter struct {
 	conn     *pgconn.PgConn
 	inTx     bool   // a WriteTS whose batch never came (its leader left)
 	floor    uint64 // the actual upper of the last conflict
+	next     uint64 // T of the batch transaction the last batch's string opened
 	slotBusy bool   // the last append found the commit slot held
 }
 
@@ -97,8 +98,13 @@ func (g *groupCommitter) drop() {
 	g.conn = nil
 }
 
-// WriteTS opens the batch's transaction and returns its T.
+// WriteTS opens the batch's transaction and returns its T: the one the
+// last batch's string already opened, if callers were queued then.
 func (g *groupCommitter) WriteTS(ctx context.Context) (uint64, error) {
+	if t := g.next; t != 0 {
+		g.next = 0
+		return t, nil
+	}
 	if err := g.connect(ctx); err != nil {
 		return 0, err
 	}
@@ -117,15 +123,21 @@ func (g *groupCommitter) WriteTS(ctx context.Context) (uint64, error) {
 		return 0, pgerr.Wrap(pgerr.ConnectionFailure, err)
 	}
 	g.inTx, g.slotBusy = true, false
-	last := rs[len(rs)-1]
-	if len(last.Rows) != 1 || len(last.Rows[0]) != 1 {
+	t, err := writeTS(rs[len(rs)-1])
+	if err != nil {
 		g.drop()
+	}
+	return t, err
+}
+
+// writeTS is the T of begin_write_occ's result.
+func writeTS(r *pgconn.Result) (uint64, error) {
+	if len(r.Rows) != 1 || len(r.Rows[0]) != 1 {
 		return 0, pgerr.New(pgerr.InternalError, "group commit: begin_write_occ returned no timestamp")
 	}
-	t, perr := strconv.ParseUint(string(last.Rows[0][0]), 10, 64)
-	if perr != nil || t == 0 {
-		g.drop()
-		return 0, pgerr.New(pgerr.InternalError, "group commit: begin_write_occ returned %q", last.Rows[0][0])
+	t, err := strconv.ParseUint(string(r.Rows[0][0]), 10, 64)
+	if err != nil || t == 0 {
+		return 0, pgerr.New(pgerr.InternalError, "group commit: begin_write_occ returned %q", r.Rows[0][0])
 	}
 	return t, nil
 }
@@ -134,16 +146,17 @@ func (g *groupCommitter) WriteTS(ctx context.Context) (uint64, error) {
 // batch's own transaction.
 func (g *groupCommitter) ApplyWrite(context.Context, uint64) error { return nil }
 
-// memberStatements is the number of statements of one member in the
-// batch's query string: SAVEPOINT, the two of blindWrite.settings, the
-// client's statement, RELEASE SAVEPOINT.
-const memberStatements = 5
-
 // AppendBatch runs the members, each in its own savepoint, then the
-// compare-and-append and COMMIT, all in one query string. A member that
-// fails stops the string: it is rolled back to its savepoint and the rest
-// of the string (the members after it, the append, COMMIT) is sent again,
-// so a batch takes one round trip plus one per failed member.
+// compare-and-append and COMMIT, all in one query string; if callers are
+// queued for the next batch, the string goes on to open its transaction
+// (WriteTS then costs no round trip). A member that fails stops the
+// string: it is rolled back to its savepoint and the rest of the string
+// is sent again, so a batch takes one round trip plus one per failed
+// member.
+//
+// A member's settings are sent only when they differ from those in force
+// (SET LOCAL in a released savepoint lasts until the transaction ends;
+// one rolled back is undone), so a batch of sessions alike sets them once.
 func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*blindWrite) (occ.BatchResult, error) {
 	if g.conn == nil || !g.inTx {
 		return occ.BatchResult{}, pgerr.New(pgerr.InternalError, "group commit: no open batch transaction")
@@ -152,17 +165,42 @@ func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*blindW
 		p.tag, p.failed = "", nil
 	}
 	const undo = "ROLLBACK TO SAVEPOINT g; RELEASE SAVEPOINT g; "
-	tail := "RESET ROLE; " + storage.CommitWriteFor(ps[0].inc) + "; COMMIT"
-	prev := ""
+	prev, current := "", "" // the statements before the members; the settings in force
 	for pending := ps; ; {
 		var q strings.Builder
 		q.WriteString(prev)
-		starts := make([]int, len(pending)) // where each client statement begins, in characters
+		// Per member: its first statement's index among the string's
+		// results, whether it sets settings, and the settings in force
+		// after it; where its client statement begins, in characters.
+		first := make([]int, len(pending))
+		sets := make([]bool, len(pending))
+		after := make([]string, len(pending))
+		starts := make([]int, len(pending))
+		n, chars := 0, utf8.RuneCountInString(prev)
+		write := func(sql string) {
+			q.WriteString(sql)
+			chars += utf8.RuneCountInString(sql)
+		}
+		in := current
 		for i, p := range pending {
-			q.WriteString("SAVEPOINT g; " + p.settings)
-			starts[i] = utf8.RuneCountInString(q.String())
+			first[i] = n
+			write("SAVEPOINT g; ")
+			n++
+			if p.settings != in {
+				write(p.settings)
+				n += settingsStatements
+				sets[i], in = true, p.settings
+			}
+			after[i] = in
+			starts[i] = chars
 			// A newline ends a trailing -- comment of the client's.
-			q.WriteString(p.sql + "\n; RELEASE SAVEPOINT g; ")
+			write(p.sql + "\n; RELEASE SAVEPOINT g; ")
+			n += 2
+		}
+		tail := "RESET ROLE; " + storage.CommitWriteFor(ps[0].inc) + "; COMMIT"
+		next := g.c.Queued() > 0
+		if next {
+			tail += "; BEGIN; " + storage.BeginWriteOCCFor(-1, 0)
 		}
 		q.WriteString(tail)
 		rs, err := g.conn.Exec(ctx, q.String()).ReadAll()
@@ -179,40 +217,84 @@ func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*blindW
 			}
 		}
 		done = done[min(len(done), strings.Count(prev, ";")):]
+		failed := len(pending) // the member whose statement failed, if any
 		for i, p := range pending {
-			if (i+1)*memberStatements > len(done) {
+			stmt := first[i] + 1
+			if sets[i] {
+				stmt += settingsStatements
+			}
+			if stmt+1 >= len(done) { // its RELEASE did not complete
+				failed = i
 				break
 			}
-			p.tag = done[i*memberStatements+3]
+			p.tag = done[stmt]
 		}
-		members := len(pending) * memberStatements
-		if pge == nil {
-			g.inTx = false
-			if len(done) != members+3 || done[members+2] != "COMMIT" {
-				return occ.BatchResult{}, pgerr.New(pgerr.InternalError, "group commit: COMMIT did not commit")
+		if failed == len(pending) {
+			if pge == nil {
+				return g.committed(rs, done[n:], next)
 			}
-			g.floor = 0
-			return occ.BatchResult{OK: true}, nil
+			switch {
+			case len(done) < n:
+				g.drop()
+				return occ.BatchResult{}, pgerr.New(pgerr.InternalError, "group commit: %s", pge.Message)
+			case len(done) >= n+3:
+				// Committed; opening the next batch's transaction failed
+				// (the next WriteTS rolls it back and tries again).
+				r, err := g.committed(rs, done[n:], false)
+				g.inTx = true
+				return r, err
+			}
+			return g.tailFailed(ctx, t, pge, len(done)-n)
 		}
-		if len(done) >= members {
-			return g.tailFailed(ctx, t, pge, len(done)-members)
+		// The string stopped in member failed: in its settings or its
+		// statement, else (SAVEPOINT, RELEASE) the batch cannot go on.
+		at := len(done) - first[failed]
+		stmt := 1
+		if sets[failed] {
+			stmt += settingsStatements
 		}
-		failed := len(done) / memberStatements
-		switch len(done) % memberStatements {
-		case 1, 2, 3: // the member's settings or statement
-		default: // SAVEPOINT or RELEASE, or before the first member
+		if pge == nil || at < 1 || at > stmt {
 			g.drop()
-			return occ.BatchResult{}, pgerr.New(pgerr.InternalError, "group commit: %s", pge.Message)
+			msg := "the batch's string ended early"
+			if pge != nil {
+				msg = pge.Message
+			}
+			return occ.BatchResult{}, pgerr.New(pgerr.InternalError, "group commit: %s", msg)
 		}
-		p := pending[failed]
-		if len(done)%memberStatements == 3 && pge.Position > 0 {
+		if at == stmt && pge.Position > 0 {
 			pge.Position -= int32(starts[failed])
 		} else {
 			pge.Position = 0
 		}
-		p.failed = pge
+		pending[failed].failed = pge
+		if failed > 0 {
+			current = after[failed-1]
+		}
 		pending, prev = pending[failed+1:], undo
 	}
+}
+
+// settingsStatements is the number of statements in blindWrite.settings.
+const settingsStatements = 2
+
+// committed ends a batch whose string ran to its end: tail holds the tags
+// of its statements after the members (RESET ROLE, commit_write, COMMIT,
+// and with next BEGIN, begin_write_occ: the next batch's T).
+func (g *groupCommitter) committed(rs []*pgconn.Result, tail []string, next bool) (occ.BatchResult, error) {
+	g.inTx = false
+	if len(tail) < 3 || tail[2] != "COMMIT" {
+		return occ.BatchResult{}, pgerr.New(pgerr.InternalError, "group commit: COMMIT did not commit")
+	}
+	g.floor = 0
+	if next {
+		g.inTx = true
+		t, err := writeTS(rs[len(rs)-1])
+		if err != nil {
+			g.drop()
+		}
+		g.next = t
+	}
+	return occ.BatchResult{OK: true}, nil
 }
 
 // tailFailed ends a batch whose members ran but whose tail failed: its
