@@ -555,3 +555,40 @@ func passThroughTag(n *pg.Node) string {
 	}
 	return ""
 }
+
+// blindInsertTarget is Statement.BlindInsert of n.
+func blindInsertTarget(n *pg.Node) string {
+	ins := n.GetInsertStmt()
+	if ins == nil || ins.WithClause != nil || ins.OnConflictClause != nil || len(ins.ReturningList) > 0 ||
+		ins.Relation == nil || ins.Relation.Relpersistence == "t" || ins.Relation.Catalogname != "" {
+		return ""
+	}
+	sel := ins.SelectStmt.GetSelectStmt()
+	if sel == nil || len(sel.ValuesLists) == 0 {
+		return ""
+	}
+	for _, row := range sel.ValuesLists {
+		for _, v := range row.GetList().GetItems() {
+			if !constantValue(v) {
+				return ""
+			}
+		}
+	}
+	name := quoteIdent(ins.Relation.Relname)
+	if ins.Relation.Schemaname != "" {
+		name = quoteIdent(ins.Relation.Schemaname) + "." + name
+	}
+	return name
+}
+
+// constantValue: a literal, a cast of one, or DEFAULT (a column default
+// is evaluated by whoever runs the INSERT).
+func constantValue(n *pg.Node) bool {
+	switch {
+	case n.GetAConst() != nil, n.GetSetToDefault() != nil:
+		return true
+	case n.GetTypeCast() != nil:
+		return constantValue(n.GetTypeCast().Arg)
+	}
+	return false
+}

@@ -47,6 +47,12 @@ type Statement struct {
 	// data next. (COPY (INSERT ... RETURNING) TO is a write too, but copies
 	// out.)
 	CopyFromStdin bool
+	// BlindInsert is the target of an INSERT ... VALUES of constants (or
+	// DEFAULT) without WITH, ON CONFLICT or RETURNING, into a table named
+	// without a catalog and not TEMPORARY, quoted for to_regclass: a write
+	// that reads nothing, so another connection may run it (group
+	// commit). "" for anything else.
+	BlindInsert string
 
 	AsOf             *AsOf
 	ExplainTimestamp *ExplainTimestampStmt
@@ -138,6 +144,7 @@ func planOne(text string, toks []token, cat Catalog, opts Options) (*Statement, 
 	n := r.Stmts[0].Stmt
 	classify(st, n)
 	setInner(st, n)
+	st.BlindInsert = blindInsertTarget(n)
 
 	a := &analyzer{cat: cat, path: opts.SearchPath}
 	a.statement(n)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
-	pg "github.com/pganalyze/pg_query_go/v6"
 
 	"github.com/mzproxy/mzproxy/occ"
 	"github.com/mzproxy/mzproxy/pgerr"
@@ -331,53 +330,6 @@ func pgErrorAsErr(e *pgconn.PgError) error {
 	return pgerr.New(pgerr.Code(e.Code), "%s", e.Message)
 }
 
-// blindInsertTable returns the target of sql if it is a blind write the
-// committer may run on the session's behalf: one INSERT ... VALUES of
-// constants (or DEFAULT), without WITH, ON CONFLICT or RETURNING. The
-// text is the table as written, quoted, for to_regclass.
-func blindInsertTable(sql string) (string, bool) {
-	tree, err := pg.Parse(sql)
-	if err != nil || len(tree.Stmts) != 1 {
-		return "", false
-	}
-	ins := tree.Stmts[0].Stmt.GetInsertStmt()
-	if ins == nil || ins.WithClause != nil || ins.OnConflictClause != nil || len(ins.ReturningList) > 0 ||
-		ins.Relation == nil || ins.Relation.Relpersistence == "t" {
-		return "", false
-	}
-	sel := ins.SelectStmt.GetSelectStmt()
-	if sel == nil || len(sel.ValuesLists) == 0 {
-		return "", false
-	}
-	for _, row := range sel.ValuesLists {
-		for _, v := range row.GetList().GetItems() {
-			if !constantValue(v) {
-				return "", false
-			}
-		}
-	}
-	name := quoteIdent(ins.Relation.Relname)
-	if ins.Relation.Schemaname != "" {
-		name = quoteIdent(ins.Relation.Schemaname) + "." + name
-	}
-	if ins.Relation.Catalogname != "" {
-		return "", false
-	}
-	return name, true
-}
-
-// constantValue: a literal, a cast of one, or DEFAULT (a column default
-// is evaluated in the committer's transaction; see README Limitations).
-func constantValue(n *pg.Node) bool {
-	switch {
-	case n.GetAConst() != nil, n.GetSetToDefault() != nil:
-		return true
-	case n.GetTypeCast() != nil:
-		return constantValue(n.GetTypeCast().Arg)
-	}
-	return false
-}
-
 // groupSettingsSQL builds, on the session's backend, the statements that
 // give the committer's transaction the session's meaning of a statement
 // on table: empty if the table is missing or temporary, or the client's
@@ -410,9 +362,8 @@ type groupSettings struct {
 // groupWrite runs sql, an autocommit write, through the database's
 // committer if it is an eligible blind insert; handled is false (nothing
 // sent to the client) otherwise.
-func (s *Session) groupWrite(ctx context.Context, sql string, inc int64) (handled bool, err error) {
-	table, ok := blindInsertTable(sql)
-	if !ok {
+func (s *Session) groupWrite(ctx context.Context, sql, table string, inc int64) (handled bool, err error) {
+	if table == "" {
 		return false, nil
 	}
 	settings := s.groupSettings.sql

@@ -635,7 +635,7 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 	}
 	if r.replayable && s.tx == 'I' && s.units.len() == 0 && after == "" {
 		if s.proxy.cfg.GroupCommit {
-			if handled, err := s.groupWrite(ctx, sql, inc); handled {
+			if handled, err := s.groupWrite(ctx, sql, r.blindInsert, inc); handled {
 				return err
 			}
 		}
