@@ -198,3 +198,118 @@ func TestGroupCommit(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupCommitReadWrite: with --group-commit, read-then-write
+// statements of concurrent sessions run one after the other in shared
+// batches, through two proxies whose batches conflict: 8 sessions
+// incrementing one counter lose no update, and concurrent DELETEs of five
+// identical rows delete each row once.
+func TestGroupCommitReadWrite(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p1 := startProxy(t, "--group-commit", "--metrics-listen", "127.0.0.1:0")
+	p2 := startProxy(t, "--group-commit", "--metrics-listen", "127.0.0.1:0")
+	setup := connectTo(t, ctx, p1.URL("postgres", db))
+	for _, sql := range []string{
+		"CREATE TABLE counter (id int PRIMARY KEY, v int NOT NULL)",
+		"INSERT INTO counter VALUES (1, 0)",
+		"CREATE TABLE dup (x int)",
+		"INSERT INTO dup VALUES (1), (1), (1), (1), (1), (2)",
+	} {
+		if _, err := execSimple(ctx, setup, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	const clients, each = 8, 50
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	exhausted := 0
+	errs := make(chan error, clients)
+	for c := 0; c < clients; c++ {
+		p := p1
+		if c%2 == 1 {
+			p = p2
+		}
+		conn := connectTo(t, ctx, p.URL("postgres", db))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for done := 0; done < each; {
+				tag, err := execSimple(ctx, conn, "UPDATE counter SET v = v + 1 WHERE id = 1")
+				var pe *pgconn.PgError
+				switch {
+				case err == nil && tag.String() == "UPDATE 1":
+					done++
+				case errors.As(err, &pe) && pe.Code == "40001" && pe.Message == retriesExhausted:
+					mu.Lock()
+					exhausted++
+					mu.Unlock()
+				default:
+					errs <- fmt.Errorf("tag %q: %v", tag, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	var v int
+	if err := setup.QueryRow(ctx, "SELECT v FROM counter WHERE id = 1").Scan(&v); err != nil || v != clients*each {
+		t.Fatalf("counter = %d (%v), want %d", v, err, clients*each)
+	}
+	// Increments committed together leave one version per timestamp.
+	var versions, distinct int
+	q := fmt.Sprintf("SELECT count(*), count(DISTINCT mz_from) FROM %s", historyOf(t, ctx, setup, "counter"))
+	if err := setup.QueryRow(ctx, q).Scan(&versions, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if distinct != versions || versions > clients*each {
+		t.Fatalf("history of counter: %d versions at %d timestamps, want one per timestamp and fewer than %d", versions, distinct, clients*each+1)
+	}
+	var conflicts float64
+	for _, p := range []*proxyProc{p1, p2} {
+		_, m := get(t, p.metricsAddr(t), "/metrics")
+		conflicts += metricValue(t, m, "mzproxy_occ_conflicts_total")
+	}
+	t.Logf("%d increments in %d versions; %v conflicts between the proxies' batches; %d statements exhausted their retries",
+		clients*each, versions-1, conflicts, exhausted)
+
+	// Five DELETEs of x = 1, together: the row counts add up to five.
+	counts := make(chan int64, 5)
+	for c := 0; c < 5; c++ {
+		p := []*proxyProc{p1, p2}[c%2]
+		conn := connectTo(t, ctx, p.URL("postgres", db))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				tag, err := execSimple(ctx, conn, "DELETE FROM dup WHERE x = 1")
+				var pe *pgconn.PgError
+				if errors.As(err, &pe) && pe.Code == "40001" {
+					continue
+				}
+				if err != nil {
+					t.Error(err)
+				}
+				counts <- tag.RowsAffected()
+				return
+			}
+		}()
+	}
+	wg.Wait()
+	close(counts)
+	var deleted int64
+	for n := range counts {
+		deleted += n
+	}
+	var left, ones int
+	if err := setup.QueryRow(ctx, "SELECT count(*), count(*) FILTER (WHERE x = 1) FROM dup").Scan(&left, &ones); err != nil {
+		t.Fatal(err)
+	}
+	if deleted != 5 || left != 1 || ones != 0 {
+		t.Fatalf("DELETEs reported %d rows; %d rows left (%d with x = 1), want 5 deleted and the x = 2 row left", deleted, left, ones)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 
+	"google.golang.org/protobuf/reflect/protoreflect"
+
 	pg "github.com/pganalyze/pg_query_go/v6"
 )
 
@@ -556,39 +558,70 @@ func passThroughTag(n *pg.Node) string {
 	return ""
 }
 
-// blindInsertTarget is Statement.BlindInsert of n.
-func blindInsertTarget(n *pg.Node) string {
-	ins := n.GetInsertStmt()
-	if ins == nil || ins.WithClause != nil || ins.OnConflictClause != nil || len(ins.ReturningList) > 0 ||
-		ins.Relation == nil || ins.Relation.Relpersistence == "t" || ins.Relation.Catalogname != "" {
-		return ""
-	}
-	sel := ins.SelectStmt.GetSelectStmt()
-	if sel == nil || len(sel.ValuesLists) == 0 {
-		return ""
-	}
-	for _, row := range sel.ValuesLists {
-		for _, v := range row.GetList().GetItems() {
-			if !constantValue(v) {
-				return ""
-			}
+// groupRelations is Statement.GroupRelations of n, whose relations the
+// analyzer found (writes: the target).
+func groupRelations(n *pg.Node, reads, writes []Ref) []string {
+	var with, returning, onConflict bool
+	switch {
+	case n.GetInsertStmt() != nil:
+		s := n.GetInsertStmt()
+		with, returning, onConflict = s.WithClause != nil, len(s.ReturningList) > 0, s.OnConflictClause != nil
+		if s.SelectStmt == nil { // DEFAULT VALUES
+			return nil
 		}
+	case n.GetUpdateStmt() != nil:
+		s := n.GetUpdateStmt()
+		with, returning = s.WithClause != nil, len(s.ReturningList) > 0
+	case n.GetDeleteStmt() != nil:
+		s := n.GetDeleteStmt()
+		with, returning = s.WithClause != nil, len(s.ReturningList) > 0
+	default:
+		return nil
 	}
-	name := quoteIdent(ins.Relation.Relname)
-	if ins.Relation.Schemaname != "" {
-		name = quoteIdent(ins.Relation.Schemaname) + "." + name
+	if with || returning || onConflict || len(writes) != 1 || sessionDependent(n.ProtoReflect()) {
+		return nil
 	}
-	return name
+	out := []string{qualified(writes[0])}
+	for _, r := range reads {
+		out = append(out, qualified(r))
+	}
+	return out
 }
 
-// constantValue: a literal, a cast of one, or DEFAULT (a column default
-// is evaluated by whoever runs the INSERT).
-func constantValue(n *pg.Node) bool {
-	switch {
-	case n.GetAConst() != nil, n.GetSetToDefault() != nil:
-		return true
-	case n.GetTypeCast() != nil:
-		return constantValue(n.GetTypeCast().Arg)
+func qualified(r Ref) string {
+	if r.Schema == "" {
+		return quoteIdent(r.Name)
 	}
-	return false
+	return quoteIdent(r.Schema) + "." + quoteIdent(r.Name)
+}
+
+// sessionDependent reports whether m holds what may mean something else
+// on another connection than the session's: a function call (user
+// functions may read session state; now() is the transaction's start), a
+// SQL value function (CURRENT_TIMESTAMP, ...), a parameter, or a relation
+// named with its database.
+func sessionDependent(m protoreflect.Message) bool {
+	switch x := m.Interface().(type) {
+	case *pg.FuncCall, *pg.SQLValueFunction, *pg.ParamRef, *pg.RangeFunction:
+		return true
+	case *pg.RangeVar:
+		if x.Catalogname != "" {
+			return true
+		}
+	}
+	found := false
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.Message() == nil || fd.IsMap():
+		case fd.IsList():
+			l := v.List()
+			for i := 0; i < l.Len() && !found; i++ {
+				found = sessionDependent(l.Get(i).Message())
+			}
+		default:
+			found = sessionDependent(v.Message())
+		}
+		return !found
+	})
+	return found
 }

@@ -47,12 +47,12 @@ type Statement struct {
 	// data next. (COPY (INSERT ... RETURNING) TO is a write too, but copies
 	// out.)
 	CopyFromStdin bool
-	// BlindInsert is the target of an INSERT ... VALUES of constants (or
-	// DEFAULT) without WITH, ON CONFLICT or RETURNING, into a table named
-	// without a catalog and not TEMPORARY, quoted for to_regclass: a write
-	// that reads nothing, so another connection may run it (group
-	// commit). "" for anything else.
-	BlindInsert string
+	// GroupRelations is not nil for a write that another connection may
+	// run for the session (group commit) if the relations it names (the
+	// target first; quoted for to_regclass) are the same there, i.e. not
+	// temporary: one INSERT, UPDATE or DELETE without WITH, RETURNING, ON
+	// CONFLICT, function calls or parameters (see sessionDependent).
+	GroupRelations []string
 
 	AsOf             *AsOf
 	ExplainTimestamp *ExplainTimestampStmt
@@ -144,7 +144,6 @@ func planOne(text string, toks []token, cat Catalog, opts Options) (*Statement, 
 	n := r.Stmts[0].Stmt
 	classify(st, n)
 	setInner(st, n)
-	st.BlindInsert = blindInsertTarget(n)
 
 	a := &analyzer{cat: cat, path: opts.SearchPath}
 	a.statement(n)
@@ -152,6 +151,7 @@ func planOne(text string, toks []token, cat Catalog, opts Options) (*Statement, 
 		return nil, nil, a.err
 	}
 	st.Reads, st.Writes, st.Inputs, st.UsesMzNow, st.Locking = a.reads, a.writes, a.inputs, a.usesMzNow, a.locking
+	st.GroupRelations = groupRelations(n, a.reads, a.writes)
 	if st.Kind == KindRead && len(a.writes) > 0 {
 		// WITH d AS (DELETE ... RETURNING ...) SELECT ...
 		st.Kind = KindWrite

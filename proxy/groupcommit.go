@@ -15,31 +15,34 @@ import (
 	"github.com/mzproxy/mzproxy/proxy/storage"
 )
 
-// Group commit (Config.GroupCommit): an autocommit blind INSERT (simple
-// protocol) does not run on the session's own backend connection. The
-// session hands its statement, with the settings that decide what the
-// statement means (role, search_path, DateStyle, TimeZone, IntervalStyle),
-// to its database's committer, which owns a
-// backend connection of its own and appends every statement that arrived
-// together in one backend transaction:
+// Group commit (Config.GroupCommit): an autocommit write (simple
+// protocol) that means the same on any connection
+// (planner.Statement.GroupRelations: INSERT, UPDATE or DELETE without
+// function calls, on relations that are not temporary) does not run on the
+// session's own backend connection. The session hands its statement, with
+// the settings that decide what the statement means (role, search_path,
+// DateStyle, TimeZone, IntervalStyle), to its database's committer, which
+// owns a backend connection of its own and runs every statement that
+// arrived together, one after the other, in one backend transaction:
 //
 //	BEGIN; SELECT begin_write_occ(NULL, floor)                  -- T
 //
-//	SAVEPOINT g; <settings>; <INSERT>; RELEASE SAVEPOINT g; ... -- every member,
-//	RESET ROLE; SELECT commit_write(inc); COMMIT                -- compare-and-append: one string
+//	SAVEPOINT g; <settings>; <statement>; RELEASE SAVEPOINT g; ... -- every member,
+//	RESET ROLE; SELECT commit_write(inc); COMMIT                   -- compare-and-append: one string
 //
 // A member that fails stops the string; ROLLBACK TO SAVEPOINT g undoes it
-// alone and the rest of the string is sent again.
-//
-// A member whose statement fails is rolled back to its savepoint and gets
-// its own error; the others commit. A lost compare-and-append rolls the
-// whole batch back and occ.Committer runs it again past the actual upper.
-// Reads of the present stay linearizable: the batch is one backend
-// transaction that moves the upper once.
+// alone (it gets its own error) and the rest of the string is sent again.
+// Each member reads what the members before it wrote: the batch is one
+// serial order of its members, all committed at T, which is linearizable
+// since they were all in flight when T was appended. A lost
+// compare-and-append (another proxy, or a pessimistic writer, committed
+// since the batch's snapshot) rolls the whole batch back and occ.Committer
+// runs it again past the actual upper: every member is executed again, so
+// its outcome (row count) is that of the attempt that committed.
 
-// blindWrite is one session's statement in a group commit. tag and failed
+// groupMember is one session's statement in a group commit. tag and failed
 // are the outcome of the attempt that committed.
-type blindWrite struct {
+type groupMember struct {
 	sql      string
 	settings string // statements that set the session's settings locally
 	inc      int64
@@ -53,7 +56,7 @@ type blindWrite struct {
 type groupCommitter struct {
 	px *Proxy
 	db string
-	c  *occ.Committer[*blindWrite]
+	c  *occ.Committer[*groupMember]
 
 	conn     *pgconn.PgConn
 	inTx     bool   // a WriteTS whose batch never came (its leader left)
@@ -67,7 +70,7 @@ type groupCommitter struct {
 func (p *Proxy) groupCommitter(db *database) *groupCommitter {
 	db.groupOnce.Do(func() {
 		g := &groupCommitter{px: p, db: db.name}
-		g.c = occ.NewCommitter[*blindWrite](occ.GroupConfig{MaxAttempts: p.OCCMaxAttempts()}, g, g, &p.occStats)
+		g.c = occ.NewCommitter[*groupMember](occ.GroupConfig{MaxAttempts: p.OCCMaxAttempts()}, g, g, &p.occStats)
 		db.group = g
 	})
 	return db.group
@@ -156,7 +159,7 @@ func (g *groupCommitter) ApplyWrite(context.Context, uint64) error { return nil 
 // A member's settings are sent only when they differ from those in force
 // (SET LOCAL in a released savepoint lasts until the transaction ends;
 // one rolled back is undone), so a batch of sessions alike sets them once.
-func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*blindWrite) (occ.BatchResult, error) {
+func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*groupMember) (occ.BatchResult, error) {
 	if g.conn == nil || !g.inTx {
 		return occ.BatchResult{}, pgerr.New(pgerr.InternalError, "group commit: no open batch transaction")
 	}
@@ -273,7 +276,7 @@ func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*blindW
 	}
 }
 
-// settingsStatements is the number of statements in blindWrite.settings.
+// settingsStatements is the number of statements in groupMember.settings.
 const settingsStatements = 2
 
 // committed ends a batch whose string ran to its end: tail holds the tags
@@ -332,56 +335,62 @@ func pgErrorAsErr(e *pgconn.PgError) error {
 
 // groupSettingsSQL builds, on the session's backend, the statements that
 // give the committer's transaction the session's meaning of a statement
-// on table: empty if the table is missing or temporary, or the client's
-// encoding or standard_conforming_strings is not the committer's (UTF8,
-// on: PostgreSQL lexes a whole query string before running any of it, so
-// a setting in the string cannot change how the client's statement is
-// read).
-func groupSettingsSQL(table string) string {
+// naming rels (planner.Statement.GroupRelations): empty if the target is
+// not a permanent table or another relation is missing or temporary, or
+// the client's encoding or standard_conforming_strings is not the
+// committer's (UTF8, on: PostgreSQL lexes a whole query string before
+// running any of it, so a setting in the string cannot change how the
+// client's statement is read).
+func groupSettingsSQL(rels []string) string {
+	others := make([]string, len(rels)-1)
+	for i, r := range rels[1:] {
+		others[i] = quoteLiteral(r)
+	}
 	return `SELECT coalesce((SELECT format('SET LOCAL ROLE %I; SELECT set_config(''search_path'', %L, true), ` +
 		`set_config(''DateStyle'', %L, true), set_config(''TimeZone'', %L, true), ` +
 		`set_config(''IntervalStyle'', %L, true); ', ` +
 		`current_user, current_setting('search_path'), current_setting('DateStyle'), current_setting('TimeZone'), ` +
 		`current_setting('IntervalStyle')) ` +
-		`FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass(` + quoteLiteral(table) + `) ` +
-		`AND c.relpersistence = 'p' AND c.relkind = 'r' AND current_setting('client_encoding') = 'UTF8' ` +
+		`FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass(` + quoteLiteral(rels[0]) + `) ` +
+		`AND c.relpersistence = 'p' AND c.relkind IN ('r', 'p') ` +
+		`AND NOT EXISTS (SELECT FROM unnest(ARRAY[` + strings.Join(others, ", ") + `]::text[]) r(name) ` +
+		`WHERE coalesce((SELECT relpersistence FROM pg_catalog.pg_class WHERE oid = pg_catalog.to_regclass(r.name)), 't') <> 'p') ` +
+		`AND current_setting('client_encoding') = 'UTF8' ` +
 		`AND current_setting('standard_conforming_strings') = 'on'), '')`
 }
 
-// groupSettings is the outcome of groupSettingsSQL for table, read while
+// groupSettings is the outcome of groupSettingsSQL for rels, read while
 // handling the client's request number at. It stays true while the
-// session sends nothing but group-committed INSERTs: they run on the
+// session sends nothing but group-committed writes: they run on the
 // committer's connection and change none of the settings it reads, and
 // any other request may (SET, SET ROLE, a function calling set_config,
-// CREATE TEMP TABLE shadowing table).
+// CREATE TEMP TABLE shadowing a relation).
 type groupSettings struct {
-	table, sql string
-	at         uint64
+	rels, sql string
+	at        uint64
 }
 
-// groupWrite runs sql, an autocommit write, through the database's
-// committer if it is an eligible blind insert; handled is false (nothing
-// sent to the client) otherwise.
-func (s *Session) groupWrite(ctx context.Context, sql, table string, inc int64) (handled bool, err error) {
-	if table == "" {
-		return false, nil
-	}
+// groupWrite runs sql, an autocommit write naming rels (not nil), through
+// the database's committer if its relations are not temporary; handled is
+// false (nothing sent to the client) otherwise.
+func (s *Session) groupWrite(ctx context.Context, sql string, rels []string, inc int64) (handled bool, err error) {
+	key := strings.Join(rels, ",")
 	settings := s.groupSettings.sql
-	if s.groupSettings.table != table || s.groupSettings.at != s.requests-1 {
+	if s.groupSettings.rels != key || s.groupSettings.at != s.requests-1 {
 		var err error
-		if settings, err = s.be.internalValue(ctx, groupSettingsSQL(table)); err != nil {
+		if settings, err = s.be.internalValue(ctx, groupSettingsSQL(rels)); err != nil {
 			return true, err
 		}
 		if settings == "" {
 			return false, nil
 		}
 	}
-	s.groupSettings = groupSettings{table: table, sql: settings, at: s.requests}
+	s.groupSettings = groupSettings{rels: key, sql: settings, at: s.requests}
 	s.busy.Store(true)
 	defer s.busy.Store(false)
 	px := s.proxy
 	px.occStats.Writes.Add(1)
-	w := &blindWrite{sql: sql, settings: settings, inc: inc}
+	w := &groupMember{sql: sql, settings: settings, inc: inc}
 	if _, err := px.groupCommitter(s.db).c.Commit(ctx, w); err != nil {
 		if ctx.Err() != nil {
 			px.occStats.Canceled.Add(1)

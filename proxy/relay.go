@@ -634,8 +634,8 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 		return s.exchange(ctx)
 	}
 	if r.replayable && s.tx == 'I' && s.units.len() == 0 && after == "" {
-		if s.proxy.cfg.GroupCommit {
-			if handled, err := s.groupWrite(ctx, sql, r.blindInsert, inc); handled {
+		if s.proxy.cfg.GroupCommit && r.group != nil {
+			if handled, err := s.groupWrite(ctx, sql, r.group, inc); handled {
 				return err
 			}
 		}
