@@ -7,8 +7,9 @@
 #   1. 8 clients incrementing one row: TPS, lost updates (the counter's
 #      final value against pgbench's count of committed transactions), and
 #      mzproxy's retries per committed statement (from /metrics). mzproxy
-#      twice: the default --occ-max-concurrent 1, and 8 (every client in
-#      the loop at once).
+#      three times: the default --occ-max-concurrent 1, 8 (every client in
+#      the loop at once), and --group-commit (mzg: the increments of
+#      concurrent sessions batched in one transaction).
 #   2. 32 clients doing blind single-row INSERTs; mzproxy also with
 #      --group-commit (mzg).
 #   3. One client updating random rows of 10,000 (uncontended): latency
@@ -96,7 +97,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else
 
 if [[ $SECTIONS == *1* ]]; then
 echo "## 1. 8 clients incrementing one row (${DURATION}s each)"
-for target in direct mz1 mz8; do
+for target in direct mz1 mz8 mzg; do
 	before=$(sql "$target" 'SELECT v FROM counter WHERE id = 1')
 	r0=0 c0=0
 	if [ "$target" != direct ]; then
@@ -113,7 +114,7 @@ for target in direct mz1 mz8; do
 	declare "inc_$target=$tps"
 	echo "$target: tps=$tps processed=$processed failed=$failed lost_updates=$lost$extra"
 done
-echo "ratio mz1/direct: $(ratio "$inc_mz1" "$inc_direct")  mz8/direct: $(ratio "$inc_mz8" "$inc_direct")"
+echo "ratio mz1/direct: $(ratio "$inc_mz1" "$inc_direct")  mz8/direct: $(ratio "$inc_mz8" "$inc_direct")  mzg/direct: $(ratio "$inc_mzg" "$inc_direct")"
 fi
 
 if [[ $SECTIONS == *2* ]]; then

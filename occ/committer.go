@@ -151,6 +151,7 @@ func (c *Committer[P]) lead(ctx context.Context, own Ticket, ch chan note) (uint
 			m.Batched.Add(int64(len(b.Payloads)))
 			if err == nil && !r.OK && r.ActualUpper > b.T {
 				m.Conflicts.Add(1)
+				m.Retries.Add(int64(len(b.Payloads) - len(outs))) // back in the queue
 			}
 			for _, o := range outs {
 				switch {

@@ -165,6 +165,9 @@ func TestCommitterBatches(t *testing.T) {
 		t.Fatalf("c: %+v", r)
 	}
 	queued(2)
+	if n := c.Queued(); n != 2 {
+		t.Fatalf("Queued() = %d with b and d waiting", n)
+	}
 	ba.release <- struct{}{}
 	if r := <-a; r.err != nil || r.t == 0 {
 		t.Fatalf("a: %+v (canceled in flight, committed: must report success)", r)
