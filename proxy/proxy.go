@@ -60,8 +60,8 @@ type Config struct {
 	// OCCMaxConcurrent bounds the optimistic write loops running at once
 	// (< 1: 1); more writers queue in FIFO order.
 	OCCMaxConcurrent int
-	// GroupCommit sends autocommit blind INSERTs of concurrent sessions
-	// through one compare-and-append per batch (groupcommit.go).
+	// GroupCommit runs eligible autocommit writes of concurrent sessions
+	// in shared batches, one compare-and-append each (groupcommit.go).
 	GroupCommit bool
 	// OCCPauseFile is a test-only failpoint: when set, an optimistic write
 	// whose SQL contains OCCPauseMarker pauses between its payload and its
