@@ -146,6 +146,19 @@ func (p *Proxy) StatementTimeout() time.Duration { return time.Duration(p.statem
 // sessions follow from their next statement.
 func (p *Proxy) SetStatementTimeout(d time.Duration) { p.statementTimeout.Store(int64(d)) }
 
+// sessionStartTimeout bounds the backend work of a session's start
+// (PostgreSQL's default authentication_timeout).
+const sessionStartTimeout = time.Minute
+
+// startError is err, or, if the session's start ran out of time, the
+// error saying so.
+func startError(ctx context.Context, err error) error {
+	if ctx.Err() == context.DeadlineExceeded {
+		return pgerr.Fatal(pgerr.ConnectionFailure, "mzproxy could not start the session within %v: %v", sessionStartTimeout, err)
+	}
+	return err
+}
+
 // Connect opens a session for an authenticated client (or, with
 // passthrough, authenticates it through relay). ctx is the client
 // connection's: when it ends, the session's backend work is canceled.
@@ -172,16 +185,21 @@ func (p *Proxy) Connect(ctx context.Context, start wire.Startup, relay wire.Auth
 	if err != nil {
 		return nil, err
 	}
-	if err := p.ensureInstalled(ctx, be, start.Database); err != nil {
+	// The backend work of a session's start (schema check, registration,
+	// settings) is bounded like PostgreSQL's authentication_timeout: a
+	// backend that does not answer fails the start rather than hanging it.
+	startCtx, cancel := context.WithTimeout(ctx, sessionStartTimeout)
+	defer cancel()
+	if err := p.ensureInstalled(startCtx, be, start.Database); err != nil {
 		be.close()
-		return nil, err
+		return nil, startError(startCtx, err)
 	}
 	// Registering is needed to write and to hold reads; a proxy that a
 	// newer generation fenced serves no new sessions.
-	l, err := p.Lease(ctx, start.Database)
+	l, err := p.Lease(startCtx, start.Database)
 	if err != nil {
 		be.close()
-		return nil, pgerr.As(err)
+		return nil, startError(startCtx, pgerr.As(err))
 	}
 	id := p.sessions.Add(1)
 	obs := p.obs.OpenSession(observe.SessionInfo{
@@ -194,9 +212,9 @@ func (p *Proxy) Connect(ctx context.Context, start wire.Startup, relay wire.Auth
 	s := newSession(ctx, p, be, client, obs.Log())
 	s.id = id
 	s.obs = obs
-	if err := s.loadTimeoutDefaults(ctx); err != nil {
+	if err := s.loadTimeoutDefaults(startCtx); err != nil {
 		s.Close()
-		return nil, err
+		return nil, startError(startCtx, err)
 	}
 	s.user = start.User
 	s.db = p.database(start.Database)
