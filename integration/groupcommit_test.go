@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -221,51 +222,12 @@ func TestGroupCommitReadWrite(t *testing.T) {
 		}
 	}
 	const clients, each = 8, 50
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	exhausted := 0
-	errs := make(chan error, clients)
-	for c := 0; c < clients; c++ {
-		p := p1
-		if c%2 == 1 {
-			p = p2
-		}
-		conn := connectTo(t, ctx, p.URL("postgres", db))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for done := 0; done < each; {
-				tag, err := execSimple(ctx, conn, "UPDATE counter SET v = v + 1 WHERE id = 1")
-				var pe *pgconn.PgError
-				switch {
-				case err == nil && tag.String() == "UPDATE 1":
-					done++
-				case errors.As(err, &pe) && pe.Code == "40001" && pe.Message == retriesExhausted:
-					mu.Lock()
-					exhausted++
-					mu.Unlock()
-				default:
-					errs <- fmt.Errorf("tag %q: %v", tag, err)
-					return
-				}
-			}
-		}()
+	conns := make([]*pgx.Conn, clients)
+	for c := range conns {
+		conns[c] = connectTo(t, ctx, []*proxyProc{p1, p2}[c%2].URL("postgres", db))
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	var v int
-	if err := setup.QueryRow(ctx, "SELECT v FROM counter WHERE id = 1").Scan(&v); err != nil || v != clients*each {
-		t.Fatalf("counter = %d (%v), want %d", v, err, clients*each)
-	}
+	exhausted, versions, distinct := incrementCounter(t, ctx, conns, each)
 	// Increments committed together leave one version per timestamp.
-	var versions, distinct int
-	q := fmt.Sprintf("SELECT count(*), count(DISTINCT mz_from) FROM %s", historyOf(t, ctx, setup, "counter"))
-	if err := setup.QueryRow(ctx, q).Scan(&versions, &distinct); err != nil {
-		t.Fatal(err)
-	}
 	if distinct != versions || versions > clients*each {
 		t.Fatalf("history of counter: %d versions at %d timestamps, want one per timestamp and fewer than %d", versions, distinct, clients*each+1)
 	}
@@ -278,6 +240,7 @@ func TestGroupCommitReadWrite(t *testing.T) {
 		clients*each, versions-1, conflicts, exhausted)
 
 	// Five DELETEs of x = 1, together: the row counts add up to five.
+	var wg sync.WaitGroup
 	counts := make(chan int64, 5)
 	for c := 0; c < 5; c++ {
 		p := []*proxyProc{p1, p2}[c%2]

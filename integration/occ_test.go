@@ -56,12 +56,35 @@ func TestOCCCounter(t *testing.T) {
 		}
 	}
 	const clients, each = 8, 50
-	var wg sync.WaitGroup
-	errs := make(chan error, clients)
-	var exhaustedMu sync.Mutex
-	exhausted := 0
-	for c := 0; c < clients; c++ {
-		conn := connectTo(t, ctx, p.URL("postgres", db))
+	conns := make([]*pgx.Conn, clients)
+	for c := range conns {
+		conns[c] = connectTo(t, ctx, p.URL("postgres", db))
+	}
+	exhausted, versions, distinct := incrementCounter(t, ctx, conns, each)
+	// The history agrees: one version per committed increment, at
+	// distinct timestamps.
+	if versions != clients*each+1 || distinct != versions {
+		t.Fatalf("history has %d versions at %d timestamps, want %d", versions, distinct, clients*each+1)
+	}
+	// The log is read from the process asynchronously.
+	eventually(t, 10*time.Second, "retried writes in the log (conflicts exercised)", func() bool { return occRetries(p) > 0 })
+	t.Logf("%d statements retried, %d exhausted their budget", occRetries(p), exhausted)
+}
+
+// incrementCounter has each connection run `UPDATE counter SET v = v + 1
+// WHERE id = 1` until each of its increments succeeded; the only error
+// allowed is the 40001 of an exhausted retry budget (counted and
+// returned: the statement wrote nothing and is run again). The counter
+// must then hold every increment; versions and distinct count its
+// history's versions and their timestamps.
+func incrementCounter(t *testing.T, ctx context.Context, conns []*pgx.Conn, each int) (exhausted, versions, distinct int) {
+	t.Helper()
+	var (
+		wg sync.WaitGroup
+		mu sync.Mutex
+	)
+	errs := make(chan error, len(conns))
+	for _, conn := range conns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -69,18 +92,14 @@ func TestOCCCounter(t *testing.T) {
 				tag, err := execSimple(ctx, conn, "UPDATE counter SET v = v + 1 WHERE id = 1")
 				var pe *pgconn.PgError
 				switch {
-				case err == nil:
-					if tag.String() != "UPDATE 1" {
-						errs <- fmt.Errorf("tag %q", tag)
-						return
-					}
+				case err == nil && tag.String() == "UPDATE 1":
 					done++
 				case errors.As(err, &pe) && pe.Code == "40001" && pe.Message == retriesExhausted:
-					exhaustedMu.Lock()
+					mu.Lock()
 					exhausted++
-					exhaustedMu.Unlock()
+					mu.Unlock()
 				default:
-					errs <- err
+					errs <- fmt.Errorf("tag %q: %v", tag, err)
 					return
 				}
 			}
@@ -92,22 +111,14 @@ func TestOCCCounter(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v int
-	if err := setup.QueryRow(ctx, "SELECT v FROM counter WHERE id = 1").Scan(&v); err != nil || v != clients*each {
-		t.Fatalf("counter = %d (%v), want %d", v, err, clients*each)
+	if err := conns[0].QueryRow(ctx, "SELECT v FROM counter WHERE id = 1").Scan(&v); err != nil || v != len(conns)*each {
+		t.Fatalf("counter = %d (%v), want %d", v, err, len(conns)*each)
 	}
-	// The history agrees: one version per committed increment, at
-	// distinct timestamps.
-	var versions, distinct int
-	q := fmt.Sprintf("SELECT count(*), count(DISTINCT mz_from) FROM %s", historyOf(t, ctx, setup, "counter"))
-	if err := setup.QueryRow(ctx, q).Scan(&versions, &distinct); err != nil {
+	q := fmt.Sprintf("SELECT count(*), count(DISTINCT mz_from) FROM %s", historyOf(t, ctx, conns[0], "counter"))
+	if err := conns[0].QueryRow(ctx, q).Scan(&versions, &distinct); err != nil {
 		t.Fatal(err)
 	}
-	if versions != clients*each+1 || distinct != versions {
-		t.Fatalf("history has %d versions at %d timestamps, want %d", versions, distinct, clients*each+1)
-	}
-	// The log is read from the process asynchronously.
-	eventually(t, 10*time.Second, "retried writes in the log (conflicts exercised)", func() bool { return occRetries(p) > 0 })
-	t.Logf("%d statements retried, %d exhausted their budget", occRetries(p), exhausted)
+	return exhausted, versions, distinct
 }
 
 // historyOf is the history relation of managed table name.
