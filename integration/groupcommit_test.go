@@ -276,3 +276,56 @@ func TestGroupCommitReadWrite(t *testing.T) {
 		t.Fatalf("DELETEs reported %d rows; %d rows left (%d with x = 1), want 5 deleted and the x = 2 row left", deleted, left, ones)
 	}
 }
+
+// TestGroupCommitStatementTimeout: a statement in a batch runs under what
+// is left of its session's statement_timeout: stuck on a row lock, it
+// fails alone with 57014 and writes nothing, while a statement of another
+// session in the same batches commits.
+func TestGroupCommitStatementTimeout(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t, "--group-commit", "--metrics-listen", "127.0.0.1:0")
+	setup := connectTo(t, ctx, p.URL("postgres", db))
+	for _, sql := range []string{"CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL)", "INSERT INTO t VALUES (1, 0), (2, 0)"} {
+		if _, err := execSimple(ctx, setup, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	locker := connectTo(t, ctx, directURL("postgres", db))
+	if _, err := execSimple(ctx, locker, "BEGIN; SELECT FROM t WHERE id = 1 FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	a := connectTo(t, ctx, p.URL("postgres", db))
+	if _, err := execSimple(ctx, a, "SET statement_timeout = '500ms'"); err != nil {
+		t.Fatal(err)
+	}
+	b := connectTo(t, ctx, p.URL("postgres", db))
+	failed := make(chan error, 1)
+	go func() {
+		_, err := execSimple(ctx, a, "UPDATE t SET v = 1 WHERE id = 1")
+		failed <- err
+	}()
+	if _, err := execSimple(ctx, b, "UPDATE t SET v = 2 WHERE id = 2"); err != nil {
+		t.Fatalf("the other session's update: %v", err)
+	}
+	select {
+	case err := <-failed:
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "57014" {
+			t.Fatalf("update stuck on a lock under statement_timeout: %v, want 57014", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the update stuck on a lock outlived its statement_timeout")
+	}
+	if _, err := execSimple(ctx, locker, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	var v1, v2 int
+	if err := setup.QueryRow(ctx, "SELECT (SELECT v FROM t WHERE id = 1), (SELECT v FROM t WHERE id = 2)").Scan(&v1, &v2); err != nil || v1 != 0 || v2 != 2 {
+		t.Fatalf("rows: id 1 v = %d, id 2 v = %d (%v); want 0 (timed out) and 2", v1, v2, err)
+	}
+	_, m := get(t, p.metricsAddr(t), "/metrics")
+	if n := metricValue(t, m, "mzproxy_occ_group_batched_total"); n < 2 {
+		t.Fatalf("%v statements went through group commit, want both updates", n)
+	}
+}

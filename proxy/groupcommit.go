@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -27,8 +28,10 @@ import (
 //
 //	BEGIN; SELECT begin_write_occ(NULL, floor)                  -- T
 //
-//	SAVEPOINT g; <settings>; <statement>; RELEASE SAVEPOINT g; ... -- every member,
-//	RESET ROLE; SELECT commit_write(inc); COMMIT                   -- compare-and-append: one string
+//	SAVEPOINT g; <settings>; SET LOCAL statement_timeout = <left>;
+//	    <statement>; RELEASE SAVEPOINT g; ...                         -- every member,
+//	RESET ROLE; SET LOCAL statement_timeout = 0;
+//	    SELECT commit_write(inc); COMMIT                             -- compare-and-append: one string
 //
 // A member that fails stops the string; ROLLBACK TO SAVEPOINT g undoes it
 // alone (it gets its own error) and the rest of the string is sent again.
@@ -44,7 +47,8 @@ import (
 // are the outcome of the attempt that committed.
 type groupMember struct {
 	sql      string
-	settings string // statements that set the session's settings locally
+	settings string    // statements that set the session's settings locally
+	deadline time.Time // the statement's (zero: none)
 	inc      int64
 	tag      string
 	failed   *pgconn.PgError
@@ -171,11 +175,12 @@ func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*groupM
 	for pending := ps; ; {
 		var q strings.Builder
 		q.WriteString(prev)
-		// Per member: its first statement's index among the string's
-		// results, whether it sets settings, and the settings in force
-		// after it; where its client statement begins, in characters.
+		// Per member: the index among the string's results of its first
+		// statement and of the client's statement, whether it sets
+		// settings, and the settings in force after it; where its client
+		// statement begins, in characters.
 		first := make([]int, len(pending))
-		sets := make([]bool, len(pending))
+		stmtAt := make([]int, len(pending))
 		after := make([]string, len(pending))
 		starts := make([]int, len(pending))
 		n, chars := 0, utf8.RuneCountInString(prev)
@@ -191,15 +196,24 @@ func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*groupM
 			if p.settings != in {
 				write(p.settings)
 				n += settingsStatements
-				sets[i], in = true, p.settings
+				in = p.settings
 			}
 			after[i] = in
-			starts[i] = chars
+			// The member's statement_timeout: what is left of its
+			// session's deadline (0: none).
+			timeout := int64(0)
+			if !p.deadline.IsZero() {
+				timeout = max(time.Until(p.deadline).Milliseconds(), 1)
+			}
+			write("SET LOCAL statement_timeout = " + strconv.FormatInt(timeout, 10) + "; ")
+			n++
+			stmtAt[i], starts[i] = n, chars
 			// A newline ends a trailing -- comment of the client's.
 			write(p.sql + "\n; RELEASE SAVEPOINT g; ")
 			n += 2
 		}
-		tail := "RESET ROLE; " + storage.CommitWriteFor(ps[0].inc) + "; COMMIT"
+		// The append runs as the committer, without the last member's timeout.
+		tail := "RESET ROLE; SET LOCAL statement_timeout = 0; " + storage.CommitWriteFor(ps[0].inc) + "; COMMIT"
 		next := g.c.Queued() > 0
 		if next {
 			tail += "; BEGIN; " + storage.BeginWriteOCCFor(-1, 0)
@@ -221,15 +235,11 @@ func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*groupM
 		done = done[min(len(done), strings.Count(prev, ";")):]
 		failed := len(pending) // the member whose statement failed, if any
 		for i, p := range pending {
-			stmt := first[i] + 1
-			if sets[i] {
-				stmt += settingsStatements
-			}
-			if stmt+1 >= len(done) { // its RELEASE did not complete
+			if stmtAt[i]+1 >= len(done) { // its RELEASE did not complete
 				failed = i
 				break
 			}
-			p.tag = done[stmt]
+			p.tag = done[stmtAt[i]]
 		}
 		if failed == len(pending) {
 			if pge == nil {
@@ -239,7 +249,7 @@ func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*groupM
 			case len(done) < n:
 				g.drop()
 				return occ.BatchResult{}, pgerr.New(pgerr.InternalError, "group commit: %s", pge.Message)
-			case len(done) >= n+3:
+			case len(done) >= n+tailCommitted:
 				// Committed; opening the next batch's transaction failed
 				// (the next WriteTS rolls it back and tries again).
 				r, err := g.committed(rs, done[n:], false)
@@ -248,14 +258,10 @@ func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*groupM
 			}
 			return g.tailFailed(ctx, t, pge, len(done)-n)
 		}
-		// The string stopped in member failed: in its settings or its
-		// statement, else (SAVEPOINT, RELEASE) the batch cannot go on.
-		at := len(done) - first[failed]
-		stmt := 1
-		if sets[failed] {
-			stmt += settingsStatements
-		}
-		if pge == nil || at < 1 || at > stmt {
+		// The string stopped in member failed: in its settings, timeout
+		// or statement, else (SAVEPOINT, RELEASE) the batch cannot go on.
+		at := len(done)
+		if pge == nil || at <= first[failed] || at > stmtAt[failed] {
 			g.drop()
 			msg := "the batch's string ended early"
 			if pge != nil {
@@ -263,7 +269,7 @@ func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*groupM
 			}
 			return occ.BatchResult{}, pgerr.New(pgerr.InternalError, "group commit: %s", msg)
 		}
-		if at == stmt && pge.Position > 0 {
+		if at == stmtAt[failed] && pge.Position > 0 {
 			pge.Position -= int32(starts[failed])
 		} else {
 			pge.Position = 0
@@ -276,15 +282,20 @@ func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*groupM
 	}
 }
 
+// tailCommitted is the number of statements of a batch's string after
+// its members up to its COMMIT (RESET ROLE, SET LOCAL statement_timeout,
+// commit_write, COMMIT).
+const tailCommitted = 4
+
 // settingsStatements is the number of statements in groupMember.settings.
 const settingsStatements = 2
 
 // committed ends a batch whose string ran to its end: tail holds the tags
-// of its statements after the members (RESET ROLE, commit_write, COMMIT,
-// and with next BEGIN, begin_write_occ: the next batch's T).
+// of its statements after the members (the tailCommitted ones, and with
+// next BEGIN, begin_write_occ: the next batch's T).
 func (g *groupCommitter) committed(rs []*pgconn.Result, tail []string, next bool) (occ.BatchResult, error) {
 	g.inTx = false
-	if len(tail) < 3 || tail[2] != "COMMIT" {
+	if len(tail) < tailCommitted || tail[tailCommitted-1] != "COMMIT" {
 		return occ.BatchResult{}, pgerr.New(pgerr.InternalError, "group commit: COMMIT did not commit")
 	}
 	g.floor = 0
@@ -300,9 +311,10 @@ func (g *groupCommitter) committed(rs []*pgconn.Result, tail []string, next bool
 }
 
 // tailFailed ends a batch whose members ran but whose tail failed: its
-// statement i (RESET ROLE, commit_write, COMMIT) raised pge.
+// statement i (RESET ROLE, SET LOCAL statement_timeout, commit_write,
+// COMMIT) raised pge.
 func (g *groupCommitter) tailFailed(ctx context.Context, t uint64, pge *pgconn.PgError, i int) (occ.BatchResult, error) {
-	if i == 2 {
+	if i == tailCommitted-1 {
 		// COMMIT itself failed (a deferred constraint, say): the batch
 		// rolled back, and the error cannot be pinned on one member.
 		g.inTx = false
@@ -312,7 +324,7 @@ func (g *groupCommitter) tailFailed(ctx context.Context, t uint64, pge *pgconn.P
 		g.drop()
 	}
 	g.inTx = false
-	if i == 1 {
+	if i == tailCommitted-2 {
 		switch pgerr.Code(pge.Code) {
 		case storage.CodeUpperConflict, storage.CodeSlotBusy:
 			u, perr := strconv.ParseUint(pge.Detail, 10, 64)
@@ -391,6 +403,7 @@ func (s *Session) groupWrite(ctx context.Context, sql string, rels []string, inc
 	px := s.proxy
 	px.occStats.Writes.Add(1)
 	w := &groupMember{sql: sql, settings: settings, inc: inc}
+	w.deadline, _ = ctx.Deadline()
 	if _, err := px.groupCommitter(s.db).c.Commit(ctx, w); err != nil {
 		if ctx.Err() != nil {
 			px.occStats.Canceled.Add(1)
