@@ -329,3 +329,68 @@ func TestGroupCommitStatementTimeout(t *testing.T) {
 		t.Fatalf("%v statements went through group commit, want both updates", n)
 	}
 }
+
+// TestGroupCommitSessionState: a write whose meaning depends on the
+// session's own backend connection stays there: an insert into a table
+// with a serial column (the session's currval must see it) or with a
+// trigger of its own (its notice reaches the client); a plain table's
+// insert is group-committed.
+func TestGroupCommitSessionState(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t, "--group-commit", "--metrics-listen", "127.0.0.1:0")
+	setup := connectTo(t, ctx, p.URL("postgres", db))
+	for _, sql := range []string{
+		"CREATE TABLE s (id serial, x int)",
+		"CREATE TABLE tr (x int)",
+		"CREATE FUNCTION tell() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RAISE NOTICE 'inserted %', NEW.x; RETURN NEW; END$$",
+		"CREATE TRIGGER tell BEFORE INSERT ON tr FOR EACH ROW EXECUTE FUNCTION tell()",
+		"CREATE TABLE plain (x int)",
+	} {
+		if _, err := execSimple(ctx, setup, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	cfg, err := pgx.ParseConfig(p.URL("postgres", db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	notices := make(chan string, 1)
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices <- n.Message }
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	batched := func() float64 {
+		_, m := get(t, p.metricsAddr(t), "/metrics")
+		return metricValue(t, m, "mzproxy_occ_group_batched_total")
+	}
+	if _, err := execSimple(ctx, conn, "INSERT INTO s (x) VALUES (7)"); err != nil {
+		t.Fatal(err)
+	}
+	var id int
+	if err := conn.QueryRow(ctx, "SELECT currval('s_id_seq')", pgx.QueryExecModeSimpleProtocol).Scan(&id); err != nil || id != 1 {
+		t.Fatalf("currval after the insert: %d (%v), want 1", id, err)
+	}
+	if _, err := execSimple(ctx, conn, "INSERT INTO tr VALUES (5)"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-notices:
+		if n != "inserted 5" {
+			t.Fatalf("notice %q", n)
+		}
+	default:
+		t.Fatal("the trigger's notice did not reach the client")
+	}
+	if n := batched(); n != 0 {
+		t.Fatalf("%v of the inserts were group-committed, want none", n)
+	}
+	if _, err := execSimple(ctx, conn, "INSERT INTO plain VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	if n := batched(); n != 1 {
+		t.Fatalf("%v inserts group-committed, want the plain table's", n)
+	}
+}

@@ -347,12 +347,16 @@ func pgErrorAsErr(e *pgconn.PgError) error {
 
 // groupSettingsSQL builds, on the session's backend, the statements that
 // give the committer's transaction the session's meaning of a statement
-// naming rels (planner.Statement.GroupRelations): empty if the target is
-// not a permanent table or another relation is missing or temporary, or
-// the client's encoding or standard_conforming_strings is not the
-// committer's (UTF8, on: PostgreSQL lexes a whole query string before
-// running any of it, so a setting in the string cannot change how the
-// client's statement is read).
+// naming rels (planner.Statement.GroupRelations). It is empty, and the
+// statement stays on the session's connection, when running it elsewhere
+// could show: the target is not a permanent table, or has triggers of its
+// own (not mzproxy's), row security, an identity column or a default that
+// calls a function (nextval: the session's currval would not see it;
+// now(): the batch's start); another relation is missing, temporary or
+// has row security; or the client's encoding or
+// standard_conforming_strings is not the committer's (UTF8, on: PostgreSQL
+// lexes a whole query string before running any of it, so a setting in
+// the string cannot change how the client's statement is read).
 func groupSettingsSQL(rels []string) string {
 	others := make([]string, len(rels)-1)
 	for i, r := range rels[1:] {
@@ -364,9 +368,16 @@ func groupSettingsSQL(rels []string) string {
 		`current_user, current_setting('search_path'), current_setting('DateStyle'), current_setting('TimeZone'), ` +
 		`current_setting('IntervalStyle')) ` +
 		`FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass(` + quoteLiteral(rels[0]) + `) ` +
-		`AND c.relpersistence = 'p' AND c.relkind IN ('r', 'p') ` +
+		`AND c.relpersistence = 'p' AND c.relkind IN ('r', 'p') AND NOT c.relrowsecurity ` +
+		`AND NOT EXISTS (SELECT FROM pg_catalog.pg_trigger tg JOIN pg_catalog.pg_proc f ON f.oid = tg.tgfoid ` +
+		`WHERE tg.tgrelid = c.oid AND NOT tg.tgisinternal AND f.pronamespace <> '` + storage.Schema + `'::regnamespace) ` +
+		`AND NOT EXISTS (SELECT FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 ` +
+		`AND NOT a.attisdropped AND a.attidentity <> '') ` +
+		`AND NOT EXISTS (SELECT FROM pg_catalog.pg_attrdef d WHERE d.adrelid = c.oid ` +
+		`AND d.adbin::text ~ '[{](FUNCEXPR|SQLVALUEFUNCTION|NEXTVALUEEXPR) ') ` +
 		`AND NOT EXISTS (SELECT FROM unnest(ARRAY[` + strings.Join(others, ", ") + `]::text[]) r(name) ` +
-		`WHERE coalesce((SELECT relpersistence FROM pg_catalog.pg_class WHERE oid = pg_catalog.to_regclass(r.name)), 't') <> 'p') ` +
+		`WHERE coalesce((SELECT relpersistence = 'p' AND NOT relrowsecurity FROM pg_catalog.pg_class ` +
+		`WHERE oid = pg_catalog.to_regclass(r.name)), false) IS NOT TRUE) ` +
 		`AND current_setting('client_encoding') = 'UTF8' ` +
 		`AND current_setting('standard_conforming_strings') = 'on'), '')`
 }
