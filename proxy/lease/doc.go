@@ -1,8 +1,8 @@
 // Package lease is a proxy incarnation's standing in one backend database:
 // its registration and heartbeat, the read protection it publishes for its
 // read holds, fencing, and the database's compaction. The backend side
-// (tables and functions) is proxy/storage's schema versions 2 and 4 (lease.sql,
-// lease_holds.sql).
+// (tables and functions) is proxy/storage's schema versions 2, 4 and 5
+// (lease.sql, lease_holds.sql, ddl.sql).
 //
 // # Incarnations
 //
@@ -40,9 +40,15 @@
 // for the life of its connection) runs a round every CompactInterval
 // (default 1 s): compact() retires expired and fenced incarnations and sets
 // each since to GREATEST(since, LEAST(upper - 1 - retain_ms, oldest live
-// floor, oldest live hold on it)); then compact_batch deletes, BatchSize
-// versions per statement and at most MaxBatches statements per table per
-// round, the versions with mz_to <= since (visible at no time >= since).
+// floor, oldest live hold on it)) and says which tables hold versions with
+// mz_to <= since (visible at no time >= since): one index probe per table,
+// inside the function, for at most 128 tables per round whose since moved
+// since they were last found clean, the longest unchecked first (so a
+// round's cost does not grow with the number of tables, and with more than
+// 128 written tables each is checked every tables/128 rounds); then
+// compact_batch deletes those versions in the tables found holding some,
+// BatchSize versions per statement and at most MaxBatches statements per
+// table per round.
 // A dropped table's history table and catalog rows are removed once its
 // since reaches its dropped_ts. Retention: DefaultRetention (1 s, like
 // Materialize's tables; the compacting proxy's setting applies), per table

@@ -487,6 +487,9 @@ func (l *Lease) Compact(ctx context.Context) (CompactStats, error) {
 // its heartbeat so a long round cannot starve it).
 func (l *Lease) compact(ctx context.Context, beat func()) (CompactStats, error) {
 	st := CompactStats{Since: map[int64]uint64{}, Deleted: map[int64]int64{}}
+	// The collections holding versions their since makes unreadable, in id
+	// order: only those take compact_batch round trips.
+	var ids []int64
 	if err := l.Err(); err != nil {
 		return st, err
 	}
@@ -506,17 +509,21 @@ func (l *Lease) compact(ctx context.Context, beat func()) (CompactStats, error) 
 			return nil
 		}
 		st.Ran = true
-		rows, err := conn.Query(ctx, "SELECT id, since FROM "+storage.Schema+".compact($1, $2)", l.cfg.DefaultRetention.Milliseconds(), l.id)
+		rows, err := conn.Query(ctx, "SELECT id, since, pending FROM "+storage.Schema+".compact($1, $2)", l.cfg.DefaultRetention.Milliseconds(), l.id)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
 			var id, since int64
-			if err := rows.Scan(&id, &since); err != nil {
+			var pending bool
+			if err := rows.Scan(&id, &since, &pending); err != nil {
 				return err
 			}
 			st.Since[id] = uint64(since)
+			if pending {
+				ids = append(ids, id)
+			}
 		}
 		return rows.Err()
 	})
@@ -527,11 +534,6 @@ func (l *Lease) compact(ctx context.Context, beat func()) (CompactStats, error) 
 		}
 		return st, err
 	}
-	ids := make([]int64, 0, len(st.Since))
-	for id := range st.Since {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	for _, id := range ids {
 		for b := 0; ; b++ {
 			if b == l.cfg.MaxBatches {

@@ -8,8 +8,9 @@
 // Install brings a database to schema version SchemaVersion in one
 // transaction under pg_advisory_xact_lock, so proxies starting together do
 // not race: install.sql creates version 1, lease.sql upgrades 1 to 2, occ.sql 2
-// to 3, lease_holds.sql 3 to 4 (a database at an older version gets only the
-// upgrades); a database already
+// to 3, lease_holds.sql 3 to 4, ddl.sql 4 to 5 (a database at an older
+// version gets only the upgrades; a function a later version replaces is
+// defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
 // event triggers. The schema holds:
 //
@@ -23,8 +24,10 @@
 //     created_ts, dropped_ts, revision); catalog_revision, bumped by every
 //     DDL through the proxy; columns, the attnum -> history column map.
 //   - collections(id, since, retain_ms, compacted_at, compacted_rows,
-//     last_compacted_rows): compaction state per managed table; retain_ms
-//     NULL means the compacting proxy's default.
+//     last_compacted_rows, clean_since): compaction state per managed
+//     table; retain_ms NULL means the compacting proxy's default;
+//     clean_since is the since at which compaction last found no version
+//     to delete (compact probes only tables whose since moved past it).
 //   - incarnations(id, generation, heartbeat_at, grace_ms, floor_ts,
 //     retired_at, retired_reason, fenced_by, ...): proxy incarnations and
 //     their published read floors; read_holds(incarnation, collection, ts):

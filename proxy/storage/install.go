@@ -31,8 +31,14 @@ var occSQL string
 //go:embed lease_holds.sql
 var leaseHoldsSQL string
 
+// ddlSQL upgrades version 4 to 5: DDL and compaction without work per
+// managed object the statement does not touch.
+//
+//go:embed ddl.sql
+var ddlSQL string
+
 // migrations[v] upgrades a database at version v to v+1.
-var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL}
+var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL}
 
 // installLockKey is the pg_advisory_xact_lock key that serializes Install
 // across proxies sharing a backend ("mzproxy" in ASCII).
