@@ -48,7 +48,8 @@
 // 128 written tables each is checked every tables/128 rounds); then
 // compact_batch deletes those versions in the tables found holding some,
 // BatchSize versions per statement and at most MaxBatches statements per
-// table per round.
+// table per round, and marks a table clean at its since once it deleted
+// all there was.
 // A dropped table's history table and catalog rows are removed once its
 // since reaches its dropped_ts. Retention: DefaultRetention (1 s, like
 // Materialize's tables; the compacting proxy's setting applies), per table

@@ -659,3 +659,58 @@ func TestSet(t *testing.T) {
 		t.Errorf("live incarnations after Close: %d", got)
 	}
 }
+
+// TestCompactionChecksBoundedTables: a round looks for versions to delete
+// in at most 128 tables, those whose since moved past the since they were
+// last found clean at, the longest unchecked first. With 130 tables holding
+// unreadable versions, one round compacts 128 of them and the next the
+// other two; a round after no write checks none.
+func TestCompactionChecksBoundedTables(t *testing.T) {
+	d := newDB(t)
+	a := d.register(Config{DefaultRetention: time.Millisecond})
+	const n = 130
+	var create, insert, update []string
+	for i := 0; i < n; i++ {
+		create = append(create, fmt.Sprintf("CREATE TABLE t%d (k int PRIMARY KEY, v int)", i))
+		insert = append(insert, fmt.Sprintf("INSERT INTO t%d VALUES (1, 0)", i))
+		update = append(update, fmt.Sprintf("UPDATE t%d SET v = 1", i))
+	}
+	d.mustWrite(a.BeginWriteSQL(), create...)
+	d.mustWrite(a.BeginWriteSQL(), insert...)
+	// Every table's first version is retracted at one timestamp, and the
+	// tables' sinces pass it after a later write and two heartbeats.
+	d.mustWrite(a.BeginWriteSQL(), update...)
+	time.Sleep(5 * time.Millisecond)
+	d.mustWrite(a.BeginWriteSQL(), "INSERT INTO t0 VALUES (2, 0)")
+	beat(t, a)
+	unreadable := func() int64 {
+		var total int64
+		for i := 0; i < n; i++ {
+			id, h := d.table(fmt.Sprintf("t%d", i))
+			total += d.int("SELECT count(*) FROM "+h+" WHERE mz_to <= $1", int64(d.since(id)))
+		}
+		return total
+	}
+	st := compact(t, a)
+	if len(st.Deleted) != 128 {
+		t.Errorf("first round deleted in %d tables, want 128", len(st.Deleted))
+	}
+	if left := unreadable(); left != n-128 {
+		t.Errorf("after the first round %d unreadable versions are left, want %d", left, n-128)
+	}
+	if got := d.int("SELECT count(*) FROM mzproxy.collections WHERE clean_since IS NULL"); got != n-128 {
+		t.Errorf("%d tables unchecked after the first round, want %d", got, n-128)
+	}
+	st = compact(t, a)
+	if len(st.Deleted) != n-128 || unreadable() != 0 {
+		t.Errorf("second round deleted in %d tables (want %d), %d unreadable versions left", len(st.Deleted), n-128, unreadable())
+	}
+	if got := d.int("SELECT count(*) FROM mzproxy.collections WHERE clean_since IS DISTINCT FROM since"); got != 0 {
+		t.Errorf("%d tables not clean at their since after two rounds", got)
+	}
+	// With no write no since moves, and nothing is checked.
+	st = compact(t, a)
+	if len(st.Since) != n || len(st.Deleted) != 0 {
+		t.Errorf("idle round: %d sinces, deletions in %d tables", len(st.Since), len(st.Deleted))
+	}
+}

@@ -266,10 +266,11 @@ ALTER TABLE @SCHEMA@.collections ADD COLUMN clean_since bigint;
 -- can read (mz_to <= since): only those need compact_batch. It is found by
 -- one probe of the history's mz_to index, for at most probe_limit
 -- collections per round whose since moved past their clean_since, the
--- longest unchecked first; a collection found pending stays first until a
--- probe finds it clean. The round so costs a bounded number of probes
--- whatever the number of managed tables (a table written all the time is
--- checked at least every (tables / probe_limit) rounds).
+-- longest unchecked first (compact_batch marks a collection clean when it
+-- has deleted all there was, so the check goes round the collections). The
+-- round so costs a bounded number of probes whatever the number of managed
+-- tables; a table written all the time is checked at least every
+-- (tables / probe_limit) rounds.
 DROP FUNCTION @SCHEMA@.compact(bigint, bigint);
 CREATE FUNCTION @SCHEMA@.compact(p_default_retain_ms bigint, p_by bigint)
 RETURNS TABLE (id bigint, since bigint, pending bool)
@@ -333,6 +334,36 @@ BEGIN
         END IF;
     END LOOP;
     RETURN QUERY SELECT c.id, c.since, c.id = ANY (todo) FROM @SCHEMA@.collections c ORDER BY c.id;
+END
+$$;
+
+-- Delete up to p_limit versions of table p_id that no time >= since can
+-- see (mz_to <= since); returns how many. Needs no lock: a since only rises.
+-- Fewer than p_limit means none is left: the table is clean at that since.
+CREATE OR REPLACE FUNCTION @SCHEMA@.compact_batch(p_id bigint, p_limit int) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c record;
+    n bigint;
+BEGIN
+    SELECT k.history, s.since INTO c FROM @SCHEMA@.catalog k JOIN @SCHEMA@.collections s ON s.id = k.id
+     WHERE k.id = p_id;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    EXECUTE format('WITH d AS (DELETE FROM %s WHERE ctid = ANY (ARRAY(SELECT ctid FROM %s WHERE mz_to <= $1 LIMIT $2)) RETURNING 1) '
+                   'SELECT count(*) FROM d', c.history, c.history)
+       INTO n USING c.since, p_limit;
+    IF n > 0 OR n < p_limit THEN
+        UPDATE @SCHEMA@.collections s
+           SET compacted_rows = compacted_rows + n,
+               last_compacted_rows = CASE WHEN n > 0 THEN n ELSE last_compacted_rows END,
+               compacted_at = CASE WHEN n > 0 THEN clock_timestamp() ELSE compacted_at END,
+               clean_since = CASE WHEN n < p_limit THEN c.since ELSE clean_since END
+         WHERE s.id = p_id;
+    END IF;
+    RETURN n;
 END
 $$;
 

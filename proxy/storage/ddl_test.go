@@ -285,3 +285,51 @@ func TestNonSuperuserAndGrants(t *testing.T) {
 	_, err = app.Exec(ctx, `UPDATE owned SET v = 'b'`)
 	wantCode(t, err, string(CodeWriteOutsideProxy), "owner's direct UPDATE")
 }
+
+// TestIndexMirrors: a unique index of a managed table has a lookup mirror
+// on the history table for exactly as long as the index exists, however it
+// goes (DROP INDEX directly in PostgreSQL, ALTER TABLE DROP CONSTRAINT or
+// DROP COLUMN through the proxy); the mirrors of a dropped table stay with
+// its history table.
+func TestIndexMirrors(t *testing.T) {
+	_, conn := installedDB(t)
+	ctx := context.Background()
+	inWrite(t, conn, `CREATE TABLE u (a int PRIMARY KEY, b int, c int, d int)`,
+		`CREATE UNIQUE INDEX u_b ON u (b)`, `ALTER TABLE u ADD CONSTRAINT u_c UNIQUE (c)`, `CREATE UNIQUE INDEX u_d ON u (d)`)
+	cat, err := LoadCatalog(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := cat.ByName("public", "u")
+	mirrors := func(rel string) int64 {
+		return queryInt(t, conn, `SELECT count(*) FROM pg_index WHERE indrelid = $1::regclass AND indexrelid::regclass::text ~ '_k[0-9]+$'`, rel)
+	}
+	mirrorOf := func(index string) int64 {
+		return queryInt(t, conn, `SELECT count(*) FROM pg_class WHERE relnamespace = 'mzproxy'::regnamespace
+			AND relname = format('h%s_k%s', $1::bigint, $2::regclass::oid)`, u.ID, index)
+	}
+	if got := mirrors(u.History); got != 4 {
+		t.Fatalf("mirrors of the primary key and three unique indexes: %d", got)
+	}
+	if mirrorOf("u_b") != 1 {
+		t.Fatal("no mirror named after u_b")
+	}
+	if _, err := conn.Exec(ctx, `DROP INDEX u_b`); err != nil {
+		t.Fatal(err)
+	}
+	if got := mirrors(u.History); got != 3 {
+		t.Errorf("after DROP INDEX u_b: %d mirrors, want 3", got)
+	}
+	inWrite(t, conn, `ALTER TABLE u DROP CONSTRAINT u_c`)
+	if got := mirrors(u.History); got != 2 {
+		t.Errorf("after DROP CONSTRAINT u_c: %d mirrors, want 2", got)
+	}
+	inWrite(t, conn, `ALTER TABLE u DROP COLUMN d`)
+	if got := mirrors(u.History); got != 1 {
+		t.Errorf("after DROP COLUMN d: %d mirrors, want 1 (the primary key's)", got)
+	}
+	inWrite(t, conn, `DROP TABLE u`)
+	if got := mirrors(u.History); got != 1 {
+		t.Errorf("history of the dropped table: %d mirrors, want 1", got)
+	}
+}
