@@ -393,4 +393,12 @@ func TestGroupCommitSessionState(t *testing.T) {
 	if n := batched(); n != 1 {
 		t.Fatalf("%v inserts group-committed, want the plain table's", n)
 	}
+	// Reading the settings before that insert left the session's own
+	// connection outside any transaction: a read-only transaction begins
+	// fresh.
+	for _, sql := range []string{"BEGIN", "SELECT count(*) FROM plain", "COMMIT"} {
+		if _, err := execSimple(ctx, conn, sql); err != nil {
+			t.Fatalf("%s after a group-committed insert: %v", sql, err)
+		}
+	}
 }

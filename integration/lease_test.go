@@ -419,8 +419,11 @@ func TestLeaseGenerationFence(t *testing.T) {
 	// proxies.
 	backend := directURL("postgres", d.name)
 	// Generation 1 heartbeats too rarely to notice the fence itself
-	// during the test: its sessions' refused writes must tell it.
-	old := startProxy(t, leaseArgs("--generation", "1", "--backend", backend, "--heartbeat-interval", "1m", "--lease-grace", "3m")...)
+	// during the test: its sessions' refused writes must tell it. With
+	// group commit, its autocommit INSERT and UPDATE below are refused in
+	// the committer's batch, the UPDATE ... RETURNING in the session's own
+	// optimistic loop.
+	old := startProxy(t, leaseArgs("--generation", "1", "--backend", backend, "--heartbeat-interval", "1m", "--lease-grace", "3m", "--group-commit")...)
 	w := connectTo(t, ctx, old.URL("postgres", d.name))
 	createKV(t, ctx, w, "")
 	// Two writes in flight. A transaction with DDL holds the commit slot
@@ -474,7 +477,7 @@ func TestLeaseGenerationFence(t *testing.T) {
 	}
 
 	before := d.int("SELECT count(*) FROM kv")
-	for _, sql := range []string{"INSERT INTO kv VALUES (200, 0), (201, 0)", "UPDATE kv SET v = -1"} {
+	for _, sql := range []string{"INSERT INTO kv VALUES (200, 0), (201, 0)", "UPDATE kv SET v = -1", "UPDATE kv SET v = -1 RETURNING k"} {
 		_, err := w.Exec(ctx, sql, simple(w))
 		var pe *pgconn.PgError
 		if !errors.As(err, &pe) || pe.Code != "XX000" || !strings.Contains(pe.Message, "fenced by new generation 2") {

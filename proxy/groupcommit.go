@@ -342,7 +342,9 @@ func (g *groupCommitter) tailFailed(ctx context.Context, t uint64, pge *pgconn.P
 }
 
 func pgErrorAsErr(e *pgconn.PgError) error {
-	return pgerr.New(pgerr.Code(e.Code), "%s", e.Message)
+	out := pgerr.New(pgerr.Code(e.Code), "%s", e.Message)
+	out.Detail, out.Hint = e.Detail, e.Hint
+	return out
 }
 
 // groupSettingsSQL builds, on the session's backend, the statements that
@@ -400,8 +402,12 @@ func (s *Session) groupWrite(ctx context.Context, sql string, rels []string, inc
 	key := strings.Join(rels, ",")
 	settings := s.groupSettings.sql
 	if s.groupSettings.rels != key || s.groupSettings.at != s.requests-1 {
+		// A simple Query: it ends its own transaction (internalValue's
+		// extended-protocol batch, without a Sync, would leave one open with
+		// its snapshot). Not interrupted: it is short, and a cut answer
+		// would leave the connection unusable.
 		var err error
-		if settings, err = s.be.internalValue(ctx, groupSettingsSQL(rels)); err != nil {
+		if settings, err = s.be.queryValue(context.WithoutCancel(ctx), groupSettingsSQL(rels)); err != nil {
 			return true, err
 		}
 		if settings == "" {
@@ -416,6 +422,10 @@ func (s *Session) groupWrite(ctx context.Context, sql string, rels []string, inc
 	w := &groupMember{sql: sql, settings: settings, inc: inc}
 	w.deadline, _ = ctx.Deadline()
 	if _, err := px.groupCommitter(s.db).c.Commit(ctx, w); err != nil {
+		if pe := pgerr.As(err); s.lease != nil && pe.Code == storage.CodeFenced {
+			// The append refused the incarnation: no new session starts on it.
+			s.lease.Refused(&pgconn.PgError{Code: string(pe.Code), Message: pe.Message, Detail: pe.Detail})
+		}
 		if ctx.Err() != nil {
 			px.occStats.Canceled.Add(1)
 			return true, occ.Interrupted(ctx, s.budget)
