@@ -477,13 +477,28 @@ func TestLeaseGenerationFence(t *testing.T) {
 	}
 
 	before := d.int("SELECT count(*) FROM kv")
-	for _, sql := range []string{"INSERT INTO kv VALUES (200, 0), (201, 0)", "UPDATE kv SET v = -1", "UPDATE kv SET v = -1 RETURNING k"} {
+	refused := func(sql string) {
+		t.Helper()
 		_, err := w.Exec(ctx, sql, simple(w))
 		var pe *pgconn.PgError
 		if !errors.As(err, &pe) || pe.Code != "XX000" || !strings.Contains(pe.Message, "fenced by new generation 2") {
 			t.Fatalf("%s through generation 1 after the fence: %v", sql, err)
 		}
 	}
+	newSessionRefused := func() {
+		t.Helper()
+		if conn, err := pgx.Connect(ctx, old.URL("postgres", d.name)); err == nil {
+			conn.Close(ctx)
+			t.Fatalf("generation 1 accepted a new session after the fence")
+		} else if !strings.Contains(err.Error(), "fenced by new generation 2") {
+			t.Fatalf("new session on generation 1: %v", err)
+		}
+	}
+	refused("INSERT INTO kv VALUES (200, 0), (201, 0)")
+	refused("UPDATE kv SET v = -1")
+	// The batch's refusal alone told generation 1 it is fenced.
+	newSessionRefused()
+	refused("UPDATE kv SET v = -1 RETURNING k")
 	if n := d.int("SELECT count(*) FROM kv"); n != before {
 		t.Fatalf("fenced writes wrote: %d rows, had %d", n, before)
 	}
@@ -496,13 +511,7 @@ func TestLeaseGenerationFence(t *testing.T) {
 	}
 	// Generation 2 writes.
 	mustExec(t, ctx, connectTo(t, ctx, next.URL("postgres", d.name)), "INSERT INTO kv VALUES (300, 300)")
-	// A new session on generation 1 cannot register.
-	if conn, err := pgx.Connect(ctx, old.URL("postgres", d.name)); err == nil {
-		conn.Close(ctx)
-		t.Fatalf("generation 1 accepted a new session after the fence")
-	} else if !strings.Contains(err.Error(), "fenced by new generation 2") {
-		t.Fatalf("new session on generation 1: %v", err)
-	}
+	newSessionRefused()
 }
 
 // TestLeaseStorageBounded: under a steady update load with the default
