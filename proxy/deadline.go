@@ -48,31 +48,79 @@ func (s *Session) handleStatement(ctx context.Context, msg pgproto3.FrontendMess
 		s.budget = timeouts.NewBudget(time.Now(), s.settings.Effective(timeouts.StatementTimeout))
 		s.backendCanceled.Store(false)
 		s.canceledReply = false
+		s.inStatement.Store(true)
 	}
 	b := s.budget
 	b.Enter(timeouts.PhasePlan)
-	sctx, cancel := timeouts.WithStatementDeadline(ctx, b.Deadline())
-	defer cancel(nil)
-	interrupted := make(chan struct{})
-	stop := context.AfterFunc(sctx, func() {
-		defer close(interrupted)
-		if !s.backendCanceled.Swap(true) {
-			s.cancelBackend()
-		}
-	})
-	s.setStatementCancel(cancel)
-	err := s.handle(sctx, msg, frame)
+	sc := s.statementContext(ctx, b.Deadline())
+	s.setStatementCancel(sc.cancel)
+	err := s.handle(sc.ctx, msg, frame)
 	s.setStatementCancel(nil)
-	if !stop() {
+	if sc.ctx.Err() != nil {
 		// The context ended during the message: the backend's cancel, if
-		// one was sent, must be taken before anything else is sent.
-		<-interrupted
-		err = s.interrupted(sctx, b, err)
+		// one was sent, must be taken before anything else is sent. A
+		// client's cancel ends only this message's context: the next
+		// message gets a new one.
+		<-sc.acted
+		err = s.interrupted(sc.ctx, b, err)
+		s.dropStatementContext()
 	}
 	if endsStatement(msg) && s.copy == copyNone {
 		s.budget = nil
+		s.inStatement.Store(false)
+		if s.stmt != nil && !s.stmt.deadline.IsZero() {
+			s.dropStatementContext()
+		}
 	}
 	return err
+}
+
+// statementContext is the context messages are handled under, with the
+// function that cancels the backend when it ends. Making one costs more
+// than relaying a point query's answer, so it is kept while it is live:
+// for the whole statement when the statement has a deadline, and across
+// statements when none has.
+type statementContext struct {
+	ctx      context.Context
+	parent   context.Context
+	cancel   context.CancelCauseFunc
+	stop     func() bool   // unregisters the backend's cancel
+	acted    chan struct{} // closed once the context's end has been acted on
+	deadline time.Time
+}
+
+// statementContext returns the live statement context for deadline under
+// parent (the connection's context), made if there is none.
+func (s *Session) statementContext(parent context.Context, deadline time.Time) *statementContext {
+	if sc := s.stmt; sc != nil {
+		if sc.parent == parent && sc.deadline.Equal(deadline) && sc.ctx.Err() == nil {
+			return sc
+		}
+		s.dropStatementContext()
+	}
+	ctx, cancel := timeouts.WithStatementDeadline(parent, deadline)
+	sc := &statementContext{ctx: ctx, parent: parent, cancel: cancel, acted: make(chan struct{}), deadline: deadline}
+	sc.stop = context.AfterFunc(ctx, func() {
+		defer close(sc.acted)
+		// Between statements (a kept context whose connection ended)
+		// there is nothing to cancel; abandon stops what may be running.
+		if s.inStatement.Load() && !s.backendCanceled.Swap(true) {
+			s.cancelBackend()
+		}
+	})
+	s.stmt = sc
+	return sc
+}
+
+// dropStatementContext ends the statement context, after the backend's
+// cancel if its end sent one.
+func (s *Session) dropStatementContext() {
+	sc := s.stmt
+	s.stmt = nil
+	if !sc.stop() {
+		<-sc.acted
+	}
+	sc.cancel(nil)
 }
 
 // enter records the phase the running statement is in.

@@ -124,6 +124,11 @@ type Session struct {
 	// configTimeout is the configured statement_timeout last applied to
 	// settings.
 	configTimeout time.Duration
+	// stmt is the context messages are handled under (nil until the
+	// first, and after one was canceled); inStatement is set while a
+	// statement is open, for its cancel function.
+	stmt        *statementContext
+	inStatement atomic.Bool
 	// stmtCancel cancels the message being handled now (nil between
 	// messages); Cancel calls it from another goroutine, under stmtMu.
 	stmtMu     sync.Mutex
@@ -308,6 +313,10 @@ func (s *Session) Close() error {
 	s.closed = true
 	s.obs.Close()
 	s.stopWait()
+	if sc := s.stmt; sc != nil {
+		sc.stop()
+		sc.cancel(nil)
+	}
 	if s.idleRead != nil {
 		_ = s.stopIdleReader()
 	}
