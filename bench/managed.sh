@@ -12,10 +12,18 @@
 #          mzproxy: pinned at one timestamp, REPEATABLE READ, timedomain checked)
 # plus the CPU time of the mzproxy process per statement.
 #
+# More mzproxy processes on the same PostgreSQL, measured in the same
+# interleaved rounds as extra targets:
+#   VARIANTS="p1:GOMAXPROCS=1 gc400:GOGC=400"  this tree's binary with that
+#          environment (target mz-<name>);
+#   BASELINE=<git revision>  a binary built from that revision (target
+#          mz-baseline), for a before/after comparison in one run.
+#
 # usage: bench/managed.sh
 #   env: ROUNDS=3 DURATION=10 CLIENTS=8 JOBS=2 SCALE=1 MODES="simple prepared"
 #        SCRIPTS="point join3 rotxn"
 #        DDL_COUNTS=100,1000 DDL_PAIRS=40 (DDL_COUNTS= skips the DDL part)
+#        VARIANTS= BASELINE=
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -28,8 +36,33 @@ MODES=${MODES:-"simple prepared"}
 SCRIPTS=${SCRIPTS:-"point join3 rotxn"}
 DDL_COUNTS=${DDL_COUNTS-100,1000}
 DDL_PAIRS=${DDL_PAIRS:-40}
+VARIANTS=${VARIANTS:-}
+BASELINE=${BASELINE:-}
 
 bench_setup
+declare -A port db pid
+port[direct]=$pg_port db[direct]=plain
+port[mzproxy]=$mz_port db[mzproxy]=managed pid[mzproxy]=$mz_pid
+targets="direct mzproxy"
+start_variant() { # name binary env...
+	local name=$1 bin=$2
+	shift 2
+	port[$name]=$(free_port) db[$name]=managed
+	env "$@" "$bin" --listen "127.0.0.1:${port[$name]}" --metrics-listen= --log-level warn \
+		--backend "$backend" 2>"$work/$name.log" &
+	pid[$name]=$!
+	bench_pids+=($!)
+	targets="$targets $name"
+}
+if [ -n "$BASELINE" ]; then
+	mkdir -p "$work/baseline"
+	git -C "$root" archive "$BASELINE" | tar -x -C "$work/baseline"
+	(cd "$work/baseline" && go build -o "$work/mzproxy-baseline" ./cmd/mzproxy)
+	start_variant mz-baseline "$work/mzproxy-baseline"
+fi
+for v in $VARIANTS; do
+	start_variant "mz-${v%%:*}" "$work/mzproxy" $(echo "${v#*:}" | tr , ' ')
+done
 for db in managed plain ddl_mz ddl_direct; do
 	psql -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -qAtc "CREATE DATABASE $db" >/dev/null
 done
@@ -67,56 +100,68 @@ SELECT abalance FROM pgbench_accounts WHERE aid = :aid + 1;
 COMMIT;
 EOF
 
-declare -A port db
-port[direct]=$pg_port db[direct]=plain
-port[mzproxy]=$mz_port db[mzproxy]=managed
+for t in $targets; do
+	for _ in $(seq 50); do
+		psql -h 127.0.0.1 -p "${port[$t]}" -U postgres -d postgres -Atc 'select 1' >/dev/null 2>&1 && break
+		sleep 0.2
+	done
+done
 
 results="$work/results.txt"
 : >"$results"
 for round in $(seq "$ROUNDS"); do
 	for script in $SCRIPTS; do
 		for mode in $MODES; do
-			for t in direct mzproxy; do
-				c0=$(cpu_ticks "$mz_pid")
+			for t in $targets; do
+				p=${pid[$t]:-}
+				c0=0
+				[ -n "$p" ] && c0=$(cpu_ticks "$p")
 				out=$(pgbench -n -f "$work/$script.sql" -M "$mode" -c "$CLIENTS" -j "$JOBS" -T "$DURATION" \
 					-h 127.0.0.1 -p "${port[$t]}" -U postgres "${db[$t]}" 2>&1) || true
-				c1=$(cpu_ticks "$mz_pid")
+				c1=0
+				[ -n "$p" ] && c1=$(cpu_ticks "$p")
 				tps=$(awk '/^tps = /{print $3}' <<<"$out")
 				n=$(awk '/^number of transactions actually processed/{print $NF}' <<<"$out" | cut -d/ -f1)
 				cpu=-
-				if [ "$t" = mzproxy ] && [ "${n:-0}" -gt 0 ]; then
+				if [ -n "$p" ] && [ "${n:-0}" -gt 0 ]; then
 					cpu=$(python3 -c "print(f'{($c1 - $c0) / $hz / $n * 1e6:.1f}')")
 				fi
 				if [ -z "$tps" ]; then
 					echo "pgbench failed:" >&2
 					tail -5 <<<"$out" >&2
 				fi
-				echo "$t $script $mode ${tps:-0} $cpu" >>"$results"
-				printf 'round %d %-6s %-9s %-8s %10s tps  mzproxy cpu %s us/stmt\n' \
+				echo "$round $t $script $mode ${tps:-0} $cpu" >>"$results"
+				printf 'round %d %-6s %-9s %-11s %10s tps  cpu %s us/stmt\n' \
 					"$round" "$script" "$mode" "$t" "${tps:-0}" "$cpu" >&2
 			done
 		done
 	done
 done
 
-python3 - "$results" "$MODES" "$ROUNDS" "$DURATION" "$CLIENTS" "$SCALE" "$SCRIPTS" <<'EOF'
+python3 - "$results" "$MODES" "$ROUNDS" "$DURATION" "$CLIENTS" "$SCALE" "$SCRIPTS" "$targets" <<'EOF'
 import statistics, sys
-path, modes, rounds, duration, clients, scale, scripts = sys.argv[1:]
+path, modes, rounds, duration, clients, scale, scripts, targets = sys.argv[1:]
 tps, cpu = {}, {}
 for line in open(path):
-    t, s, m, v, c = line.split()
-    tps.setdefault((t, s, m), []).append(float(v))
+    r, t, s, m, v, c = line.split()
+    tps.setdefault((t, s, m), {})[r] = float(v)
     if c != "-":
-        cpu.setdefault((s, m), []).append(float(c))
+        cpu.setdefault((t, s, m), []).append(float(c))
 print(f"pgbench custom scripts, {clients} clients, scale {scale}, {rounds} rounds x {duration} s, interleaved; median TPS")
+print("(direct: plain tables; the others: managed tables through that mzproxy)")
 print()
-print("| script | protocol | direct (plain tables) | mzproxy (managed tables) | ratio | mzproxy CPU/stmt |")
-print("|---|---|---|---|---|---|")
+print("| script | protocol | target | direct | target TPS | ratio of medians | median per-round ratio | CPU/stmt |")
+print("|---|---|---|---|---|---|---|---|")
+med = statistics.median
 for s in scripts.split():
     for m in modes.split():
-        d, p = statistics.median(tps[("direct", s, m)]), statistics.median(tps[("mzproxy", s, m)])
-        c = statistics.median(cpu[(s, m)]) if (s, m) in cpu else float("nan")
-        print(f"| {s} | {m} | {d:.0f} | {p:.0f} | {p / d if d else 0:.2f} | {c:.0f} µs |")
+        d = tps[("direct", s, m)]
+        for t in targets.split()[1:]:
+            p = tps[(t, s, m)]
+            ratio = med(p.values()) / med(d.values()) if med(d.values()) else 0
+            per_round = med([p[r] / d[r] for r in p if d.get(r)])
+            c = med(cpu[(t, s, m)]) if (t, s, m) in cpu else float("nan")
+            print(f"| {s} | {m} | {t} | {med(d.values()):.0f} | {med(p.values()):.0f} | {ratio:.2f} | {per_round:.2f} | {c:.0f} µs |")
 EOF
 
 if [ -n "$DDL_COUNTS" ]; then
