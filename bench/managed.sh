@@ -21,7 +21,7 @@
 #
 # usage: bench/managed.sh
 #   env: ROUNDS=3 DURATION=10 CLIENTS=8 JOBS=2 SCALE=1 MODES="simple prepared"
-#        SCRIPTS="point join3 rotxn"
+#        SCRIPTS="point join3 rotxn" (SCRIPTS= skips the read part)
 #        DDL_COUNTS=100,1000 DDL_PAIRS=40 (DDL_COUNTS= skips the DDL part)
 #        VARIANTS= BASELINE=
 set -euo pipefail
@@ -33,7 +33,7 @@ CLIENTS=${CLIENTS:-8}
 JOBS=${JOBS:-2}
 SCALE=${SCALE:-1}
 MODES=${MODES:-"simple prepared"}
-SCRIPTS=${SCRIPTS:-"point join3 rotxn"}
+SCRIPTS=${SCRIPTS-"point join3 rotxn"}
 DDL_COUNTS=${DDL_COUNTS-100,1000}
 DDL_PAIRS=${DDL_PAIRS:-40}
 VARIANTS=${VARIANTS:-}
@@ -67,6 +67,8 @@ for db in managed plain ddl_mz ddl_direct; do
 	psql -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -qAtc "CREATE DATABASE $db" >/dev/null
 done
 
+# The read part (its body is not indented: it holds here-documents).
+if [ -n "$SCRIPTS" ]; then
 echo "pgbench -i -s $SCALE: through mzproxy into managed, directly into plain" >&2
 t0=$(now)
 pgbench -i -q -s "$SCALE" -h 127.0.0.1 -p "$mz_port" -U postgres managed >"$work/init-mz.log" 2>&1 ||
@@ -163,6 +165,7 @@ for s in scripts.split():
             c = med(cpu[(t, s, m)]) if (t, s, m) in cpu else float("nan")
             print(f"| {s} | {m} | {t} | {med(d.values()):.0f} | {med(p.values()):.0f} | {ratio:.2f} | {per_round:.2f} | {c:.0f} µs |")
 EOF
+fi
 
 if [ -n "$DDL_COUNTS" ]; then
 	echo
