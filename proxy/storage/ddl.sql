@@ -2,6 +2,7 @@
 -- per managed object that the statement does not touch (issue 4's DDL
 -- latency, flat in the number of managed tables).
 --
+--  * user_columns keeps its plan for the session.
 --  * manage_table makes a new table managed without reconcile's diffing
 --    (there is nothing to diff yet) and copies rows into history only when
 --    the new table has any (CREATE TABLE AS, SELECT INTO): an empty table
@@ -13,10 +14,35 @@
 --    scan of all of pg_class) only when the index itself was dropped (DROP
 --    INDEX); indexes dropped with their table keep their mirrors on the
 --    history table, and ALTER TABLE reconciles its table at command end.
---  * compact returns, per collection, whether history holds any version
---    its since makes unreadable (one index probe each, in the function), so
---    the compacting proxy calls compact_batch only for those instead of once
---    per collection per round.
+--  * compact says which collections hold versions their since makes
+--    unreadable (an index probe each, in the function, for at most 128
+--    collections per round whose since moved since they were found clean),
+--    so the compacting proxy calls compact_batch only for those instead of
+--    once per collection per round.
+
+-- The user's columns as they should appear in history: attnum, name, type.
+-- PL/pgSQL, not SQL as in version 1: a SQL function with a SET clause is
+-- planned on every call (a four-way catalog join, most of a millisecond),
+-- a PL/pgSQL one keeps its plan for the session.
+CREATE OR REPLACE FUNCTION @SCHEMA@.user_columns(p_oid oid)
+RETURNS TABLE (attnum int2, name name, type text)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT a.attnum, a.attname,
+           format_type(a.atttypid, a.atttypmod) ||
+           CASE WHEN a.attcollation <> 0 AND a.attcollation <> t.typcollation
+                THEN ' COLLATE ' || quote_ident(cn.nspname) || '.' || quote_ident(co.collname)
+                ELSE '' END
+      FROM pg_attribute a
+      JOIN pg_type t ON t.oid = a.atttypid
+      LEFT JOIN pg_collation co ON co.oid = a.attcollation
+      LEFT JOIN pg_namespace cn ON cn.oid = co.collnamespace
+     WHERE a.attrelid = p_oid AND a.attnum > 0 AND NOT a.attisdropped
+     ORDER BY a.attnum;
+END
+$$;
 
 -- Make the new table p_oid managed at p_ts.
 CREATE OR REPLACE FUNCTION @SCHEMA@.manage_table(p_oid oid, p_ts bigint, p_rev bigint) RETURNS bigint
@@ -297,11 +323,14 @@ BEGIN
     DELETE FROM @SCHEMA@.incarnations i WHERE i.retired_at < clock_timestamp() - interval '1 day';
     SELECT x.upper INTO up FROM @SCHEMA@.txns x;
     SELECT min(i.floor_ts) INTO fl FROM @SCHEMA@.incarnations i WHERE i.retired_at IS NULL;
-    UPDATE @SCHEMA@.collections c
-       SET since = GREATEST(c.since, LEAST(up - 1 - coalesce(c.retain_ms, p_default_retain_ms), fl,
-                                           (SELECT min(h.ts) FROM @SCHEMA@.read_holds h WHERE h.collection = c.id)))
-     WHERE c.since < LEAST(up - 1 - coalesce(c.retain_ms, p_default_retain_ms), fl,
-                           (SELECT min(h.ts) FROM @SCHEMA@.read_holds h WHERE h.collection = c.id));
+    -- Every since may move each round: one join, not two subqueries per
+    -- collection.
+    UPDATE @SCHEMA@.collections c SET since = v.since
+      FROM (SELECT c2.id, LEAST(up - 1 - coalesce(c2.retain_ms, p_default_retain_ms), fl, h.ts) AS since
+              FROM @SCHEMA@.collections c2
+              LEFT JOIN (SELECT h.collection, min(h.ts) AS ts FROM @SCHEMA@.read_holds h GROUP BY h.collection) h
+                ON h.collection = c2.id) v
+     WHERE v.id = c.id AND c.since < v.since;
     -- Dropped tables nobody can read any more.
     FOR d IN SELECT k.id, k.history FROM @SCHEMA@.catalog k JOIN @SCHEMA@.collections c ON c.id = k.id
               WHERE k.dropped_ts IS NOT NULL AND c.since >= k.dropped_ts
