@@ -42,10 +42,11 @@
 // each since to GREATEST(since, LEAST(upper - 1 - retain_ms, oldest live
 // floor, oldest live hold on it)) and says which tables hold versions with
 // mz_to <= since (visible at no time >= since): one index probe per table,
-// inside the function, for at most 128 tables per round whose since moved
-// since they were last found clean, the longest unchecked first (so a
-// round's cost does not grow with the number of tables, and with more than
-// 128 written tables each is checked every tables/128 rounds); then
+// inside the function, for at most 128 tables and 20 ms per round, those
+// whose since moved since they were last found clean, the longest
+// unchecked first (so a round's cost does not grow with the number of
+// tables, and with more written tables than a round checks each is
+// checked every few rounds); then
 // compact_batch deletes those versions in the tables found holding some,
 // BatchSize versions per statement and at most MaxBatches statements per
 // table per round, and marks a table clean at its since once it deleted

@@ -16,7 +16,8 @@
 --    history table, and ALTER TABLE reconciles its table at command end.
 --  * compact says which collections hold versions their since makes
 --    unreadable (an index probe each, in the function, for at most 128
---    collections per round whose since moved since they were found clean),
+--    collections and 20 ms per round, those whose since moved since they
+--    were found clean),
 --    so the compacting proxy calls compact_batch only for those instead of
 --    once per collection per round.
 
@@ -291,7 +292,8 @@ ALTER TABLE @SCHEMA@.collections ADD COLUMN clean_since bigint;
 -- the collection's history holds a version no time at or after its since
 -- can read (mz_to <= since): only those need compact_batch. It is found by
 -- one probe of the history's mz_to index, for at most probe_limit
--- collections per round whose since moved past their clean_since, the
+-- collections (and probe_budget of time) per round whose since moved past
+-- their clean_since, the
 -- longest unchecked first (compact_batch marks a collection clean when it
 -- has deleted all there was, so the check goes round the collections). The
 -- round so costs a bounded number of probes whatever the number of managed
@@ -311,6 +313,8 @@ DECLARE
     p bool;
     todo bigint[] := '{}';
     probe_limit constant int := 128;
+    probe_budget constant interval := '20 ms';
+    deadline timestamptz;
 BEGIN
     PERFORM pg_advisory_xact_lock(@SCHEMA@.hold_lock_key());
     UPDATE @SCHEMA@.incarnations i SET retired_at = clock_timestamp(), retired_reason = 'lease expired'
@@ -351,6 +355,15 @@ BEGIN
               ORDER BY c.clean_since NULLS FIRST, c.id
               LIMIT probe_limit
     LOOP
+        -- Probing a table whose cached catalog entries were invalidated
+        -- (as a backend's whole cache is after a burst of DDL elsewhere)
+        -- costs milliseconds: the round stops after probe_budget, the
+        -- unchecked tables first in the next one.
+        IF deadline IS NULL THEN
+            deadline := clock_timestamp() + probe_budget;
+        ELSIF clock_timestamp() > deadline THEN
+            EXIT;
+        END IF;
         -- A history table dropped by hand has nothing to compact.
         p := false;
         IF to_regclass(d.history) IS NOT NULL THEN
