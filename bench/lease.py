@@ -49,6 +49,12 @@ class Proxy:
     def dsn(self, db="postgres"):
         return "host=127.0.0.1 port=%d user=postgres dbname=%s sslmode=disable" % (self.port, db)
 
+    def cpu(self):
+        """CPU seconds (user + system) the process has used."""
+        with open("/proc/%d/stat" % self.proc.pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self):
         self.proc.terminate()
         self.proc.wait(30)
@@ -106,11 +112,22 @@ def pgbench(proxy, clients, seconds):
     raise RuntimeError(out)
 
 
-def proxies(clients=8, seconds=20, rounds=3):
+def proxies(clients=8, seconds=int(os.environ.get("PROXIES_SECONDS", "20")),
+            rounds=int(os.environ.get("PROXIES_ROUNDS", "3"))):
     subprocess.run(["pgbench", "-i", "-q", "-s", "5", "-h", os.environ["PG_SOCKET"], "-p", os.environ["PG_PORT"],
                     "-U", "postgres", "postgres"], check=True, capture_output=True)
     a, b = Proxy(name="a"), Proxy(name="b")
     a.ready(), b.ready()
+    cpu = {"one": [], "control": [], "two": []}
+
+    def measured(name, run):
+        # The proxies' CPU per transaction (both processes, whichever
+        # served), from their CPU time and pgbench's tps.
+        c0 = a.cpu() + b.cpu()
+        tps = run()
+        cpu[name].append((a.cpu() + b.cpu() - c0) / (tps * seconds) * 1e6)
+        return tps
+
     def split(targets):
         # Two pgbench processes of clients/2 each, at once.
         res = [None, None]
@@ -124,16 +141,19 @@ def proxies(clients=8, seconds=20, rounds=3):
 
     one, control, two = [], [], []
     for _ in range(rounds):
-        one.append(pgbench(a, clients, seconds))
-        control.append(split((a, a)))
-        two.append(split((a, b)))
+        one.append(measured("one", lambda: pgbench(a, clients, seconds)))
+        control.append(measured("control", lambda: split((a, a))))
+        two.append(measured("two", lambda: split((a, b))))
     a.stop(), b.stop()
     med = statistics.median
     print("pgbench -S, %d clients, %ds x %d rounds (tps): one pgbench, one proxy: median %.0f %s; two pgbench "
           "(%d clients each), one proxy: median %.0f %s; two pgbench, two proxies: median %.0f %s; "
-          "two proxies / one proxy with two pgbench: %.2f" % (
+          "two proxies / one proxy with two pgbench: %.2f (per round: %s)" % (
               clients, seconds, rounds, med(one), [round(x) for x in one], clients // 2, med(control),
-              [round(x) for x in control], med(two), [round(x) for x in two], med(two) / med(control)))
+              [round(x) for x in control], med(two), [round(x) for x in two], med(two) / med(control),
+              [round(t / c, 2) for t, c in zip(two, control)]))
+    print("proxies' CPU per transaction (median, us): one pgbench, one proxy %.1f; two pgbench, one proxy %.1f; "
+          "two pgbench, two proxies %.1f" % (med(cpu["one"]), med(cpu["control"]), med(cpu["two"])))
 
 
 def storage(seconds=int(os.environ.get("STORAGE_SECONDS", "300"))):

@@ -3,7 +3,8 @@
 # by several mzproxy processes (bench/lease.py does the measuring):
 #
 #   bench/lease.sh handover    process start -> /readyz and -> first query, new generation
-#   bench/lease.sh proxies     pgbench -S throughput through one proxy vs two (same clients)
+#   bench/lease.sh proxies     pgbench -S throughput through one proxy vs two (same clients), and the
+#                              proxies' CPU per transaction (PROXIES_SECONDS, 20; PROXIES_ROUNDS, 3)
 #   bench/lease.sh storage     history rows under a steady update load (STORAGE_SECONDS, 300),
 #                              rows compacted per second, read latency with and without compaction
 #
