@@ -166,5 +166,8 @@
 // unmanaged parents stay unmanaged. CREATE INDEX CONCURRENTLY cannot run
 // in a transaction, so it only works directly in PostgreSQL (index DDL is
 // allowed there). The bypass check trusts mzproxy.write_ts:
-// it stops accidents, it is not a security boundary.
+// it stops accidents, it is not a security boundary. A unique index that
+// goes as a side effect of dropping something else (DROP OPERATOR CLASS
+// ... CASCADE) leaves its lookup mirror on the history table until the
+// table is next altered through the proxy: an unused index, nothing worse.
 package storage
