@@ -17,7 +17,8 @@
 #   VARIANTS="p1:GOMAXPROCS=1 gc400:GOGC=400"  this tree's binary with that
 #          environment (target mz-<name>);
 #   BASELINE=<git revision>  a binary built from that revision (target
-#          mz-baseline), for a before/after comparison in one run.
+#          mz-baseline), for a before/after comparison in one run; it must
+#          have the same storage version (a proxy refuses a newer schema).
 #
 # usage: bench/managed.sh
 #   env: ROUNDS=3 DURATION=10 CLIENTS=8 JOBS=2 SCALE=1 MODES="simple prepared"
