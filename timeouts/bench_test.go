@@ -6,10 +6,11 @@ import (
 	"time"
 )
 
-// BenchmarkStatementContext is the per-message cost of the statement
-// machinery as proxy.Session uses it: a budget, the statement context under
-// the connection's, an AfterFunc that would cancel the backend, and their
-// teardown when the message is answered in time.
+// BenchmarkStatementContext is the cost of one statement context as
+// proxy.Session makes it: a budget, the statement context under the
+// connection's, an AfterFunc that would cancel the backend, and their
+// teardown. The session makes one per statement with a deadline; without
+// one it keeps the context across statements until it ends.
 func BenchmarkStatementContext(b *testing.B) {
 	for _, bc := range []struct {
 		name    string
