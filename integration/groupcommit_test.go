@@ -328,6 +328,38 @@ func TestGroupCommitStatementTimeout(t *testing.T) {
 	if n := metricValue(t, m, "mzproxy_occ_group_batched_total"); n < 2 {
 		t.Fatalf("%v statements went through group commit, want both updates", n)
 	}
+
+	// In one batch, a statement with a timeout and after it one without:
+	// the second does not inherit the first's. A transaction holding the
+	// commit slot makes both queue; the second then waits 3 s for a row
+	// lock, longer than what is left of the first's 2 s.
+	slot := connectTo(t, ctx, directURL("postgres", db))
+	mustExec(t, ctx, slot, "BEGIN", "SELECT FROM mzproxy.txns FOR UPDATE")
+	mustExec(t, ctx, locker, "BEGIN", "SELECT FROM t WHERE id = 1 FOR UPDATE")
+	if _, err := execSimple(ctx, a, "SET statement_timeout = '2s'"); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, err := execSimple(ctx, a, "UPDATE t SET v = 3 WHERE id = 2")
+		first <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	second := make(chan error, 1)
+	go func() {
+		_, err := execSimple(ctx, b, "UPDATE t SET v = 4 WHERE id = 1")
+		second <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	mustExec(t, ctx, slot, "COMMIT")
+	time.Sleep(3 * time.Second)
+	mustExec(t, ctx, locker, "COMMIT")
+	if err := <-first; err != nil {
+		t.Fatalf("the statement with a timeout: %v", err)
+	}
+	if err := <-second; err != nil {
+		t.Fatalf("the statement without a timeout after it in the batch: %v", err)
+	}
 }
 
 // TestGroupCommitSessionState: a write whose meaning depends on the

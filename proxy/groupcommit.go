@@ -28,7 +28,7 @@ import (
 //
 //	BEGIN; SELECT begin_write_occ(NULL, floor)                  -- T
 //
-//	SAVEPOINT g; <settings>; SET LOCAL statement_timeout = <left>;
+//	SAVEPOINT g; [<settings>;] [SET LOCAL statement_timeout = <left>;]
 //	    <statement>; RELEASE SAVEPOINT g; ...                         -- every member,
 //	RESET ROLE; SET LOCAL statement_timeout = 0;
 //	    SELECT commit_write(inc); COMMIT                             -- compare-and-append: one string
@@ -160,9 +160,9 @@ func (g *groupCommitter) ApplyWrite(context.Context, uint64) error { return nil 
 // is sent again, so a batch takes one round trip plus one per failed
 // member.
 //
-// A member's settings are sent only when they differ from those in force
-// (SET LOCAL in a released savepoint lasts until the transaction ends;
-// one rolled back is undone), so a batch of sessions alike sets them once.
+// A member's settings and statement_timeout are sent only when they
+// differ from those in force (inForce), so a batch of sessions alike sets
+// them once.
 func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*groupMember) (occ.BatchResult, error) {
 	if g.conn == nil || !g.inTx {
 		return occ.BatchResult{}, pgerr.New(pgerr.InternalError, "group commit: no open batch transaction")
@@ -171,7 +171,7 @@ func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*groupM
 		p.tag, p.failed = "", nil
 	}
 	const undo = "ROLLBACK TO SAVEPOINT g; RELEASE SAVEPOINT g; "
-	prev, current := "", "" // the statements before the members; the settings in force
+	prev, current := "", inForce{} // the statements before the members; what is in force
 	for pending := ps; ; {
 		var q strings.Builder
 		q.WriteString(prev)
@@ -181,7 +181,7 @@ func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*groupM
 		// statement begins, in characters.
 		first := make([]int, len(pending))
 		stmtAt := make([]int, len(pending))
-		after := make([]string, len(pending))
+		after := make([]inForce, len(pending))
 		starts := make([]int, len(pending))
 		n, chars := 0, utf8.RuneCountInString(prev)
 		write := func(sql string) {
@@ -193,20 +193,23 @@ func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*groupM
 			first[i] = n
 			write("SAVEPOINT g; ")
 			n++
-			if p.settings != in {
+			if p.settings != in.settings {
 				write(p.settings)
 				n += settingsStatements
-				in = p.settings
+				in.settings = p.settings
+			}
+			// The member's statement_timeout: what is left of its
+			// session's deadline, else the committer's default.
+			timeout := "DEFAULT"
+			if !p.deadline.IsZero() {
+				timeout = strconv.FormatInt(max(time.Until(p.deadline).Milliseconds(), 1), 10)
+			}
+			if timeout != in.timeout && (in.timeout != "" || timeout != "DEFAULT") {
+				write("SET LOCAL statement_timeout = " + timeout + "; ")
+				n++
+				in.timeout = timeout
 			}
 			after[i] = in
-			// The member's statement_timeout: what is left of its
-			// session's deadline (0: none).
-			timeout := int64(0)
-			if !p.deadline.IsZero() {
-				timeout = max(time.Until(p.deadline).Milliseconds(), 1)
-			}
-			write("SET LOCAL statement_timeout = " + strconv.FormatInt(timeout, 10) + "; ")
-			n++
 			stmtAt[i], starts[i] = n, chars
 			// A newline ends a trailing -- comment of the client's.
 			write(p.sql + "\n; RELEASE SAVEPOINT g; ")
@@ -286,6 +289,12 @@ func (g *groupCommitter) AppendBatch(ctx context.Context, t uint64, ps []*groupM
 // its members up to its COMMIT (RESET ROLE, SET LOCAL statement_timeout,
 // commit_write, COMMIT).
 const tailCommitted = 4
+
+// inForce is what a batch's transaction has set so far: a member's
+// settings (groupMember.settings) and statement_timeout ("": the
+// committer's default). SET LOCAL in a released savepoint lasts until the
+// transaction ends; in one rolled back it is undone.
+type inForce struct{ settings, timeout string }
 
 // settingsStatements is the number of statements in groupMember.settings.
 const settingsStatements = 2
