@@ -63,7 +63,7 @@ type groupCommitter struct {
 	c  *occ.Committer[*groupMember]
 
 	conn     *pgconn.PgConn
-	inTx     bool   // a WriteTS whose batch never came (its leader left)
+	inTx     bool   // a batch transaction is open (by WriteTS, or by the last batch's string)
 	floor    uint64 // the actual upper of the last conflict
 	next     uint64 // T of the batch transaction the last batch's string opened
 	slotBusy bool   // the last append found the commit slot held
@@ -350,9 +350,11 @@ func (g *groupCommitter) tailFailed(ctx context.Context, t uint64, pge *pgconn.P
 	return occ.BatchResult{}, pgErrorAsErr(pge)
 }
 
+// pgErrorAsErr is the backend's error e as the client sees it; e stays
+// in its chain (storage.IsFenced finds it).
 func pgErrorAsErr(e *pgconn.PgError) error {
-	out := pgerr.New(pgerr.Code(e.Code), "%s", e.Message)
-	out.Detail, out.Hint = e.Detail, e.Hint
+	out := pgerr.Wrap(pgerr.Code(e.Code), e)
+	out.Message, out.Detail, out.Hint = e.Message, e.Detail, e.Hint
 	return out
 }
 
@@ -431,9 +433,9 @@ func (s *Session) groupWrite(ctx context.Context, sql string, rels []string, inc
 	w := &groupMember{sql: sql, settings: settings, inc: inc}
 	w.deadline, _ = ctx.Deadline()
 	if _, err := px.groupCommitter(s.db).c.Commit(ctx, w); err != nil {
-		if pe := pgerr.As(err); s.lease != nil && pe.Code == storage.CodeFenced {
-			// The append refused the incarnation: no new session starts on it.
-			s.lease.Refused(&pgconn.PgError{Code: string(pe.Code), Message: pe.Message, Detail: pe.Detail})
+		if s.lease != nil {
+			// If the append refused the incarnation, no new session starts on it.
+			s.lease.Refused(err)
 		}
 		if ctx.Err() != nil {
 			px.occStats.Canceled.Add(1)
