@@ -98,16 +98,10 @@ func TestGroupCommit(t *testing.T) {
 	// A backend transaction holds the commit slot (as a pessimistic writer
 	// does) meanwhile, so the statements queue up and the committer
 	// appends them together once it is released.
-	blocker := connectTo(t, ctx, directURL("postgres", db))
-	if _, err := execSimple(ctx, blocker, "BEGIN; SELECT FROM mzproxy.txns FOR UPDATE"); err != nil {
-		t.Fatal(err)
-	}
+	release := holdCommitSlot(t, ctx, db)
 	go func() {
 		time.Sleep(time.Second)
-		_, err := execSimple(ctx, blocker, "COMMIT")
-		if err != nil {
-			t.Errorf("blocker COMMIT: %v", err)
-		}
+		release()
 	}()
 	const bad = "INSERT INTO g VALUES ('x', 1)"
 	wantPos := int32(strings.Index(bad, "'x'") + 1)
@@ -333,8 +327,7 @@ func TestGroupCommitStatementTimeout(t *testing.T) {
 	// the second does not inherit the first's. A transaction holding the
 	// commit slot makes both queue; the second then waits 3 s for a row
 	// lock, longer than what is left of the first's 2 s.
-	slot := connectTo(t, ctx, directURL("postgres", db))
-	mustExec(t, ctx, slot, "BEGIN", "SELECT FROM mzproxy.txns FOR UPDATE")
+	release := holdCommitSlot(t, ctx, db)
 	mustExec(t, ctx, locker, "BEGIN", "SELECT FROM t WHERE id = 1 FOR UPDATE")
 	if _, err := execSimple(ctx, a, "SET statement_timeout = '2s'"); err != nil {
 		t.Fatal(err)
@@ -351,7 +344,7 @@ func TestGroupCommitStatementTimeout(t *testing.T) {
 		second <- err
 	}()
 	time.Sleep(200 * time.Millisecond)
-	mustExec(t, ctx, slot, "COMMIT")
+	release()
 	time.Sleep(3 * time.Second)
 	mustExec(t, ctx, locker, "COMMIT")
 	if err := <-first; err != nil {

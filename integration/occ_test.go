@@ -121,6 +121,20 @@ func incrementCounter(t *testing.T, ctx context.Context, conns []*pgx.Conn, each
 	return exhausted, versions, distinct
 }
 
+// holdCommitSlot holds the commit slot of database db directly, as a
+// pessimistic writer does (a backend transaction locking mzproxy.txns),
+// until release: optimistic appends meanwhile conflict or wait.
+func holdCommitSlot(t *testing.T, ctx context.Context, db string) (release func()) {
+	t.Helper()
+	conn := connectTo(t, ctx, directURL("postgres", db))
+	mustExec(t, ctx, conn, "BEGIN", "SELECT FROM mzproxy.txns FOR UPDATE")
+	return func() {
+		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+			t.Errorf("releasing the commit slot: %v", err)
+		}
+	}
+}
+
 // historyOf is the history relation of managed table name.
 func historyOf(t *testing.T, ctx context.Context, conn *pgx.Conn, name string) string {
 	t.Helper()
@@ -514,20 +528,12 @@ func TestOCCCancel(t *testing.T) {
 
 	// Hold the commit slot directly: every append conflicts, and the loop
 	// retries until the cancel stops it.
-	lock, err := direct.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := lock.Exec(ctx, "SELECT upper FROM mzproxy.txns FOR UPDATE"); err != nil {
-		t.Fatal(err)
-	}
+	release := holdCommitSlot(t, ctx, db)
 	start := time.Now()
 	cancelWhen("while the loop retries", "UPDATE cc SET v = v + 1 WHERE id = 1", func() bool {
 		return time.Since(start) > 300*time.Millisecond
 	})
-	if err := lock.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	if !strings.Contains(p.log.String(), "optimistic write retried after conflicts") {
 		eventually(t, 10*time.Second, "the canceled loop logged its retries", func() bool { return occRetries(p) > 0 })
 	}

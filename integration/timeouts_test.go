@@ -572,20 +572,12 @@ func TestTimeoutOCCRetryStorm(t *testing.T) {
 		return u
 	}
 	before := upper()
-	lock, err := direct.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := lock.Exec(ctx, "SELECT upper FROM mzproxy.txns FOR UPDATE"); err != nil {
-		t.Fatal(err)
-	}
+	release := holdCommitSlot(t, ctx, db)
 	start := time.Now()
-	_, err = execSimple(ctx, conn, "UPDATE storm SET v = v + 1 WHERE id = 1")
+	_, err := execSimple(ctx, conn, "UPDATE storm SET v = v + 1 WHERE id = 1")
 	wantCanceled(t, err, true)
 	wantWithin(t, "timeout of a retrying write", time.Since(start), time.Second)
-	if err := lock.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	var v int
 	if err := direct.QueryRow(ctx, "SELECT v FROM storm WHERE id = 1").Scan(&v); err != nil || v != 0 {
 		t.Fatalf("v = %d (%v), want 0: the timed-out write was applied", v, err)
