@@ -610,17 +610,8 @@ func sessionDependent(m protoreflect.Message) bool {
 		}
 	}
 	found := false
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		switch {
-		case fd.Message() == nil || fd.IsMap():
-		case fd.IsList():
-			l := v.List()
-			for i := 0; i < l.Len() && !found; i++ {
-				found = sessionDependent(l.Get(i).Message())
-			}
-		default:
-			found = sessionDependent(v.Message())
-		}
+	eachMessage(m, func(c protoreflect.Message) bool {
+		found = sessionDependent(c)
 		return !found
 	})
 	return found
