@@ -22,16 +22,11 @@ func TestGroupCommit(t *testing.T) {
 	db := freshDatabase(t, ctx)
 	p := startProxy(t, "--group-commit", "--metrics-listen", "127.0.0.1:0")
 	setup := connectTo(t, ctx, p.URL("postgres", db))
-	for _, sql := range []string{
+	mustExec(t, ctx, setup,
 		"CREATE TABLE g (id int PRIMARY KEY, who int NOT NULL)",
 		"INSERT INTO g VALUES (0, -1)",
 		"CREATE SCHEMA other",
-		"CREATE TABLE other.g (id int PRIMARY KEY, who int NOT NULL)",
-	} {
-		if _, err := execSimple(ctx, setup, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+		"CREATE TABLE other.g (id int PRIMARY KEY, who int NOT NULL)")
 	const sessions, each = 32, 20
 	var wg sync.WaitGroup
 	errs := make(chan error, sessions)
@@ -205,16 +200,11 @@ func TestGroupCommitReadWrite(t *testing.T) {
 	p1 := startProxy(t, "--group-commit", "--metrics-listen", "127.0.0.1:0")
 	p2 := startProxy(t, "--group-commit", "--metrics-listen", "127.0.0.1:0")
 	setup := connectTo(t, ctx, p1.URL("postgres", db))
-	for _, sql := range []string{
+	mustExec(t, ctx, setup,
 		"CREATE TABLE counter (id int PRIMARY KEY, v int NOT NULL)",
 		"INSERT INTO counter VALUES (1, 0)",
 		"CREATE TABLE dup (x int)",
-		"INSERT INTO dup VALUES (1), (1), (1), (1), (1), (2)",
-	} {
-		if _, err := execSimple(ctx, setup, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+		"INSERT INTO dup VALUES (1), (1), (1), (1), (1), (2)")
 	const clients, each = 8, 50
 	conns := make([]*pgx.Conn, clients)
 	for c := range conns {
@@ -280,11 +270,7 @@ func TestGroupCommitStatementTimeout(t *testing.T) {
 	db := freshDatabase(t, ctx)
 	p := startProxy(t, "--group-commit", "--metrics-listen", "127.0.0.1:0")
 	setup := connectTo(t, ctx, p.URL("postgres", db))
-	for _, sql := range []string{"CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL)", "INSERT INTO t VALUES (1, 0), (2, 0)"} {
-		if _, err := execSimple(ctx, setup, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	mustExec(t, ctx, setup, "CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL)", "INSERT INTO t VALUES (1, 0), (2, 0)")
 	locker := connectTo(t, ctx, directURL("postgres", db))
 	if _, err := execSimple(ctx, locker, "BEGIN; SELECT FROM t WHERE id = 1 FOR UPDATE"); err != nil {
 		t.Fatal(err)
@@ -365,17 +351,12 @@ func TestGroupCommitSessionState(t *testing.T) {
 	db := freshDatabase(t, ctx)
 	p := startProxy(t, "--group-commit", "--metrics-listen", "127.0.0.1:0")
 	setup := connectTo(t, ctx, p.URL("postgres", db))
-	for _, sql := range []string{
+	mustExec(t, ctx, setup,
 		"CREATE TABLE s (id serial, x int)",
 		"CREATE TABLE tr (x int)",
 		"CREATE FUNCTION tell() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RAISE NOTICE 'inserted %', NEW.x; RETURN NEW; END$$",
 		"CREATE TRIGGER tell BEFORE INSERT ON tr FOR EACH ROW EXECUTE FUNCTION tell()",
-		"CREATE TABLE plain (x int)",
-	} {
-		if _, err := execSimple(ctx, setup, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+		"CREATE TABLE plain (x int)")
 	cfg, err := pgx.ParseConfig(p.URL("postgres", db))
 	if err != nil {
 		t.Fatal(err)
@@ -421,9 +402,5 @@ func TestGroupCommitSessionState(t *testing.T) {
 	// Reading the settings before that insert left the session's own
 	// connection outside any transaction: a read-only transaction begins
 	// fresh.
-	for _, sql := range []string{"BEGIN", "SELECT count(*) FROM plain", "COMMIT"} {
-		if _, err := execSimple(ctx, conn, sql); err != nil {
-			t.Fatalf("%s after a group-committed insert: %v", sql, err)
-		}
-	}
+	mustExec(t, ctx, conn, "BEGIN", "SELECT count(*) FROM plain", "COMMIT")
 }
