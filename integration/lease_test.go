@@ -153,6 +153,34 @@ func declareHeld(t *testing.T, ctx context.Context, d *leaseDB, conn *pgx.Conn, 
 	return held[0]
 }
 
+// heldByA is the scene of the tests of a proxy's read hold against the
+// other proxy's compaction: proxy A (not compacting) holds a read at held
+// in cursor c of reader r's transaction (incarnation incA), after proxy B
+// (retention 1 ms, compacting) wrote rounds updates of kv through wb, whose
+// contents after each round are contents.
+type heldByA struct {
+	d        *leaseDB
+	a        *proxyProc
+	wb, r    *pgx.Conn
+	incA     int64
+	held     uint64
+	contents [][]string
+}
+
+func holdOnA(t *testing.T, ctx context.Context, rounds int) heldByA {
+	t.Helper()
+	f := heldByA{d: newLeaseDB(t, ctx)}
+	f.a = startProxy(t, leaseArgs("--compaction-interval", "0")...)
+	b := startProxy(t, leaseArgs("--retain-history", "1ms")...)
+	f.wb = connectTo(t, ctx, b.URL("postgres", f.d.name))
+	createKV(t, ctx, f.wb, "")
+	_, f.contents = updateRounds(t, ctx, f.wb, rounds)
+	f.r = connectTo(t, ctx, f.a.URL("postgres", f.d.name))
+	f.incA = f.d.incarnation(f.a)
+	f.held = declareHeld(t, ctx, f.d, f.r, f.incA)
+	return f
+}
+
 // TestLeaseSlowReader: a reader on proxy A holding timestamp t in a slowly
 // fetched cursor keeps proxy B's compaction at or below t, reads exactly
 // t's contents, shows its hold in mz_read_holds; once it ends, the hold
@@ -160,17 +188,9 @@ func declareHeld(t *testing.T, ctx context.Context, d *leaseDB, conn *pgx.Conn, 
 func TestLeaseSlowReader(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	d := newLeaseDB(t, ctx)
-	a := startProxy(t, leaseArgs("--compaction-interval", "0")...)
-	b := startProxy(t, leaseArgs("--retain-history", "1ms")...)
-	wb := connectTo(t, ctx, b.URL("postgres", d.name))
-	createKV(t, ctx, wb, "")
-	_, contents := updateRounds(t, ctx, wb, 3)
-	want := contents[2]
-
-	r := connectTo(t, ctx, a.URL("postgres", d.name))
-	incA := d.incarnation(a)
-	held := declareHeld(t, ctx, d, r, incA)
+	f := holdOnA(t, ctx, 3)
+	d, wb, r, incA, held := f.d, f.wb, f.r, f.incA, f.held
+	want := f.contents[2]
 	got := kv(t, ctx, r, "FETCH 2 FROM c")
 
 	// B writes on and compacts; A heartbeats.
@@ -280,15 +300,8 @@ func TestLeaseHoldIntrospection(t *testing.T) {
 func TestLeaseKill9(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	d := newLeaseDB(t, ctx)
-	a := startProxy(t, leaseArgs("--compaction-interval", "0")...)
-	b := startProxy(t, leaseArgs("--retain-history", "1ms")...)
-	wb := connectTo(t, ctx, b.URL("postgres", d.name))
-	createKV(t, ctx, wb, "")
-	updateRounds(t, ctx, wb, 2)
-	r := connectTo(t, ctx, a.URL("postgres", d.name))
-	incA := d.incarnation(a)
-	held := declareHeld(t, ctx, d, r, incA)
+	f := holdOnA(t, ctx, 2)
+	d, a, wb, incA, held := f.d, f.a, f.wb, f.incA, f.held
 
 	a.signal(syscall.SIGKILL)
 	killed := time.Now()
@@ -312,15 +325,8 @@ func TestLeaseKill9(t *testing.T) {
 func TestLeaseSIGSTOP(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	d := newLeaseDB(t, ctx)
-	a := startProxy(t, leaseArgs("--compaction-interval", "0")...)
-	b := startProxy(t, leaseArgs("--retain-history", "1ms")...)
-	wb := connectTo(t, ctx, b.URL("postgres", d.name))
-	createKV(t, ctx, wb, "")
-	updateRounds(t, ctx, wb, 2)
-	r := connectTo(t, ctx, a.URL("postgres", d.name))
-	incA := d.incarnation(a)
-	held := declareHeld(t, ctx, d, r, incA)
+	f := holdOnA(t, ctx, 2)
+	d, a, wb, r, incA, held := f.d, f.a, f.wb, f.r, f.incA, f.held
 	kv(t, ctx, r, "FETCH 1 FROM c")
 
 	a.signal(syscall.SIGSTOP)
