@@ -59,19 +59,34 @@ bench_postgres() {
 	backend="postgres://postgres@/postgres?host=$work&port=$pg_port&sslmode=disable"
 }
 
+# bench_mzproxy NAME BINARY [ENV=VALUE ...] [-- FLAG ...]: BINARY as the
+# mzproxy NAME in front of bench_postgres's server, on a free port, once
+# it answers. Sets port[NAME] and pid[NAME] (associative arrays: the
+# caller declares them); its log is $work/NAME.log.
+bench_mzproxy() {
+	local name=$1 bin=$2 envs=()
+	shift 2
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+	[ $# -gt 0 ] && shift
+	port[$name]=$(free_port)
+	env "${envs[@]}" "$bin" --listen "127.0.0.1:${port[$name]}" --metrics-listen= --log-level warn \
+		--backend "$backend" "$@" 2>"$work/$name.log" &
+	pid[$name]=$!
+	bench_pids+=("$!")
+	for _ in $(seq 100); do
+		psql -h 127.0.0.1 -p "${port[$name]}" -U postgres -d postgres -Atc 'select 1' >/dev/null 2>&1 && return 0
+		sleep 0.2
+	done
+	echo "mzproxy $name did not come up:" >&2
+	cat "$work/$name.log" >&2
+	exit 1
+}
+
 # bench_setup [extra mzproxy flags...]: bench_postgres, then mzproxy in
 # front of it on $mz_port.
 bench_setup() {
 	bench_postgres
-	mz_port=$(free_port)
-	"$work/mzproxy" --listen "127.0.0.1:$mz_port" --metrics-listen= --log-level warn --backend "$backend" "$@" 2>"$work/mzproxy.log" &
-	mz_pid=$!
-	bench_pids+=("$mz_pid")
-	for _ in $(seq 100); do
-		psql -h 127.0.0.1 -p "$mz_port" -U postgres -d postgres -Atc 'select 1' >/dev/null 2>&1 && return 0
-		sleep 0.2
-	done
-	echo "mzproxy did not come up:" >&2
-	cat "$work/mzproxy.log" >&2
-	exit 1
+	declare -gA port pid
+	bench_mzproxy mzproxy "$work/mzproxy" -- "$@"
+	mz_port=${port[mzproxy]} mz_pid=${pid[mzproxy]}
 }

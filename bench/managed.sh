@@ -43,17 +43,12 @@ BASELINE=${BASELINE:-}
 bench_setup
 declare -A port db pid
 port[direct]=$pg_port db[direct]=plain
-port[mzproxy]=$mz_port db[mzproxy]=managed pid[mzproxy]=$mz_pid
+db[mzproxy]=managed
 targets="direct mzproxy"
 start_variant() { # name binary env...
-	local name=$1 bin=$2
-	shift 2
-	port[$name]=$(free_port) db[$name]=managed
-	env "$@" "$bin" --listen "127.0.0.1:${port[$name]}" --metrics-listen= --log-level warn \
-		--backend "$backend" 2>"$work/$name.log" &
-	pid[$name]=$!
-	bench_pids+=($!)
-	targets="$targets $name"
+	db[$1]=managed
+	bench_mzproxy "$@"
+	targets="$targets $1"
 }
 if [ -n "$BASELINE" ]; then
 	mkdir -p "$work/baseline"

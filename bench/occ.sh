@@ -34,21 +34,11 @@ SECTIONS=${SECTIONS:-123}
 source "$(dirname "$0")/lib.sh"
 bench_postgres
 
-declare -A port mport
+declare -A port pid mport
 start_mzproxy() { # name flags...
 	local name=$1; shift
-	port[$name]=$(free_port)
 	mport[$name]=$(free_port)
-	"$work/mzproxy" --listen "127.0.0.1:${port[$name]}" --metrics-listen "127.0.0.1:${mport[$name]}" \
-		--log-level warn --backend "$backend" "$@" 2>"$work/$name.log" &
-	bench_pids+=($!)
-	for _ in $(seq 100); do
-		psql -h 127.0.0.1 -p "${port[$name]}" -U postgres -d postgres -Atc 'select 1' >/dev/null 2>&1 && return 0
-		sleep 0.2
-	done
-	echo "mzproxy $name did not come up:" >&2
-	cat "$work/$name.log" >&2
-	exit 1
+	bench_mzproxy "$name" "$work/mzproxy" -- --metrics-listen "127.0.0.1:${mport[$name]}" "$@"
 }
 start_mzproxy mz1
 start_mzproxy mz8 --occ-max-concurrent 8

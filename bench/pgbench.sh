@@ -36,14 +36,13 @@ STRACE=${STRACE:-}
 source "$(dirname "$0")/lib.sh"
 bench_postgres
 
-pids=()
 declare -A port pid
 cleanup() {
 	for name in "${!pid[@]}"; do
 		[ "$name" = pgbouncer ] && continue
 		kill -0 "${pid[$name]}" 2>/dev/null || { echo "$name exited early:" >&2; tail -20 "$work/$name.log" >&2; }
 	done
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${bench_pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	# runuser does not pass the signal on to PgBouncer: stop it by its pid file.
 	[ -s "$work/pgbouncer.pid" ] && kill "$(cat "$work/pgbouncer.pid")" 2>/dev/null || true
 	wait 2>/dev/null || true
@@ -55,12 +54,7 @@ trap cleanup EXIT
 port[direct]=$pg_port
 
 start_mzproxy() { # name env...
-	local name=$1; shift
-	port[$name]=$(free_port)
-	env "$@" "$work/mzproxy" --listen "127.0.0.1:${port[$name]}" --metrics-listen= --log-level warn \
-		--backend "$backend" 2>"$work/$name.log" &
-	pid[$name]=$!
-	pids+=($!)
+	bench_mzproxy "$1" "$work/mzproxy" "${@:2}"
 }
 
 targets="direct mzproxy"
@@ -98,7 +92,7 @@ pidfile = $work/pgbouncer.pid
 EOF
 	[ "$(id -u)" = 0 ] && chown postgres "$work"/pgbouncer.ini "$work"/userlist.txt
 	as_pg pgbouncer "$work/pgbouncer.ini" >/dev/null 2>&1 &
-	pids+=($!)
+	bench_pids+=($!)
 	targets="$targets pgbouncer"
 else
 	echo "pgbouncer not installed (apt-get install pgbouncer): measuring without it" >&2
