@@ -75,11 +75,12 @@ func (s *Session) currentLease(ctx context.Context) (*lease.Lease, error) {
 	return l, nil
 }
 
-// noteFenced passes a backend ErrorResponse frame in XX000 to the
-// session's lease, which is lost at once if it says the incarnation was
-// fenced or expired (only XX000 frames are decoded: they are rare).
-func (s *Session) noteFenced(frame []byte) {
-	if s.lease == nil || errorCode(wire.Body(frame)) != string(storage.CodeFenced) {
+// noteFenced passes a backend ErrorResponse frame whose SQLSTATE is code
+// to the session's lease, which is lost at once if it says the
+// incarnation was fenced or expired (only XX000 frames are decoded: they
+// are rare).
+func (s *Session) noteFenced(frame []byte, code string) {
+	if s.lease == nil || code != string(storage.CodeFenced) {
 		return
 	}
 	var er pgproto3.ErrorResponse

@@ -117,8 +117,9 @@ func (s *Session) statementKind(sql string) string {
 // SQLSTATE class and makes it the statement's outcome; one saying the
 // session's incarnation was fenced loses its lease.
 func (s *Session) noteBackendError(frame []byte) {
-	s.obs.BackendError(errorCode(wire.Body(frame)))
-	s.noteFenced(frame)
+	code := errorCode(wire.Body(frame))
+	s.obs.BackendError(code)
+	s.noteFenced(frame, code)
 }
 
 // errorCode is the SQLSTATE field of an ErrorResponse body, without

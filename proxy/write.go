@@ -461,7 +461,7 @@ func (s *Session) occAwaitSlot(ctx context.Context) (failed, ready []byte, err e
 func (s *Session) occFinish(answers [][]byte, ready []byte) error {
 	for _, f := range answers {
 		if f[0] == 'E' {
-			s.noteFenced(f)
+			s.noteFenced(f, errorCode(wire.Body(f)))
 		}
 		if err := s.client.WriteFrame(f); err != nil {
 			return err
