@@ -37,8 +37,15 @@ var leaseHoldsSQL string
 //go:embed ddl.sql
 var ddlSQL string
 
+// trustSQL upgrades version 5 to 6: the trust model (tagged write slots,
+// nothing executable by PUBLIC but what a client's connection needs,
+// RETAIN HISTORY for owners only).
+//
+//go:embed trust.sql
+var trustSQL string
+
 // migrations[v] upgrades a database at version v to v+1.
-var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL}
+var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL}
 
 // installLockKey is the pg_advisory_xact_lock key that serializes Install
 // across proxies sharing a backend ("mzproxy" in ASCII).

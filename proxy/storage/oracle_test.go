@@ -181,7 +181,7 @@ func TestBeginWrite(t *testing.T) {
 	if t1 < upper0 {
 		t.Fatalf("T %d below upper %d", t1, upper0)
 	}
-	if got := queryInt(t, tx, "SELECT current_setting('mzproxy.write_ts')::bigint"); got != t1 {
+	if got := queryInt(t, tx, "SELECT mzproxy.current_write_ts()"); got != t1 {
 		t.Fatalf("write_ts setting %d, want %d", got, t1)
 	}
 	// Not visible before commit.

@@ -1,0 +1,241 @@
+-- mzproxy backend state: version 5 to 6, the trust model.
+--
+-- Ordinary roles reach this schema twice: through mzproxy, whose write
+-- transactions call a few functions here on the client's own connection
+-- (as the client's role), and directly. Before this version two
+-- transaction-local settings, which any role can set, carried authority:
+-- mzproxy.write_ts (the commit timestamp the history triggers stamp) and
+-- mzproxy.in_ddl (the event triggers stand aside for DDL mzproxy itself
+-- runs). A role could write into the past with the first and change a
+-- managed table unseen with the second. Now both carry a tag: SHA-256 over
+-- a per-database secret (write_key, readable only by the schema's owner),
+-- the transaction's id and the value. Only the SECURITY DEFINER functions
+-- below can make one, and it is worth nothing in any other transaction.
+-- Every function is EXECUTE-able only by the owner, except the few a
+-- client's connection needs, each safe in any hands.
+
+CREATE TABLE @SCHEMA@.write_key (k text NOT NULL);
+INSERT INTO @SCHEMA@.write_key SELECT gen_random_uuid()::text || gen_random_uuid()::text;
+
+-- The tag of value p_v in the current transaction.
+CREATE FUNCTION @SCHEMA@.tag(p_v text) RETURNS text
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT encode(sha256(convert_to(k || ' ' || pg_current_xact_id()::text || ' ' || p_v, 'UTF8')), 'hex')
+      FROM @SCHEMA@.write_key
+$$;
+
+-- What mzproxy.in_ddl holds while mzproxy runs DDL of its own.
+CREATE FUNCTION @SCHEMA@.ddl_mark() RETURNS text
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$ SELECT @SCHEMA@.tag('ddl') $$;
+
+-- The write slot of the current transaction: its commit timestamp t and,
+-- for an optimistic slot not yet appended, the expected upper e. Kept in
+-- mzproxy.write_ts as 't e tag' (e is '-' when there is none).
+CREATE FUNCTION @SCHEMA@.set_slot(p_t bigint, p_e bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v text := p_t::text || ' ' || coalesce(p_e::text, '-');
+BEGIN
+    PERFORM set_config('mzproxy.write_ts', v || ' ' || @SCHEMA@.tag(v), true);
+END
+$$;
+
+-- The slot set_slot recorded in this transaction; both NULL when there is
+-- none. A value mzproxy did not make is an error, not a missing slot: the
+-- statement that relied on it fails.
+CREATE FUNCTION @SCHEMA@.write_slot(OUT t bigint, OUT e bigint)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v text := current_setting('mzproxy.write_ts', true);
+    p text[];
+BEGIN
+    IF v IS NULL OR v = '' THEN
+        RETURN;
+    END IF;
+    p := regexp_match(v, '^([0-9]+) ([0-9]+|-) ([0-9a-f]{64})$');
+    IF p IS NULL OR p[3] <> @SCHEMA@.tag(p[1] || ' ' || p[2]) THEN
+        RAISE EXCEPTION 'mzproxy.write_ts was not set by mzproxy'
+            USING ERRCODE = '42501',
+                  DETAIL = 'A write''s timestamp is chosen by mzproxy''s oracle for that write alone.',
+                  HINT = 'RESET mzproxy.write_ts, and write through mzproxy.';
+    END IF;
+    t := p[1]::bigint;
+    e := nullif(p[2], '-')::bigint;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @SCHEMA@.current_write_ts() RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$ SELECT t FROM @SCHEMA@.write_slot() $$;
+
+-- Every function of earlier versions that read or wrote either setting
+-- directly goes through the functions above instead. That includes the
+-- generated history trigger functions of tables managed so far and the
+-- generator itself, so the change is made to the functions' text, which
+-- also keeps each function's body in one place (its own version's script).
+DO $rewrite$
+DECLARE
+    f record;
+    def text;
+    edits text[][] := ARRAY[
+        [$$nullif(current_setting('mzproxy.write_ts', true), '')::bigint$$, '@SCHEMA@.current_write_ts()'],
+        [$$current_setting('mzproxy.write_ts', true)$$, '@SCHEMA@.current_write_ts()::text'],
+        [$$set_config('mzproxy.write_ts', t::text, true)$$, '@SCHEMA@.set_slot(t, NULL)'],
+        [$$coalesce(current_setting('mzproxy.in_ddl', true), '') = 'on'$$,
+         $$coalesce(current_setting('mzproxy.in_ddl', true), '') = @SCHEMA@.ddl_mark()$$],
+        [$$set_config('mzproxy.in_ddl', 'on', true)$$, $$set_config('mzproxy.in_ddl', @SCHEMA@.ddl_mark(), true)$$]];
+    i int;
+BEGIN
+    FOR f IN SELECT p.oid FROM pg_proc p
+              WHERE p.pronamespace = '@SCHEMA@'::regnamespace AND p.prokind = 'f'
+                AND p.proname NOT IN ('set_slot', 'write_slot', 'current_write_ts')
+                AND (p.prosrc LIKE '%mzproxy.write\_ts%' OR p.prosrc LIKE '%mzproxy.in\_ddl%') LOOP
+        def := pg_get_functiondef(f.oid);
+        FOR i IN 1 .. array_length(edits, 1) LOOP
+            def := replace(def, edits[i][1], edits[i][2]);
+        END LOOP;
+        EXECUTE def;
+    END LOOP;
+END
+$rewrite$;
+
+-- Optimistic slots (occ.sql), with the expected upper inside the tagged
+-- slot. p_floor comes from the caller (the actual upper of its last
+-- conflict): it may raise T by at most a second past what the oracle would
+-- choose, so no caller can push the timeline far ahead of the clock.
+CREATE OR REPLACE FUNCTION @SCHEMA@.begin_write_occ(p_inc bigint, p_floor bigint) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    cur bigint := @SCHEMA@.current_write_ts();
+    u bigint;
+    t bigint;
+BEGIN
+    IF cur IS NOT NULL THEN
+        RETURN cur;
+    END IF;
+    SELECT x.upper, GREATEST(x.upper, o.read_ts + 1, w.write_ts + 1, @SCHEMA@.now_ms())
+      INTO u, t
+      FROM @SCHEMA@.txns x, @SCHEMA@.oracle o, @SCHEMA@.oracle_write w
+     WHERE o.timeline = 'EpochMilliseconds' AND w.timeline = 'EpochMilliseconds';
+    t := GREATEST(t, LEAST(coalesce(p_floor, 0), t + 1000));
+    PERFORM @SCHEMA@.set_slot(t, u);
+    RETURN t;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @SCHEMA@.commit_write(p_inc bigint) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s record;
+    done bigint;
+    u bigint;
+    r bigint;
+BEGIN
+    SELECT * INTO s FROM @SCHEMA@.write_slot();
+    IF s.t IS NULL OR s.e IS NULL THEN
+        RETURN s.t;
+    END IF;
+    -- See occ.sql: never wait for the slot while holding row locks.
+    PERFORM 1 FROM @SCHEMA@.txns x FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'write at timestamp % conflicts: another write holds the commit slot', s.t
+            USING ERRCODE = 'MZ004', DETAIL = (s.t + 1)::text,
+                  HINT = 'Roll back, wait for the slot (await_slot), and try again.';
+    END IF;
+    UPDATE @SCHEMA@.txns x SET upper = s.t + 1 WHERE x.upper = s.e RETURNING s.t INTO done;
+    IF done IS NULL THEN
+        SELECT x.upper INTO u FROM @SCHEMA@.txns x;
+        RAISE EXCEPTION 'write at timestamp % conflicts: the upper is already %', s.t, u
+            USING ERRCODE = 'MZ001', DETAIL = u::text;
+    END IF;
+    SELECT o.read_ts INTO r FROM @SCHEMA@.oracle o WHERE o.timeline = 'EpochMilliseconds';
+    IF r >= s.t THEN
+        RAISE EXCEPTION 'write at timestamp % conflicts: read timestamp % was already handed out', s.t, r
+            USING ERRCODE = 'MZ001', DETAIL = (r + 1)::text;
+    END IF;
+    IF p_inc IS NOT NULL AND NOT coalesce((
+            SELECT i.retired_at IS NULL
+                   AND i.heartbeat_at >= clock_timestamp() - i.grace_ms * interval '1 millisecond'
+              FROM @SCHEMA@.incarnations i WHERE i.id = p_inc), false) THEN
+        PERFORM @SCHEMA@.raise_fenced(p_inc);
+    END IF;
+    UPDATE @SCHEMA@.oracle SET read_ts = GREATEST(read_ts, s.t) WHERE timeline = 'EpochMilliseconds';
+    PERFORM @SCHEMA@.set_slot(s.t, NULL);
+    RETURN s.t;
+END
+$$;
+
+-- The pessimistic slot at the oracle's choice of T, callable by clients'
+-- connections without begin_write_internal, which also takes a T of the
+-- caller's choosing.
+CREATE OR REPLACE FUNCTION @SCHEMA@.begin_write() RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$ SELECT @SCHEMA@.begin_write_internal(NULL, NULL) $$;
+
+CREATE OR REPLACE FUNCTION @SCHEMA@.begin_write(p_incarnation bigint) RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$ SELECT @SCHEMA@.begin_write_internal(NULL, p_incarnation) $$;
+
+-- RETAIN HISTORY is the owner's to change, as ALTER TABLE is. The caller is
+-- the session's current role (this function runs as the schema's owner).
+CREATE OR REPLACE FUNCTION @SCHEMA@.set_retention(p_rel regclass, p_ms bigint) RETURNS bool
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    caller text := CASE current_setting('role') WHEN 'none' THEN session_user ELSE current_setting('role') END;
+BEGIN
+    IF @SCHEMA@.current_write_ts() IS NULL THEN
+        RAISE EXCEPTION 'RETAIN HISTORY of % can only be changed through mzproxy', p_rel
+            USING ERRCODE = 'MZ003';
+    END IF;
+    IF NOT pg_has_role(caller, (SELECT relowner FROM pg_class WHERE oid = p_rel), 'USAGE') THEN
+        RAISE EXCEPTION 'must be owner of table %', (SELECT relname FROM pg_class WHERE oid = p_rel)
+            USING ERRCODE = '42501';
+    END IF;
+    IF p_ms IS NOT NULL AND p_ms < 0 THEN
+        RAISE EXCEPTION 'RETAIN HISTORY must not be negative' USING ERRCODE = '22023';
+    END IF;
+    UPDATE @SCHEMA@.collections c SET retain_ms = p_ms
+      FROM @SCHEMA@.catalog k
+     WHERE k.id = c.id AND k.oid = p_rel AND k.kind = 'table' AND k.dropped_ts IS NULL;
+    RETURN FOUND;
+END
+$$;
+
+-- Nothing here is PUBLIC's to run, but what a client's own connection runs
+-- for mzproxy: the oracle's read timestamp, taking and appending a write
+-- slot (the timestamp is the oracle's choice), waiting for the slot,
+-- RETAIN HISTORY (owner only, above) and the lost-lease abort; and the
+-- two read-only helpers of LoadCatalog's query (view text, type names).
+-- Registration, fencing, compaction, holds and apply_write are the
+-- proxy's, on its own connections. Functions added later start the same way.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @SCHEMA@ FROM PUBLIC;
+ALTER DEFAULT PRIVILEGES IN SCHEMA @SCHEMA@ REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    @SCHEMA@.now_ms(), @SCHEMA@.read_ts(), @SCHEMA@.begin_write(), @SCHEMA@.begin_write(bigint),
+    @SCHEMA@.begin_write_occ(bigint, bigint), @SCHEMA@.commit_write(bigint), @SCHEMA@.commit_write_tx(bigint),
+    @SCHEMA@.await_slot(), @SCHEMA@.set_retention(regclass, bigint), @SCHEMA@.raise_fenced(bigint),
+    @SCHEMA@.view_definition(oid), @SCHEMA@.type_name(oid, int4)
+    TO PUBLIC;
+
+-- Fail the install rather than leave a function trusting a setting.
+DO $check$
+DECLARE
+    f record;
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure AS fn FROM pg_proc p
+              WHERE p.pronamespace = '@SCHEMA@'::regnamespace AND p.proname NOT IN ('set_slot', 'write_slot')
+                AND (p.prosrc ~ $$(current_setting|set_config)\('mzproxy\.(write_ts|expected_upper)'$$
+                     OR p.prosrc ~ $$'mzproxy\.in_ddl', 'on'|'mzproxy\.in_ddl', true\), ''\) = 'on'$$) LOOP
+        RAISE EXCEPTION 'mzproxy install: % still trusts a setting any role can set', f.fn;
+    END LOOP;
+END
+$check$;
+
+INSERT INTO @SCHEMA@.schema_version (version) VALUES (6);
