@@ -7,11 +7,9 @@
 #   1. 8 clients incrementing one row: TPS, lost updates (the counter's
 #      final value against pgbench's count of committed transactions), and
 #      mzproxy's retries per committed statement (from /metrics). mzproxy
-#      three times: the default --occ-max-concurrent 1, 8 (every client in
-#      the loop at once), and --group-commit (mzg: the increments of
-#      concurrent sessions batched in one transaction).
-#   2. 32 clients doing blind single-row INSERTs; mzproxy also with
-#      --group-commit (mzg).
+#      twice: the default --occ-max-concurrent 1 and 8 (every client in
+#      the loop at once).
+#   2. 32 clients doing blind single-row INSERTs.
 #   3. One client updating random rows of 10,000 (uncontended): latency
 #      p50/p95 from pgbench's per-transaction log; through mzproxy also
 #      pessimistically (the UPDATE and a SELECT 1 in one query string).
@@ -42,7 +40,6 @@ start_mzproxy() { # name flags...
 }
 start_mzproxy mz1
 start_mzproxy mz8 --occ-max-concurrent 8
-start_mzproxy mzg --group-commit
 
 psql -q -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -c 'CREATE DATABASE plain'
 setup='CREATE TABLE counter (id int PRIMARY KEY, v bigint NOT NULL);
@@ -87,7 +84,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else
 
 if [[ $SECTIONS == *1* ]]; then
 echo "## 1. 8 clients incrementing one row (${DURATION}s each)"
-for target in direct mz1 mz8 mzg; do
+for target in direct mz1 mz8; do
 	before=$(sql "$target" 'SELECT v FROM counter WHERE id = 1')
 	r0=0 c0=0
 	if [ "$target" != direct ]; then
@@ -104,18 +101,17 @@ for target in direct mz1 mz8 mzg; do
 	declare "inc_$target=$tps"
 	echo "$target: tps=$tps processed=$processed failed=$failed lost_updates=$lost$extra"
 done
-echo "ratio mz1/direct: $(ratio "$inc_mz1" "$inc_direct")  mz8/direct: $(ratio "$inc_mz8" "$inc_direct")  mzg/direct: $(ratio "$inc_mzg" "$inc_direct")"
+echo "ratio mz1/direct: $(ratio "$inc_mz1" "$inc_direct")  mz8/direct: $(ratio "$inc_mz8" "$inc_direct")"
 fi
 
 if [[ $SECTIONS == *2* ]]; then
 echo "## 2. 32 clients, blind single-row INSERT (${INS_DURATION}s each)"
-for target in direct mz1 mz8 mzg; do
+for target in direct mz1 mz8; do
 	read -r tps processed failed < <(DURATION=$INS_DURATION run "$target" ins.sql 32)
 	declare "ins_$target=$tps"
 	echo "$target: tps=$tps processed=$processed failed=$failed"
 done
-echo "ratio mz1/direct: $(ratio "$ins_mz1" "$ins_direct")  mz8/direct: $(ratio "$ins_mz8" "$ins_direct")  mzg/direct: $(ratio "$ins_mzg" "$ins_direct")"
-echo "mzg batches: $(metric mzproxy_occ_group_batches mzg), statements in them: $(metric mzproxy_occ_group_batched mzg)"
+echo "ratio mz1/direct: $(ratio "$ins_mz1" "$ins_direct")  mz8/direct: $(ratio "$ins_mz8" "$ins_direct")"
 fi
 
 if [[ $SECTIONS == *3* ]]; then

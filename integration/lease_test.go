@@ -425,11 +425,10 @@ func TestLeaseGenerationFence(t *testing.T) {
 	// proxies.
 	backend := directURL("postgres", d.name)
 	// Generation 1 heartbeats too rarely to notice the fence itself
-	// during the test: its sessions' refused writes must tell it. With
-	// group commit, its autocommit INSERT and UPDATE below are refused in
-	// the committer's batch, the UPDATE ... RETURNING in the session's own
-	// optimistic loop.
-	old := startProxy(t, leaseArgs("--generation", "1", "--backend", backend, "--heartbeat-interval", "1m", "--lease-grace", "3m", "--group-commit")...)
+	// during the test: its sessions' refused writes must tell it (its
+	// autocommit INSERT and UPDATE below are refused in the session's own
+	// optimistic loop).
+	old := startProxy(t, leaseArgs("--generation", "1", "--backend", backend, "--heartbeat-interval", "1m", "--lease-grace", "3m")...)
 	w := connectTo(t, ctx, old.URL("postgres", d.name))
 	createKV(t, ctx, w, "")
 	// Two writes in flight. A transaction with DDL holds the commit slot
@@ -502,7 +501,7 @@ func TestLeaseGenerationFence(t *testing.T) {
 	}
 	refused("INSERT INTO kv VALUES (200, 0), (201, 0)")
 	refused("UPDATE kv SET v = -1")
-	// The batch's refusal alone told generation 1 it is fenced.
+	// The writes' refusal alone told generation 1 it is fenced.
 	newSessionRefused()
 	refused("UPDATE kv SET v = -1 RETURNING k")
 	if n := d.int("SELECT count(*) FROM kv"); n != before {

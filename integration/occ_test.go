@@ -726,3 +726,158 @@ func TestOCCExtended(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestOCCConcurrentInserts: 16 sessions insert concurrently, each in its
+// own backend session: every acknowledged row is there, a PRIMARY KEY
+// violation or a bad value fails only its own statement (with the
+// backend's SQLSTATE, constraint and position), a trailing comment does no
+// harm, and a session's search_path, however set, decides which table it
+// writes.
+func TestOCCConcurrentInserts(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	setup := connectTo(t, ctx, p.URL("postgres", db))
+	mustExec(t, ctx, setup,
+		"CREATE TABLE g (id int PRIMARY KEY, who int NOT NULL)",
+		"INSERT INTO g VALUES (0, -1)",
+		"CREATE SCHEMA other",
+		"CREATE TABLE other.g (id int PRIMARY KEY, who int NOT NULL)")
+	const sessions, each = 16, 10
+	const bad = "INSERT INTO g VALUES ('x', 1)"
+	wantPos := int32(strings.Index(bad, "'x'") + 1)
+	var wg sync.WaitGroup
+	errs := make(chan error, sessions*each)
+	for c := 0; c < sessions; c++ {
+		conn := connectTo(t, ctx, p.URL("postgres", db))
+		if c == 1 {
+			mustExec(t, ctx, conn, "SET search_path = other, public")
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				var pe *pgconn.PgError
+				switch {
+				case c == 0 && i == each/2: // among the others' inserts: id 0 exists
+					_, err := execSimple(ctx, conn, "INSERT INTO g VALUES (0, 0)")
+					if !errors.As(err, &pe) || pe.Code != "23505" || pe.ConstraintName != "g_pkey" {
+						errs <- fmt.Errorf("duplicate key insert: %v, want 23505 on g_pkey", err)
+					}
+				case c == 2 && i == each/2:
+					_, err := execSimple(ctx, conn, bad)
+					if !errors.As(err, &pe) || pe.Code != "22P02" || pe.Position != wantPos {
+						errs <- fmt.Errorf("bad integer: %v (%+v), want 22P02 at position %d", err, pe, wantPos)
+					}
+				}
+				id := 1 + c*each + i
+				tag, err := execSimple(ctx, conn, fmt.Sprintf("INSERT INTO g VALUES (%d, %d) -- trailing comment", id, c))
+				if err != nil || tag.String() != "INSERT 0 1" {
+					errs <- fmt.Errorf("session %d insert %d: tag %q, %v", c, id, tag, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	var public, other, who int
+	if err := setup.QueryRow(ctx, "SELECT (SELECT count(*) FROM public.g), (SELECT count(*) FROM other.g), (SELECT who FROM g WHERE id = 0)").Scan(&public, &other, &who); err != nil {
+		t.Fatal(err)
+	}
+	if public != 1+(sessions-1)*each || other != each || who != -1 {
+		t.Fatalf("public.g has %d rows, other.g %d, row 0's who is %d; want %d, %d and -1 (the failed insert changed nothing)",
+			public, other, who, 1+(sessions-1)*each, each)
+	}
+
+	// The search_path of each insert is the session's at that moment.
+	conn := connectTo(t, ctx, p.URL("postgres", db))
+	for i, step := range []struct{ before, want string }{
+		{"", "public"},
+		{"SET search_path = other, public", "other"},
+		{"", "other"},
+		{"RESET search_path", "public"},
+		{"SELECT set_config('search_path', 'other', false)", "other"},
+		{"SELECT set_config('search_path', 'public', false)", "public"},
+	} {
+		if step.before != "" {
+			mustExec(t, ctx, conn, step.before)
+		}
+		id := 20000 + i
+		mustExec(t, ctx, conn, fmt.Sprintf("INSERT INTO g VALUES (%d, 0)", id))
+		var in string
+		q := fmt.Sprintf("SELECT CASE WHEN EXISTS (SELECT FROM public.g WHERE id = %d) THEN 'public' ELSE 'other' END", id)
+		if err := setup.QueryRow(ctx, q).Scan(&in); err != nil || in != step.want {
+			t.Fatalf("after %q, the insert went to %s.g (%v), want %s.g", step.before, in, err, step.want)
+		}
+	}
+}
+
+// TestOCCSessionState: an autocommit write runs in its session's own
+// backend session: under its session's statement_timeout (stuck on a row
+// lock, it fails alone with 57014 and writes nothing while another
+// session's write commits), with its sequences (currval sees a serial
+// insert) and its notices (a trigger's reaches the client).
+func TestOCCSessionState(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	setup := connectTo(t, ctx, p.URL("postgres", db))
+	mustExec(t, ctx, setup,
+		"CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL)",
+		"INSERT INTO t VALUES (1, 0), (2, 0)",
+		"CREATE TABLE s (id serial, x int)",
+		"CREATE TABLE tr (x int)",
+		"CREATE FUNCTION tell() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RAISE NOTICE 'inserted %', NEW.x; RETURN NEW; END$$",
+		"CREATE TRIGGER tell BEFORE INSERT ON tr FOR EACH ROW EXECUTE FUNCTION tell()")
+
+	locker := connectTo(t, ctx, directURL("postgres", db))
+	mustExec(t, ctx, locker, "BEGIN", "SELECT FROM t WHERE id = 1 FOR UPDATE")
+	a := connectTo(t, ctx, p.URL("postgres", db))
+	mustExec(t, ctx, a, "SET statement_timeout = '500ms'")
+	failed := make(chan error, 1)
+	go func() {
+		_, err := execSimple(ctx, a, "UPDATE t SET v = 1 WHERE id = 1")
+		failed <- err
+	}()
+	mustExec(t, ctx, setup, "UPDATE t SET v = 2 WHERE id = 2")
+	select {
+	case err := <-failed:
+		wantCode(t, err, "57014")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the update stuck on a lock outlived its statement_timeout")
+	}
+	mustExec(t, ctx, locker, "COMMIT")
+	var v1, v2 int
+	if err := setup.QueryRow(ctx, "SELECT (SELECT v FROM t WHERE id = 1), (SELECT v FROM t WHERE id = 2)").Scan(&v1, &v2); err != nil || v1 != 0 || v2 != 2 {
+		t.Fatalf("rows: id 1 v = %d, id 2 v = %d (%v); want 0 (timed out) and 2", v1, v2, err)
+	}
+
+	cfg, err := pgx.ParseConfig(p.URL("postgres", db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	notices := make(chan string, 1)
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices <- n.Message }
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	mustExec(t, ctx, conn, "INSERT INTO s (x) VALUES (7)")
+	var id int
+	if err := conn.QueryRow(ctx, "SELECT currval('s_id_seq')", pgx.QueryExecModeSimpleProtocol).Scan(&id); err != nil || id != 1 {
+		t.Fatalf("currval after the insert: %d (%v), want 1", id, err)
+	}
+	mustExec(t, ctx, conn, "INSERT INTO tr VALUES (5)")
+	select {
+	case n := <-notices:
+		if n != "inserted 5" {
+			t.Fatalf("notice %q", n)
+		}
+	default:
+		t.Fatal("the trigger's notice did not reach the client")
+	}
+}

@@ -89,8 +89,7 @@
 // runs at once; the wait counts against the statement's deadline, and
 // with a timeouts.Budget the phase (semaphore wait, OCC attempt) is
 // recorded for the 57014 error. Metrics counts waits, conflicts, retries,
-// refolds, re-reads, exhausted budgets, cancels and group-commit batches
-// for export.
+// refolds, re-reads, exhausted budgets and cancels for export.
 //
 // # In the proxy
 //
@@ -102,19 +101,4 @@
 // proxy does not know the statement's reads; it re-executes it), ActRead
 // with the statement's row count, and ActApply at once (read_ts moves in
 // the commit's own transaction).
-//
-// # Group commit
-//
-// Group is the pure core of group commit for blind writes: payloads arrive
-// (Submit), a batch is cut explicitly (Flush, at one target T, one batch in
-// flight at a time) and ended by its append's outcome (Complete, Abort). A
-// payload that fails on its own (BatchResult.Errs: a constraint violation)
-// fails only its caller and the rest of the batch is retried in the next
-// one; a lost race sends the batch back to the front of the queue, each
-// member spending one attempt of its budget. Committer is the driver:
-// there is no timer and no background goroutine; the caller that finds no
-// leader becomes it, runs batches until its own payload is done and hands
-// leadership to the oldest queued caller. A caller whose context ends while
-// queued leaves the queue with nothing written; once its batch is in flight
-// it waits for the outcome.
 package occ

@@ -42,8 +42,3 @@ func Committed(err error) bool {
 	var ae *ApplyError
 	return errors.As(err, &ae)
 }
-
-func errNoReason(t, upper uint64) *pgerr.Error {
-	return pgerr.New(pgerr.InternalError,
-		"occ: batch append at %d refused with upper %d and no payload error", t, upper)
-}

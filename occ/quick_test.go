@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"sort"
 	"sync"
 	"testing"
 
@@ -223,92 +222,5 @@ func TestQuickRun(t *testing.T) {
 		if st := sem.Stats(); st.Held != 0 || st.Waiting != 0 {
 			t.Fatalf("seed=%d: semaphore left %+v", seed, st)
 		}
-	}
-}
-
-// TestQuickCommitter runs blind writers through a Committer with random
-// cancels and rejections: each caller's outcome must match the store.
-func TestQuickCommitter(t *testing.T) {
-	seeds := max(*quickSeeds/10, 1)
-	for seed := 0; seed < seeds; seed++ {
-		rng := rand.New(rand.NewPCG(uint64(seed), 0xb7c))
-		env := &simEnv{s: newSimStore()}
-		env.reject = func(p Payload[string]) error {
-			if p.Updates[0].Row == "d:bad" {
-				return pgerr.New(pgerr.UniqueViolation, "duplicate key value violates unique constraint")
-			}
-			return nil
-		}
-		var metrics Metrics
-		c := NewCommitter[Payload[string]](GroupConfig{MaxBatch: 1 + rng.IntN(4)}, env, env, &metrics)
-		n := 1 + rng.IntN(12)
-		type res struct {
-			row    string
-			t      uint64
-			err    error
-			cancel bool
-		}
-		results := make([]res, n)
-		var wg sync.WaitGroup
-		for i := range n {
-			row := fmt.Sprintf("d:%d", i)
-			if rng.IntN(5) == 0 {
-				row = "d:bad"
-			}
-			cancelNow := rng.IntN(5) == 0
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ctx, cancel := context.WithCancel(context.Background())
-				defer cancel()
-				if cancelNow {
-					go cancel()
-				}
-				ts, err := c.Commit(ctx, Payload[string]{Updates: ups(row, 1), Rows: 1})
-				results[i] = res{row: row, t: ts, err: err, cancel: cancelNow}
-			}()
-		}
-		wg.Wait()
-		committed := map[string]uint64{}
-		for _, cm := range env.s.log {
-			for _, u := range cm.ups {
-				committed[u.Row] = cm.t
-			}
-		}
-		var ok int
-		for _, r := range results {
-			switch code := pgerr.Of(r.err); {
-			case r.err == nil:
-				ok++
-				if committed[r.row] != r.t {
-					t.Fatalf("seed=%d: %s told T=%d, store has %d", seed, r.row, r.t, committed[r.row])
-				}
-			case r.row == "d:bad" && code == pgerr.UniqueViolation:
-			case r.cancel && code == pgerr.QueryCanceled:
-				if _, in := committed[r.row]; in {
-					t.Fatalf("seed=%d: %s canceled but committed", seed, r.row)
-				}
-			default:
-				t.Fatalf("seed=%d: %s: unexpected %v", seed, r.row, r.err)
-			}
-		}
-		if ok != len(committed) {
-			t.Fatalf("seed=%d: %d told success, %d committed", seed, ok, len(committed))
-		}
-		if _, in := committed["d:bad"]; in {
-			t.Fatalf("seed=%d: a rejected payload was committed", seed)
-		}
-		ts := make([]uint64, 0, len(env.s.log))
-		for _, cm := range env.s.log {
-			ts = append(ts, cm.t)
-		}
-		if !sort.SliceIsSorted(ts, func(i, j int) bool { return ts[i] < ts[j] }) {
-			t.Fatalf("seed=%d: commits out of order %v", seed, ts)
-		}
-		c.mu.Lock()
-		if c.leader != 0 || len(c.waiters) != 0 || c.g.InFlight() || len(c.g.Pending()) != 0 {
-			t.Fatalf("seed=%d: committer not idle: leader=%d waiters=%d", seed, c.leader, len(c.waiters))
-		}
-		c.mu.Unlock()
 	}
 }

@@ -84,8 +84,6 @@ type Metrics struct {
 	Rereads   atomic.Int64 // re-reads where a refold was not possible
 	Exhausted atomic.Int64 // loops that failed with 40001
 	Canceled  atomic.Int64 // loops ended by their context before committing
-	Batches   atomic.Int64 // group-commit appends
-	Batched   atomic.Int64 // payloads in group-commit appends
 }
 
 // Record counts the outcome of one write loop.

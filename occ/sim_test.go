@@ -251,14 +251,10 @@ func sortedUpdates(ups []Update[string]) string {
 }
 
 // simEnv runs a simStore behind the loop's interfaces, under a lock, for
-// the blocking drivers (Run, Committer).
+// the blocking driver (Run).
 type simEnv struct {
 	mu sync.Mutex
 	s  *simStore
-	// hooks, called without the lock: before an append is applied (to
-	// block it, say) and per batch payload (to reject one).
-	beforeAppend func(t uint64)
-	reject       func(p Payload[string]) error
 }
 
 type simWriter struct {
@@ -294,9 +290,6 @@ func (w simWriter) Refold(_ context.Context, p Payload[string], from, to uint64)
 }
 
 func (w simWriter) Append(_ context.Context, t uint64, p Payload[string]) (AppendResult, error) {
-	if h := w.env.beforeAppend; h != nil {
-		h(t)
-	}
 	w.env.mu.Lock()
 	defer w.env.mu.Unlock()
 	return w.env.s.append(w.name, t, p)
@@ -305,36 +298,4 @@ func (w simWriter) Append(_ context.Context, t uint64, p Payload[string]) (Appen
 func (e *simEnv) runEnv(name string, sel simSel) Env[string] {
 	w := simWriter{env: e, name: name, sel: sel}
 	return Env[string]{Oracle: e, Selection: w, Appender: w}
-}
-
-// AppendBatch appends a batch of blind payloads as one commit, rejecting
-// payloads the reject hook refuses (nothing is written then).
-func (e *simEnv) AppendBatch(_ context.Context, t uint64, ps []Payload[string]) (BatchResult, error) {
-	if h := e.beforeAppend; h != nil {
-		h(t)
-	}
-	var errs []error
-	if e.reject != nil {
-		for i, p := range ps {
-			if err := e.reject(p); err != nil {
-				if errs == nil {
-					errs = make([]error, len(ps))
-				}
-				errs[i] = err
-			}
-		}
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if errs != nil {
-		return BatchResult{ActualUpper: e.s.upper, Errs: errs}, nil
-	}
-	var all Payload[string]
-	for _, p := range ps {
-		all.Updates = append(all.Updates, p.Updates...)
-		all.Rows += p.Rows
-	}
-	all.Updates = Consolidate(all.Updates, id)
-	r, err := e.s.append(fmt.Sprintf("batch%d", len(ps)), t, all)
-	return BatchResult{OK: r.OK, ActualUpper: r.ActualUpper}, err
 }

@@ -4,8 +4,6 @@ import (
 	"strconv"
 	"strings"
 
-	"google.golang.org/protobuf/reflect/protoreflect"
-
 	pg "github.com/pganalyze/pg_query_go/v6"
 )
 
@@ -556,63 +554,4 @@ func passThroughTag(n *pg.Node) string {
 		return "ALTER SYSTEM"
 	}
 	return ""
-}
-
-// groupRelations is Statement.GroupRelations of n, whose relations the
-// analyzer found (writes: the target).
-func groupRelations(n *pg.Node, reads, writes []Ref) []string {
-	var with, returning, onConflict bool
-	switch {
-	case n.GetInsertStmt() != nil:
-		s := n.GetInsertStmt()
-		with, returning, onConflict = s.WithClause != nil, len(s.ReturningList) > 0, s.OnConflictClause != nil
-		if s.SelectStmt == nil { // DEFAULT VALUES
-			return nil
-		}
-	case n.GetUpdateStmt() != nil:
-		s := n.GetUpdateStmt()
-		with, returning = s.WithClause != nil, len(s.ReturningList) > 0
-	case n.GetDeleteStmt() != nil:
-		s := n.GetDeleteStmt()
-		with, returning = s.WithClause != nil, len(s.ReturningList) > 0
-	default:
-		return nil
-	}
-	if with || returning || onConflict || len(writes) != 1 || sessionDependent(n.ProtoReflect()) {
-		return nil
-	}
-	out := []string{qualified(writes[0])}
-	for _, r := range reads {
-		out = append(out, qualified(r))
-	}
-	return out
-}
-
-func qualified(r Ref) string {
-	if r.Schema == "" {
-		return quoteIdent(r.Name)
-	}
-	return quoteIdent(r.Schema) + "." + quoteIdent(r.Name)
-}
-
-// sessionDependent reports whether m holds what may mean something else
-// on another connection than the session's: a function call (user
-// functions may read session state; now() is the transaction's start), a
-// SQL value function (CURRENT_TIMESTAMP, ...), a parameter, or a relation
-// named with its database.
-func sessionDependent(m protoreflect.Message) bool {
-	switch x := m.Interface().(type) {
-	case *pg.FuncCall, *pg.SQLValueFunction, *pg.ParamRef, *pg.RangeFunction:
-		return true
-	case *pg.RangeVar:
-		if x.Catalogname != "" {
-			return true
-		}
-	}
-	found := false
-	eachMessage(m, func(c protoreflect.Message) bool {
-		found = sessionDependent(c)
-		return !found
-	})
-	return found
 }

@@ -47,12 +47,6 @@ type Statement struct {
 	// data next. (COPY (INSERT ... RETURNING) TO is a write too, but copies
 	// out.)
 	CopyFromStdin bool
-	// GroupRelations is not nil for a write that another connection may
-	// run for the session (group commit) if the relations it names (the
-	// target first; quoted for to_regclass) are the same there, i.e. not
-	// temporary: one INSERT, UPDATE or DELETE without WITH, RETURNING, ON
-	// CONFLICT, function calls or parameters (see sessionDependent).
-	GroupRelations []string
 
 	AsOf             *AsOf
 	ExplainTimestamp *ExplainTimestampStmt
@@ -151,7 +145,6 @@ func planOne(text string, toks []token, cat Catalog, opts Options) (*Statement, 
 		return nil, nil, a.err
 	}
 	st.Reads, st.Writes, st.Inputs, st.UsesMzNow, st.Locking = a.reads, a.writes, a.inputs, a.usesMzNow, a.locking
-	st.GroupRelations = groupRelations(n, a.reads, a.writes)
 	if st.Kind == KindRead && len(a.writes) > 0 {
 		// WITH d AS (DELETE ... RETURNING ...) SELECT ...
 		st.Kind = KindWrite

@@ -25,9 +25,6 @@ type database struct {
 	conn    *pgx.Conn
 	catalog *catalogSnapshot
 
-	groupOnce sync.Once
-	group     *groupCommitter // Config.GroupCommit; created on first use
-
 	// seen is the last snapshot's catalog and frontiers, for metrics read
 	// without waiting for conn.
 	seen atomic.Pointer[seenFrontiers]

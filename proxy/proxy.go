@@ -60,9 +60,6 @@ type Config struct {
 	// OCCMaxConcurrent bounds the optimistic write loops running at once
 	// (< 1: 1); more writers queue in FIFO order.
 	OCCMaxConcurrent int
-	// GroupCommit runs eligible autocommit writes of concurrent sessions
-	// in shared batches, one compare-and-append each (groupcommit.go).
-	GroupCommit bool
 	// OCCPauseFile is a test-only failpoint: when set, an optimistic write
 	// whose SQL contains OCCPauseMarker pauses between its payload and its
 	// append while this file exists. Inert when empty.

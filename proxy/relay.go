@@ -112,7 +112,6 @@ func (q *queue) pop() {
 // handle forwards one client message and, when the client now waits for
 // answers, relays them.
 func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, frame []byte) error {
-	s.requests++
 	if s.occBatch != nil {
 		if held, err := s.holdBatch(ctx, msg, frame); held || err != nil {
 			return err
@@ -634,11 +633,6 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 		return s.exchange(ctx)
 	}
 	if r.replayable && s.tx == 'I' && s.units.len() == 0 && after == "" {
-		if s.proxy.cfg.GroupCommit && r.group != nil {
-			if handled, err := s.groupWrite(ctx, sql, r.group, inc); handled {
-				return err
-			}
-		}
 		return s.optimisticWrite(ctx, sql, inc, func() error { return s.forward(frame) })
 	}
 	if err := s.internal("BEGIN; "+storage.BeginWriteFor(inc), false); err != nil {

@@ -23,9 +23,6 @@ type route struct {
 	// it takes the optimistic path (write.go). DDL, COPY FROM STDIN,
 	// EXECUTE and several statements in one string stay pessimistic.
 	replayable bool
-	// group: the string's planner.Statement.GroupRelations (group commit
-	// may run it).
-	group []string
 	// commits: the string ends the transaction block with a commit (COMMIT,
 	// END, PREPARE TRANSACTION): an optimistic write slot taken earlier in
 	// the block must append first.
@@ -68,9 +65,6 @@ func (s *Session) routeOf(sql string) route {
 	}
 	var r route
 	r.replayable = len(stmts) == 1 && stmts[0].Kind == planner.KindWrite && !stmts[0].CopyFromStdin
-	if r.replayable {
-		r.group = stmts[0].GroupRelations
-	}
 	for _, st := range stmts {
 		if st.Kind == planner.KindTransaction && st.Txn != nil &&
 			(st.Txn.Kind == planner.TxnCommit || st.Txn.Kind == planner.TxnPrepare) {

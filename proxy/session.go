@@ -82,10 +82,6 @@ type Session struct {
 	// the optimistic loop (write.go).
 	replayStmts map[string]bool
 	occBatch    *occBatch
-	// requests counts the client's messages; groupSettings is what
-	// groupSettingsSQL last read for a group commit (see groupWrite).
-	requests      uint64
-	groupSettings groupSettings
 	// The proxy's own prepared statements exist on the backend connection
 	// for the incarnation given (0: not prepared); they write for it.
 	beginWritePrepared, beginWriteOCCPrepared, commitWritePrepared int64

@@ -52,7 +52,6 @@ type config struct {
 	slowThreshold     time.Duration
 	occMaxRetries     int
 	occMaxConcurrent  int
-	groupCommit       bool
 	generation        int
 	heartbeat         time.Duration
 	leaseGrace        time.Duration
@@ -134,7 +133,6 @@ func newFlagSet(c *config, kinds map[string]kind) *flag.FlagSet {
 	kinds["slow-statement-threshold"] = kindDuration
 	num(&c.occMaxRetries, "occ-max-retries", occ.DefaultMaxAttempts-1, "optimistic writes: compare-and-appends retried after a conflict before the statement fails with 40001")
 	num(&c.occMaxConcurrent, "occ-max-concurrent", 1, "optimistic writes: loops running at once per proxy (more queue, FIFO); every commit moves the one shared upper, so concurrent loops mostly abort each other")
-	boolean(&c.groupCommit, "group-commit", false, "autocommit INSERT/UPDATE/DELETE statements of concurrent sessions run one after the other in one backend transaction, one compare-and-append per batch, each session with its own result (see README Limitations)")
 	dur := func(p *time.Duration, name string, def time.Duration, help string) {
 		fs.DurationVar(p, name, def, help)
 		kinds[name] = kindDuration

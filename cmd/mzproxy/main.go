@@ -199,7 +199,6 @@ func run(cfg *config, log *logrus.Entry) error {
 		StatementTimeout: cfg.statementTimeout,
 		OCCMaxAttempts:   cfg.occMaxRetries + 1,
 		OCCMaxConcurrent: cfg.occMaxConcurrent,
-		GroupCommit:      cfg.groupCommit,
 		// Test-only failpoint (see proxy.Config.OCCPauseFile); not a flag.
 		OCCPauseFile: os.Getenv("MZPROXY_TEST_OCC_PAUSE_FILE"),
 		Lease:        cfg.leaseConfig(),

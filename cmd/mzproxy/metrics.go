@@ -50,8 +50,6 @@ func registerInstruments(m *metrics.Provider, srv *frontend.Server, px *proxy.Pr
 	m.Counter("mzproxy.occ.conflicts", "{append}", "Compare-and-appends of optimistic writes that lost to a concurrent commit.", func() int64 { return occ.Conflicts.Load() })
 	m.Counter("mzproxy.occ.retries", "{attempt}", "Optimistic write attempts after the first.", func() int64 { return occ.Retries.Load() })
 	m.Counter("mzproxy.occ.exhausted", "{statement}", "Optimistic writes that failed with 40001 after their last retry.", func() int64 { return occ.Exhausted.Load() })
-	m.Counter("mzproxy.occ.group_batches", "{append}", "Group-commit batches appended (--group-commit).", func() int64 { return occ.Batches.Load() })
-	m.Counter("mzproxy.occ.group_batched", "{statement}", "Statements in group-commit batches; over group_batches, the mean batch size.", func() int64 { return occ.Batched.Load() })
 	m.Counter("mzproxy.occ.waits", "{statement}", "Optimistic writes that queued for a loop slot (occ-max-concurrent).", func() int64 { return occ.Waits.Load() })
 	return m.Err()
 }
