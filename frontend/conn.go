@@ -60,6 +60,7 @@ type conn struct {
 	sess     Session
 	tls      bool
 	closeWhy string
+	hasSlot  bool // holds one of the server's MaxConnections places
 }
 
 func (s *Server) serveConn(nc net.Conn) {
@@ -87,6 +88,7 @@ func (s *Server) serveConn(nc net.Conn) {
 		return
 	}
 	defer s.unregister(c)
+	defer c.releaseSlot()
 	defer func() {
 		// A panic in one session must not take down the process.
 		if p := recover(); p != nil {
@@ -263,11 +265,12 @@ func (c *conn) startupMessage(body []byte) (wire.Startup, bool) {
 		c.fatal(pgerr.Fatal(pgerr.CannotConnectNow, "the database system is shutting down"))
 		return start, false
 	}
-	if max := c.srv.cfg.MaxConnections; max > 0 && c.srv.active.Load() >= int64(max) {
+	if !c.srv.reserveSlot() {
 		c.srv.refused.Add(1)
 		c.fatal(pgerr.Fatal(pgerr.TooManyConnections, "sorry, too many clients already"))
 		return start, false
 	}
+	c.hasSlot = true
 	if c.srv.cfg.Auth == AuthSCRAM {
 		if err := c.authSCRAM(start.User); err != nil {
 			c.fatal(pgerr.As(err))
@@ -297,9 +300,6 @@ func (c *conn) openSession(start wire.Startup) bool {
 	c.sessMu.Lock()
 	c.sess = sess
 	c.sessMu.Unlock()
-	// Counted before the client can see ReadyForQuery: counted after, a
-	// client that connects right after this one's ReadyForQuery could
-	// get past --max-connections.
 	c.srv.active.Add(1)
 	_ = c.w.Send(&pgproto3.AuthenticationOk{})
 	for k, v := range sess.ParameterStatus() {
@@ -317,6 +317,14 @@ func (c *conn) openSession(start wire.Startup) bool {
 		return false
 	}
 	return true
+}
+
+// releaseSlot gives back the connection's MaxConnections place, once.
+func (c *conn) releaseSlot() {
+	if c.hasSlot {
+		c.hasSlot = false
+		c.srv.slots.Add(-1)
+	}
 }
 
 // serve is the message loop of an established session.

@@ -63,7 +63,11 @@ type Server struct {
 	closed    chan struct{} // closed when draining starts
 	wg        sync.WaitGroup
 
-	active   atomic.Int64 // sessions past startup
+	active atomic.Int64 // sessions past startup
+	// slots counts the connections holding one of MaxConnections' places:
+	// taken at the StartupMessage, before authentication, and given back
+	// when the connection ends.
+	slots    atomic.Int64
 	refused  atomic.Int64
 	accepted atomic.Int64
 }
@@ -177,6 +181,22 @@ func (s *Server) register(c *conn) bool {
 		c.secret = append([]byte(nil), b[4:]...)
 		s.conns[pid] = c
 		return true
+	}
+}
+
+// reserveSlot takes one of MaxConnections' places, or reports that none is
+// free. The check and the increment are one compare-and-swap: checked
+// first and counted later, a burst of clients all pass the check.
+func (s *Server) reserveSlot() bool {
+	limit := int64(s.cfg.MaxConnections)
+	for {
+		n := s.slots.Load()
+		if limit > 0 && n >= limit {
+			return false
+		}
+		if s.slots.CompareAndSwap(n, n+1) {
+			return true
+		}
 	}
 }
 
