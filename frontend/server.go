@@ -70,6 +70,10 @@ type Server struct {
 	slots    atomic.Int64
 	refused  atomic.Int64
 	accepted atomic.Int64
+
+	// mockSecret makes the SCRAM salts of unknown users (see
+	// mockCredentials): random per process, as PostgreSQL's mock nonce.
+	mockSecret [32]byte
 }
 
 // NewServer returns a Server; call Serve to accept connections.
@@ -87,13 +91,15 @@ func NewServer(cfg Config) *Server {
 	if log == nil {
 		log = logrus.NewEntry(logrus.StandardLogger())
 	}
-	return &Server{
+	s := &Server{
 		cfg:       cfg,
 		log:       log,
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[uint32]*conn),
 		closed:    make(chan struct{}),
 	}
+	_, _ = rand.Read(s.mockSecret[:])
+	return s
 }
 
 // Stats are the server's connection counts.
