@@ -100,7 +100,6 @@ func TestMalformedInput(t *testing.T) {
 			return b
 		}(), code: "08P01"},
 		{name: "malformed Bind", afterStartup: true, send: []byte{'B', 0, 0, 0, 6, 'x', 0}, code: "08P01"},
-		{name: "query without terminator", afterStartup: true, send: []byte{'Q', 0, 0, 0, 7, 'a', 'b', 'c'}, code: "08P01"},
 		{name: "second StartupMessage", afterStartup: true, send: startupBytes(), code: "08P01"},
 	}
 	for _, tt := range tests {
