@@ -2,7 +2,9 @@ package frontend
 
 import (
 	"bufio"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
 	"os"
@@ -19,6 +21,9 @@ import (
 
 // scramIterations is PostgreSQL's default scram_iterations.
 const scramIterations = 4096
+
+// scramSaltLen is PostgreSQL's SCRAM_DEFAULT_SALT_LEN.
+const scramSaltLen = 16
 
 // User is one entry of the users file.
 type User struct {
@@ -100,7 +105,7 @@ func newUser(name, secret string) (*User, error) {
 		}
 		return &User{Name: name, creds: creds}, nil
 	}
-	var salt [16]byte
+	var salt [scramSaltLen]byte
 	_, _ = rand.Read(salt[:])
 	client, err := scram.SHA256.NewClient(name, secret, "")
 	if err != nil {
@@ -173,17 +178,37 @@ func quotedFields(line string) ([]string, error) {
 	return out, nil
 }
 
+// mockCredentials is the SCRAM verifier of a user the users file does not
+// have, as PostgreSQL's mock_scram_secret: the exchange runs to the client's
+// proof and fails there as a wrong password does, so that the answers do not
+// tell which users exist. The salt is derived from the user name and a
+// secret of this server, so that it is the same at every attempt for the
+// same name, as a real user's is; the keys are of no password.
+func (s *Server) mockCredentials(userName string) scram.StoredCredentials {
+	derive := func(purpose string, size int) []byte {
+		mac := hmac.New(sha256.New, s.mockSecret[:])
+		mac.Write([]byte(purpose + "\x00" + userName))
+		return mac.Sum(nil)[:size]
+	}
+	return scram.StoredCredentials{
+		KeyFactors: scram.KeyFactors{Salt: string(derive("salt", scramSaltLen)), Iters: scramIterations},
+		StoredKey:  derive("stored key", sha256.Size),
+		ServerKey:  derive("server key", sha256.Size),
+	}
+}
+
 // authSCRAM runs SCRAM-SHA-256 with the client for the user it named.
 func (c *conn) authSCRAM(userName string) error {
 	failed := pgerr.Fatal(pgerr.InvalidPassword, "password authentication failed for user %q", userName)
 	user, known := c.srv.cfg.Users.Lookup(userName)
+	creds := c.srv.mockCredentials(userName)
+	if known {
+		creds = user.creds
+	}
 	// The client's own user name in the SCRAM message is ignored, as
 	// PostgreSQL does: the startup packet names the user.
 	srv, err := scram.SHA256.NewServer(func(string) (scram.StoredCredentials, error) {
-		if !known {
-			return scram.StoredCredentials{}, fmt.Errorf("unknown user")
-		}
-		return user.creds, nil
+		return creds, nil
 	})
 	if err != nil {
 		return err
@@ -215,7 +240,7 @@ func (c *conn) authSCRAM(userName string) error {
 		return pgerr.Fatal(pgerr.ProtocolViolation, "malformed SCRAM message")
 	}
 	outcome, err := conv.Step(string(final.Data))
-	if err != nil || !conv.Valid() {
+	if err != nil || !conv.Valid() || !known {
 		return failed
 	}
 	// AuthenticationOk follows in openSession.

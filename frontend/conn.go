@@ -60,6 +60,7 @@ type conn struct {
 	sess     Session
 	tls      bool
 	closeWhy string
+	hasSlot  bool // holds one of the server's MaxConnections places
 }
 
 func (s *Server) serveConn(nc net.Conn) {
@@ -87,6 +88,7 @@ func (s *Server) serveConn(nc net.Conn) {
 		return
 	}
 	defer s.unregister(c)
+	defer c.releaseSlot()
 	defer func() {
 		// A panic in one session must not take down the process.
 		if p := recover(); p != nil {
@@ -263,11 +265,12 @@ func (c *conn) startupMessage(body []byte) (wire.Startup, bool) {
 		c.fatal(pgerr.Fatal(pgerr.CannotConnectNow, "the database system is shutting down"))
 		return start, false
 	}
-	if max := c.srv.cfg.MaxConnections; max > 0 && c.srv.active.Load() >= int64(max) {
+	if !c.srv.reserveSlot() {
 		c.srv.refused.Add(1)
 		c.fatal(pgerr.Fatal(pgerr.TooManyConnections, "sorry, too many clients already"))
 		return start, false
 	}
+	c.hasSlot = true
 	if c.srv.cfg.Auth == AuthSCRAM {
 		if err := c.authSCRAM(start.User); err != nil {
 			c.fatal(pgerr.As(err))
@@ -297,9 +300,6 @@ func (c *conn) openSession(start wire.Startup) bool {
 	c.sessMu.Lock()
 	c.sess = sess
 	c.sessMu.Unlock()
-	// Counted before the client can see ReadyForQuery: counted after, a
-	// client that connects right after this one's ReadyForQuery could
-	// get past --max-connections.
 	c.srv.active.Add(1)
 	_ = c.w.Send(&pgproto3.AuthenticationOk{})
 	for k, v := range sess.ParameterStatus() {
@@ -319,9 +319,20 @@ func (c *conn) openSession(start wire.Startup) bool {
 	return true
 }
 
+// releaseSlot gives back the connection's MaxConnections place, once.
+func (c *conn) releaseSlot() {
+	if c.hasSlot {
+		c.hasSlot = false
+		c.srv.slots.Add(-1)
+	}
+}
+
 // serve is the message loop of an established session.
 func (c *conn) serve() {
 	skipUntilSync := false
+	// batchOpen is set while extended-protocol messages have been handled
+	// since the last Sync: their implicit transaction is still open.
+	batchOpen := false
 	for {
 		// Mark idle before checking for a drain: Shutdown checks idle after
 		// it starts draining, so one of the two sees the other.
@@ -339,9 +350,17 @@ func (c *conn) serve() {
 		}
 		msg, err := decodeFrontend(typ, frame)
 		if err != nil {
-			c.closeWhy = "protocol violation"
-			c.fatal(pgerr.Fatal(pgerr.ProtocolViolation, "%s", err.Error()))
-			return
+			var pe *pgerr.Error
+			if skipUntilSync && !(errors.As(err, &pe) && pe.IsFatal()) {
+				// PostgreSQL does not read the body of a message it skips
+				// (an unknown type is FATAL all the same).
+				continue
+			}
+			if !c.failMalformed(typ, err, batchOpen) {
+				return
+			}
+			skipUntilSync = typ != 'Q'
+			continue
 		}
 		if typ == 'X' {
 			c.closeWhy = "client terminated"
@@ -352,6 +371,12 @@ func (c *conn) serve() {
 				continue
 			}
 			skipUntilSync = false
+		}
+		switch typ {
+		case 'S', 'Q':
+			batchOpen = false
+		case 'P', 'B', 'D', 'E', 'C', 'H':
+			batchOpen = true
 		}
 		// Only messages that wait for the backend can take long enough for
 		// the client to vanish meanwhile.
@@ -394,6 +419,35 @@ func (c *conn) serve() {
 			return
 		}
 	}
+}
+
+// failMalformed answers a client message whose body could not be read, and
+// reports whether the connection goes on. A Query or Parse that PostgreSQL
+// cannot read either gets PostgreSQL's ERROR (08P01, its message) and the
+// session goes on, as in PostgreSQL: ReadyForQuery follows a Query, a Parse
+// makes the rest of its batch skipped until Sync. The session never sees the
+// message, so this is exact only where PostgreSQL's error would have aborted
+// nothing: outside a transaction block (or in one already failed), with no
+// extended-protocol batch open and no COPY in progress. Otherwise, and for
+// every other malformed message, it is FATAL: the backend connection ends
+// with the connection, which rolls back what PostgreSQL would have aborted.
+func (c *conn) failMalformed(typ byte, err error, batchOpen bool) bool {
+	var pe *pgerr.Error
+	answerable := errors.As(err, &pe) && !pe.IsFatal()
+	if !answerable || batchOpen || c.sess.CopyInProgress() || c.sess.TxStatus() == 'T' {
+		c.closeWhy = "protocol violation"
+		c.fatal(pgerr.Fatal(pgerr.ProtocolViolation, "%s", err.Error()))
+		return false
+	}
+	_ = c.w.Send(errorResponse(pe))
+	if typ == 'Q' {
+		_ = c.w.Send(&pgproto3.ReadyForQuery{TxStatus: c.sess.TxStatus()})
+	}
+	if err := c.w.Flush(); err != nil {
+		c.closeWhy = "client write failed"
+		return false
+	}
+	return true
 }
 
 func (c *conn) readFailed(err error) {
@@ -505,14 +559,15 @@ func (c *conn) forceClose() {
 }
 
 // decodeFrontend decodes a client message of the established phase. Unknown
-// types and malformed bodies are protocol violations.
+// types and malformed bodies are protocol violations; Query and Parse are
+// read as PostgreSQL reads them (pqformat.go), failing with its ERROR.
 func decodeFrontend(typ byte, frame []byte) (pgproto3.FrontendMessage, error) {
 	var msg pgproto3.FrontendMessage
 	switch typ {
 	case 'Q':
-		msg = &pgproto3.Query{}
+		return decodeQuery(wire.Body(frame))
 	case 'P':
-		msg = &pgproto3.Parse{}
+		return decodeParse(wire.Body(frame))
 	case 'B':
 		msg = &pgproto3.Bind{}
 	case 'D':
@@ -536,7 +591,7 @@ func decodeFrontend(typ byte, frame []byte) (pgproto3.FrontendMessage, error) {
 	case 'F':
 		msg = &pgproto3.FunctionCall{}
 	default:
-		return nil, fmt.Errorf("invalid frontend message type %d", typ)
+		return nil, pgerr.Fatal(pgerr.ProtocolViolation, "invalid frontend message type %d", typ)
 	}
 	if err := msg.Decode(wire.Body(frame)); err != nil {
 		return nil, fmt.Errorf("invalid message format for message type %q: %v", typ, err)

@@ -19,16 +19,22 @@
 //  3. Startup. The StartupMessage (protocol 3.0; a newer 3.x minor version or
 //     _pq_ options get NegotiateProtocolVersion) names user, database,
 //     application_name, options. Refused here: no user (28000), too many
-//     sessions (53300), a drain in progress (57P03).
+//     sessions (53300: a place among MaxConnections is taken here with a
+//     compare-and-swap, before authentication, and given back when the
+//     connection ends), a drain in progress (57P03).
 //  4. Authenticate. trust: nothing. scram-sha-256: a SCRAM exchange against
-//     the users file (28P01 on failure). passthrough: the Handler relays its
-//     backend's own exchange through an AuthRelay.
+//     the users file (28P01 on failure; a user the file does not have runs
+//     the whole exchange against a mock verifier and fails at the proof, as
+//     in PostgreSQL, so that users cannot be enumerated). passthrough: the
+//     Handler relays its backend's own exchange through an AuthRelay.
 //  5. Open. Handler.Connect opens the Session (its backend connection); then
 //     AuthenticationOk, the backend's ParameterStatus values, BackendKeyData
 //     and ReadyForQuery('I').
 //  6. Serve. Each client message is framed (length checked against
 //     MaxMessageSize), decoded (an unknown type or malformed body is a
-//     protocol violation) and passed to Session.Handle, which writes the
+//     protocol violation; a Query or Parse is read as PostgreSQL reads it,
+//     and one it cannot read gets its ERROR 08P01, see failMalformed) and
+//     passed to Session.Handle, which writes the
 //     responses. An ERROR from Handle is sent as ErrorResponse, followed by
 //     ReadyForQuery for a Query, or by skipping to the next Sync for the
 //     extended protocol. While Handle runs, a watchdog checks once a second
@@ -41,7 +47,8 @@
 //   - The client sends Terminate or closes its socket.
 //   - A protocol violation: FATAL 08P01 (a malformed startup packet, a length
 //     field below 4 or above the limit, an unknown message type, a malformed
-//     body), then close. Other connections are not affected.
+//     body other than the Query or Parse answered with an ERROR), then
+//     close. Other connections are not affected.
 //   - Authentication fails: FATAL 28P01/28000; the startup phase exceeds
 //     AuthTimeout: closed without a word (PostgreSQL logs "incomplete startup
 //     packet").

@@ -43,6 +43,10 @@ type Session interface {
 	// TxStatus is the transaction status for ReadyForQuery: 'I', 'T' or 'E'.
 	TxStatus() byte
 
+	// CopyInProgress reports whether a COPY FROM STDIN has started and not
+	// ended: the backend then reads the client's messages as COPY data.
+	CopyInProgress() bool
+
 	// Cancel asks the session to stop the statement it is running now, if
 	// any. It is called from another goroutine (a CancelRequest's).
 	Cancel()

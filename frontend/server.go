@@ -63,9 +63,17 @@ type Server struct {
 	closed    chan struct{} // closed when draining starts
 	wg        sync.WaitGroup
 
-	active   atomic.Int64 // sessions past startup
+	active atomic.Int64 // sessions past startup
+	// slots counts the connections holding one of MaxConnections' places:
+	// taken at the StartupMessage, before authentication, and given back
+	// when the connection ends.
+	slots    atomic.Int64
 	refused  atomic.Int64
 	accepted atomic.Int64
+
+	// mockSecret makes the SCRAM salts of unknown users (see
+	// mockCredentials): random per process, as PostgreSQL's mock nonce.
+	mockSecret [32]byte
 }
 
 // NewServer returns a Server; call Serve to accept connections.
@@ -83,13 +91,15 @@ func NewServer(cfg Config) *Server {
 	if log == nil {
 		log = logrus.NewEntry(logrus.StandardLogger())
 	}
-	return &Server{
+	s := &Server{
 		cfg:       cfg,
 		log:       log,
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[uint32]*conn),
 		closed:    make(chan struct{}),
 	}
+	_, _ = rand.Read(s.mockSecret[:])
+	return s
 }
 
 // Stats are the server's connection counts.
@@ -177,6 +187,22 @@ func (s *Server) register(c *conn) bool {
 		c.secret = append([]byte(nil), b[4:]...)
 		s.conns[pid] = c
 		return true
+	}
+}
+
+// reserveSlot takes one of MaxConnections' places, or reports that none is
+// free. The check and the increment are one compare-and-swap: checked
+// first and counted later, a burst of clients all pass the check.
+func (s *Server) reserveSlot() bool {
+	limit := int64(s.cfg.MaxConnections)
+	for {
+		n := s.slots.Load()
+		if limit > 0 && n >= limit {
+			return false
+		}
+		if s.slots.CompareAndSwap(n, n+1) {
+			return true
+		}
 	}
 }
 

@@ -91,9 +91,10 @@ func (s *scriptedSession) Handle(ctx context.Context, msg pgproto3.FrontendMessa
 	return nil
 }
 
-func (s *scriptedSession) TxStatus() byte { return 'I' }
-func (s *scriptedSession) Cancel()        { s.canceled.Add(1) }
-func (s *scriptedSession) Close() error   { s.closed.Store(true); return nil }
+func (s *scriptedSession) TxStatus() byte       { return 'I' }
+func (s *scriptedSession) CopyInProgress() bool { return false }
+func (s *scriptedSession) Cancel()              { s.canceled.Add(1) }
+func (s *scriptedSession) Close() error         { s.closed.Store(true); return nil }
 
 type testServer struct {
 	srv  *Server
@@ -294,7 +295,6 @@ func TestProtocolViolations(t *testing.T) {
 		{"length below four", []byte{'Q', 0, 0, 0, 3}},
 		{"length above the limit", []byte{'Q', 0x7f, 0xff, 0xff, 0xff}},
 		{"oversized query", frame('Q', append([]byte(strings.Repeat("x", 2000)), 0))},
-		{"query without terminator", frame('Q', []byte("SELECT 1"))},
 		{"bind with lying count", frame('B', []byte{0, 0, 0, 5, 0, 0, 0})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -314,6 +314,56 @@ func TestProtocolViolations(t *testing.T) {
 	if _, ok := c.receive().(*pgproto3.CommandComplete); !ok {
 		t.Fatal("server did not answer after protocol violations")
 	}
+}
+
+// TestMalformedQueryAndParse: a Query or Parse that PostgreSQL cannot read
+// either gets its ERROR and the session goes on, unless an extended batch
+// is open (its implicit transaction would have been aborted): then FATAL.
+func TestMalformedQueryAndParse(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	c := dialRaw(t, ts.addr)
+	c.startup(nil)
+	expect := func(message string) {
+		t.Helper()
+		e := c.expectError(pgerr.ProtocolViolation)
+		if e.Severity != "ERROR" || e.Message != message {
+			t.Fatalf("got %s %q, want ERROR %q", e.Severity, e.Message, message)
+		}
+		if _, ok := c.receive().(*pgproto3.ReadyForQuery); !ok {
+			t.Fatal("no ReadyForQuery after the error")
+		}
+	}
+	write := func(b []byte) {
+		t.Helper()
+		if _, err := c.nc.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	frame := func(typ byte, body string) []byte {
+		out := []byte{typ, 0, 0, 0, 0}
+		binary.BigEndian.PutUint32(out[1:], uint32(len(body)+4))
+		return append(out, body...)
+	}
+	write(frame('Q', "SELECT 1"))
+	expect("invalid string in message")
+	write(frame('Q', "SELECT 1\x00; SELECT 2\x00"))
+	expect("invalid message format")
+	// The Bind after the failed Parse is skipped unread; Sync answers.
+	write(append(append(frame('P', "\x00SELECT 1\x00x\x00\x00\x00"), frame('B', "garbage")...), frame('S', "")...))
+	expect("insufficient data left in message")
+	c.send(&pgproto3.Query{String: "ok"})
+	if _, ok := c.receive().(*pgproto3.CommandComplete); !ok {
+		t.Fatal("the session does not go on after the errors")
+	}
+	c.receive() // ReadyForQuery
+
+	c.send(&pgproto3.Parse{Query: "ok"})
+	write(frame('P', "\x00SELECT 1\x00x\x00\x00\x00"))
+	e := c.expectError(pgerr.ProtocolViolation)
+	if e.Severity != "FATAL" {
+		t.Fatalf("a malformed Parse in an open batch: %s, want FATAL", e.Severity)
+	}
+	c.expectClosed()
 }
 
 func TestBadStartupPackets(t *testing.T) {

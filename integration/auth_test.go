@@ -7,12 +7,15 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/xdg-go/scram"
 )
 
 // hbaMu serializes edits of the shared cluster's pg_hba.conf.
@@ -236,4 +239,98 @@ func TestAuthPassthrough(t *testing.T) {
 			wantCode(t, err, "57014")
 		})
 	}
+}
+
+// TestSCRAMUnknownUserLooksLikeWrongPassword: with scram-sha-256, a user the
+// users file does not have goes through the same exchange as a known user
+// with a wrong password (PostgreSQL's mock verifier): a server-first message
+// of the same shape, with a salt that is stable for the same name, and the
+// same FATAL 28P01 only after the client's proof.
+func TestSCRAMUnknownUserLooksLikeWrongPassword(t *testing.T) {
+	t.Parallel()
+	users := filepath.Join(t.TempDir(), "users.txt")
+	if err := os.WriteFile(users, []byte("\"scram_known\" \"right pw\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, "--auth", "scram-sha-256", "--users-file", users)
+
+	known := scramAttempt(t, p, "scram_known", "wrong pw")
+	unknown := scramAttempt(t, p, "scram_nobody", "wrong pw")
+	again := scramAttempt(t, p, "scram_nobody", "other pw")
+	other := scramAttempt(t, p, "scram_nobody_else", "wrong pw")
+
+	for _, a := range []scramOutcome{known, unknown} {
+		want := fmt.Sprintf("FATAL 28P01 password authentication failed for user %q", a.user)
+		if a.failure != want {
+			t.Errorf("%s: failed with %q, want %q", a.user, a.failure, want)
+		}
+	}
+	if known.iterations != unknown.iterations || len(known.salt) != len(unknown.salt) {
+		t.Errorf("server-first differs in shape: known i=%s salt %q, unknown i=%s salt %q",
+			known.iterations, known.salt, unknown.iterations, unknown.salt)
+	}
+	if unknown.salt != again.salt {
+		t.Errorf("an unknown user's salt changes between attempts: %q, %q", unknown.salt, again.salt)
+	}
+	if unknown.salt == other.salt {
+		t.Errorf("two unknown users have the same salt %q", unknown.salt)
+	}
+}
+
+// scramOutcome is what one SCRAM attempt saw.
+type scramOutcome struct {
+	user             string
+	salt, iterations string // from the server-first message
+	failure          string // "SEVERITY CODE message" of the final error
+}
+
+// scramAttempt runs a SCRAM-SHA-256 login for user with password over the
+// raw protocol and expects it to fail after the client's proof.
+func scramAttempt(t *testing.T, p *proxyProc, user, password string) scramOutcome {
+	t.Helper()
+	out := scramOutcome{user: user}
+	c := p.dialRaw(t)
+	start, _ := (&pgproto3.StartupMessage{
+		ProtocolVersion: pgproto3.ProtocolVersion30,
+		Parameters:      map[string]string{"user": user, "database": "postgres"},
+	}).Encode(nil)
+	c.write(start)
+	if m, ok := c.receive().(*pgproto3.AuthenticationSASL); !ok || !slices.Contains(m.AuthMechanisms, "SCRAM-SHA-256") {
+		t.Fatalf("%s: want AuthenticationSASL, got %#v", user, m)
+	}
+	client, err := scram.SHA256.NewClient(user, password, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv := client.NewConversation()
+	first, _ := conv.Step("")
+	msg, _ := (&pgproto3.SASLInitialResponse{AuthMechanism: "SCRAM-SHA-256", Data: []byte(first)}).Encode(nil)
+	c.write(msg)
+	m := c.receive()
+	cont, ok := m.(*pgproto3.AuthenticationSASLContinue)
+	if !ok {
+		t.Fatalf("%s: after client-first, want AuthenticationSASLContinue, got %#v", user, m)
+	}
+	for _, attr := range strings.Split(string(cont.Data), ",") {
+		switch {
+		case strings.HasPrefix(attr, "s="):
+			out.salt = attr[2:]
+		case strings.HasPrefix(attr, "i="):
+			out.iterations = attr[2:]
+		}
+	}
+	final, err := conv.Step(string(cont.Data))
+	if err != nil {
+		t.Fatalf("%s: client-final: %v", user, err)
+	}
+	msg, _ = (&pgproto3.SASLResponse{Data: []byte(final)}).Encode(nil)
+	c.write(msg)
+	m = c.receive()
+	er, ok := m.(*pgproto3.ErrorResponse)
+	if !ok {
+		t.Fatalf("%s: after the proof, want ErrorResponse, got %#v", user, m)
+	}
+	out.failure = er.Severity + " " + er.Code + " " + er.Message
+	c.expectClosed()
+	return out
 }

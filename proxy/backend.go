@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"time"
@@ -131,34 +132,74 @@ func connectPassthrough(ctx context.Context, base *pgconn.Config, start wire.Sta
 	return b, nil
 }
 
+// dialBackend connects to the backend as libpq does for cfg's sslmode,
+// from what pgconn parsed: the primary host with its TLS configuration
+// (nil: plaintext), then each of cfg.Fallbacks, which is how pgconn spells
+// sslmode prefer (TLS, then plaintext), allow (plaintext, then TLS) and
+// several hosts. A target that cannot be reached, refuses the SSLRequest
+// or fails the TLS handshake is followed by the next one; disable, require
+// and the verify modes have one target per host, so a server without TLS
+// fails require. The connection is ready for the StartupMessage.
 func dialBackend(ctx context.Context, cfg *pgconn.Config) (net.Conn, error) {
-	network, address := pgconn.NetworkAddress(cfg.Host, cfg.Port)
+	targets := append([]*pgconn.FallbackConfig{{Host: cfg.Host, Port: cfg.Port, TLSConfig: cfg.TLSConfig}}, cfg.Fallbacks...)
+	var errs []error
+	for _, target := range targets {
+		nc, err := dialTarget(ctx, cfg, target)
+		if err == nil {
+			return nc, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, errors.Join(errs...)
+}
+
+// dialTarget connects to one target and starts TLS when it has a TLS
+// configuration.
+func dialTarget(ctx context.Context, cfg *pgconn.Config, target *pgconn.FallbackConfig) (net.Conn, error) {
+	network, address := pgconn.NetworkAddress(target.Host, target.Port)
 	nc, err := cfg.DialFunc(ctx, network, address)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", address, err)
 	}
-	if cfg.TLSConfig == nil || network == "unix" {
+	if target.TLSConfig == nil || network == "unix" {
 		return nc, nil
 	}
-	// SSLRequest, then TLS if the server agrees.
-	req, _ := (&pgproto3.SSLRequest{}).Encode(nil)
-	if _, err := nc.Write(req); err != nil {
-		nc.Close()
-		return nil, err
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = nc.SetDeadline(deadline)
 	}
-	var answer [1]byte
-	if _, err := nc.Read(answer[:]); err != nil {
+	tc, err := startBackendTLS(ctx, nc, target.TLSConfig, cfg.SSLNegotiation == "direct")
+	if err != nil {
 		nc.Close()
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", address, err)
 	}
-	if answer[0] != 'S' {
-		nc.Close()
-		return nil, fmt.Errorf("backend refused TLS")
+	_ = nc.SetDeadline(time.Time{})
+	return tc, nil
+}
+
+// startBackendTLS asks the server for TLS with an SSLRequest (or, with
+// sslnegotiation=direct, starts the handshake at once) and completes the
+// handshake.
+func startBackendTLS(ctx context.Context, nc net.Conn, tlsConfig *tls.Config, direct bool) (net.Conn, error) {
+	if !direct {
+		req, _ := (&pgproto3.SSLRequest{}).Encode(nil)
+		if _, err := nc.Write(req); err != nil {
+			return nil, err
+		}
+		var answer [1]byte
+		if _, err := io.ReadFull(nc, answer[:]); err != nil {
+			return nil, err
+		}
+		if answer[0] != 'S' {
+			// libpq's words for sslmode=require against such a server.
+			return nil, errors.New("server does not support SSL, but SSL was required")
+		}
 	}
-	tc := tls.Client(nc, cfg.TLSConfig)
+	tc := tls.Client(nc, tlsConfig)
 	if err := tc.HandshakeContext(ctx); err != nil {
-		nc.Close()
-		return nil, err
+		return nil, fmt.Errorf("TLS handshake: %w", err)
 	}
 	return tc, nil
 }

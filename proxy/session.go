@@ -173,6 +173,9 @@ func (s *Session) ParameterStatus() map[string]string { return s.be.params }
 // TxStatus implements frontend.Session.
 func (s *Session) TxStatus() byte { return s.tx }
 
+// CopyInProgress implements frontend.Session.
+func (s *Session) CopyInProgress() bool { return s.copy != copyNone }
+
 // Handle implements frontend.Session: it forwards the message and, where the
 // protocol says the client now waits for answers, relays them.
 func (s *Session) Handle(ctx context.Context, msg pgproto3.FrontendMessage, frame []byte) error {
