@@ -8,11 +8,13 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/mzproxy/mzproxy/occ"
 	"github.com/mzproxy/mzproxy/pgerr"
+	"github.com/mzproxy/mzproxy/proxy/internalconn"
 	"github.com/mzproxy/mzproxy/proxy/storage"
 )
 
@@ -62,11 +64,12 @@ type groupCommitter struct {
 	db string
 	c  *occ.Committer[*groupMember]
 
-	conn     *pgconn.PgConn
-	inTx     bool   // a batch transaction is open (by WriteTS, or by the last batch's string)
-	floor    uint64 // the actual upper of the last conflict
-	next     uint64 // T of the batch transaction the last batch's string opened
-	slotBusy bool   // the last append found the commit slot held
+	ic       *internalconn.Conn // checked and redialed before each batch's first statement
+	conn     *pgconn.PgConn     // ic's connection, which the open batch transaction is on
+	inTx     bool               // a batch transaction is open (by WriteTS, or by the last batch's string)
+	floor    uint64             // the actual upper of the last conflict
+	next     uint64             // T of the batch transaction the last batch's string opened
+	slotBusy bool               // the last append found the commit slot held
 }
 
 // groupCommitter returns the committer of db, creating it on first use.
@@ -74,34 +77,32 @@ type groupCommitter struct {
 func (p *Proxy) groupCommitter(db *database) *groupCommitter {
 	db.groupOnce.Do(func() {
 		g := &groupCommitter{px: p, db: db.name}
+		g.ic = internalconn.New(nil, g.dial)
 		g.c = occ.NewCommitter[*groupMember](occ.GroupConfig{MaxAttempts: p.OCCMaxAttempts()}, g, g, &p.occStats)
 		db.group = g
 	})
 	return db.group
 }
 
-func (g *groupCommitter) connect(ctx context.Context) error {
-	if g.conn != nil && !g.conn.IsClosed() {
-		return nil
-	}
+// dial connects the committer with the settings its statements are
+// written for. A new connection has no batch transaction open.
+func (g *groupCommitter) dial(ctx context.Context) (*pgx.Conn, error) {
+	g.conn, g.inTx = nil, false
 	c, err := g.px.adminConn(ctx, g.db)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	g.conn, g.inTx = c.PgConn(), false
-	if _, err := g.conn.Exec(ctx, "SET standard_conforming_strings = on; SET client_encoding = 'UTF8'").ReadAll(); err != nil {
-		g.drop()
-		return pgerr.Wrap(pgerr.ConnectionFailure, err)
+	if _, err := c.PgConn().Exec(ctx, "SET standard_conforming_strings = on; SET client_encoding = 'UTF8'").ReadAll(); err != nil {
+		_ = c.Close(context.Background())
+		return nil, pgerr.Wrap(pgerr.ConnectionFailure, err)
 	}
-	return nil
+	return c, nil
 }
 
 // drop closes a connection whose state is unknown.
 func (g *groupCommitter) drop() {
-	if g.conn != nil {
-		_ = g.conn.Close(context.Background())
-	}
-	g.conn = nil
+	g.ic.Close()
+	g.conn, g.inTx = nil, false
 }
 
 // WriteTS opens the batch's transaction and returns its T: the one the
@@ -111,19 +112,24 @@ func (g *groupCommitter) WriteTS(ctx context.Context) (uint64, error) {
 		g.next = 0
 		return t, nil
 	}
-	if err := g.connect(ctx); err != nil {
-		return 0, err
-	}
-	var q strings.Builder
-	if g.inTx {
-		q.WriteString("ROLLBACK; ")
-	}
-	if g.slotBusy {
-		// Wait, holding nothing, for the pessimistic writer holding the slot.
-		q.WriteString(storage.AwaitSlotSQL + "; ")
-	}
-	q.WriteString("BEGIN; " + storage.BeginWriteOCCFor(-1, g.floor))
-	rs, err := g.conn.Exec(ctx, q.String()).ReadAll()
+	// The string opens a transaction that commits nothing: on a
+	// connection that died under it, it may run again on a new one.
+	var rs []*pgconn.Result
+	err := g.ic.Run(ctx, internalconn.Idempotent, func(c *pgx.Conn) error {
+		g.conn = c.PgConn()
+		var q strings.Builder
+		if g.inTx {
+			q.WriteString("ROLLBACK; ")
+		}
+		if g.slotBusy {
+			// Wait, holding nothing, for the pessimistic writer holding the slot.
+			q.WriteString(storage.AwaitSlotSQL + "; ")
+		}
+		q.WriteString("BEGIN; " + storage.BeginWriteOCCFor(-1, g.floor))
+		var err error
+		rs, err = g.conn.Exec(ctx, q.String()).ReadAll()
+		return err
+	})
 	if err != nil {
 		g.drop()
 		return 0, pgerr.Wrap(pgerr.ConnectionFailure, err)
