@@ -93,7 +93,7 @@ func firstStatement(t *testing.T, ctx context.Context, p *proxyProc, database, s
 	conn := connectTo(t, ctx, p.URL("postgres", database))
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, sql, pgx.QueryExecModeSimpleProtocol); err != nil {
-		t.Fatalf("first statement of a new session, %s: %v (SQLSTATE %s)", sql, err, sqlState(err))
+		t.Errorf("first statement of a new session, %s: %v", sql, err)
 	}
 }
 
@@ -112,19 +112,26 @@ func TestInternalConnsBackendRestart(t *testing.T) {
 	mustExec(t, ctx, s, "CREATE TABLE r (x int)", "INSERT INTO r VALUES (1)", "UPDATE r SET x = x", "SELECT * FROM r")
 	s.Close(ctx)
 
+	// Each restart is followed by the check of one internal connection's
+	// first use; the statements after it make every internal connection
+	// live again before the next restart.
 	pg.restart(t, ctx)
 	if code, body := get(t, addr, "/readyz"); code != http.StatusOK {
 		t.Errorf("the first /readyz after the backend came back: %d %q", code, body)
 	}
+	firstStatement(t, ctx, p, "postgres", "INSERT INTO r VALUES (2)")
+	firstStatement(t, ctx, p, "postgres", "SELECT * FROM r")
 
 	pg.restart(t, ctx)
-	firstStatement(t, ctx, p, "postgres", "SELECT 1")
+	firstStatement(t, ctx, p, "postgres", "SELECT 1") // the catalog's connection
+	firstStatement(t, ctx, p, "postgres", "INSERT INTO r VALUES (3)")
+
 	pg.restart(t, ctx)
-	firstStatement(t, ctx, p, "postgres", "INSERT INTO r VALUES (2)") // group commit's connection
+	firstStatement(t, ctx, p, "postgres", "INSERT INTO r VALUES (4)") // group commit's connection
 	firstStatement(t, ctx, p, "postgres", "CREATE TABLE r2 (y text)")
 	conn := p.connect(t, ctx)
 	var n int
-	if err := conn.QueryRow(ctx, "SELECT count(*) FROM r").Scan(&n); err != nil || n != 2 {
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM r").Scan(&n); err != nil || n != 4 {
 		t.Fatalf("SELECT count(*) FROM r: %d %v", n, err)
 	}
 }
