@@ -64,10 +64,21 @@ func (db *database) with(ctx context.Context, p *Proxy, retry internalconn.Retry
 	if db.conn == nil {
 		db.conn = internalconn.New(nil, func(ctx context.Context) (*pgx.Conn, error) {
 			db.catalog = nil // db.mu is held: with is the only caller
+			db.seen.Store(nil)
 			return p.adminConn(ctx, db.name)
 		})
 	}
 	return db.conn.Run(ctx, retry, f)
+}
+
+// forgetCatalog drops the catalog read so far: mzproxy's schema was just
+// installed (the database was made again), so its revisions start over and
+// an old catalog could pass for a new one of the same revision.
+func (db *database) forgetCatalog() {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	db.catalog = nil
+	db.seen.Store(nil)
 }
 
 // adminConn connects to database as the backend's configured user.
