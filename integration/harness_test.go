@@ -121,7 +121,11 @@ type proxyProc struct {
 	err  error // Wait's result, after done
 }
 
-var readyLine = regexp.MustCompile(`mzproxy ready.*listen="?([0-9.]+:[0-9]+)`)
+// listeningLine is the first log line that says where mzproxy listens:
+// "mzproxy listening", logged as soon as it accepts clients (its backend
+// may not be reachable yet); "mzproxy ready", which follows when it is,
+// says it again.
+var listeningLine = regexp.MustCompile(`mzproxy (?:listening|ready).*listen="?([0-9.]+:[0-9]+)`)
 
 // startProxy starts mzproxy on a free loopback port against the test
 // PostgreSQL. It is stopped when the test ends.
@@ -158,7 +162,7 @@ func launchProxy(t testing.TB, environ []string, args []string) *proxyProc {
 		for sc.Scan() {
 			line := sc.Text()
 			p.log.Write([]byte(line + "\n"))
-			if m := readyLine.FindStringSubmatch(line); m != nil {
+			if m := listeningLine.FindStringSubmatch(line); m != nil {
 				select {
 				case addr <- m[1]:
 				default:

@@ -22,14 +22,14 @@ import (
 
 // Operating mzproxy: the metrics endpoint, health checks, and SIGHUP.
 
-var metricsLine = regexp.MustCompile(`mzproxy ready.*metrics="?([0-9.]+:[0-9]+)`)
+var metricsLine = regexp.MustCompile(`mzproxy (?:listening|ready).*metrics="?([0-9.]+:[0-9]+)`)
 
 // metricsAddr is the HTTP address the proxy printed in its ready line.
 func (p *proxyProc) metricsAddr(t testing.TB) string {
 	t.Helper()
 	m := metricsLine.FindStringSubmatch(p.log.String())
 	if m == nil {
-		t.Fatalf("no metrics address in the ready line:\n%s", p.log.String())
+		t.Fatalf("no metrics address in the listening line:\n%s", p.log.String())
 	}
 	return m[1]
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
+	"github.com/mzproxy/mzproxy/proxy/internalconn"
 	"github.com/mzproxy/mzproxy/proxy/storage"
 )
 
@@ -21,8 +22,11 @@ import (
 type database struct {
 	name string
 
-	mu      sync.Mutex // serializes use of conn
-	conn    *pgx.Conn
+	mu   sync.Mutex         // serializes use of conn
+	conn *internalconn.Conn // nil until first use
+	// catalog was read over the current connection: a new connection may
+	// reach a database that was dropped and made again under the same
+	// name, whose catalog revisions start over.
 	catalog *catalogSnapshot
 
 	// seen is the last snapshot's catalog and frontiers, for metrics read
@@ -49,18 +53,29 @@ func (p *Proxy) database(name string) *database {
 }
 
 // with runs f on the database's administrative connection, (re)connecting
-// as the backend's configured user when needed.
-func (db *database) with(ctx context.Context, p *Proxy, f func(*pgx.Conn) error) error {
+// as the backend's configured user when needed; retry says whether f may
+// run again on a new connection when the old one turns out dead.
+func (db *database) with(ctx context.Context, p *Proxy, retry internalconn.Retry, f func(*pgx.Conn) error) error {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	if db.conn == nil || db.conn.IsClosed() {
-		conn, err := p.adminConn(ctx, db.name)
-		if err != nil {
-			return err
-		}
-		db.conn = conn
+	if db.conn == nil {
+		db.conn = internalconn.New(nil, func(ctx context.Context) (*pgx.Conn, error) {
+			db.catalog = nil // db.mu is held: with is the only caller
+			db.seen.Store(nil)
+			return p.adminConn(ctx, db.name)
+		})
 	}
-	return f(db.conn)
+	return db.conn.Run(ctx, retry, f)
+}
+
+// forgetCatalog drops the catalog read so far: mzproxy's schema was just
+// installed (the database was made again), so its revisions start over and
+// an old catalog could pass for a new one of the same revision.
+func (db *database) forgetCatalog() {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	db.catalog = nil
+	db.seen.Store(nil)
 }
 
 // adminConn connects to database as the backend's configured user.
@@ -74,7 +89,9 @@ func (p *Proxy) adminConn(ctx context.Context, database string) (*pgx.Conn, erro
 	connCfg.Config = *cfg
 	conn, err := pgx.ConnectConfig(ctx, connCfg)
 	if err != nil {
-		return nil, pgerr.New(pgerr.ConnectionFailure, "mzproxy could not connect to database %q: %v", database, err)
+		// The cause stays in the chain: a login refused (28xxx) is told
+		// from a backend that is down.
+		return nil, pgerr.Wrap(pgerr.ConnectionFailure, fmt.Errorf("mzproxy could not connect to database %q: %w", database, err))
 	}
 	return conn, nil
 }
@@ -92,7 +109,7 @@ SELECT (SELECT revision FROM ` + storage.Schema + `.catalog_revision), x.upper, 
 func (db *database) snapshot(ctx context.Context, p *Proxy) (*catalogSnapshot, *storage.FrontierState, error) {
 	var cat *catalogSnapshot
 	fr := &storage.FrontierState{Since: map[int64]uint64{}}
-	err := db.with(ctx, p, func(conn *pgx.Conn) error {
+	err := db.with(ctx, p, internalconn.Idempotent, func(conn *pgx.Conn) error {
 		rows, err := conn.Query(ctx, frontiersSQL)
 		if err != nil {
 			return err

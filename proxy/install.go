@@ -61,6 +61,7 @@ func (p *Proxy) install(ctx context.Context, database string) error {
 	if err := storage.Install(ctx, conn); err != nil {
 		return pgerr.Fatal(pgerr.InsufficientPrivilege, "mzproxy could not install its schema in database %q: %v", database, err)
 	}
+	p.database(database).forgetCatalog()
 	p.log.WithField("database", database).Info("installed mzproxy's backend schema")
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
+	"github.com/mzproxy/mzproxy/proxy/internalconn"
 	"github.com/mzproxy/mzproxy/proxy/storage"
 	"github.com/mzproxy/mzproxy/timeouts"
 )
@@ -214,7 +215,8 @@ func (s *Session) awaitUpper(ctx context.Context, c *choice) error {
 			}
 		}
 		s.proxy.obs.OracleRoundTrip(ctx, "advance_upper")
-		err := s.db.with(ctx, s.proxy, func(conn *pgx.Conn) error {
+		// The empty write commits at COMMIT: run once, never twice.
+		err := s.db.with(ctx, s.proxy, internalconn.Once, func(conn *pgx.Conn) error {
 			return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, storage.BeginWriteSQL)
 				return err

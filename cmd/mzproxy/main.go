@@ -212,7 +212,6 @@ func run(cfg *config, log *logrus.Entry) error {
 			log.WithError(err).Warn("retiring the proxy's incarnations")
 		}
 	}()
-	go registerAtStart(ctx, px, backendCfg.Database, log)
 	srv := frontend.NewServer(frontend.Config{
 		Handler:        handler{px},
 		TLS:            tlsConfig,
@@ -234,7 +233,20 @@ func run(cfg *config, log *logrus.Entry) error {
 	if cfg.traceExporter != traceNone {
 		fields["traces"] = cfg.traceExporter
 	}
-	log.WithFields(fields).Info("mzproxy ready")
+	// Listening is not ready: "mzproxy ready" waits for the backend.
+	log.WithFields(fields).Info("mzproxy listening")
+	startCtx, cancelStart := context.WithCancel(ctx)
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		awaitBackend(startCtx, px, backendCfg.Database, log, fields)
+		ops.backendAwaited()
+	}()
+	// Before the proxy's incarnations are retired (deferred above).
+	defer func() {
+		cancelStart()
+		<-started
+	}()
 
 	select {
 	case err := <-serveErr:

@@ -24,8 +24,9 @@ import (
 // readyTimeout bounds /readyz's backend check, connecting included.
 const readyTimeout = 2 * time.Second
 
-// catalogLoadTimeout bounds the first load of the catalog at start, which
-// may install mzproxy's backend schema.
+// catalogLoadTimeout bounds one attempt at start to register in the
+// backend's database and load its catalog (which may install mzproxy's
+// backend schema).
 const catalogLoadTimeout = time.Minute
 
 // opsServer is the HTTP server for operators: /metrics (Prometheus),
@@ -43,12 +44,11 @@ type opsServer struct {
 	px  atomic.Pointer[proxy.Proxy]
 	// database is the backend URL's, where the proxy registers at start.
 	database string
-	// catalogLoaded is closed when the first catalog load (started by
-	// serving) has ended, successfully or not; stopLoad cancels it.
-	catalogLoaded chan struct{}
-	stopLoad      context.CancelFunc
-	probe         atomic.Pointer[backendProbe]
-	closeOnce     sync.Once
+	// awaited is closed when the start's wait for the backend has ended
+	// (awaitBackend: ready, fenced or login refused).
+	awaited   chan struct{}
+	probe     atomic.Pointer[backendProbe]
+	closeOnce sync.Once
 }
 
 // startOps listens on addr and serves the endpoints. An empty addr
@@ -112,16 +112,17 @@ func (o *opsServer) serving(srv *frontend.Server, px *proxy.Proxy, backend *pgco
 	o.probe.Store(&backendProbe{cfg: backend})
 	o.database = backend.Database
 	o.px.Store(px)
-	ctx, cancel := context.WithTimeout(context.Background(), catalogLoadTimeout)
-	o.catalogLoaded, o.stopLoad = make(chan struct{}), cancel
-	go func() {
-		defer close(o.catalogLoaded)
-		if err := px.LoadCatalog(ctx, true); err != nil {
-			o.log.WithError(err).Warn("loading the catalog of the backend's database; /readyz says not ready until it loads")
-		}
-	}()
+	o.awaited = make(chan struct{})
 	o.srv.Store(srv)
 	return nil
+}
+
+// backendAwaited tells /readyz that the start's wait for the backend has
+// ended: from now on it checks the backend and catalog itself.
+func (o *opsServer) backendAwaited() {
+	if o.awaited != nil {
+		close(o.awaited)
+	}
 }
 
 func (o *opsServer) readyz(w http.ResponseWriter, r *http.Request) {
@@ -147,9 +148,10 @@ func (o *opsServer) readyz(w http.ResponseWriter, r *http.Request) {
 		// password in --backend, it cannot read a catalog before a client
 		// logs in; the backend being up is all readiness can tell.)
 		select {
-		case <-o.catalogLoaded:
+		case <-o.awaited:
 		default:
-			http.Error(w, "loading the catalog", http.StatusServiceUnavailable)
+			// Not registered, or the catalog not loaded, yet.
+			http.Error(w, "waiting for the backend", http.StatusServiceUnavailable)
 			return
 		}
 		if err := o.px.Load().LoadCatalog(ctx, false); err != nil {
@@ -182,10 +184,6 @@ func (o *opsServer) doClose() {
 		o.http.Close()
 	}
 	<-o.done
-	if o.catalogLoaded != nil {
-		o.stopLoad()
-		<-o.catalogLoaded
-	}
 	if p := o.probe.Load(); p != nil {
 		p.close()
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/mzproxy/mzproxy/pgerr"
+	"github.com/mzproxy/mzproxy/proxy/internalconn"
 	"github.com/mzproxy/mzproxy/proxy/storage"
 )
 
@@ -105,8 +106,8 @@ type Lease struct {
 	// connMu serializes the use of conn and orders every publication
 	// (heartbeat, holds below the floor, compaction).
 	connMu   sync.Mutex
-	conn     *pgx.Conn // nil: dial before the next statement
-	haveLock bool      // conn holds the compaction advisory lock
+	conn     *internalconn.Conn // checked before each statement, dialed again when dead
+	haveLock bool               // conn holds the compaction advisory lock
 
 	mu        sync.Mutex
 	floor     uint64             // holds at ts >= floor are granted locally
@@ -133,27 +134,28 @@ func Register(ctx context.Context, cfg Config) (*Lease, error) {
 	if cfg.Dial == nil {
 		return nil, errors.New("lease: Config.Dial is nil")
 	}
-	conn, err := cfg.Dial(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("lease: register: %w", err)
-	}
-	if err := storage.Install(ctx, conn); err != nil {
-		conn.Close(context.Background())
-		return nil, fmt.Errorf("lease: register: %w", err)
-	}
 	l := &Lease{
 		cfg:  cfg,
-		conn: conn,
 		fast: map[uint64]int{},
 		held: map[*Hold]struct{}{},
 		done: make(chan struct{}),
 	}
+	l.conn = internalconn.New(nil, func(ctx context.Context) (*pgx.Conn, error) {
+		l.haveLock = false // a session advisory lock dies with its connection
+		return cfg.Dial(ctx)
+	})
 	start := time.Now()
 	var gen, floor int64
-	err = conn.QueryRow(ctx, "SELECT r_id, r_generation, r_floor FROM "+storage.Schema+".register($1, $2, $3, $4)",
-		int64(min(cfg.Generation, math.MaxInt64)), cfg.Grace.Milliseconds(), cfg.Host, os.Getpid()).Scan(&l.id, &gen, &floor)
+	// Registering twice would make two incarnations: run once.
+	err := l.conn.Run(ctx, internalconn.Once, func(conn *pgx.Conn) error {
+		if err := storage.Install(ctx, conn); err != nil {
+			return err
+		}
+		return conn.QueryRow(ctx, "SELECT r_id, r_generation, r_floor FROM "+storage.Schema+".register($1, $2, $3, $4)",
+			int64(min(cfg.Generation, math.MaxInt64)), cfg.Grace.Milliseconds(), cfg.Host, os.Getpid()).Scan(&l.id, &gen, &floor)
+	})
 	if err != nil {
-		conn.Close(context.Background())
+		l.conn.Close()
 		if storage.IsFenced(err) {
 			return nil, lost(err)
 		}
@@ -346,7 +348,8 @@ func (l *Lease) Acquire(ctx context.Context, ts uint64, inputs []int64) (*Hold, 
 	l.connMu.Lock()
 	defer l.connMu.Unlock()
 	since := map[int64]uint64{}
-	err := l.withConn(ctx, func(conn *pgx.Conn) error {
+	// Publishing a hold is a write: run once.
+	err := l.withConn(ctx, internalconn.Once, func(conn *pgx.Conn) error {
 		rows, err := conn.Query(ctx, "SELECT collection, since FROM "+storage.Schema+".acquire_hold($1, $2, $3)", l.id, int64(min(ts, math.MaxInt64)), ids)
 		if err != nil {
 			return err
@@ -384,20 +387,10 @@ func (l *Lease) Acquire(ctx context.Context, ts uint64, inputs []int64) (*Hold, 
 }
 
 // withConn runs f on the connection (connMu held), dialing first if
-// needed; a connection that broke is dropped for the next call.
-func (l *Lease) withConn(ctx context.Context, f func(*pgx.Conn) error) error {
-	if l.conn == nil || l.conn.IsClosed() {
-		conn, err := l.cfg.Dial(ctx)
-		if err != nil {
-			return err
-		}
-		l.conn, l.haveLock = conn, false
-	}
-	err := f(l.conn)
-	if err != nil && l.conn.IsClosed() {
-		l.conn, l.haveLock = nil, false
-	}
-	return err
+// needed; retry says whether f may run again on a new connection when the
+// old one turns out dead.
+func (l *Lease) withConn(ctx context.Context, retry internalconn.Retry, f func(*pgx.Conn) error) error {
+	return l.conn.Run(ctx, retry, f)
 }
 
 // Heartbeat renews the lease now and publishes the floor and the holds
@@ -441,7 +434,8 @@ func (l *Lease) heartbeat(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.Interval)
 	defer cancel()
 	var readTS int64
-	err := l.withConn(ctx, func(conn *pgx.Conn) error {
+	// A heartbeat run twice publishes the same: it may run again.
+	err := l.withConn(ctx, internalconn.Idempotent, func(conn *pgx.Conn) error {
 		return conn.QueryRow(ctx, "SELECT "+storage.Schema+".heartbeat($1, $2, $3, $4)", l.id, int64(floor), colls, tss).Scan(&readTS)
 	})
 	if err != nil {
@@ -497,7 +491,7 @@ func (l *Lease) compact(ctx context.Context, beat func()) (CompactStats, error) 
 	// heartbeats that share the loop for long.
 	timeout := l.cfg.Grace / 4
 	l.connMu.Lock()
-	err := l.withConn(ctx, func(conn *pgx.Conn) error {
+	err := l.withConn(ctx, internalconn.Once, func(conn *pgx.Conn) error {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		if !l.haveLock {
@@ -545,7 +539,7 @@ func (l *Lease) compact(ctx context.Context, beat func()) (CompactStats, error) 
 			}
 			var n int64
 			l.connMu.Lock()
-			err := l.withConn(ctx, func(conn *pgx.Conn) error {
+			err := l.withConn(ctx, internalconn.Once, func(conn *pgx.Conn) error {
 				ctx, cancel := context.WithTimeout(ctx, timeout)
 				defer cancel()
 				return conn.QueryRow(ctx, "SELECT "+storage.Schema+".compact_batch($1, $2)", id, l.cfg.BatchSize).Scan(&n)
@@ -601,10 +595,8 @@ func (l *Lease) loop(ctx context.Context) {
 			// Give up the compaction lock now, not at Close: another
 			// proxy compacts from here on.
 			l.connMu.Lock()
-			if l.conn != nil {
-				l.conn.Close(context.Background())
-				l.conn, l.haveLock = nil, false
-			}
+			l.conn.Close()
+			l.haveLock = false
 			l.connMu.Unlock()
 			return
 		case <-checks.C:
@@ -634,16 +626,13 @@ func (l *Lease) Close(ctx context.Context) error {
 		wasLive := l.err == nil
 		l.mu.Unlock()
 		if wasLive {
-			err = l.withConn(ctx, func(conn *pgx.Conn) error {
+			err = l.withConn(ctx, internalconn.Once, func(conn *pgx.Conn) error {
 				_, err := conn.Exec(ctx, "SELECT "+storage.Schema+".deregister($1)", l.id)
 				return err
 			})
 		}
 		l.lose(lost(fmt.Errorf("mzproxy incarnation %d was closed", l.id)))
-		if l.conn != nil {
-			l.conn.Close(context.Background())
-			l.conn = nil
-		}
+		l.conn.Close()
 	})
 	return err
 }
@@ -657,10 +646,7 @@ func (l *Lease) abandon() {
 		l.connMu.Lock()
 		defer l.connMu.Unlock()
 		l.lose(lost(fmt.Errorf("mzproxy incarnation %d: its database was dropped", l.id)))
-		if l.conn != nil {
-			l.conn.Close(context.Background())
-			l.conn = nil
-		}
+		l.conn.Close()
 	})
 }
 

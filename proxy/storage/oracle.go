@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/mzproxy/mzproxy/proxy/internalconn"
 )
 
 // ErrOracleClosed is returned by Oracle methods after Close.
@@ -25,9 +27,8 @@ var ErrOracleClosed = errors.New("storage: oracle is closed")
 // connection; callers' contexts bound their wait, not the round trip, so a
 // caller giving up never cancels a query that others wait for.
 type Oracle struct {
-	conn   *pgx.Conn                                // owned by the loop
-	dial   func(context.Context) (*pgx.Conn, error) // nil: no reconnect
-	ctx    context.Context                          // the loop's; canceled by Close
+	conn   *internalconn.Conn // owned by the loop
+	ctx    context.Context    // the loop's; canceled by Close
 	cancel context.CancelFunc
 
 	kick chan struct{}    // a read batch is pending (buffered 1)
@@ -37,7 +38,6 @@ type Oracle struct {
 	mu      sync.Mutex
 	pending *readBatch // the batch the next round trip will serve
 
-	dialErr    error // loop-owned: why ready failed
 	roundTrips atomic.Int64
 	closeOnce  sync.Once
 }
@@ -51,8 +51,9 @@ type readBatch struct {
 type oracleCall struct {
 	sql   string
 	args  []any
-	scan  bool             // the statement returns one bigint
-	reply chan oracleReply // buffered 1: the loop never blocks on it
+	scan  bool               // the statement returns one bigint
+	retry internalconn.Retry // whether it may run again when its connection died
+	reply chan oracleReply   // buffered 1: the loop never blocks on it
 }
 
 type oracleReply struct {
@@ -63,6 +64,10 @@ type oracleReply struct {
 // NewOracle returns an Oracle that owns conn (Close closes it). conn must
 // be used by nothing else and must see the installed schema.
 func NewOracle(conn *pgx.Conn) *Oracle {
+	return newOracle(internalconn.New(conn, nil))
+}
+
+func newOracle(conn *internalconn.Conn) *Oracle {
 	ctx, cancel := context.WithCancel(context.Background())
 	o := &Oracle{
 		conn:   conn,
@@ -84,9 +89,7 @@ func NewOracleDial(ctx context.Context, dial func(context.Context) (*pgx.Conn, e
 	if err != nil {
 		return nil, fmt.Errorf("storage: oracle: %w", err)
 	}
-	o := NewOracle(conn)
-	o.dial = dial
-	return o, nil
+	return newOracle(internalconn.New(conn, dial)), nil
 }
 
 // RoundTrips is the number of backend round trips made so far (for tests
@@ -118,14 +121,16 @@ func (o *Oracle) ReadTS(ctx context.Context) (uint64, error) {
 
 // WriteTS allocates a write timestamp, never below the upper.
 func (o *Oracle) WriteTS(ctx context.Context) (uint64, error) {
-	return o.call(ctx, &oracleCall{sql: WriteTSSQL, scan: true})
+	// Each run allocates a timestamp: run once.
+	return o.call(ctx, &oracleCall{sql: WriteTSSQL, scan: true, retry: internalconn.Once})
 }
 
 // ApplyWrite raises read_ts and write_ts to at least t. Commits through
 // begin_write need not call it: they apply their timestamp in the commit
 // transaction itself.
 func (o *Oracle) ApplyWrite(ctx context.Context, t uint64) error {
-	_, err := o.call(ctx, &oracleCall{sql: ApplyWriteSQL, args: []any{ts(t)}})
+	// Raising to at least t twice raises to t.
+	_, err := o.call(ctx, &oracleCall{sql: ApplyWriteSQL, args: []any{ts(t)}, retry: internalconn.Idempotent})
 	return err
 }
 
@@ -151,15 +156,12 @@ func (o *Oracle) call(ctx context.Context, c *oracleCall) (uint64, error) {
 // Close stops the loop, failing waiting callers with ErrOracleClosed, and
 // closes the connection.
 func (o *Oracle) Close() error {
-	var err error
 	o.closeOnce.Do(func() {
 		o.cancel()
 		<-o.done
-		if o.conn != nil {
-			err = o.conn.Close(context.Background())
-		}
+		o.conn.Close()
 	})
-	return err
+	return nil
 }
 
 func (o *Oracle) loop() {
@@ -176,58 +178,29 @@ func (o *Oracle) loop() {
 			if b == nil {
 				continue
 			}
-			if o.ready() {
-				b.ts, b.err = o.queryTS(ReadTSSQL)
-			} else {
-				b.err = o.dialErr
-			}
+			b.ts, b.err = o.run(&oracleCall{sql: ReadTSSQL, scan: true, retry: internalconn.Idempotent})
 			close(b.done)
 		case c := <-o.reqs:
 			var r oracleReply
-			switch {
-			case !o.ready():
-				r.err = o.dialErr
-			case c.scan:
-				r.ts, r.err = o.queryTS(c.sql, c.args...)
-			default:
-				o.roundTrips.Add(1)
-				_, r.err = o.conn.Exec(o.ctx, c.sql, c.args...)
-				if r.err != nil {
-					r.err = fmt.Errorf("storage: oracle: %w", r.err)
-				}
-			}
+			r.ts, r.err = o.run(c)
 			c.reply <- r
 		}
 	}
 }
 
-// ready makes sure the loop has a live connection, redialing a lost one
-// when it can; on failure o.dialErr says why.
-func (o *Oracle) ready() bool {
-	if o.conn != nil && !o.conn.IsClosed() {
-		return true
-	}
-	if o.dial == nil {
-		o.dialErr = fmt.Errorf("storage: oracle: connection lost")
-		return false
-	}
-	if o.conn != nil {
-		o.conn.Close(o.ctx)
-		o.conn = nil
-	}
-	conn, err := o.dial(o.ctx)
-	if err != nil {
-		o.dialErr = fmt.Errorf("storage: oracle: reconnect: %w", err)
-		return false
-	}
-	o.conn = conn
-	return true
-}
-
-func (o *Oracle) queryTS(sql string, args ...any) (uint64, error) {
-	o.roundTrips.Add(1)
+// run makes c's round trip on a live connection (redialed when the last
+// one died: a backend restart costs no call that may run again).
+func (o *Oracle) run(c *oracleCall) (uint64, error) {
 	var t int64
-	if err := o.conn.QueryRow(o.ctx, sql, args...).Scan(&t); err != nil {
+	err := o.conn.Run(o.ctx, c.retry, func(conn *pgx.Conn) error {
+		o.roundTrips.Add(1)
+		if c.scan {
+			return conn.QueryRow(o.ctx, c.sql, c.args...).Scan(&t)
+		}
+		_, err := conn.Exec(o.ctx, c.sql, c.args...)
+		return err
+	})
+	if err != nil {
 		return 0, fmt.Errorf("storage: oracle: %w", err)
 	}
 	return uint64(t), nil
