@@ -128,6 +128,9 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 	}
 	switch m := msg.(type) {
 	case *pgproto3.Query:
+		// A simple Query replaces the unnamed statement and portal.
+		s.forgetStatement("")
+		s.forgetPortal("")
 		if err := s.txnQuery(ctx, m.String); err != nil {
 			return err
 		}
@@ -165,7 +168,9 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 	case *pgproto3.FunctionCall:
 		return s.request(ctx, frame, unit{kind: uQuery, relayZ: true}, true)
 	case *pgproto3.Parse:
-		delete(s.explicitStmts, m.Name)
+		// What the session knew of the statement this Parse replaces must
+		// not outlive it (the unnamed one is replaced by every Parse).
+		s.forgetStatement(m.Name)
 		if err := s.txnParse(ctx, m); err != nil {
 			return err
 		}
@@ -252,20 +257,9 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 		return s.request(ctx, frame, u, false)
 	case *pgproto3.Close:
 		if m.ObjectType == 'S' {
-			delete(s.settingStmts, m.Name)
-			delete(s.writeStmts, m.Name)
-			delete(s.commitStmts, m.Name)
-			delete(s.ddlStmts, m.Name)
-			delete(s.replayStmts, m.Name)
-			delete(s.explicitStmts, m.Name)
-			delete(s.tsStmts, m.Name)
-			delete(s.stmtSQL, m.Name)
+			s.forgetStatement(m.Name)
 		} else {
-			delete(s.writePortals, m.Name)
-			delete(s.explainPortals, m.Name)
-			delete(s.settingPortals, m.Name)
-			delete(s.commitPortals, m.Name)
-			delete(s.ddlPortals, m.Name)
+			s.forgetPortal(m.Name)
 		}
 		return s.request(ctx, frame, unit{kind: uClose}, false)
 	case *pgproto3.Sync:
@@ -755,6 +749,29 @@ func (s *Session) noteCommand(frame []byte) {
 		s.lostHoldPrepared = false
 		clear(s.stmtSQL)
 	}
+}
+
+// forgetStatement drops what the session knows of the prepared statement
+// name, which was closed or replaced.
+func (s *Session) forgetStatement(name string) {
+	delete(s.settingStmts, name)
+	delete(s.writeStmts, name)
+	delete(s.commitStmts, name)
+	delete(s.ddlStmts, name)
+	delete(s.replayStmts, name)
+	delete(s.explicitStmts, name)
+	delete(s.tsStmts, name)
+	delete(s.stmtSQL, name)
+}
+
+// forgetPortal drops what the session knows of the portal name, which was
+// closed or replaced.
+func (s *Session) forgetPortal(name string) {
+	delete(s.writePortals, name)
+	delete(s.explainPortals, name)
+	delete(s.settingPortals, name)
+	delete(s.commitPortals, name)
+	delete(s.ddlPortals, name)
 }
 
 // setMember adds or removes key in a lazily made set.

@@ -24,15 +24,20 @@ const deadlockDetected pgerr.Code = "40P01"
 // the test-only failpoint (Config.OCCPauseFile).
 const OCCPauseMarker = "/*mzproxy:occ-pause*/"
 
-// An optimistic write is one client Query, outside a transaction block, of
-// a single statement that can be run again (route.replayable). Each
-// attempt is one backend transaction, sent in one round trip (two when the
-// test-only failpoint stops between payload and append):
+// An optimistic write is one client Query (or Bind ... Sync batch),
+// outside a transaction block, of a single statement that can be run again
+// (route.replayable). Each attempt is one backend transaction, sent in one
+// round trip (two when the test-only failpoint stops between payload and
+// append):
 //
 //	payload: BEGIN; SELECT begin_write_occ(inc, floor)   -- T, no lock
-//	         <the client's Query>                        -- answers buffered
+//	         <the client's Query or batch>               -- answers buffered
 //	append:  SELECT commit_write(inc)                    -- compare-and-append
 //	         COMMIT
+//
+// The proxy's own statements go as extended-protocol messages, each line
+// above ended by a Sync (sendOwn), never as a simple Query, which would
+// destroy the client's unnamed statement that its batch binds.
 //
 // A statement that fails aborts the transaction: commit_write then fails
 // with 25P02 and COMMIT rolls back, and the client gets the statement's
@@ -233,8 +238,8 @@ func (s *Session) optimisticWrite(ctx context.Context, sql string, inc int64, se
 // withAppend sends the append too (occAppend then only reads its answers).
 func (s *Session) occPayload(ctx context.Context, send func() error, inc int64, floor uint64, withAppend bool) (attempt, error) {
 	var at attempt
-	if err := s.be.w.Send(&pgproto3.Query{String: "BEGIN; " + storage.BeginWriteOCCFor(inc, floor)}); err != nil {
-		return at, s.lost(err)
+	if err := s.sendOwn("BEGIN", storage.BeginWriteOCCFor(inc, floor)); err != nil {
+		return at, err
 	}
 	if err := send(); err != nil {
 		return at, err
@@ -299,10 +304,42 @@ type appendOutcome struct {
 	ready    []byte // the ReadyForQuery after COMMIT
 }
 
-// sendAppend queues commit_write and COMMIT for incarnation inc.
+// sendAppend queues commit_write and COMMIT for incarnation inc, each
+// ended by its own Sync (so each has its ReadyForQuery).
 func (s *Session) sendAppend(inc int64) error {
-	for _, q := range []string{storage.CommitWriteFor(inc), "COMMIT"} {
-		if err := s.be.w.Send(&pgproto3.Query{String: q}); err != nil {
+	if err := s.sendOwn(storage.CommitWriteFor(inc)); err != nil {
+		return err
+	}
+	return s.sendOwn("COMMIT")
+}
+
+// ownStatement names the statement and portal under which the optimistic
+// write runs its own SQL.
+const ownStatement = "mzproxy_own"
+
+// sendOwn queues sqls, the proxy's own statements, followed by a Sync:
+// the backend answers them as it answers a simple Query of them all (an
+// error skips the rest, one ReadyForQuery ends them). They are not sent as
+// a simple Query because that would destroy the client's unnamed
+// statement and portal, which a held Bind (and the client's next Bind)
+// still uses. Each statement is parsed, run and closed under
+// ownStatement; the Closes before it drop what a failed statement left
+// (its Closes were skipped), and Close of a name that does not exist is
+// no error.
+func (s *Session) sendOwn(sqls ...string) error {
+	var msgs []pgproto3.FrontendMessage
+	for _, sql := range sqls {
+		msgs = append(msgs,
+			&pgproto3.Close{ObjectType: 'P', Name: ownStatement},
+			&pgproto3.Close{ObjectType: 'S', Name: ownStatement},
+			&pgproto3.Parse{Name: ownStatement, Query: sql},
+			&pgproto3.Bind{DestinationPortal: ownStatement, PreparedStatement: ownStatement},
+			&pgproto3.Execute{Portal: ownStatement},
+			&pgproto3.Close{ObjectType: 'P', Name: ownStatement},
+			&pgproto3.Close{ObjectType: 'S', Name: ownStatement})
+	}
+	for _, m := range append(msgs, &pgproto3.Sync{}) {
+		if err := s.be.w.Send(m); err != nil {
 			return s.lost(err)
 		}
 	}
@@ -371,8 +408,8 @@ func (s *Session) occAppend(ctx context.Context, inc int64, t uint64, sent bool)
 	return out, nil
 }
 
-// occRead reads the backend's answers to one Query up to its
-// ReadyForQuery, handing each to f. Asynchronous messages go straight to
+// occRead reads the backend's answers to one Query or Sync-ended batch up
+// to its ReadyForQuery, handing each to f. Asynchronous messages go straight to
 // the client; a FATAL error ends the session.
 func (s *Session) occRead(ctx context.Context, f func(typ byte, frame []byte)) error {
 	for {
@@ -412,8 +449,8 @@ func (s *Session) occRollback(ctx context.Context, answers [][]byte) error {
 	// A CancelRequest the statement's end sent the backend may still
 	// land on the ROLLBACK itself; then the transaction is still open.
 	for attempt := 0; attempt < 3 && (ready == nil || s.tx != 'I'); attempt++ {
-		if err := s.be.w.Send(&pgproto3.Query{String: "ROLLBACK"}); err != nil {
-			return s.lost(err)
+		if err := s.sendOwn("ROLLBACK"); err != nil {
+			return err
 		}
 		if err := s.be.w.Flush(); err != nil {
 			return s.lostWrite(err)
@@ -440,8 +477,8 @@ func (s *Session) occRollback(ctx context.Context, answers [][]byte) error {
 // (57014: the statement was canceled or timed out), ready the
 // ReadyForQuery after it.
 func (s *Session) occAwaitSlot(ctx context.Context) (failed, ready []byte, err error) {
-	if err := s.be.w.Send(&pgproto3.Query{String: storage.AwaitSlotSQL}); err != nil {
-		return nil, nil, s.lost(err)
+	if err := s.sendOwn(storage.AwaitSlotSQL); err != nil {
+		return nil, nil, err
 	}
 	if err := s.be.w.Flush(); err != nil {
 		return nil, nil, s.lostWrite(err)
