@@ -291,3 +291,49 @@ func TestTrustRetentionOwnerOnly(t *testing.T) {
 		t.Errorf("retain_ms %d after the owner's ALTER", ms)
 	}
 }
+
+// TestTrustAdvisoryLocks: an ordinary role holding the advisory keys that
+// mzproxy used to serialize read holds, registration, compaction and
+// installs stalls none of them: mzproxy's locks are row and catalog locks
+// only the backend role can take.
+func TestTrustAdvisoryLocks(t *testing.T) {
+	ctx := testContext(t)
+	role := ordinaryRole(t, ctx)
+	squatter := connectAs(t, ctx, directURL(role, "postgres"))
+	for _, key := range []int64{7888888888888888801, 7888727027521446243, 30815395836295289} {
+		if _, err := squatter.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin := connectDirect(t, ctx)
+	ranAt := func() time.Time {
+		var at *time.Time
+		if err := admin.QueryRow(ctx, "SELECT (SELECT ran_at FROM mzproxy.compactor) WHERE to_regclass('mzproxy.compactor') IS NOT NULL").Scan(&at); err != nil || at == nil {
+			return time.Time{}
+		}
+		return *at
+	}
+	before := ranAt()
+
+	// A new proxy registers (under the hold lock) and serves.
+	p := startProxy(t, fastLease...)
+	conn := connectAs(t, ctx, p.URL(role, "postgres")+"&options=-c%20statement_timeout%3D20s")
+	tbl := tableName(t)
+	for _, q := range []string{"CREATE TABLE " + tbl + " (k int) WITH (RETAIN HISTORY FOR '1h')", "INSERT INTO " + tbl + " VALUES (1)"} {
+		if _, err := conn.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatalf("%s while a role holds mzproxy's old advisory keys: %v", q, err)
+		}
+	}
+	var ts int64
+	if err := conn.QueryRow(ctx, "SELECT mz_now()", pgx.QueryExecModeSimpleProtocol).Scan(&ts); err != nil {
+		t.Fatal(err)
+	}
+	// A read well below the floor publishes its hold under the hold lock.
+	time.Sleep(time.Second)
+	var n int
+	if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT count(*) FROM %s AS OF %d", tbl, ts), pgx.QueryExecModeSimpleProtocol).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("AS OF %d: %d rows, %v", ts, n, err)
+	}
+	// Compaction rounds go on.
+	eventually(t, 30*time.Second, "a compaction round", func() bool { return ranAt().After(before) })
+}

@@ -36,8 +36,10 @@
 //
 // # Compaction and retention
 //
-// Whichever proxy holds the compaction lock (pg_try_advisory_lock, kept
-// for the life of its connection) runs a round every CompactInterval
+// Whichever proxy holds the compaction lock (claim_compaction: the right
+// of one live incarnation, kept while its lease lives and taken over by
+// the next proxy once it is retired, fenced or expired; not an advisory
+// lock, which any role could take and keep) runs a round every CompactInterval
 // (default 1 s): compact() retires expired and fenced incarnations and sets
 // each since to GREATEST(since, LEAST(upper - 1 - retain_ms, oldest live
 // floor, oldest live hold on it)) and says which tables hold versions with

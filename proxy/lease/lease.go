@@ -29,10 +29,6 @@ const (
 	DefaultMaxBatches      = 20
 )
 
-// compactionLockKey is the session advisory lock the compacting proxy holds
-// ("mzcompac" in ASCII).
-const compactionLockKey int64 = 0x6d7a636f6d706163
-
 // ErrLost is wrapped by every error of a lease that may no longer serve:
 // fenced by a newer generation, expired (no successful heartbeat within
 // the grace), or closed.
@@ -105,9 +101,8 @@ type Lease struct {
 
 	// connMu serializes the use of conn and orders every publication
 	// (heartbeat, holds below the floor, compaction).
-	connMu   sync.Mutex
-	conn     *internalconn.Conn // checked before each statement, dialed again when dead
-	haveLock bool               // conn holds the compaction advisory lock
+	connMu sync.Mutex
+	conn   *internalconn.Conn // checked before each statement, dialed again when dead
 
 	mu        sync.Mutex
 	floor     uint64             // holds at ts >= floor are granted locally
@@ -140,10 +135,7 @@ func Register(ctx context.Context, cfg Config) (*Lease, error) {
 		held: map[*Hold]struct{}{},
 		done: make(chan struct{}),
 	}
-	l.conn = internalconn.New(nil, func(ctx context.Context) (*pgx.Conn, error) {
-		l.haveLock = false // a session advisory lock dies with its connection
-		return cfg.Dial(ctx)
-	})
+	l.conn = internalconn.New(nil, cfg.Dial)
 	start := time.Now()
 	var gen, floor int64
 	// Registering twice would make two incarnations: run once.
@@ -494,13 +486,11 @@ func (l *Lease) compact(ctx context.Context, beat func()) (CompactStats, error) 
 	err := l.withConn(ctx, internalconn.Once, func(conn *pgx.Conn) error {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		if !l.haveLock {
-			if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", compactionLockKey).Scan(&l.haveLock); err != nil {
-				return err
-			}
-		}
-		if !l.haveLock {
-			return nil
+		// The right to compact is a claim of a live incarnation, not an
+		// advisory lock: any role can take those (storage: claim_compaction).
+		var holder bool
+		if err := conn.QueryRow(ctx, "SELECT "+storage.Schema+".claim_compaction($1)", l.id).Scan(&holder); err != nil || !holder {
+			return err
 		}
 		st.Ran = true
 		rows, err := conn.Query(ctx, "SELECT id, since, pending FROM "+storage.Schema+".compact($1, $2)", l.cfg.DefaultRetention.Milliseconds(), l.id)
@@ -592,11 +582,8 @@ func (l *Lease) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-l.done:
-			// Give up the compaction lock now, not at Close: another
-			// proxy compacts from here on.
 			l.connMu.Lock()
 			l.conn.Close()
-			l.haveLock = false
 			l.connMu.Unlock()
 			return
 		case <-checks.C:

@@ -6,7 +6,7 @@
 // # Layout
 //
 // Install brings a database to schema version SchemaVersion in one
-// transaction under pg_advisory_xact_lock, so proxies starting together do
+// transaction under a lock on pg_event_trigger (superusers only), so proxies starting together do
 // not race: install.sql creates version 1, lease.sql upgrades 1 to 2, occ.sql 2
 // to 3, lease_holds.sql 3 to 4, ddl.sql 4 to 5 (a database at an older
 // version gets only the upgrades; a function a later version replaces is

@@ -47,10 +47,6 @@ var trustSQL string
 // migrations[v] upgrades a database at version v to v+1.
 var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL}
 
-// installLockKey is the pg_advisory_xact_lock key that serializes Install
-// across proxies sharing a backend ("mzproxy" in ASCII).
-const installLockKey int64 = 0x6d7a70726f7879
-
 // InstallScript returns the SQL that Install runs on an empty database for
 // SchemaVersion, with the schema name filled in. Exposed for inspection and
 // manual installs.
@@ -71,7 +67,7 @@ var ErrNotSuperuser = errors.New("storage: installing mzproxy's backend schema n
 // Install creates or upgrades the private schema, its state tables, functions
 // and event triggers. It is idempotent (a database already at SchemaVersion
 // is left alone) and safe when several proxies start at once: the work runs
-// in one transaction under an advisory lock. conn must be a superuser
+// in one transaction under a lock only superusers can take. conn must be a superuser
 // connection; it must not be inside a transaction.
 func Install(ctx context.Context, conn *pgx.Conn) error {
 	var super bool
@@ -87,7 +83,10 @@ func Install(ctx context.Context, conn *pgx.Conn) error {
 		return fmt.Errorf("storage: install: %w", err)
 	}
 	defer tx.Rollback(context.Background()) //nolint:errcheck // no-op after Commit
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", installLockKey); err != nil {
+	// A lock only a superuser can take (an advisory lock is anyone's: a role
+	// holding its key would stall every proxy's install). It conflicts with
+	// itself and with CREATE EVENT TRIGGER, nothing a client does.
+	if _, err := tx.Exec(ctx, "LOCK TABLE pg_catalog.pg_event_trigger IN SHARE ROW EXCLUSIVE MODE"); err != nil {
 		return fmt.Errorf("storage: install: %w", err)
 	}
 	v, err := installedVersion(ctx, tx)

@@ -72,11 +72,51 @@ CREATE OR REPLACE FUNCTION @SCHEMA@.current_write_ts() RETURNS bigint
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$ SELECT t FROM @SCHEMA@.write_slot() $$;
 
+-- Locks no other role can take. Advisory locks are anyone's: a role that
+-- held the hold lock's key would stall every read hold, registration and
+-- compaction round, and one that held the compaction key would stop
+-- compaction for good. Row locks need UPDATE on the row's table, which only
+-- the owner has.
+CREATE TABLE @SCHEMA@.locks (name text PRIMARY KEY);
+INSERT INTO @SCHEMA@.locks VALUES ('hold');
+
+-- The transaction-level lock that orders compaction's since advance with
+-- holds published below a floor and with registration.
+CREATE FUNCTION @SCHEMA@.take_hold_lock() RETURNS void
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$ SELECT 1 FROM @SCHEMA@.locks WHERE name = 'hold' FOR UPDATE $$;
+
+-- The right to compact a database belongs to one live incarnation at a
+-- time: the holder keeps it while its lease lives; when the holder is gone
+-- (retired, fenced, expired) the next caller takes it.
+ALTER TABLE @SCHEMA@.compactor ADD COLUMN holder bigint;
+CREATE FUNCTION @SCHEMA@.claim_compaction(p_id bigint) RETURNS bool
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    h bigint;
+BEGIN
+    SELECT holder INTO h FROM @SCHEMA@.compactor;
+    IF h = p_id THEN
+        RETURN @SCHEMA@.incarnation_live(p_id);
+    END IF;
+    IF (h IS NOT NULL AND @SCHEMA@.incarnation_live(h)) OR NOT @SCHEMA@.incarnation_live(p_id) THEN
+        RETURN false;
+    END IF;
+    -- Under READ COMMITTED a concurrent claim re-checks this condition
+    -- against the row it committed: one of two claimants wins.
+    UPDATE @SCHEMA@.compactor SET holder = p_id WHERE holder IS NOT DISTINCT FROM h;
+    RETURN FOUND;
+END
+$$;
+
 -- Every function of earlier versions that read or wrote either setting
 -- directly goes through the functions above instead. That includes the
 -- generated history trigger functions of tables managed so far and the
 -- generator itself, so the change is made to the functions' text, which
 -- also keeps each function's body in one place (its own version's script).
+-- The functions that took the hold lock's advisory key take take_hold_lock
+-- instead.
 DO $rewrite$
 DECLARE
     f record;
@@ -87,13 +127,14 @@ DECLARE
         [$$set_config('mzproxy.write_ts', t::text, true)$$, '@SCHEMA@.set_slot(t, NULL)'],
         [$$coalesce(current_setting('mzproxy.in_ddl', true), '') = 'on'$$,
          $$coalesce(current_setting('mzproxy.in_ddl', true), '') = @SCHEMA@.ddl_mark()$$],
-        [$$set_config('mzproxy.in_ddl', 'on', true)$$, $$set_config('mzproxy.in_ddl', @SCHEMA@.ddl_mark(), true)$$]];
+        [$$set_config('mzproxy.in_ddl', 'on', true)$$, $$set_config('mzproxy.in_ddl', @SCHEMA@.ddl_mark(), true)$$],
+        [$$pg_advisory_xact_lock(@SCHEMA@.hold_lock_key())$$, '@SCHEMA@.take_hold_lock()']];
     i int;
 BEGIN
     FOR f IN SELECT p.oid FROM pg_proc p
               WHERE p.pronamespace = '@SCHEMA@'::regnamespace AND p.prokind = 'f'
                 AND p.proname NOT IN ('set_slot', 'write_slot', 'current_write_ts')
-                AND (p.prosrc LIKE '%mzproxy.write\_ts%' OR p.prosrc LIKE '%mzproxy.in\_ddl%') LOOP
+                AND EXISTS (SELECT 1 FROM generate_subscripts(edits, 1) AS e(i) WHERE strpos(p.prosrc, edits[e.i][1]) > 0) LOOP
         def := pg_get_functiondef(f.oid);
         FOR i IN 1 .. array_length(edits, 1) LOOP
             def := replace(def, edits[i][1], edits[i][2]);
@@ -224,7 +265,8 @@ GRANT EXECUTE ON FUNCTION
     @SCHEMA@.view_definition(oid), @SCHEMA@.type_name(oid, int4)
     TO PUBLIC;
 
--- Fail the install rather than leave a function trusting a setting.
+-- Fail the install rather than leave a function trusting a setting or an
+-- advisory lock.
 DO $check$
 DECLARE
     f record;
@@ -232,8 +274,8 @@ BEGIN
     FOR f IN SELECT p.oid::regprocedure AS fn FROM pg_proc p
               WHERE p.pronamespace = '@SCHEMA@'::regnamespace AND p.proname NOT IN ('set_slot', 'write_slot')
                 AND (p.prosrc ~ $$(current_setting|set_config)\('mzproxy\.(write_ts|expected_upper)'$$
-                     OR p.prosrc ~ $$'mzproxy\.in_ddl', 'on'|'mzproxy\.in_ddl', true\), ''\) = 'on'$$) LOOP
-        RAISE EXCEPTION 'mzproxy install: % still trusts a setting any role can set', f.fn;
+                     OR p.prosrc ~ $$'mzproxy\.in_ddl', 'on'|'mzproxy\.in_ddl', true\), ''\) = 'on'|pg_advisory$$) LOOP
+        RAISE EXCEPTION 'mzproxy install: % still trusts a setting or a lock any role can take', f.fn;
     END LOOP;
 END
 $check$;
