@@ -337,3 +337,78 @@ func TestTrustAdvisoryLocks(t *testing.T) {
 	// Compaction rounds go on.
 	eventually(t, 30*time.Second, "a compaction round", func() bool { return ranAt().After(before) })
 }
+
+// TestTrustDefinerRunsNoUserCode: mzproxy's functions run as the schema's
+// owner (a superuser), so none of them may evaluate a role's own code: not
+// a domain's CHECK when history stores or converts values, not a cast the
+// role created when ALTER COLUMN TYPE converts history. Each statement
+// below ran the role's function as the superuser before, which made the
+// role a superuser.
+func TestTrustDefinerRunsNoUserCode(t *testing.T) {
+	ctx := testContext(t)
+	p := startProxy(t)
+	role := ordinaryRole(t, ctx)
+	conn := connectAs(t, ctx, p.URL(role, "postgres"))
+	run := func(q string) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, q, pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	run("CREATE TABLE seen (who text)")
+	run(`CREATE FUNCTION escalate() RETURNS bool LANGUAGE plpgsql AS $$
+		BEGIN
+			INSERT INTO public.seen VALUES (current_user);
+			BEGIN
+				EXECUTE format('ALTER ROLE %I SUPERUSER', session_user);
+			EXCEPTION WHEN insufficient_privilege THEN NULL;
+			END;
+			RETURN true;
+		END $$`)
+	run("CREATE DOMAIN checked AS int CHECK (escalate())")
+	run("CREATE DOMAIN checked2 AS int CHECK (escalate())")
+	run("CREATE TYPE boxed AS (v int)")
+	run(`CREATE FUNCTION to_boxed(int) RETURNS boxed LANGUAGE plpgsql AS $$ BEGIN PERFORM escalate(); RETURN ROW($1)::boxed; END $$`)
+	run("CREATE CAST (int AS boxed) WITH FUNCTION to_boxed(int)")
+	for _, q := range []string{
+		"CREATE TABLE d1 (x checked, arr checked[])",
+		"INSERT INTO d1 VALUES (1, ARRAY[1, 2])",
+		"ALTER TABLE d1 ALTER COLUMN x TYPE checked2",
+		"ALTER TABLE d1 ADD COLUMN y checked DEFAULT 5",
+		"UPDATE d1 SET x = 2",
+		"CREATE TABLE d2 AS SELECT 1::checked AS z",
+		"CREATE TABLE c1 (x int)",
+		"INSERT INTO c1 VALUES (7)",
+		"ALTER TABLE c1 ALTER COLUMN x TYPE boxed USING x::boxed",
+	} {
+		run(q)
+	}
+	admin := connectDirect(t, ctx)
+	var super bool
+	if err := admin.QueryRow(ctx, "SELECT rolsuper FROM pg_roles WHERE rolname = $1", role).Scan(&super); err != nil {
+		t.Fatal(err)
+	}
+	if super {
+		t.Fatalf("role %s made itself a superuser through mzproxy's functions", role)
+	}
+	var others []string
+	rows, err := admin.Query(ctx, "SELECT DISTINCT who FROM seen WHERE who <> $1", role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if others, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	if len(others) > 0 {
+		t.Errorf("the role's function ran as %v", others)
+	}
+	// The tables are still managed and read back through history.
+	var now int64
+	if err := conn.QueryRow(ctx, "SELECT mz_now()", pgx.QueryExecModeSimpleProtocol).Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	var x, y int
+	if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT x, y FROM d1 AS OF %d", now), pgx.QueryExecModeSimpleProtocol).Scan(&x, &y); err != nil || x != 2 || y != 5 {
+		t.Errorf("d1 AS OF %d: %d %d %v", now, x, y, err)
+	}
+}

@@ -110,13 +110,81 @@ BEGIN
 END
 $$;
 
+-- mzproxy's functions run as the schema's owner, so they must never
+-- evaluate a role's own code. Two ways they could: a domain's CHECK (it
+-- may call any function of the role's) when history values are coerced to
+-- a domain, and a cast the role created (CREATE CAST with its function)
+-- when ALTER COLUMN TYPE converts history. So history columns store a
+-- domain as its base type (also as an array element; PostgreSQL sends a
+-- domain as its base type on the wire anyway), and history is converted by
+-- cast only between built-in types (whose casts no role can add).
+CREATE FUNCTION @SCHEMA@.storage_type(p_type oid, p_typmod int4, OUT typ oid, OUT typmod int4)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t record;
+    elem oid;
+    elem_mod int4;
+BEGIN
+    typ := p_type;
+    typmod := p_typmod;
+    LOOP
+        SELECT y.typtype, y.typbasetype, y.typtypmod, y.typelem, y.typcategory INTO t FROM pg_type y WHERE y.oid = typ;
+        EXIT WHEN t.typtype IS DISTINCT FROM 'd';
+        IF typmod = -1 THEN
+            typmod := t.typtypmod;
+        END IF;
+        typ := t.typbasetype;
+    END LOOP;
+    IF t.typcategory = 'A' AND t.typelem <> 0 THEN
+        SELECT s.typ, s.typmod INTO elem, elem_mod FROM @SCHEMA@.storage_type(t.typelem, typmod) s;
+        IF elem <> t.typelem THEN
+            SELECT y.typarray INTO typ FROM pg_type y WHERE y.oid = elem;
+            typmod := elem_mod;
+        END IF;
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @SCHEMA@.user_columns(p_oid oid)
+RETURNS TABLE (attnum int2, name name, type text)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT a.attnum, a.attname,
+           format_type(s.typ, s.typmod) ||
+           CASE WHEN a.attcollation <> 0 AND a.attcollation <> t.typcollation
+                THEN ' COLLATE ' || quote_ident(cn.nspname) || '.' || quote_ident(co.collname)
+                ELSE '' END
+      FROM pg_attribute a
+      CROSS JOIN LATERAL @SCHEMA@.storage_type(a.atttypid, a.atttypmod) s
+      JOIN pg_type t ON t.oid = s.typ
+      LEFT JOIN pg_collation co ON co.oid = a.attcollation
+      LEFT JOIN pg_namespace cn ON cn.oid = co.collnamespace
+     WHERE a.attrelid = p_oid AND a.attnum > 0 AND NOT a.attisdropped
+     ORDER BY a.attnum;
+END
+$$;
+
+-- Whether history column p_name of p_history can be converted by cast to
+-- the type user column p_attnum of p_rel has now: both built in.
+CREATE FUNCTION @SCHEMA@.builtin_conversion(p_rel oid, p_attnum int2, p_history text, p_name name) RETURNS bool
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce((SELECT s.typ < 16384 FROM pg_attribute a, @SCHEMA@.storage_type(a.atttypid, a.atttypmod) s
+                      WHERE a.attrelid = p_rel AND a.attnum = p_attnum)
+                AND (SELECT s.typ < 16384 FROM pg_attribute a, @SCHEMA@.storage_type(a.atttypid, a.atttypmod) s
+                      WHERE a.attrelid = p_history::regclass AND a.attname = p_name), false)
+$$;
+
 -- Every function of earlier versions that read or wrote either setting
 -- directly goes through the functions above instead. That includes the
 -- generated history trigger functions of tables managed so far and the
 -- generator itself, so the change is made to the functions' text, which
 -- also keeps each function's body in one place (its own version's script).
 -- The functions that took the hold lock's advisory key take take_hold_lock
--- instead.
+-- instead, and reconcile casts history only by a built-in conversion.
 DO $rewrite$
 DECLARE
     f record;
@@ -128,7 +196,12 @@ DECLARE
         [$$coalesce(current_setting('mzproxy.in_ddl', true), '') = 'on'$$,
          $$coalesce(current_setting('mzproxy.in_ddl', true), '') = @SCHEMA@.ddl_mark()$$],
         [$$set_config('mzproxy.in_ddl', 'on', true)$$, $$set_config('mzproxy.in_ddl', @SCHEMA@.ddl_mark(), true)$$],
-        [$$pg_advisory_xact_lock(@SCHEMA@.hold_lock_key())$$, '@SCHEMA@.take_hold_lock()']];
+        [$$pg_advisory_xact_lock(@SCHEMA@.hold_lock_key())$$, '@SCHEMA@.take_hold_lock()'],
+        [$$EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE %s USING %I::%s', c.history,$$,
+         $$IF NOT @SCHEMA@.builtin_conversion(c.oid, m.attnum, c.history, m.name) THEN
+                RAISE EXCEPTION 'no built-in conversion';  -- the old versions get NULL, below
+            END IF;
+            EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE %s USING %I::%s', c.history,$$]];
     i int;
 BEGIN
     FOR f IN SELECT p.oid FROM pg_proc p
