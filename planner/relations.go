@@ -409,7 +409,7 @@ func (a *analyzer) expandView(n *pg.Node, rv *pg.RangeVar, o *Object) {
 // parseViewSQL parses a view definition (pg_get_viewdef output, which ends
 // with a semicolon) into its query node.
 func parseViewSQL(sql string) (*pg.Node, error) {
-	r, err := pg.Parse(sql)
+	r, err := parse(sql)
 	if err != nil {
 		return nil, err
 	}
