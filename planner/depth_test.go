@@ -195,3 +195,25 @@ func checkDepthBound(t *testing.T, sql string) {
 		}
 	}
 }
+
+// BenchmarkPlanNesting measures planning at and past the nesting bound and
+// for wide statements (each iteration plans without the cache).
+//
+//	go test ./planner -run XXX -bench BenchmarkPlanNesting -benchtime 5x
+func BenchmarkPlanNesting(b *testing.B) {
+	for _, bc := range []struct{ name, sql string }{
+		{"refused sum of 25000", "INSERT INTO t VALUES (" + terms("1", "+", 25000) + ")"},
+		{"sum of 4400", "INSERT INTO t VALUES (" + terms("1", "+", 4400) + ")"},
+		{"sum of 1000", "INSERT INTO t VALUES (" + terms("1", "+", 1000) + ")"},
+		{"in list of 100000", "DELETE FROM t WHERE a IN (" + terms("1", ",", 100000) + ")"},
+		{"10000 statements", terms("INSERT INTO t VALUES (1, 2)", ";", 10000)},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			cat := fuzzCatalog()
+			b.SetBytes(int64(len(bc.sql)))
+			for b.Loop() {
+				_, _ = New(0).Plan(bc.sql, cat, Options{SearchPath: []string{"public"}})
+			}
+		})
+	}
+}
