@@ -87,8 +87,8 @@ func TestDeepStatementDoesNotKillTheProxy(t *testing.T) {
 // TestDeepStatementIsNotForwarded: a write nested deeper than the planner
 // parses but not as deep as PostgreSQL's own limit (1,000 scalar
 // subqueries; PostgreSQL 15 takes up to 2,111) is refused with 54001, not
-// forwarded to the backend unplanned, where it would write past the proxy's
-// commit path.
+// forwarded to the backend unplanned (where the managed table's guard
+// answered MZ002, "cannot write to managed table ... outside mzproxy").
 func TestDeepStatementIsNotForwarded(t *testing.T) {
 	ctx := testContext(t)
 	proxy := startProxy(t)

@@ -65,8 +65,9 @@ func (s *Session) routeOf(sql string) route {
 		switch pgerr.Of(err) {
 		case pgerr.FeatureNotSupported, pgerr.StatementTooComplex:
 			// Too deep for the planner is refused too: forwarded, a
-			// statement PostgreSQL still accepts would write past the
-			// commit slot.
+			// write PostgreSQL still accepts would run unplanned, outside
+			// the commit slot (on a managed table the backend's guard
+			// then fails it with MZ002, a confusing answer).
 			return route{refused: err}
 		}
 		return route{}
