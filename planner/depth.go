@@ -42,10 +42,19 @@ import (
 
 // maxNestingLevels is the deepest tree the planner lets pg_query build:
 // about 9,000 protobuf messages, under Go's decoder limit of 10,000, and
-// about 1.5 MB of C stack in protobuf-c (threads have 8 MB by default).
+// about 1.5 MB of C stack in protobuf-c (threads have 8 MB by default; a
+// sum of 4,000 terms still parses with 2 MB).
 // It admits a sum of about 4,400 constants, more than PostgreSQL's own
 // limit (4,091 with the default max_stack_depth of 2MB).
 const maxNestingLevels = 4500
+
+// maxDeparseMessages bounds the trees pg_query's C deparser may recurse
+// through (reads rewritten for an explicit timestamp only). It takes about
+// 1.4 kB of C stack per level of 1+1+...+1, against 0.3 kB for parsing:
+// 2,000 messages (a sum of about 1,000 terms) is 1.4 MB, which a thread's
+// 2 MB stack still holds (8 MB by default). Deeper rewritten reads get
+// 54001.
+const maxDeparseMessages = 2000
 
 // frameLevels is what an open bracket may add by itself besides its
 // tokens: a scalar subquery (SubLink, SelectStmt, ResTarget) and the

@@ -103,16 +103,34 @@ func TestPlanAcceptsWideStatements(t *testing.T) {
 }
 
 // TestPlanRewritesAtTheBound: a read at an explicit timestamp as deep as
-// the bound admits is rewritten and deparsed (pg_query's deparser is C
-// and recursive too).
+// the deparse bound admits is rewritten (pg_query's deparser is C and
+// recursive too, and needs more stack than its parser); a deeper one gets
+// 54001, and still plans as a read of the present.
 func TestPlanRewritesAtTheBound(t *testing.T) {
-	sql := "SELECT " + terms("1", "+", maxNestingLevels-100) + " FROM t"
-	stmts, err := planTimed(t, sql, Options{SearchPath: []string{"public"}, ExplicitTimestamp: true})
+	history := Options{SearchPath: []string{"public"}, ExplicitTimestamp: true}
+	sql := "SELECT " + terms("a", "+", maxDeparseMessages/2-20) + " FROM t"
+	stmts, err := planTimed(t, sql, history)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if stmts[0].Template == nil || stmts[0].Template.Holes() == 0 {
 		t.Fatal("not rewritten")
+	}
+	deep := "SELECT " + terms("a", "+", 2000) + " FROM t"
+	for _, c := range []struct {
+		sql  string
+		opts Options
+		want pgerr.Code
+	}{
+		{deep, history, pgerr.StatementTooComplex},
+		{deep, Options{SearchPath: []string{"public"}}, ""},
+		{deep + " AS OF 1", Options{SearchPath: []string{"public"}}, pgerr.StatementTooComplex},
+		{"SELECT " + terms("1", "+", 4400) + ", mz_now()", Options{}, pgerr.StatementTooComplex},
+	} {
+		_, err := planTimed(t, c.sql, c.opts)
+		if got := pgerr.Of(err); err != nil && got != c.want || err == nil && c.want != "" {
+			t.Fatalf("%.30s...%s (history %v): %v, want %q", c.sql, c.sql[len(c.sql)-12:], c.opts.ExplicitTimestamp, err, c.want)
+		}
 	}
 }
 

@@ -91,11 +91,11 @@ func visit(m protoreflect.Message, fn func(protoreflect.Message)) {
 	})
 }
 
-// deparse turns one statement back into SQL. A tree deeper than any
-// statement checkNesting admits (views inlined into views) is refused
-// before pg_query's C deparser recurses through it.
+// deparse turns one statement back into SQL. A tree deeper than
+// maxDeparseMessages is refused before pg_query's C deparser recurses
+// through it.
 func deparse(n *pg.Node) (string, error) {
-	if messageDepth(n.ProtoReflect()) > 2*maxNestingLevels {
+	if messageDepth(n.ProtoReflect()) > maxDeparseMessages {
 		return "", errStackDepth()
 	}
 	return pg.Deparse(&pg.ParseResult{Version: 170007, Stmts: []*pg.RawStmt{{Stmt: n}}})
