@@ -270,12 +270,10 @@ func (n *nester) dollar(sql string, i int) int {
 		return j
 	}
 	if j < len(sql) && isIdentStart(sql[j]) {
-		j = identEnd(sql, j)
-		if strings.IndexByte(sql[i+1:j], '$') >= 0 {
-			// A tag cannot hold '$': "$a$b" is not a tag; let the
-			// scanner's own rules decide and count it as a word.
-			n.count(1)
-			return j
+		// The tag: an identifier without '$' ($a$b$ is tag "a", body "b").
+		j++
+		for j < len(sql) && (isIdentStart(sql[j]) || isDigit(sql[j])) {
+			j++
 		}
 	}
 	if j >= len(sql) || sql[j] != '$' {

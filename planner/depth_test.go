@@ -146,6 +146,7 @@ func TestNestingDepthSkipsQuotedText(t *testing.T) {
 		"quoted identifier":   `SELECT 1 AS "a"" ` + deep + `"`,
 		"dollar quote":        "SELECT $$ " + deep + " $$",
 		"tagged dollar quote": "SELECT $fn$ $$ " + deep + " $fn$",
+		"tag then body":       "SELECT $a$b" + deep + "$a$",
 		"line comment":        "SELECT 1 -- " + deep + "\n",
 		"nested comment":      "SELECT 1 /* /* */ " + deep + " */",
 		"bit string":          "SELECT B'" + deep + "'",
