@@ -15,8 +15,9 @@ import (
 // SIGSEGV there kills the whole process at about 25,000 levels), and Go's
 // protobuf decoder refuses trees deeper than 10,000 messages (about 5,000
 // levels of 1+1+...+1). PostgreSQL itself refuses such statements with
-// 54001 (a sum of 4,092 terms, 2,112 nested scalar subqueries) or with a
-// syntax error when its grammar stack fills (about 10,000 parentheses).
+// 54001 (1+1+...+1 with 4,092 additions, 2,112 nested scalar subqueries)
+// or with a syntax error when its grammar stack fills (about 10,000
+// parentheses).
 //
 // nestingDepth is a lexical upper bound of the tree's depth, counted in
 // "levels" (one level is at most two protobuf messages): the text is cut
@@ -44,8 +45,8 @@ import (
 // about 9,000 protobuf messages, under Go's decoder limit of 10,000, and
 // about 1.5 MB of C stack in protobuf-c (threads have 8 MB by default; a
 // sum of 4,000 terms still parses with 2 MB).
-// It admits a sum of about 4,400 constants, more than PostgreSQL's own
-// limit (4,091 with the default max_stack_depth of 2MB).
+// It admits 1+1+...+1 with about 4,480 additions, more than PostgreSQL's
+// own limit (4,091 with the default max_stack_depth of 2MB).
 const maxNestingLevels = 4500
 
 // maxDeparseMessages bounds the trees pg_query's C deparser may recurse

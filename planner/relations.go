@@ -380,6 +380,10 @@ func (a *analyzer) expandView(n *pg.Node, rv *pg.RangeVar, o *Object) {
 		return
 	}
 	body, err := parseViewSQL(o.ViewSQL)
+	if pgerr.Of(err) == pgerr.StatementTooComplex {
+		a.fail(err)
+		return
+	}
 	if err != nil {
 		a.fail(pgerr.New(pgerr.InternalError, "cannot parse the definition of view %q: %v", o.Name, err))
 		return
