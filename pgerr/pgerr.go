@@ -39,6 +39,7 @@ const (
 	ObjectNotInPrerequisiteState Code = "55000"
 	InsufficientPrivilege        Code = "42501"
 	ConfigurationLimitExceeded   Code = "53400"
+	StatementTooComplex          Code = "54001" // PostgreSQL's "stack depth limit exceeded"
 	UniqueViolation              Code = "23505"
 	InvalidSQLStatementName      Code = "26000"
 	InvalidCursorName            Code = "34000"

@@ -3,6 +3,13 @@
 //
 // # What Plan does with a query string
 //
+//  0. Bound the nesting. Before any text reaches pg_query (whose C code
+//     recurses once per level of the tree and crashed the process at
+//     25,000 levels), a lexical scan in Go bounds the depth of the tree
+//     the parser would build (depth.go); a statement that could be deeper
+//     than maxNestingLevels gets PostgreSQL's 54001 "stack depth limit
+//     exceeded". Long lists, AND/OR chains, VALUES rows and many
+//     statements cost nothing; chains of operators and nested brackets do.
 //  1. Split. The string is tokenized with PostgreSQL's own scanner
 //     (pg_query's Scan) and cut at top-level semicolons (not inside
 //     parentheses or a BEGIN ATOMIC body). Empty statements vanish.
@@ -44,7 +51,9 @@
 // chosen timestamp in milliseconds since the Unix epoch (Materialize's type
 // is mz_timestamp; bigint compares with integer columns the same way).
 //
-// The rewritten tree is deparsed by pg_query, and the result is kept as a
+// The rewritten tree is deparsed by pg_query (if it is at most
+// maxDeparseMessages deep: the deparser needs more C stack per level than
+// the parser; deeper gets 54001), and the result is kept as a
 // Template: the text between the places $N occurs, found by scanning the
 // output's tokens, never by string search. The proxy renders it with "$N"
 // (extended protocol, the timestamp being one more int8 parameter) or with

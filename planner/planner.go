@@ -82,6 +82,9 @@ func (s *Statement) NeedsTimestamp() bool { return s.Template != nil }
 // plan plans a query string without the cache, returning the catalog
 // lookups the plan depends on.
 func plan(sql string, cat Catalog, opts Options) ([]*Statement, []dep, error) {
+	if err := checkNesting(sql); err != nil {
+		return nil, nil, err // before any text reaches pg_query
+	}
 	parts, err := splitStatements(sql)
 	if err != nil {
 		return nil, nil, fromParser(sql, err).place(sql, 0)
@@ -125,10 +128,12 @@ func planOne(text string, toks []token, cat Catalog, opts Options) (*Statement, 
 		return planRetentionOnly(st, text, toks, cat, opts)
 	}
 
-	r, err := pg.Parse(mz.text)
+	r, err := parse(mz.text)
 	if err != nil {
-		se := fromParser(mz.text, err)
-		return nil, nil, se
+		if pgerr.Of(err) == pgerr.StatementTooComplex {
+			return nil, nil, err
+		}
+		return nil, nil, fromParser(mz.text, err)
 	}
 	if len(r.Stmts) != 1 {
 		// The splitter and the parser disagree about statement
@@ -200,6 +205,9 @@ func rewriteStatement(st *Statement, n *pg.Node, cat Catalog, opts Options) erro
 	}
 	fixQualified(n, a.qualified)
 	out, err := deparse(n)
+	if pgerr.Of(err) == pgerr.StatementTooComplex {
+		return err
+	}
 	if err != nil {
 		return pgerr.New(pgerr.InternalError, "deparsing the rewritten statement: %v", err)
 	}
@@ -357,7 +365,7 @@ func planRetentionOnly(st *Statement, text string, toks []token, cat Catalog, op
 	if i >= j {
 		return nil, nil, syntaxAt(text, toks[min(i, len(toks)-1)].start)
 	}
-	r, err := pg.Parse("TABLE " + text[toks[i].start:toks[j-1].end])
+	r, err := parse("TABLE " + text[toks[i].start:toks[j-1].end])
 	if err != nil || len(r.Stmts) != 1 || len(r.Stmts[0].Stmt.GetSelectStmt().GetFromClause()) != 1 {
 		return nil, nil, syntaxAt(text, toks[i].start)
 	}

@@ -325,7 +325,7 @@ func isExpression(sql string, toks []token) bool {
 	if depth != 0 {
 		return false
 	}
-	r, err := pg.Parse("SELECT (" + sql[toks[0].start:] + ")")
+	r, err := parse("SELECT (" + sql[toks[0].start:] + ")")
 	return err == nil && len(r.Stmts) == 1
 }
 
@@ -573,7 +573,7 @@ func preparseSubscribe(sql string, toks []token) (sub *Subscribe, query string, 
 		if j == i {
 			return nil, "", 0, syntaxAt(sql, toks[i].start)
 		}
-		r, perr := pg.Parse("TABLE " + sql[toks[i].start:toks[j-1].end])
+		r, perr := parse("TABLE " + sql[toks[i].start:toks[j-1].end])
 		if perr != nil || len(r.Stmts) != 1 {
 			return nil, "", 0, syntaxAt(sql, toks[i].start)
 		}

@@ -380,6 +380,10 @@ func (a *analyzer) expandView(n *pg.Node, rv *pg.RangeVar, o *Object) {
 		return
 	}
 	body, err := parseViewSQL(o.ViewSQL)
+	if pgerr.Of(err) == pgerr.StatementTooComplex {
+		a.fail(err)
+		return
+	}
 	if err != nil {
 		a.fail(pgerr.New(pgerr.InternalError, "cannot parse the definition of view %q: %v", o.Name, err))
 		return
@@ -409,7 +413,7 @@ func (a *analyzer) expandView(n *pg.Node, rv *pg.RangeVar, o *Object) {
 // parseViewSQL parses a view definition (pg_get_viewdef output, which ends
 // with a semicolon) into its query node.
 func parseViewSQL(sql string) (*pg.Node, error) {
-	r, err := pg.Parse(sql)
+	r, err := parse(sql)
 	if err != nil {
 		return nil, err
 	}

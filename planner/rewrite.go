@@ -29,7 +29,7 @@ func (a *analyzer) replaceTable(n *pg.Node, rv *pg.RangeVar, o *Object) {
 	p := "$" + strconv.Itoa(a.param)
 	fmt.Fprintf(&b, " FROM %s.%s WHERE mz_from <= %s AND mz_to > %s) AS x",
 		quoteAlways(o.History.Schema), quoteAlways(o.History.Name), p, p)
-	r, err := pg.Parse(b.String())
+	r, err := parse(b.String())
 	if err != nil || o.History.Name == "" {
 		a.fail(pgerr.New(pgerr.InternalError, "cannot build the history read of %q: %v", o.Name, err))
 		return
@@ -46,7 +46,7 @@ func (a *analyzer) replaceTable(n *pg.Node, rv *pg.RangeVar, o *Object) {
 // since the Unix epoch), which compares and does arithmetic with integer
 // columns the way Materialize's casts allow.
 func (a *analyzer) mzNowExpr() *pg.Node {
-	r, err := pg.Parse("SELECT $" + strconv.Itoa(a.param) + "::bigint")
+	r, err := parse("SELECT $" + strconv.Itoa(a.param) + "::bigint")
 	if err != nil {
 		panic("planner: parsing a parameter cast: " + err.Error())
 	}
@@ -91,8 +91,13 @@ func visit(m protoreflect.Message, fn func(protoreflect.Message)) {
 	})
 }
 
-// deparse turns one statement back into SQL.
+// deparse turns one statement back into SQL. A tree deeper than
+// maxDeparseMessages is refused before pg_query's C deparser recurses
+// through it.
 func deparse(n *pg.Node) (string, error) {
+	if messageDepth(n.ProtoReflect()) > maxDeparseMessages {
+		return "", errStackDepth()
+	}
 	return pg.Deparse(&pg.ParseResult{Version: 170007, Stmts: []*pg.RawStmt{{Stmt: n}}})
 }
 

@@ -46,7 +46,8 @@ func (emptyCatalog) Revision() uint64                                        { r
 
 // routeOf decides how sql runs. A plain read goes to the backend unchanged
 // without being parsed; so does anything the parser rejects (the backend
-// then reports its own error), except what mzproxy refuses (0A000).
+// then reports its own error), except what mzproxy refuses (0A000) and
+// what is nested too deeply for the planner to parse (54001).
 //
 // Every write takes the commit slot, whether or not its table is managed:
 // telling them apart would need the session's search_path and temporary
@@ -58,7 +59,12 @@ func (s *Session) routeOf(sql string) route {
 	}
 	stmts, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
 	if err != nil {
-		if pgerr.Of(err) == pgerr.FeatureNotSupported {
+		switch pgerr.Of(err) {
+		case pgerr.FeatureNotSupported, pgerr.StatementTooComplex:
+			// Too deep for the planner is refused too: forwarded, a
+			// write PostgreSQL still accepts would run unplanned, outside
+			// the commit slot (on a managed table the backend's guard
+			// then fails it with MZ002, a confusing answer).
 			return route{refused: err}
 		}
 		return route{}
