@@ -19,8 +19,10 @@
 //     expression text goes to Statement.AsOf for the proxy to evaluate);
 //     `EXPLAIN TIMESTAMP [AS TEXT|JSON] FOR <select>` and
 //     `SUBSCRIBE ...` are recognised; `RETAIN HISTORY [=] FOR '<interval>'`
-//     is removed from CREATE TABLE ... WITH (...) and ALTER TABLE ...
-//     SET/RESET (...), other options staying intact.
+//     (or the relation option `retain_history = '<interval>'` that a
+//     pg_dump through the proxy writes for it) is removed from CREATE
+//     TABLE ... WITH (...) and ALTER TABLE ... SET/RESET (...), other
+//     options staying intact.
 //  3. Parse with pg_query (PostgreSQL's grammar). Syntax errors are
 //     *pgerr.Error with SQLSTATE 42601, PostgreSQL's message and position
 //     (Extra['P']), and match errors.Is(err, ErrSyntax) so that the proxy

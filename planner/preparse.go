@@ -366,16 +366,29 @@ func preparseRetention(sql string, toks []token, res *mzSyntax) error {
 		var keep []string
 		found := false
 		for _, it := range items {
-			if len(it) >= 2 && it[0].word(sql) == "retain" && it[1].word(sql) == "history" {
+			// RETAIN HISTORY ..., or the relation option pg_dump writes
+			// for it (retain_history = '<interval>').
+			keyLen := 0
+			switch {
+			case len(it) >= 2 && it[0].word(sql) == "retain" && it[1].word(sql) == "history":
+				keyLen = 2
+			case len(it) >= 1 && it[0].word(sql) == RetainHistoryOption:
+				keyLen = 1
+			}
+			if keyLen > 0 {
 				found = true
 				if reset {
-					if len(it) != 2 {
-						return syntaxAt(sql, it[2].start)
+					if len(it) != keyLen {
+						return syntaxAt(sql, it[keyLen].start)
 					}
 					res.retention = &Retention{Reset: true}
 					continue
 				}
-				d, err := retentionValue(sql, it[2:])
+				value := retentionValue
+				if keyLen == 1 {
+					value = retentionOptionValue
+				}
+				d, err := value(sql, it[keyLen:])
 				if err != nil {
 					return err
 				}
@@ -448,6 +461,13 @@ func splitItems(sql string, toks []token, from, to int) [][]token {
 	return append(items, toks[start:to])
 }
 
+// RetainHistoryOption is RETAIN HISTORY as a relation option,
+// `retain_history = '<interval>'`, in CREATE TABLE ... WITH (...) and ALTER
+// TABLE ... SET/RESET (...): what a pg_dump through the proxy writes for a
+// table with RETAIN HISTORY, so that restoring the dump through the proxy
+// sets it again.
+const RetainHistoryOption = "retain_history"
+
 // retentionValue parses `[=] FOR '<interval>'` (or a bare number of ms).
 func retentionValue(sql string, toks []token) (time.Duration, error) {
 	if len(toks) > 0 && toks[0].is(sql, '=') {
@@ -459,16 +479,34 @@ func retentionValue(sql string, toks []token) (time.Duration, error) {
 		}
 		return 0, syntaxAt(sql, len(sql))
 	}
-	v := sql[toks[1].start:toks[1].end]
-	switch toks[1].tok {
+	return intervalValue(sql, toks[1])
+}
+
+// retentionOptionValue parses the value of RetainHistoryOption: `=
+// '<interval>'` (or a bare number of ms).
+func retentionOptionValue(sql string, toks []token) (time.Duration, error) {
+	if len(toks) != 2 || !toks[0].is(sql, '=') {
+		if len(toks) > 0 {
+			return 0, syntaxAt(sql, toks[0].start)
+		}
+		return 0, syntaxAt(sql, len(sql))
+	}
+	return intervalValue(sql, toks[1])
+}
+
+// intervalValue parses a retention interval token: a string literal or an
+// integer (milliseconds).
+func intervalValue(sql string, tok token) (time.Duration, error) {
+	v := sql[tok.start:tok.end]
+	switch tok.tok {
 	case pg.Token_SCONST:
 		if len(v) < 2 || v[0] != '\'' {
-			return 0, syntaxAt(sql, toks[1].start)
+			return 0, syntaxAt(sql, tok.start)
 		}
 		v = strings.ReplaceAll(v[1:len(v)-1], "''", "'")
 	case pg.Token_ICONST:
 	default:
-		return 0, syntaxAt(sql, toks[1].start)
+		return 0, syntaxAt(sql, tok.start)
 	}
 	return ParseInterval(v)
 }

@@ -214,6 +214,7 @@ func (p *Proxy) Connect(ctx context.Context, start wire.Startup, relay wire.Auth
 		return nil, startError(startCtx, err)
 	}
 	s.user = start.User
+	s.dump = start.Params["application_name"] == dumpApplicationName
 	s.db = p.database(start.Database)
 	s.lease = l
 	return s, nil

@@ -128,6 +128,9 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 	}
 	switch m := msg.(type) {
 	case *pgproto3.Query:
+		if s.dump {
+			m, frame = dumpQuery(m, frame)
+		}
 		// A simple Query replaces the unnamed statement and portal.
 		s.forgetStatement("")
 		s.forgetPortal("")

@@ -52,9 +52,12 @@ type Session struct {
 	obs    *observe.Session
 
 	isolation string // transaction_isolation: strict serializable or serializable
-	tx        byte   // transaction status from the last ReadyForQuery
-	units     queue  // requests forwarded whose answers have not all arrived
-	muted     bool   // an injected request failed: drop answers until the client's ReadyForQuery
+	// dump: the client is pg_dump (application_name at startup): its
+	// catalog queries do not see mzproxy's own objects (dump.go).
+	dump  bool
+	tx    byte  // transaction status from the last ReadyForQuery
+	units queue // requests forwarded whose answers have not all arrived
+	muted bool  // an injected request failed: drop answers until the client's ReadyForQuery
 	// clientFailed: a request of the client's failed since its last
 	// ReadyForQuery.
 	clientFailed bool

@@ -159,6 +159,17 @@
 // a 20k-row UPDATE (each updated row closes one version and writes another,
 // neither a HOT update).
 //
+// # pg_dump
+//
+// A pg_dump session through the proxy does not see the schemas in
+// DumpHiddenSchemas, nor the event triggers and history triggers calling
+// into them (planner.HideFromDump), and reads a managed table's
+// RETAIN HISTORY as the relation option retain_history (DumpReloptions):
+// its dump is the user's objects, and restored through a proxy they are
+// managed again (history starts at the restore). A dump taken directly
+// from PostgreSQL has all of this schema and does not restore through the
+// proxy.
+//
 // # Known limits
 //
 // Partitioned tables and partitions are not managed. Inheritance involving
