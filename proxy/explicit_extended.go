@@ -44,7 +44,7 @@ func (s *Session) parseExplicit(ctx context.Context, m *pgproto3.Parse, st *plan
 	if s.explicitStmts == nil {
 		s.explicitStmts = map[string]*planner.Statement{}
 	}
-	if st.ExplainTimestamp != nil {
+	if answeredByProxy(st) {
 		// Answered by the proxy: the backend never sees it.
 		setMember(&s.tsStmts, m.Name, false)
 		s.explicitStmts[m.Name] = st
@@ -81,8 +81,15 @@ func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, st *planne
 		// The backend skips this Bind anyway.
 		return s.request(ctx, mustEncode(m), unit{kind: uBind}, false)
 	}
-	if st.ExplainTimestamp != nil {
-		// The timestamp is chosen at Execute, as for a simple Query.
+	if answeredByProxy(st) {
+		if s.tx == 'E' {
+			// The backend would refuse this Bind, as it refuses every
+			// statement in a failed transaction.
+			return s.failExtended(ctx, pgerr.New(pgerr.InFailedSQLTransaction,
+				"current transaction is aborted, commands ignored until end of transaction block"))
+		}
+		// EXPLAIN TIMESTAMP's timestamp is chosen at Execute, as for a
+		// simple Query.
 		if s.explainPortals == nil {
 			s.explainPortals = map[string]*explainPortal{}
 		}
@@ -186,21 +193,28 @@ func mustEncode(m pgproto3.FrontendMessage) []byte {
 	return b
 }
 
-// explainPortal is a portal of EXPLAIN TIMESTAMP; format is the result
-// format the client asked for (text and binary are the same bytes for a
-// text column).
+// answeredByProxy reports whether the proxy answers st over the extended
+// protocol itself, the backend never seeing it: EXPLAIN TIMESTAMP, and
+// SHOW transaction_isolation (mzproxy's setting, not the backend's).
+func answeredByProxy(st *planner.Statement) bool {
+	return st.ExplainTimestamp != nil || showsIsolation(st)
+}
+
+// explainPortal is a portal of a statement the proxy answers (see
+// answeredByProxy); format is the result format the client asked for (text
+// and binary are the same bytes for a text column).
 type explainPortal struct {
 	st     *planner.Statement
 	format int16
 }
 
-// describeExplain answers Describe of an EXPLAIN TIMESTAMP statement or
-// portal from the proxy. It reports false for every other Describe.
+// describeExplain answers Describe of a statement or portal the proxy
+// answers. It reports false for every other Describe.
 func (s *Session) describeExplain(ctx context.Context, m *pgproto3.Describe) (bool, error) {
 	var st *planner.Statement
 	var format int16
 	if m.ObjectType == 'S' {
-		if st = s.explicitStmts[m.Name]; st == nil || st.ExplainTimestamp == nil {
+		if st = s.explicitStmts[m.Name]; st == nil || !answeredByProxy(st) {
 			return false, nil
 		}
 	} else {
@@ -225,15 +239,25 @@ func (s *Session) describeExplain(ctx context.Context, m *pgproto3.Describe) (bo
 			return true, err
 		}
 	}
+	if showsIsolation(st) {
+		return true, s.client.Send(isolationRow(format))
+	}
 	return true, s.client.Send(explainTimestampRow(format))
 }
 
-// executeExplain answers Execute of an EXPLAIN TIMESTAMP portal: the
-// timestamp is chosen now, as for a SELECT executed now.
+// executeExplain answers Execute of a portal the proxy answers. For
+// EXPLAIN TIMESTAMP the timestamp is chosen now, as for a SELECT executed
+// now.
 func (s *Session) executeExplain(ctx context.Context, p *explainPortal) error {
 	ok, err := s.quiesce(ctx)
 	if err != nil || !ok {
 		return err
+	}
+	if showsIsolation(p.st) {
+		if err := s.client.Send(isolationValue()); err != nil {
+			return err
+		}
+		return s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte("SHOW")})
 	}
 	_, fr, err := s.db.snapshot(ctx, s.proxy)
 	if err != nil {

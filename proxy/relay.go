@@ -183,6 +183,9 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 				return err
 			}
 			if ok {
+				if st := s.isolationShow(m.Query); st != nil {
+					return s.parseExplicit(ctx, m, st)
+				}
 				st, _, err := s.explicitPlan(ctx, m.Query)
 				if err != nil {
 					return s.failExtended(ctx, err)
