@@ -1,81 +1,98 @@
-// node-postgres through mzproxy: run by TestDrivers as
-// `node check.js <connection string> <table>` (npm ci in this folder first).
+// node-postgres through mzproxy: node pg_check.js <url> <table>, run by
+// TestDriverMatrix (integration/driver_matrix_test.go says what each case
+// does).
 //
-// pg sends parameterized queries with the extended protocol; a query with a
-// name is prepared once per connection and reused.
+// pg sends a query with parameters as an unnamed statement (Parse, Bind,
+// Describe, Execute, Sync in one batch, parameter types left to the
+// server, values as text) and one without as a simple Query; a query with
+// a name is parsed once per connection and then only bound. int8 values
+// come back as strings.
 'use strict';
 const { Client } = require('pg');
-
-function check(cond, what) {
-  if (!cond) {
-    console.error('FAILED: ' + what);
-    process.exit(1);
-  }
-}
-
-async function expectCode(client, sql, code) {
-  try {
-    await client.query(sql);
-    check(false, sql + ' succeeded');
-  } catch (e) {
-    check(e.code === code, sql + ': code ' + e.code + ', want ' + code);
-  }
-}
+const { Cases, expect, expectCode } = require('./matrix');
 
 async function main() {
   const [url, table] = process.argv.slice(2);
   const client = new Client({ connectionString: url });
   await client.connect();
+  const cases = new Cases();
+  const one = async (text, values) => (await client.query({ text, values, rowMode: 'array' })).rows[0];
+  const count = async () => Number((await one(`SELECT count(*) FROM ${table}`))[0]);
+  let ts;
 
-  let res = await client.query('SELECT $1::int + $2 AS sum, $3 || \'x\' AS s, $4::text AS n', [40, 2, "it's", null]);
-  check(res.rows[0].sum === 42 && res.rows[0].s === "it'sx" && res.rows[0].n === null, 'parameters');
+  await cases.run('ddl', () => client.query(`CREATE TABLE ${table} (k int PRIMARY KEY, v text)`));
+  await cases.run('insert', async () => {
+    for (const [k, v] of [[1, 'one'], [2, 'two'], [3, 'three']]) {
+      const res = await client.query(`INSERT INTO ${table} VALUES ($1, $2)`, [k, v]);
+      expect(res.rowCount === 1, 'rowCount ' + res.rowCount);
+    }
+  });
+  await cases.run('update', async () => {
+    const res = await client.query(`UPDATE ${table} SET v = $1 WHERE k = $2`, ['uno', 1]);
+    expect(res.rowCount === 1, 'rowCount ' + res.rowCount);
+  });
+  await cases.run('select', async () => {
+    const row = await one(`SELECT v FROM ${table} WHERE k = $1`, [1]);
+    expect(row[0] === 'uno', 'got ' + row);
+  });
+  await cases.run('mz_now_param', async () => {
+    const row = await one(`SELECT v, mz_now() FROM ${table} WHERE k = $1`, [1]);
+    expect(row[0] === 'uno' && BigInt(row[1]) > 0n, 'got ' + row);
+    ts = row[1];
+  });
+  await cases.run('plain_after_mz_now', async () => expect((await one('SELECT 1'))[0] === 1, 'SELECT 1'));
+  await cases.run('param_after_mz_now', async () => expect((await one('SELECT $1::int', [42]))[0] === 42, 'SELECT 42'));
+  await cases.run('as_of_param', async () => {
+    await client.query(`UPDATE ${table} SET v = $1 WHERE k = $2`, ['eins', 1]);
+    const row = await one(`SELECT v FROM ${table} WHERE k = $1 AS OF $2`, [1, ts]);
+    expect(row && row[0] === 'uno', 'got ' + row);
+  });
+  await cases.run('as_of_at_least_param', async () => {
+    const row = await one(`SELECT v FROM ${table} WHERE k = $1 AS OF AT LEAST $2`, [1, ts]);
+    expect(row && (row[0] === 'uno' || row[0] === 'eins'), 'got ' + row);
+  });
+  await cases.run('rollback', async () => {
+    await client.query('BEGIN');
+    try {
+      await client.query(`DELETE FROM ${table} WHERE k = $1`, [2]);
+    } finally {
+      await client.query('ROLLBACK');
+    }
+    expect((await count()) === 3, 'rows after the rollback');
+  });
+  await cases.run('unique_violation', async () => {
+    await expectCode(() => client.query(`INSERT INTO ${table} VALUES ($1, $2)`, [1, 'dup']), '23505');
+    expect((await count()) === 3, 'rows after the violation');
+  });
+  await cases.run('timeout', async () => {
+    await client.query("SET statement_timeout = '100ms'");
+    await expectCode(() => client.query('SELECT pg_sleep(5)'), '57014');
+    await client.query('RESET statement_timeout');
+    expect((await one('SELECT 1'))[0] === 1, 'SELECT 1 after the timeout');
+  });
 
-  // Simple protocol (no parameters), several statements in one string.
-  res = await client.query('SELECT 1 AS a; SELECT 2 AS b');
-  check(Array.isArray(res) && res[1].rows[0].b === 2, 'multi-statement');
-
-  await client.query(`CREATE TABLE ${table} (id int PRIMARY KEY, name text)`);
-  for (let i = 0; i < 10; i++) {
-    await client.query({ name: 'ins', text: `INSERT INTO ${table} VALUES ($1, $2)`, values: [i, 'n' + i] });
-  }
-  for (let i = 0; i < 10; i++) {
-    res = await client.query({ name: 'byid', text: `SELECT name FROM ${table} WHERE id = $1`, values: [i] });
-    check(res.rows[0].name === 'n' + i, 'prepared ' + i);
-  }
-
-  await expectCode(client, `INSERT INTO ${table} VALUES (1, 'dup')`, '23505');
-  await expectCode(client, 'SELECT 1/0', '22012');
-  await expectCode(client, 'SELECT * FROM no_such_table_node', '42P01');
-
-  await client.query('BEGIN');
-  await client.query(`DELETE FROM ${table}`);
-  await client.query('ROLLBACK');
-  res = await client.query(`SELECT count(*)::int AS n FROM ${table}`);
-  check(res.rows[0].n === 10, 'rollback');
-  await client.query('BEGIN');
-  await client.query(`UPDATE ${table} SET name = upper(name) WHERE id < $1`, [5]);
-  await client.query('COMMIT');
-  res = await client.query(`SELECT count(*)::int AS n FROM ${table} WHERE name LIKE 'N%'`);
-  check(res.rows[0].n === 5, 'commit');
-
-  // An error inside a transaction aborts it until ROLLBACK.
-  await client.query('BEGIN');
-  await expectCode(client, 'SELECT 1/0', '22012');
-  await expectCode(client, 'SELECT 1', '25P02');
-  await client.query('ROLLBACK');
-
-  // Notices arrive as events.
-  const notices = [];
-  client.on('notice', (n) => notices.push(n.message));
-  await client.query("DO $$ BEGIN RAISE NOTICE 'hello from DO'; END $$");
-  check(notices.includes('hello from DO'), 'notice');
-
-  // Concurrent queries are queued by the client on one connection.
-  const all = await Promise.all([...Array(20).keys()].map((i) => client.query('SELECT $1::int * 3 AS v', [i])));
-  check(all.every((r, i) => r.rows[0].v === i * 3), 'queued queries');
+  await cases.run('named_statement', async () => {
+    // Parsed on first use, then only bound: the mz_now() read twice.
+    for (let i = 0; i < 2; i++) {
+      const res = await client.query({ name: 'now', text: `SELECT v, mz_now() FROM ${table} WHERE k = $1`, values: [3], rowMode: 'array' });
+      expect(res.rows[0][0] === 'three' && BigInt(res.rows[0][1]) > 0n, 'got ' + res.rows[0]);
+    }
+    expect((await one('SELECT $1::int + 1', [1]))[0] === 2, 'query after the named one');
+  });
+  await cases.run('notice', async () => {
+    const notices = [];
+    client.on('notice', (n) => notices.push(n.message));
+    await client.query("DO $$ BEGIN RAISE NOTICE 'hello from DO'; END $$");
+    expect(notices.includes('hello from DO'), 'notices ' + notices);
+  });
+  await cases.run('queued', async () => {
+    // Concurrent queries are queued by the client on one connection.
+    const all = await Promise.all([...Array(20).keys()].map((i) => one('SELECT $1::int * 3', [i])));
+    expect(all.every((r, i) => r[0] === i * 3), 'queued queries');
+  });
 
   await client.end();
-  console.log('OK');
+  cases.finish();
 }
 
 main().catch((e) => {
