@@ -194,6 +194,15 @@ func (a *analyzer) node(n *pg.Node, sc *scope) {
 			}
 		}
 		a.msg(x.RangeTableSample.ProtoReflect(), sc)
+	case *pg.Node_ResTarget:
+		// A bare mz_now() output column is named mz_now, as PostgreSQL
+		// (and Materialize) name a function call's column: its rewrite
+		// $N::bigint alone would be named int8, and drivers that read
+		// columns by name (asyncpg's Record, postgres.js) would miss it.
+		if rt := x.ResTarget; a.rewrite && rt.Name == "" && rt.Val.GetFuncCall() != nil && isMzNow(rt.Val.GetFuncCall()) {
+			rt.Name = "mz_now"
+		}
+		a.msg(x.ResTarget.ProtoReflect(), sc)
 	case *pg.Node_FuncCall:
 		if isMzNow(x.FuncCall) {
 			a.usesMzNow = true

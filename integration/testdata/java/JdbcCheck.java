@@ -1,83 +1,170 @@
-// JDBC through mzproxy: run by TestDrivers as a single-file program
-// (java -cp postgresql.jar JdbcCheck.java <url> <table>).
+// JDBC through mzproxy: java -cp postgresql.jar JdbcCheck.java <url> <table>,
+// run by TestDriverMatrix (integration/driver_matrix_test.go says what each
+// case does). Each case prints "ok <case>" or "FAIL <case>: <detail>"; the
+// exit status is 1 when any failed.
 //
-// pgjdbc uses the extended protocol throughout and switches to named
-// server-side prepared statements after prepareThreshold executions.
+// pgjdbc uses the extended protocol throughout (a Statement too), sends
+// parameter types with Parse (setInt: int4, setLong: int8, setString:
+// varchar), and switches a PreparedStatement to a named server-side
+// statement after prepareThreshold (5) executions.
 import java.sql.*;
+import java.util.ArrayList;
+import java.util.List;
 
 public class JdbcCheck {
+    interface Case {
+        void run() throws Exception;
+    }
+
+    static final List<String> failed = new ArrayList<>();
+    static Connection conn;
+    static String table;
+    static long ts;
+
     static void check(boolean cond, String what) {
-        if (!cond) {
-            System.err.println("FAILED: " + what);
-            System.exit(1);
+        if (!cond) throw new IllegalStateException(what);
+    }
+
+    static void run(String name, Case c) {
+        try {
+            c.run();
+            System.out.println("ok " + name);
+        } catch (Exception e) {
+            failed.add(name);
+            String code = e instanceof SQLException ? " (SQLSTATE " + ((SQLException) e).getSQLState() + ")" : "";
+            System.out.println("FAIL " + name + ": " + String.valueOf(e).replaceAll("\\s+", " ") + code);
+            e.printStackTrace();
+            try {
+                if (!conn.getAutoCommit()) {
+                    conn.rollback();
+                    conn.setAutoCommit(true);
+                }
+            } catch (SQLException again) {
+                again.printStackTrace();
+            }
+        }
+    }
+
+    static String oneString(String sql, Object... args) throws SQLException {
+        try (PreparedStatement ps = conn.prepareStatement(sql)) {
+            for (int i = 0; i < args.length; i++) ps.setObject(i + 1, args[i]);
+            try (ResultSet rs = ps.executeQuery()) {
+                check(rs.next(), sql + ": no row");
+                return rs.getString(1);
+            }
+        }
+    }
+
+    static int update(String sql, Object... args) throws SQLException {
+        try (PreparedStatement ps = conn.prepareStatement(sql)) {
+            for (int i = 0; i < args.length; i++) ps.setObject(i + 1, args[i]);
+            return ps.executeUpdate();
+        }
+    }
+
+    static void expectState(String code, Case c) throws Exception {
+        try {
+            c.run();
+        } catch (SQLException e) {
+            check(code.equals(e.getSQLState()), "SQLSTATE " + e.getSQLState() + " (" + e.getMessage() + "), want " + code);
+            return;
+        }
+        throw new IllegalStateException("succeeded, want SQLSTATE " + code);
+    }
+
+    static void mzNowRead(int k, String want) throws SQLException {
+        try (PreparedStatement ps = conn.prepareStatement("SELECT v, mz_now() FROM " + table + " WHERE k = ?")) {
+            ps.setInt(1, k);
+            try (ResultSet rs = ps.executeQuery()) {
+                check(rs.next(), "no row");
+                ts = rs.getLong(2);
+                check(rs.getString(1).equals(want) && ts > 0, "got " + rs.getString(1) + ", " + ts);
+            }
         }
     }
 
     public static void main(String[] args) throws Exception {
-        String url = args[0], table = args[1];
-        try (Connection conn = DriverManager.getConnection(url)) {
-            try (PreparedStatement ps = conn.prepareStatement("SELECT ?::int + ?, ? || 'x'")) {
-                ps.setInt(1, 40);
-                ps.setInt(2, 2);
-                ps.setString(3, "it's");
-                try (ResultSet rs = ps.executeQuery()) {
-                    check(rs.next() && rs.getInt(1) == 42 && rs.getString(2).equals("it'sx"), "parameters");
-                }
-            }
+        conn = DriverManager.getConnection(args[0]);
+        table = args[1];
+        run("ddl", () -> {
             try (Statement st = conn.createStatement()) {
-                st.execute("CREATE TABLE " + table + " (id int PRIMARY KEY, name text)");
+                st.execute("CREATE TABLE " + table + " (k int PRIMARY KEY, v text)");
             }
-            try (PreparedStatement ps = conn.prepareStatement("INSERT INTO " + table + " VALUES (?, ?)")) {
-                for (int i = 0; i < 10; i++) {
-                    ps.setInt(1, i);
-                    ps.setString(2, "n" + i);
-                    ps.addBatch();
-                }
-                int[] counts = ps.executeBatch();
-                check(counts.length == 10, "batch");
+        });
+        run("insert", () -> {
+            String[] vs = {"one", "two", "three"};
+            for (int k = 1; k <= 3; k++) check(update("INSERT INTO " + table + " VALUES (?, ?)", k, vs[k - 1]) == 1, "insert " + k);
+        });
+        run("update", () -> check(update("UPDATE " + table + " SET v = ? WHERE k = ?", "uno", 1) == 1, "update"));
+        run("select", () -> check(oneString("SELECT v FROM " + table + " WHERE k = ?", 1).equals("uno"), "select"));
+        run("mz_now_param", () -> mzNowRead(1, "uno"));
+        run("plain_after_mz_now", () -> {
+            try (Statement st = conn.createStatement(); ResultSet rs = st.executeQuery("SELECT 1")) {
+                check(rs.next() && rs.getInt(1) == 1, "SELECT 1");
             }
-            // Past prepareThreshold (5) the driver uses a named statement.
-            try (PreparedStatement ps = conn.prepareStatement("SELECT name FROM " + table + " WHERE id = ?")) {
-                for (int i = 0; i < 10; i++) {
-                    ps.setInt(1, i);
+        });
+        run("param_after_mz_now", () -> check(oneString("SELECT ?::int", 42).equals("42"), "SELECT 42"));
+        long before = ts;
+        run("as_of_param", () -> {
+            update("UPDATE " + table + " SET v = ? WHERE k = ?", "eins", 1);
+            String v = oneString("SELECT v FROM " + table + " WHERE k = ? AS OF ?", 1, before);
+            check(v.equals("uno"), "got " + v);
+        });
+        run("as_of_at_least_param", () -> {
+            String v = oneString("SELECT v FROM " + table + " WHERE k = ? AS OF AT LEAST ?", 1, before);
+            check(v.equals("uno") || v.equals("eins"), "got " + v);
+        });
+        run("rollback", () -> {
+            conn.setAutoCommit(false);
+            update("DELETE FROM " + table + " WHERE k = ?", 2);
+            conn.rollback();
+            conn.setAutoCommit(true);
+            check(oneString("SELECT count(*) FROM " + table).equals("3"), "rows after the rollback");
+        });
+        run("unique_violation", () -> {
+            expectState("23505", () -> update("INSERT INTO " + table + " VALUES (?, ?)", 1, "dup"));
+            check(oneString("SELECT count(*) FROM " + table).equals("3"), "rows after the violation");
+        });
+        run("timeout", () -> {
+            try (Statement st = conn.createStatement()) {
+                st.execute("SET statement_timeout = '100ms'");
+                expectState("57014", () -> st.executeQuery("SELECT pg_sleep(5)").close());
+                st.execute("RESET statement_timeout");
+            }
+            check(oneString("SELECT 1").equals("1"), "SELECT 1 after the timeout");
+        });
+
+        run("prepare_threshold", () -> {
+            // Past prepareThreshold the mz_now() read is a named statement.
+            try (PreparedStatement ps = conn.prepareStatement("SELECT v, mz_now() FROM " + table + " WHERE k = ?")) {
+                for (int i = 0; i < 7; i++) {
+                    ps.setInt(1, 3);
                     try (ResultSet rs = ps.executeQuery()) {
-                        check(rs.next() && rs.getString(1).equals("n" + i), "prepared " + i);
+                        check(rs.next() && rs.getString(1).equals("three") && rs.getLong(2) > 0, "execution " + i);
                     }
                 }
             }
-            try (Statement st = conn.createStatement()) {
-                st.execute("INSERT INTO " + table + " VALUES (1, 'dup')");
-                check(false, "duplicate key accepted");
-            } catch (SQLException e) {
-                check("23505".equals(e.getSQLState()), "sqlstate " + e.getSQLState());
-            }
-            try (Statement st = conn.createStatement()) {
-                st.executeQuery("SELECT 1/0");
-                check(false, "division by zero accepted");
-            } catch (SQLException e) {
-                check("22012".equals(e.getSQLState()), "sqlstate " + e.getSQLState());
-            }
-
-            conn.setAutoCommit(false);
-            try (Statement st = conn.createStatement()) {
-                st.execute("DELETE FROM " + table);
-                conn.rollback();
-                try (ResultSet rs = st.executeQuery("SELECT count(*) FROM " + table)) {
-                    check(rs.next() && rs.getInt(1) == 10, "rollback");
+            check(oneString("SELECT ?::int + 1", 1).equals("2"), "query after the named one");
+        });
+        run("batch", () -> {
+            try (PreparedStatement ps = conn.prepareStatement("INSERT INTO " + table + " VALUES (?, ?)")) {
+                for (int k = 100; k < 110; k++) {
+                    ps.setInt(1, k);
+                    ps.setString(2, "b" + k);
+                    ps.addBatch();
                 }
-                st.execute("UPDATE " + table + " SET name = upper(name) WHERE id < 5");
-                conn.commit();
-                try (ResultSet rs = st.executeQuery("SELECT count(*) FROM " + table + " WHERE name LIKE 'N%'")) {
-                    check(rs.next() && rs.getInt(1) == 5, "commit");
-                }
-                conn.commit();
+                check(ps.executeBatch().length == 10, "batch counts");
             }
+            check(oneString("SELECT count(*) FROM " + table + " WHERE k >= ?", 100).equals("10"), "rows of the batch");
+        });
+        run("fetch_size", () -> {
             // A cursor fetching in batches: Execute with a row limit and
             // PortalSuspended, inside a transaction.
-            try (PreparedStatement ps = conn.prepareStatement("SELECT g FROM generate_series(1, 1000) g")) {
+            conn.setAutoCommit(false);
+            try (PreparedStatement ps = conn.prepareStatement("SELECT g FROM generate_series(1, ?) g")) {
+                ps.setInt(1, 1000);
                 ps.setFetchSize(100);
-                int n = 0;
-                long sum = 0;
+                long n = 0, sum = 0;
                 try (ResultSet rs = ps.executeQuery()) {
                     while (rs.next()) {
                         n++;
@@ -87,7 +174,9 @@ public class JdbcCheck {
                 check(n == 1000 && sum == 500500, "fetch size: " + n + " rows");
             }
             conn.commit();
-        }
-        System.out.println("OK");
+            conn.setAutoCommit(true);
+        });
+        conn.close();
+        System.exit(failed.isEmpty() ? 0 : 1);
     }
 }
