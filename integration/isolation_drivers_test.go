@@ -1,10 +1,15 @@
 package integration
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -30,24 +35,35 @@ func TestIsolationDrivers(t *testing.T) {
 
 	t.Run("sqlalchemy", func(t *testing.T) {
 		t.Parallel()
-		if exec.Command(systemPython, "-c", "import sqlalchemy, psycopg2").Run() != nil {
-			t.Skip("SQLAlchemy or psycopg2 is not installed for " + systemPython +
-				": apt-get install -y python3-sqlalchemy python3-psycopg2 python3-psycopg")
-		}
+		requireDriver(t, exec.Command(systemPython, "-c", "import sqlalchemy, psycopg2").Run(),
+			"apt-get install -y python3-sqlalchemy python3-psycopg2")
 		url := fmt.Sprintf("postgres@%s:%s/%s?sslmode=disable", host, port, freshDatabase(t, testContext(t)))
-		runDriver(t, testdataDir(t, "python"), []string{"MZ_URL=" + url, "MZ_TABLE=" + tableName(t), "PGOPTIONS="},
+		runOKProgram(t, filepath.Join("testdata", "python"), []string{"MZ_URL=" + url, "MZ_TABLE=" + tableName(t), "PGOPTIONS="},
 			systemPython, "sqlalchemy_isolation.py")
 	})
 
 	t.Run("psycopg", func(t *testing.T) {
 		t.Parallel()
-		if exec.Command(systemPython, "-c", "import psycopg").Run() != nil {
-			t.Skip("psycopg 3 is not installed for " + systemPython + ": apt-get install -y python3-psycopg")
-		}
+		requireDriver(t, exec.Command(systemPython, "-c", "import psycopg").Run(), "apt-get install -y python3-psycopg")
 		dsn := fmt.Sprintf("host=%s port=%s user=postgres dbname=%s sslmode=disable", host, port, freshDatabase(t, testContext(t)))
-		runDriver(t, testdataDir(t, "python"), []string{"MZ_DSN=" + dsn, "MZ_TABLE=" + tableName(t), "PGOPTIONS="},
+		runOKProgram(t, filepath.Join("testdata", "python"), []string{"MZ_DSN=" + dsn, "MZ_TABLE=" + tableName(t), "PGOPTIONS="},
 			systemPython, "psycopg_isolation.py")
 	})
+}
+
+// runOKProgram runs a program that prints OK when all its checks passed.
+func runOKProgram(t *testing.T, dir string, env []string, name string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil || strings.TrimSpace(stdout.String()) != "OK" {
+		t.Fatalf("%s %q: %v\nstdout:\n%s\nstderr:\n%s", name, args, err, &stdout, &stderr)
+	}
 }
 
 // TestIsolationReadBack reads the level through pgx in the simple and the
