@@ -21,14 +21,23 @@ var ErrSyntax = errors.New("syntax error")
 type SyntaxError struct {
 	Message  string
 	Position int // 1-based character position in the query string; 0 if unknown
+	Hint     string
 
-	off int // byte offset inside the statement, before Plan places it
+	off           int  // byte offset inside the statement, before Plan places it
+	misplacedAsOf bool // the statement has an AS OF that is not its last clause
 }
+
+// ErrMisplacedAsOf is matched (errors.Is) by the syntax error of a query
+// whose AS OF clause is not at its end: mzproxy's own error, which the
+// backend could not explain.
+var ErrMisplacedAsOf = errors.New("AS OF is not the last clause")
 
 func (e *SyntaxError) Error() string { return e.Message }
 
 // Is makes errors.Is(err, ErrSyntax) true.
-func (e *SyntaxError) Is(target error) bool { return target == ErrSyntax }
+func (e *SyntaxError) Is(target error) bool {
+	return target == ErrSyntax || target == ErrMisplacedAsOf && e.misplacedAsOf
+}
 
 // syntaxAt is a syntax error at byte offset off of stmt, worded as
 // PostgreSQL's parser words it.
@@ -77,6 +86,7 @@ func (e *SyntaxError) place(query string, base int) *pgerr.Error {
 		e.Position = utf8.RuneCountInString(query[:b]) + 1
 	}
 	pe := pgerr.Wrap(pgerr.SyntaxError, e)
+	pe.Hint = e.Hint
 	if e.Position > 0 {
 		pe.Extra = map[byte]string{'P': strconv.Itoa(e.Position)}
 	}
