@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -46,7 +47,7 @@ func analyzeAsOf(a *AsOf) error {
 		if typ != nil {
 			oid, ok := asOfParamTypes[typeName(typ)]
 			if !ok {
-				return pgerr.New(pgerr.FeatureNotSupported, "AS OF parameter $%d cast to an unsupported type", a.Param).
+				return pgerr.Wrap(pgerr.FeatureNotSupported, asOfError(fmt.Sprintf("AS OF parameter $%d cast to an unsupported type", a.Param))).
 					WithHint("Cast it to bigint (milliseconds since the Unix epoch) or timestamptz.")
 			}
 			a.ParamType = oid
@@ -63,7 +64,7 @@ func analyzeAsOf(a *AsOf) error {
 		}
 	})
 	if hasParam {
-		return pgerr.New(pgerr.FeatureNotSupported, "AS OF takes a parameter only on its own").
+		return pgerr.Wrap(pgerr.FeatureNotSupported, asOfError("AS OF takes a parameter only on its own")).
 			WithHint("Write AS OF $1 or AS OF $1::timestamptz and compute the timestamp in the client.")
 	}
 	if hasMzNow {

@@ -27,16 +27,23 @@ type SyntaxError struct {
 	misplacedAsOf bool // the statement has an AS OF that is not its last clause
 }
 
-// ErrMisplacedAsOf is matched (errors.Is) by the syntax error of a query
-// whose AS OF clause is not at its end: mzproxy's own error, which the
-// backend could not explain.
-var ErrMisplacedAsOf = errors.New("AS OF is not the last clause")
+// ErrAsOf is matched (errors.Is) by mzproxy's own errors about an AS OF
+// clause (one that is not the last clause of its query, a parameter in it
+// that cannot be read): the backend, which never sees AS OF, could not
+// explain them.
+var ErrAsOf = errors.New("AS OF")
+
+// asOfError is the cause of an error about an AS OF clause.
+type asOfError string
+
+func (e asOfError) Error() string        { return string(e) }
+func (e asOfError) Is(target error) bool { return target == ErrAsOf }
 
 func (e *SyntaxError) Error() string { return e.Message }
 
 // Is makes errors.Is(err, ErrSyntax) true.
 func (e *SyntaxError) Is(target error) bool {
-	return target == ErrSyntax || target == ErrMisplacedAsOf && e.misplacedAsOf
+	return target == ErrSyntax || target == ErrAsOf && e.misplacedAsOf
 }
 
 // syntaxAt is a syntax error at byte offset off of stmt, worded as
