@@ -51,12 +51,10 @@ func (s *Session) parseExplicit(ctx context.Context, m *pgproto3.Parse, st *plan
 		return s.client.Send(&pgproto3.ParseComplete{})
 	}
 	sql, oids := st.SQL, m.ParameterOIDs
+	oids, st = prepareAsOfParam(st, oids, m.ParameterOIDs)
 	if st.Template != nil && st.Template.Holes() > 0 {
 		sql = st.Template.RenderParam()
-		n := st.Template.Param()
-		oids = make([]uint32, n)
-		copy(oids, m.ParameterOIDs)
-		oids[n-1] = int8OID
+		oids = withParamOID(oids, st.Template.Param(), int8OID)
 		setMember(&s.tsStmts, m.Name, true)
 	} else {
 		setMember(&s.tsStmts, m.Name, false)
@@ -80,6 +78,10 @@ func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, st *planne
 	if !ok {
 		// The backend skips this Bind anyway.
 		return s.request(ctx, mustEncode(m), unit{kind: uBind}, false)
+	}
+	st, params, err := s.bindAsOfParam(ctx, st, m)
+	if err != nil {
+		return s.failExtended(ctx, err)
 	}
 	if st.ExplainTimestamp != nil {
 		// The timestamp is chosen at Execute, as for a simple Query.
@@ -122,10 +124,11 @@ func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, st *planne
 		return s.failExtended(ctx, err)
 	}
 	bind := *m
+	bind.Parameters = params
 	if s.tsStmts[m.PreparedStatement] {
 		n := st.Template.Param()
 		params := make([][]byte, n)
-		copy(params, m.Parameters)
+		copy(params, bind.Parameters)
 		params[n-1] = []byte(strconv.FormatUint(c.ts, 10))
 		bind.Parameters = params
 		bind.ParameterFormatCodes = paramFormats(m.ParameterFormatCodes, n)
