@@ -173,7 +173,7 @@ func TestAsOfParamDescribed(t *testing.T) {
 	db := freshDatabase(t, ctx)
 	p := startProxy(t)
 	conn := connectTo(t, ctx, p.URL("postgres", db))
-	writeAsOfHistory(t, ctx, conn)
+	h := writeAsOfHistory(t, ctx, conn)
 	for _, tc := range []struct {
 		query    string
 		declared []uint32
@@ -183,6 +183,7 @@ func TestAsOfParamDescribed(t *testing.T) {
 		{"SELECT v FROM asof_hist AS OF AT LEAST $1::timestamptz", nil, []uint32{1184}},
 		{"SELECT v FROM asof_hist AS OF $1", []uint32{1184}, []uint32{1184}},
 		{"SELECT 1 AS OF $1", nil, []uint32{20}},
+		{"EXPLAIN TIMESTAMP FOR SELECT v FROM asof_hist WHERE k = $1 AS OF $2", nil, []uint32{25, 20}},
 	} {
 		sd, err := conn.PgConn().Prepare(ctx, "", tc.query, tc.declared)
 		if err != nil {
@@ -191,6 +192,12 @@ func TestAsOfParamDescribed(t *testing.T) {
 		if fmt.Sprint(sd.ParamOIDs) != fmt.Sprint(tc.want) {
 			t.Fatalf("%s: parameters described as %v, want %v", tc.query, sd.ParamOIDs, tc.want)
 		}
+	}
+	// EXPLAIN TIMESTAMP reads its AS OF parameter too.
+	var text string
+	err := conn.QueryRow(ctx, "EXPLAIN TIMESTAMP FOR SELECT v FROM asof_hist WHERE k = $1 AS OF $2", "1", int64(h.ts[1])).Scan(&text)
+	if m := queryTimestamp.FindStringSubmatch(text); err != nil || m == nil || m[1] != fmt.Sprint(h.ts[1]) {
+		t.Fatalf("EXPLAIN TIMESTAMP ... AS OF $2 = %d: %v\n%s", h.ts[1], err, text)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
@@ -24,23 +25,11 @@ import (
 // parameters from the server's description (pgx, asyncpg, JDBC) then send
 // that; the others send text, of a number or of a timestamp.
 
-// Type OIDs an AS OF parameter's value may come as.
-const (
-	int2OID        = 21
-	int4OID        = 23
-	numericOID     = 1700
-	timestampOID   = 1114
-	timestamptzOID = 1184
-	dateOID        = 1082
-	unknownOID     = 705
-	varcharOID     = 1043
-)
-
 // asOfParamOID is the type the AS OF parameter is prepared and described
 // with: the client's, unless it left the type open (0, or unknown, which
 // PostgreSQL cannot leave unresolved in a parameter it does not use).
 func asOfParamOID(a *planner.AsOf, declared []uint32) uint32 {
-	if i := a.Param - 1; i < len(declared) && declared[i] != 0 && declared[i] != unknownOID {
+	if i := a.Param - 1; i < len(declared) && declared[i] != 0 && declared[i] != pgtype.UnknownOID {
 		return declared[i]
 	}
 	return a.ParamType
@@ -140,7 +129,7 @@ func asOfParamMillis(n int, v []byte, format int16, oid uint32) (uint64, string,
 	}
 	badBinary := pgerr.New("22P03", "incorrect binary data format in bind parameter %d", n)
 	switch oid {
-	case int2OID, int4OID, planner.Int8OID:
+	case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID:
 		var i int64
 		switch len(v) {
 		case 2:
@@ -153,7 +142,7 @@ func asOfParamMillis(n int, v []byte, format int16, oid uint32) (uint64, string,
 			return 0, "", badBinary
 		}
 		return 0, strconv.FormatInt(i, 10), nil
-	case timestamptzOID, timestampOID:
+	case pgtype.TimestamptzOID, pgtype.TimestampOID:
 		if len(v) != 8 {
 			return 0, "", badBinary
 		}
@@ -162,18 +151,18 @@ func asOfParamMillis(n int, v []byte, format int16, oid uint32) (uint64, string,
 			return 0, "", invalidAsOf(n, "infinity")
 		}
 		t := postgresEpoch.Add(time.Duration(us) * time.Microsecond)
-		if oid == timestampOID {
+		if oid == pgtype.TimestampOID {
 			// A wall-clock time: the session's TimeZone places it.
 			return 0, t.UTC().Format("2006-01-02 15:04:05.999999"), nil
 		}
 		return 0, strconv.FormatInt(t.UnixMilli(), 10), nil
-	case numericOID:
+	case pgtype.NumericOID:
 		text, err := numericText(v)
 		if err != nil {
 			return 0, "", badBinary
 		}
 		return 0, text, nil
-	case textOID, varcharOID, unknownOID, 0:
+	case pgtype.TextOID, pgtype.VarcharOID, pgtype.UnknownOID, 0:
 		return 0, string(v), nil
 	}
 	return 0, "", pgerr.New("42804", "AS OF parameter $%d has type OID %d", n, oid).

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
 )
@@ -29,15 +31,15 @@ func TestAsOfParamMillis(t *testing.T) {
 		code   pgerr.Code
 	}{
 		{name: "text number", v: []byte("1796137811143"), text: "1796137811143"},
-		{name: "text timestamp", v: []byte("2026-12-01 14:17:15+00"), oid: timestamptzOID, text: "2026-12-01 14:17:15+00"},
-		{name: "int8", v: be(8, 1796137811143), format: 1, oid: planner.Int8OID, text: "1796137811143"},
-		{name: "int4", v: be(4, 5), format: 1, oid: int4OID, text: "5"},
-		{name: "int2 short", v: be(1, 5), format: 1, oid: int2OID, code: "22P03"},
-		{name: "timestamptz", v: be(8, us), format: 1, oid: timestamptzOID, text: "1796134635143"},
-		{name: "timestamp", v: be(8, us), format: 1, oid: timestampOID, text: "2026-12-01 14:17:15.143"},
-		{name: "infinity", v: be(8, 1<<63-1), format: 1, oid: timestamptzOID, code: pgerr.InvalidParameterValue},
-		{name: "numeric", v: numeric, format: 1, oid: numericOID, text: "00001796137811143"},
-		{name: "binary text", v: []byte("now"), format: 1, oid: textOID, text: "now"},
+		{name: "text timestamp", v: []byte("2026-12-01 14:17:15+00"), oid: pgtype.TimestamptzOID, text: "2026-12-01 14:17:15+00"},
+		{name: "int8", v: be(8, 1796137811143), format: 1, oid: pgtype.Int8OID, text: "1796137811143"},
+		{name: "int4", v: be(4, 5), format: 1, oid: pgtype.Int4OID, text: "5"},
+		{name: "int2 short", v: be(1, 5), format: 1, oid: pgtype.Int2OID, code: "22P03"},
+		{name: "timestamptz", v: be(8, us), format: 1, oid: pgtype.TimestamptzOID, text: "1796134635143"},
+		{name: "timestamp", v: be(8, us), format: 1, oid: pgtype.TimestampOID, text: "2026-12-01 14:17:15.143"},
+		{name: "infinity", v: be(8, 1<<63-1), format: 1, oid: pgtype.TimestamptzOID, code: pgerr.InvalidParameterValue},
+		{name: "numeric", v: numeric, format: 1, oid: pgtype.NumericOID, text: "00001796137811143"},
+		{name: "binary text", v: []byte("now"), format: 1, oid: pgtype.TextOID, text: "now"},
 		{name: "null", v: nil, code: "22004"},
 		{name: "bool", v: []byte{1}, format: 1, oid: 16, code: "42804"},
 	} {
@@ -52,15 +54,15 @@ func TestAsOfParamMillis(t *testing.T) {
 }
 
 func TestPrepareAsOfParam(t *testing.T) {
-	st := &planner.Statement{AsOf: &planner.AsOf{Expr: "$2", Param: 2, ParamType: planner.Int8OID}}
+	st := &planner.Statement{AsOf: &planner.AsOf{Expr: "$2", Param: 2, ParamType: pgtype.Int8OID}}
 	for _, tc := range []struct {
 		declared []uint32
 		want     []uint32
 	}{
-		{nil, []uint32{0, planner.Int8OID}},
-		{[]uint32{23, 0}, []uint32{23, planner.Int8OID}},
-		{[]uint32{23, timestamptzOID, 25}, []uint32{23, timestamptzOID, 25}},
-		{[]uint32{0, unknownOID}, []uint32{0, planner.Int8OID}},
+		{nil, []uint32{0, pgtype.Int8OID}},
+		{[]uint32{23, 0}, []uint32{23, pgtype.Int8OID}},
+		{[]uint32{23, pgtype.TimestamptzOID, 25}, []uint32{23, pgtype.TimestamptzOID, 25}},
+		{[]uint32{0, pgtype.UnknownOID}, []uint32{0, pgtype.Int8OID}},
 	} {
 		oids, kept := prepareAsOfParam(st, tc.declared, tc.declared)
 		if len(oids) != len(tc.want) || kept.AsOf.ParamType != tc.want[1] {
@@ -72,7 +74,7 @@ func TestPrepareAsOfParam(t *testing.T) {
 			}
 		}
 	}
-	if st.AsOf.ParamType != planner.Int8OID {
+	if st.AsOf.ParamType != pgtype.Int8OID {
 		t.Fatal("the planned statement was modified")
 	}
 }

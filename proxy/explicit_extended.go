@@ -44,14 +44,14 @@ func (s *Session) parseExplicit(ctx context.Context, m *pgproto3.Parse, st *plan
 	if s.explicitStmts == nil {
 		s.explicitStmts = map[string]*planner.Statement{}
 	}
+	oids, st := prepareAsOfParam(st, m.ParameterOIDs, m.ParameterOIDs)
 	if st.ExplainTimestamp != nil {
 		// Answered by the proxy: the backend never sees it.
 		setMember(&s.tsStmts, m.Name, false)
 		s.explicitStmts[m.Name] = st
 		return s.client.Send(&pgproto3.ParseComplete{})
 	}
-	sql, oids := st.SQL, m.ParameterOIDs
-	oids, st = prepareAsOfParam(st, oids, m.ParameterOIDs)
+	sql := st.SQL
 	if st.Template != nil && st.Template.Holes() > 0 {
 		sql = st.Template.RenderParam()
 		oids = withParamOID(oids, st.Template.Param(), int8OID)
@@ -219,10 +219,13 @@ func (s *Session) describeExplain(ctx context.Context, m *pgproto3.Describe) (bo
 	}
 	if m.ObjectType == 'S' {
 		// The statement's own parameters are never evaluated: they are
-		// described as text.
+		// described as text, but for the AS OF's.
 		oids := make([]uint32, st.Params)
 		for i := range oids {
 			oids[i] = textOID
+		}
+		if a := st.AsOf; a != nil && a.Param > 0 && a.Param <= len(oids) {
+			oids[a.Param-1] = a.ParamType
 		}
 		if err := s.client.Send(&pgproto3.ParameterDescription{ParameterOIDs: oids}); err != nil {
 			return true, err
