@@ -227,6 +227,7 @@ func TestAsOfExpressions(t *testing.T) {
 		{fmt.Sprintf("AT LEAST '%s'", iso), h.all[1]},     // above the since
 		{"AT LEAST mz_catalog.mz_now()", h.all[2]},        // qualified
 		{fmt.Sprintf("(%d)::numeric", h.ts[0]), h.all[0]}, // a numeric type
+		{"AT LEAST DATE '2000-01-01'", ""},                // a date
 	}
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
 		for _, tc := range cases {
@@ -263,6 +264,8 @@ func TestAsOfErrors(t *testing.T) {
 		{allRows + " AS OF 5 ORDER BY 1", "42601", "Expected end of statement, found ORDER", "must come last"},
 		{"SELECT v FROM asof_hist AS OF 5 WHERE k = 1", "42601", "Expected end of statement, found WHERE", "must come last"},
 		{allRows + " AS OF 1", "XX000", "Timestamp (1) is not valid for all inputs", "RETAIN HISTORY"},
+		{allRows + " AS OF -5", "22023", `AS OF: "-5" is not a valid timestamp`, ""},
+		{allRows + " AS OF NULL", "22004", "AS OF must not be null", ""},
 		{allRows + " AS OF 'yesterday-ish'", "22007", "invalid input syntax for type timestamp with time zone", ""},
 		{allRows + " AS OF $1 + 1", "0A000", "AS OF takes a parameter only on its own", "AS OF $1::timestamptz"},
 	}

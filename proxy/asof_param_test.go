@@ -78,3 +78,26 @@ func TestPrepareAsOfParam(t *testing.T) {
 		t.Fatal("the planned statement was modified")
 	}
 }
+
+func TestMillisOfNumber(t *testing.T) {
+	for _, tc := range []struct {
+		text   string
+		ms     uint64
+		ok     bool
+		failed bool
+	}{
+		{text: " 1796137811143 ", ms: 1796137811143, ok: true},
+		{text: "1.796137811143e+12", ms: 1796137811143, ok: true},
+		{text: "1796137811143.9", ms: 1796137811143, ok: true},
+		{text: "-5", ok: true, failed: true},
+		{text: "2026-12-01 14:17:15"},
+		{text: "Infinity"},
+		{text: "NaN"},
+		{text: "0x10"},
+	} {
+		ms, ok, err := millisOfNumber(tc.text)
+		if ms != tc.ms || ok != tc.ok || (err != nil) != tc.failed {
+			t.Errorf("%q: %d %v %v, want %d %v (error: %v)", tc.text, ms, ok, err, tc.ms, tc.ok, tc.failed)
+		}
+	}
+}

@@ -211,49 +211,63 @@ func (s *Session) evalAsOf(ctx context.Context, a *planner.AsOf, present func() 
 
 // evalTimestamp evaluates an AS OF expression: a number of milliseconds
 // since the epoch, or anything PostgreSQL can cast to timestamptz
-// (including an untyped literal, '2026-12-01 14:17:15'). A number
-// written out needs no round trip; anything else is evaluated once, as
-// text, and read by timestampOfText.
+// (including an untyped literal, '2026-12-01 14:17:15'). A number written
+// out needs no round trip, anything else one.
 func (s *Session) evalTimestamp(ctx context.Context, expr string) (uint64, error) {
-	if ms, err := strconv.ParseUint(strings.TrimSpace(expr), 10, 64); err == nil {
-		return ms, nil
+	if ms, ok, err := millisOfNumber(expr); ok {
+		return ms, err
 	}
-	v, err := s.be.internalValue(ctx, "SELECT coalesce(("+expr+")::text, '')")
-	if err != nil {
-		return 0, err
-	}
-	return s.timestampOfText(ctx, v)
+	return s.millisOf(ctx, expr)
 }
 
 // timestampOfText reads the text of a number of milliseconds since the
-// epoch, or of anything PostgreSQL reads as a timestamptz (in the
-// session's TimeZone and DateStyle, which is also how a timestamp's own
-// text came out).
+// epoch, or of anything PostgreSQL reads as a timestamptz.
 func (s *Session) timestampOfText(ctx context.Context, text string) (uint64, error) {
-	v := strings.TrimSpace(text)
-	if ms, err := strconv.ParseUint(v, 10, 64); err == nil {
-		return ms, nil
+	if ms, ok, err := millisOfNumber(text); ok {
+		return ms, err
 	}
-	if f, err := strconv.ParseFloat(v, 64); err == nil && !strings.ContainsAny(v, "nN") {
-		// A number with a fraction or an exponent (not "inf" or "NaN").
-		if f < 0 || f >= math.MaxUint64 {
-			return 0, invalidTimestamp(text)
-		}
-		return uint64(f), nil
+	return s.millisOf(ctx, quoteLiteral(text))
+}
+
+// millisOf has the backend evaluate expr once, as text, and read that text
+// as a number when it is one (an integer column, '1796137811143') and as
+// a timestamptz otherwise, in the session's TimeZone and DateStyle (the
+// text of a timestamp or a date came out in them).
+func (s *Session) millisOf(ctx context.Context, expr string) (uint64, error) {
+	v, err := s.be.internalValue(ctx, "SELECT coalesce(CASE WHEN v ~ "+
+		"'^[[:space:]]*-?[0-9]+([.][0-9]*)?([eE][-+]?[0-9]+)?[[:space:]]*$' THEN v "+
+		"ELSE floor(extract(epoch FROM v::timestamptz) * 1000)::int8::text END, '') "+
+		"FROM (SELECT ("+expr+")::text AS v) AS as_of")
+	if err != nil {
+		return 0, err
 	}
 	if v == "" {
 		return 0, pgerr.New("22004", "AS OF must not be null").
 			WithHint("Give milliseconds since the Unix epoch or a timestamp.")
 	}
-	out, err := s.be.internalValue(ctx, "SELECT floor(extract(epoch FROM "+quoteLiteral(v)+"::timestamptz) * 1000)::int8::text")
-	if err != nil {
-		return 0, err
+	ms, ok, err := millisOfNumber(v)
+	if !ok {
+		return 0, invalidTimestamp(v)
 	}
-	ms, perr := strconv.ParseUint(out, 10, 64)
-	if perr != nil {
-		return 0, invalidTimestamp(text)
+	return ms, err
+}
+
+// millisOfNumber reads text that is a number (with or without a fraction
+// or an exponent, never "inf" or "NaN"): ok reports whether it is one, and
+// the error whether it is a valid timestamp.
+func millisOfNumber(text string) (ms uint64, ok bool, err error) {
+	v := strings.TrimSpace(text)
+	if ms, err := strconv.ParseUint(v, 10, 64); err == nil {
+		return ms, true, nil
 	}
-	return ms, nil
+	f, perr := strconv.ParseFloat(v, 64)
+	if perr != nil || strings.ContainsAny(v, "nNxX") {
+		return 0, false, nil
+	}
+	if f < 0 || f >= math.MaxUint64 {
+		return 0, true, invalidTimestamp(text)
+	}
+	return uint64(f), true, nil
 }
 
 func invalidTimestamp(v string) error {
