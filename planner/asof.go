@@ -161,7 +161,8 @@ func misplacedAsOf(sql string, toks []token, se *SyntaxError) {
 			depth++
 		case t.is(sql, ')'):
 			depth--
-		case depth == 0 && at < 0 && t.tok == pg.Token_AS && i+1 < len(toks) && toks[i+1].word(sql) == "of":
+		case depth == 0 && at < 0 && t.tok == pg.Token_AS && i+2 < len(toks) && toks[i+1].word(sql) == "of" &&
+			mayStartTimestamp(sql, toks[i+2]):
 			at = i
 		case depth == 0 && at >= 0 && i > at+2 && isClauseKeyword(t.tok):
 			se.Message = "Expected end of statement, found " + strings.ToUpper(t.word(sql))
@@ -173,6 +174,12 @@ func misplacedAsOf(sql string, toks []token, se *SyntaxError) {
 	if at >= 0 {
 		se.misplacedAsOf, se.Hint = true, misplacedAsOfHint
 	}
+}
+
+// mayStartTimestamp reports whether t may begin AS OF's timestamp: not
+// when `AS of` is an alias followed by the next item or clause.
+func mayStartTimestamp(sql string, t token) bool {
+	return !t.is(sql, ',') && !t.is(sql, ')') && t.tok != pg.Token_FROM && t.tok != pg.Token_INTO && !isClauseKeyword(t.tok)
 }
 
 // isClauseKeyword reports whether a keyword starts a clause of a SELECT.
