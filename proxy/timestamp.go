@@ -163,12 +163,12 @@ func (s *Session) chooseTimestamp(ctx context.Context, st *planner.Statement, fr
 // validForInputs fails when c.ts is below an input's since.
 func validForInputs(st *planner.Statement, c *choice) error {
 	var invalid []string
-	var oldest *planner.Object // the input with the latest since: it limits how far back a read goes
+	var limiting *planner.Object // the input with the latest since: it limits how far back a read goes
 	for _, in := range st.Inputs {
 		if since := c.sinces[in.ID]; c.ts < since {
 			invalid = append(invalid, fmt.Sprintf("Antichain { elements: [%d] }", since))
-			if oldest == nil || since > c.sinces[oldest.ID] {
-				oldest = in
+			if limiting == nil || since > c.sinces[limiting.ID] {
+				limiting = in
 			}
 		}
 	}
@@ -177,7 +177,7 @@ func validForInputs(st *planner.Statement, c *choice) error {
 	}
 	return pgerr.New(pgerr.InternalError, "Timestamp (%d) is not valid for all inputs: [%s]", c.ts, strings.Join(invalid, ", ")).
 		WithHint("The earliest readable time is %d. Use AS OF AT LEAST, or keep more history with ALTER TABLE %s SET (RETAIN HISTORY FOR '...').",
-			c.since, planner.QualifiedName{Schema: oldest.Schema, Name: oldest.Name})
+			c.since, planner.QualifiedName{Schema: limiting.Schema, Name: limiting.Name})
 }
 
 // oracleReadTS asks the oracle for its read timestamp, with the upper, as
