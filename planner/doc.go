@@ -51,7 +51,14 @@
 // definition (Object.ViewSQL), rewritten the same way; views reading only
 // unmanaged relations stay as they are. mz_now() becomes $N::bigint: the
 // chosen timestamp in milliseconds since the Unix epoch (Materialize's type
-// is mz_timestamp; bigint compares with integer columns the same way).
+// is mz_timestamp; bigint compares with integer columns the same way); an
+// output column that is a bare mz_now() is named mz_now, as in Materialize.
+//
+// The AS OF expression is looked at too (asof.go): a parameter alone or
+// cast ($2, $2::timestamptz) is AsOf.Param, read by the proxy at Bind (the
+// statement keeps the client's numbering); mz_now() in it becomes a hole
+// (AsOf.Now) for the timestamp of the present; anything else is SQL for the
+// backend to evaluate.
 //
 // The rewritten tree is deparsed by pg_query (if it is at most
 // maxDeparseMessages deep: the deparser needs more C stack per level than

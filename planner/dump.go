@@ -72,7 +72,7 @@ func HideFromDump(sql string, v DumpView) (string, bool) {
 	if !strings.Contains(sql, "pg_") || len(v.HiddenSchemas) == 0 {
 		return sql, false
 	}
-	r, err := pg.Parse(sql)
+	r, err := parse(sql)
 	if err != nil || len(r.Stmts) != 1 || r.Stmts[0].Stmt.GetSelectStmt() == nil {
 		return sql, false
 	}

@@ -21,14 +21,30 @@ var ErrSyntax = errors.New("syntax error")
 type SyntaxError struct {
 	Message  string
 	Position int // 1-based character position in the query string; 0 if unknown
+	Hint     string
 
-	off int // byte offset inside the statement, before Plan places it
+	off           int  // byte offset inside the statement, before Plan places it
+	misplacedAsOf bool // the statement has an AS OF that is not its last clause
 }
+
+// ErrAsOf is matched (errors.Is) by mzproxy's own errors about an AS OF
+// clause (one that is not the last clause of its query, a parameter in it
+// that cannot be read): the backend, which never sees AS OF, could not
+// explain them.
+var ErrAsOf = errors.New("AS OF")
+
+// asOfError is the cause of an error about an AS OF clause.
+type asOfError string
+
+func (e asOfError) Error() string        { return string(e) }
+func (e asOfError) Is(target error) bool { return target == ErrAsOf }
 
 func (e *SyntaxError) Error() string { return e.Message }
 
 // Is makes errors.Is(err, ErrSyntax) true.
-func (e *SyntaxError) Is(target error) bool { return target == ErrSyntax }
+func (e *SyntaxError) Is(target error) bool {
+	return target == ErrSyntax || target == ErrAsOf && e.misplacedAsOf
+}
 
 // syntaxAt is a syntax error at byte offset off of stmt, worded as
 // PostgreSQL's parser words it.
@@ -77,6 +93,7 @@ func (e *SyntaxError) place(query string, base int) *pgerr.Error {
 		e.Position = utf8.RuneCountInString(query[:b]) + 1
 	}
 	pe := pgerr.Wrap(pgerr.SyntaxError, e)
+	pe.Hint = e.Hint
 	if e.Position > 0 {
 		pe.Extra = map[byte]string{'P': strconv.Itoa(e.Position)}
 	}

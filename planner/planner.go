@@ -128,12 +128,22 @@ func planOne(text string, toks []token, cat Catalog, opts Options) (*Statement, 
 		return planRetentionOnly(st, text, toks, cat, opts)
 	}
 
+	if mz.asOf != nil {
+		if err := analyzeAsOf(mz.asOf); err != nil {
+			return nil, nil, err
+		}
+		mz.asOf.ParamElsewhere = mz.asOf.Param > 0 && usesParam(text, toks[:statementTokens(toks, len(mz.text))], mz.asOf.Param)
+	}
 	r, err := parse(mz.text)
 	if err != nil {
 		if pgerr.Of(err) == pgerr.StatementTooComplex {
 			return nil, nil, err
 		}
-		return nil, nil, fromParser(mz.text, err)
+		se := fromParser(mz.text, err)
+		if mz.asOf == nil && startsQuery(text, toks) {
+			misplacedAsOf(text, toks, se)
+		}
+		return nil, nil, se
 	}
 	if len(r.Stmts) != 1 {
 		// The splitter and the parser disagree about statement
@@ -191,6 +201,7 @@ func rewritable(st *Statement) bool {
 
 // rewriteStatement makes st.Template. n is mutated.
 func rewriteStatement(st *Statement, n *pg.Node, cat Catalog, opts Options) error {
+	nameMzNowColumns(n)
 	a := &analyzer{cat: cat, path: opts.SearchPath, rewrite: true, param: st.Params + 1}
 	a.statement(n)
 	if a.err != nil {
@@ -322,6 +333,11 @@ func planSubscribe(st *Statement, text string, toks []token, cat Catalog, opts O
 	}
 	st.Kind, st.Tag, st.Subscribe, st.SQL = KindSubscribe, "SUBSCRIBE", sub, text
 	st.AsOf = sub.AsOf
+	if sub.AsOf != nil {
+		if err := analyzeAsOf(sub.AsOf); err != nil {
+			return nil, nil, err
+		}
+	}
 	var (
 		inner *Statement
 		deps  []dep

@@ -69,6 +69,9 @@ func formatErr(err error) string {
 	if errors.Is(err, ErrSyntax) {
 		s += " [syntax]"
 	}
+	if pe.Hint != "" {
+		s += "\nhint: " + pe.Hint
+	}
 	return s + "\n"
 }
 
@@ -101,6 +104,7 @@ func formatStatement(b *strings.Builder, s *Statement, indent string) {
 	}
 	if s.AsOf != nil {
 		fmt.Fprintf(b, "%sas of: %s (at least: %v)\n", indent, s.AsOf.Expr, s.AsOf.AtLeast)
+		formatAsOf(b, s.AsOf, indent)
 	}
 	if len(s.Reads) > 0 {
 		fmt.Fprintf(b, "%sreads: %s\n", indent, formatRefs(s.Reads))
@@ -190,5 +194,15 @@ func formatStatement(b *strings.Builder, s *Statement, indent string) {
 	}
 	if t := s.Template; t != nil {
 		fmt.Fprintf(b, "%stemplate ($%d, %d holes): %s\n", indent, t.Param(), t.Holes(), t.Render("«ts»"))
+	}
+}
+
+// formatAsOf prints what analyzeAsOf found in an AS OF expression.
+func formatAsOf(b *strings.Builder, a *AsOf, indent string) {
+	if a.Param > 0 {
+		fmt.Fprintf(b, "%sas of parameter: $%d type=%d elsewhere=%v\n", indent, a.Param, a.ParamType, a.ParamElsewhere)
+	}
+	if a.Now != nil {
+		fmt.Fprintf(b, "%sas of now: %s\n", indent, a.Now.Render("«now»"))
 	}
 }

@@ -120,6 +120,17 @@ func splitStatements(sql string) ([]stmtText, error) {
 type AsOf struct {
 	Expr    string // the timestamp expression's SQL text, for the proxy to evaluate
 	AtLeast bool
+	// Param is n when the timestamp is the statement's parameter $n, alone
+	// or cast ($n::timestamptz): its value comes with each Bind. 0 otherwise.
+	Param int
+	// ParamType is the OID the parameter is described with when the
+	// client did not give one: the cast's type, else bigint.
+	ParamType uint32
+	// ParamElsewhere is true when the statement itself uses $Param too.
+	ParamElsewhere bool
+	// Now is Expr with each mz_now() call a hole for the timestamp of the
+	// present (Template.RenderLiteral); nil when Expr calls no mz_now().
+	Now *Template
 }
 
 // ExplainFormat is the output format of EXPLAIN TIMESTAMP.

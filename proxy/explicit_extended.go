@@ -44,19 +44,17 @@ func (s *Session) parseExplicit(ctx context.Context, m *pgproto3.Parse, st *plan
 	if s.explicitStmts == nil {
 		s.explicitStmts = map[string]*planner.Statement{}
 	}
+	oids, st := prepareAsOfParam(st, m.ParameterOIDs, m.ParameterOIDs)
 	if answeredByProxy(st) {
 		// Answered by the proxy: the backend never sees it.
 		setMember(&s.tsStmts, m.Name, false)
 		s.explicitStmts[m.Name] = st
 		return s.client.Send(&pgproto3.ParseComplete{})
 	}
-	sql, oids := st.SQL, m.ParameterOIDs
+	sql := st.SQL
 	if st.Template != nil && st.Template.Holes() > 0 {
 		sql = st.Template.RenderParam()
-		n := st.Template.Param()
-		oids = make([]uint32, n)
-		copy(oids, m.ParameterOIDs)
-		oids[n-1] = int8OID
+		oids = withParamOID(oids, st.Template.Param(), int8OID)
 		setMember(&s.tsStmts, m.Name, true)
 	} else {
 		setMember(&s.tsStmts, m.Name, false)
@@ -81,13 +79,17 @@ func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, st *planne
 		// The backend skips this Bind anyway.
 		return s.request(ctx, mustEncode(m), unit{kind: uBind}, false)
 	}
+	if answeredByProxy(st) && s.tx == 'E' {
+		// The backend would refuse this Bind, as it refuses every
+		// statement in a failed transaction.
+		return s.failExtended(ctx, pgerr.New(pgerr.InFailedSQLTransaction,
+			"current transaction is aborted, commands ignored until end of transaction block"))
+	}
+	st, params, err := s.bindAsOfParam(ctx, st, m)
+	if err != nil {
+		return s.failExtended(ctx, err)
+	}
 	if answeredByProxy(st) {
-		if s.tx == 'E' {
-			// The backend would refuse this Bind, as it refuses every
-			// statement in a failed transaction.
-			return s.failExtended(ctx, pgerr.New(pgerr.InFailedSQLTransaction,
-				"current transaction is aborted, commands ignored until end of transaction block"))
-		}
 		// EXPLAIN TIMESTAMP's timestamp is chosen at Execute, as for a
 		// simple Query.
 		if s.explainPortals == nil {
@@ -129,10 +131,11 @@ func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, st *planne
 		return s.failExtended(ctx, err)
 	}
 	bind := *m
+	bind.Parameters = params
 	if s.tsStmts[m.PreparedStatement] {
 		n := st.Template.Param()
 		params := make([][]byte, n)
-		copy(params, m.Parameters)
+		copy(params, bind.Parameters)
 		params[n-1] = []byte(strconv.FormatUint(c.ts, 10))
 		bind.Parameters = params
 		bind.ParameterFormatCodes = paramFormats(m.ParameterFormatCodes, n)
@@ -230,10 +233,13 @@ func (s *Session) describeExplain(ctx context.Context, m *pgproto3.Describe) (bo
 	}
 	if m.ObjectType == 'S' {
 		// The statement's own parameters are never evaluated: they are
-		// described as text.
+		// described as text, but for the AS OF's.
 		oids := make([]uint32, st.Params)
 		for i := range oids {
 			oids[i] = textOID
+		}
+		if a := st.AsOf; a != nil && a.Param > 0 && a.Param <= len(oids) {
+			oids[a.Param-1] = a.ParamType
 		}
 		if err := s.client.Send(&pgproto3.ParameterDescription{ParameterOIDs: oids}); err != nil {
 			return true, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -31,7 +32,11 @@ import (
 // otherwise.
 func (s *Session) explicitPlan(ctx context.Context, sql string) (*planner.Statement, *storage.FrontierState, error) {
 	cheap, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
+	if errors.Is(err, planner.ErrAsOf) {
+		return nil, nil, err
+	}
 	if err != nil {
+		// The backend reports it.
 		return nil, nil, nil
 	}
 	explicit, history := false, false
@@ -129,20 +134,18 @@ func (s *Session) chooseTimestamp(ctx context.Context, st *planner.Statement, fr
 		// The oracle and the upper as the session sees them: in a
 		// transaction that wrote, its own (uncommitted) commit is the
 		// newest, and it reads its own writes.
-		s.proxy.obs.OracleRoundTrip(ctx, "read_ts")
-		v, err := s.be.internalValue(ctx, "SELECT "+storage.Schema+".read_ts()::text || ' ' || upper FROM "+storage.Schema+".txns")
+		read, upper, err := s.oracleReadTS(ctx)
 		if err != nil {
 			return nil, err
 		}
-		var read uint64
-		if _, err := fmt.Sscan(v, &read, &c.upper); err != nil {
-			return nil, pgerr.New(pgerr.InternalError, "oracle read timestamp and upper %q: %v", v, err)
-		}
-		c.oracle = &read
+		c.oracle, c.upper = &read, upper
 		c.ts = max(read, c.since)
 		return c, nil
 	}
-	t, err := s.evalTimestamp(ctx, st.AsOf.Expr)
+	t, err := s.evalAsOf(ctx, st.AsOf, func() (uint64, error) {
+		read, _, err := s.oracleReadTS(ctx)
+		return read, err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -160,38 +163,115 @@ func (s *Session) chooseTimestamp(ctx context.Context, st *planner.Statement, fr
 // validForInputs fails when c.ts is below an input's since.
 func validForInputs(st *planner.Statement, c *choice) error {
 	var invalid []string
+	var limiting *planner.Object // the input with the latest since: it limits how far back a read goes
 	for _, in := range st.Inputs {
 		if since := c.sinces[in.ID]; c.ts < since {
 			invalid = append(invalid, fmt.Sprintf("Antichain { elements: [%d] }", since))
+			if limiting == nil || since > c.sinces[limiting.ID] {
+				limiting = in
+			}
 		}
 	}
-	if len(invalid) > 0 {
-		return pgerr.New(pgerr.InternalError, "Timestamp (%d) is not valid for all inputs: [%s]", c.ts, strings.Join(invalid, ", "))
+	if len(invalid) == 0 {
+		return nil
 	}
-	return nil
+	return pgerr.New(pgerr.InternalError, "Timestamp (%d) is not valid for all inputs: [%s]", c.ts, strings.Join(invalid, ", ")).
+		WithHint("The earliest readable time is %d. Use AS OF AT LEAST, or keep more history with ALTER TABLE %s SET (RETAIN HISTORY FOR '...').",
+			c.since, planner.QualifiedName{Schema: limiting.Schema, Name: limiting.Name})
+}
+
+// oracleReadTS asks the oracle for its read timestamp, with the upper, as
+// the session sees them: in a transaction that wrote, its own
+// (uncommitted) commit is the newest, and it reads its own writes.
+func (s *Session) oracleReadTS(ctx context.Context) (read, upper uint64, err error) {
+	s.proxy.obs.OracleRoundTrip(ctx, "read_ts")
+	v, err := s.be.internalValue(ctx, "SELECT "+storage.Schema+".read_ts()::text || ' ' || upper FROM "+storage.Schema+".txns")
+	if err != nil {
+		return 0, 0, err
+	}
+	if _, err := fmt.Sscan(v, &read, &upper); err != nil {
+		return 0, 0, pgerr.New(pgerr.InternalError, "oracle read timestamp and upper %q: %v", v, err)
+	}
+	return read, upper, nil
+}
+
+// evalAsOf evaluates an AS OF expression; present is the timestamp a
+// read of the present would have, which mz_now() stands for in it.
+func (s *Session) evalAsOf(ctx context.Context, a *planner.AsOf, present func() (uint64, error)) (uint64, error) {
+	expr := a.Expr
+	if a.Now != nil {
+		ts, err := present()
+		if err != nil {
+			return 0, err
+		}
+		expr = a.Now.RenderLiteral(ts)
+	}
+	return s.evalTimestamp(ctx, expr)
 }
 
 // evalTimestamp evaluates an AS OF expression: a number of milliseconds
-// since the epoch, or anything PostgreSQL can cast to timestamptz.
+// since the epoch, or anything PostgreSQL can cast to timestamptz
+// (including an untyped literal, '2026-12-01 14:17:15'). A number written
+// out needs no round trip, anything else one.
 func (s *Session) evalTimestamp(ctx context.Context, expr string) (uint64, error) {
-	typ, err := s.be.internalValue(ctx, "SELECT pg_typeof(("+expr+"))::text")
+	if ms, ok, err := millisOfNumber(expr); ok {
+		return ms, err
+	}
+	return s.millisOf(ctx, expr)
+}
+
+// timestampOfText reads the text of a number of milliseconds since the
+// epoch, or of anything PostgreSQL reads as a timestamptz.
+func (s *Session) timestampOfText(ctx context.Context, text string) (uint64, error) {
+	if ms, ok, err := millisOfNumber(text); ok {
+		return ms, err
+	}
+	return s.millisOf(ctx, quoteLiteral(text))
+}
+
+// millisOf has the backend evaluate expr once, as text, and read that text
+// as a number when it is one (an integer column, '1796137811143') and as
+// a timestamptz otherwise, in the session's TimeZone and DateStyle (the
+// text of a timestamp or a date came out in them).
+func (s *Session) millisOf(ctx context.Context, expr string) (uint64, error) {
+	v, err := s.be.internalValue(ctx, "SELECT coalesce(CASE WHEN v ~ "+
+		"'^[[:space:]]*-?[0-9]+([.][0-9]*)?([eE][-+]?[0-9]+)?[[:space:]]*$' THEN v "+
+		"ELSE floor(extract(epoch FROM v::timestamptz) * 1000)::int8::text END, '') "+
+		"FROM (SELECT ("+expr+")::text AS v) AS as_of")
 	if err != nil {
 		return 0, err
 	}
-	query := "SELECT ((" + expr + ")::numeric)::text"
-	switch typ {
-	case "timestamp with time zone", "timestamp without time zone", "date":
-		query = "SELECT (extract(epoch FROM (" + expr + ")::timestamptz) * 1000)::int8::text"
+	if v == "" {
+		return 0, pgerr.New("22004", "AS OF must not be null").
+			WithHint("Give milliseconds since the Unix epoch or a timestamp.")
 	}
-	v, err := s.be.internalValue(ctx, query)
-	if err != nil {
-		return 0, err
+	ms, ok, err := millisOfNumber(v)
+	if !ok {
+		return 0, invalidTimestamp(v)
+	}
+	return ms, err
+}
+
+// millisOfNumber reads text that is a number (with or without a fraction
+// or an exponent, never "inf" or "NaN"): ok reports whether it is one, and
+// the error whether it is a valid timestamp.
+func millisOfNumber(text string) (ms uint64, ok bool, err error) {
+	v := strings.TrimSpace(text)
+	if ms, err := strconv.ParseUint(v, 10, 64); err == nil {
+		return ms, true, nil
 	}
 	f, perr := strconv.ParseFloat(v, 64)
-	if perr != nil || f < 0 {
-		return 0, pgerr.New(pgerr.InvalidParameterValue, "AS OF: %q is not a valid timestamp", v)
+	if perr != nil || strings.ContainsAny(v, "nNxX") {
+		return 0, false, nil
 	}
-	return uint64(f), nil
+	if f < 0 || f >= math.MaxUint64 {
+		return 0, true, invalidTimestamp(text)
+	}
+	return uint64(f), true, nil
+}
+
+func invalidTimestamp(v string) error {
+	return pgerr.New(pgerr.InvalidParameterValue, "AS OF: %q is not a valid timestamp", v)
 }
 
 // awaitUpper waits until the shared upper is past ts. The upper moves with

@@ -414,7 +414,10 @@ func (s *Session) refuse(ctx context.Context, err *pgerr.Error) error {
 	return err
 }
 
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+func quoteLiteral(s string) string {
+	// E'...' reads the same whatever standard_conforming_strings says.
+	return "E'" + strings.NewReplacer(`\`, `\\`, "'", "''").Replace(s) + "'"
+}
 
 // releaseTxnHolds releases the transaction's read holds: it ended, or
 // failed and can read nothing more.
@@ -456,7 +459,8 @@ func (s *Session) chooseInTransaction(ctx context.Context, st *planner.Statement
 		c.oracle = &oracle
 	}
 	if st.AsOf != nil {
-		t, err := s.evalTimestamp(ctx, st.AsOf.Expr)
+		// mz_now() in a transaction is the transaction's timestamp.
+		t, err := s.evalAsOf(ctx, st.AsOf, func() (uint64, error) { return s.txn.ts, nil })
 		if err != nil {
 			return nil, err
 		}
