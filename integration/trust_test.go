@@ -66,6 +66,10 @@ func TestTrustInternalFunctions(t *testing.T) {
 		return err == nil && v != nil
 	})
 
+	// A managed table, so that its trigger functions are among those checked.
+	if _, err := connectAs(t, ctx, p.URL(role, "postgres")).Exec(ctx, "CREATE TABLE "+tableName(t)+" (k int)"); err != nil {
+		t.Fatal(err)
+	}
 	rows, err := admin.Query(ctx, `SELECT p.oid::regprocedure::text FROM pg_proc p
 		WHERE p.pronamespace = 'mzproxy'::regnamespace AND p.prokind = 'f'
 		  AND has_function_privilege($1, p.oid, 'EXECUTE') ORDER BY 1`, role)

@@ -196,7 +196,8 @@ $$;
 -- generator itself, so the change is made to the functions' text, which
 -- also keeps each function's body in one place (its own version's script).
 -- The functions that took the hold lock's advisory key take take_hold_lock
--- instead, and reconcile casts history only by a built-in conversion.
+-- instead, reconcile casts history only by a built-in conversion, and
+-- gen_triggers takes EXECUTE on the trigger functions it makes from PUBLIC.
 DO $rewrite$
 DECLARE
     f record;
@@ -209,6 +210,10 @@ DECLARE
          $$coalesce(current_setting('mzproxy.in_ddl', true), '') = @SCHEMA@.ddl_mark()$$],
         [$$set_config('mzproxy.in_ddl', 'on', true)$$, $$set_config('mzproxy.in_ddl', @SCHEMA@.ddl_mark(), true)$$],
         [$$pg_advisory_xact_lock(@SCHEMA@.hold_lock_key())$$, '@SCHEMA@.take_hold_lock()'],
+        [$$    -- Drop only what exists: DROP TRIGGER IF EXISTS would send the client a NOTICE.$$,
+         $$    EXECUTE format('REVOKE ALL ON FUNCTION %s(), %s(), %s(), %s() FROM PUBLIC',
+                   fn || '_ins', fn || '_del', fn || '_upd', fn || '_trunc');
+    -- Drop only what exists: DROP TRIGGER IF EXISTS would send the client a NOTICE.$$],
         [$$EXECUTE format('ALTER TABLE %s ALTER COLUMN %I TYPE %s USING %I::%s', c.history,$$,
          $$IF NOT @SCHEMA@.builtin_conversion(c.oid, m.attnum, c.history, m.name) THEN
                 RAISE EXCEPTION 'no built-in conversion';  -- the old versions get NULL, below
@@ -340,9 +345,10 @@ $$;
 -- RETAIN HISTORY (owner only, above) and the lost-lease abort; and the
 -- two read-only helpers of LoadCatalog's query (view text, type names).
 -- Registration, fencing, compaction, holds and apply_write are the
--- proxy's, on its own connections. Functions added later start the same way.
+-- proxy's, on its own connections. (Per-schema default privileges cannot
+-- take away what PUBLIC gets by default, so gen_triggers revokes on the
+-- trigger functions it makes, above.)
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @SCHEMA@ FROM PUBLIC;
-ALTER DEFAULT PRIVILEGES IN SCHEMA @SCHEMA@ REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     @SCHEMA@.now_ms(), @SCHEMA@.read_ts(), @SCHEMA@.begin_write(), @SCHEMA@.begin_write(bigint),
     @SCHEMA@.begin_write_occ(bigint, bigint), @SCHEMA@.commit_write(bigint), @SCHEMA@.commit_write_tx(bigint),
