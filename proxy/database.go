@@ -32,6 +32,11 @@ type database struct {
 	// seen is the last snapshot's catalog and frontiers, for metrics read
 	// without waiting for conn.
 	seen atomic.Pointer[seenFrontiers]
+
+	// fixed, when set, is what every snapshot returns, read over no
+	// connection: the session scripts (session_script_test.go) run
+	// against a scripted backend with no database behind it.
+	fixed *seenFrontiers
 }
 
 type seenFrontiers struct {
@@ -107,6 +112,10 @@ SELECT (SELECT revision FROM ` + storage.Schema + `.catalog_revision), x.upper, 
 // snapshot returns the catalog at the backend's current revision and the
 // frontiers. The catalog is reloaded only when the revision moved.
 func (db *database) snapshot(ctx context.Context, p *Proxy) (*catalogSnapshot, *storage.FrontierState, error) {
+	if db.fixed != nil {
+		db.seen.Store(db.fixed)
+		return db.fixed.catalog, db.fixed.frontiers, nil
+	}
 	var cat *catalogSnapshot
 	fr := &storage.FrontierState{Since: map[int64]uint64{}}
 	err := db.with(ctx, p, internalconn.Idempotent, func(conn *pgx.Conn) error {

@@ -198,6 +198,14 @@ func (p *Proxy) Connect(ctx context.Context, start wire.Startup, relay wire.Auth
 		be.close()
 		return nil, startError(startCtx, pgerr.As(err))
 	}
+	return p.openSession(ctx, startCtx, be, start, client, l)
+}
+
+// openSession opens the session of start on its connected backend be,
+// under lease l; startCtx bounds the backend work of the start. It is
+// Connect's last step, apart so that the session scripts
+// (session_script_test.go) can open a session on a scripted backend.
+func (p *Proxy) openSession(ctx, startCtx context.Context, be *backend, start wire.Startup, client *wire.Writer, l *lease.Lease) (*Session, error) {
 	id := p.sessions.Add(1)
 	obs := p.obs.OpenSession(observe.SessionInfo{
 		ID:              start.Session,

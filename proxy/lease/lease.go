@@ -163,6 +163,24 @@ func Register(ctx context.Context, cfg Config) (*Lease, error) {
 	return l, nil
 }
 
+// Granted returns a lease of incarnation id that no backend stands
+// behind: it never expires, grants every hold in memory (floor 0) and has
+// no heartbeat loop; Refused still loses it. It exists for the session
+// scripts of package proxy, which run a session against a scripted backend
+// with no database to register in. Do not Close it.
+func Granted(id int64) *Lease {
+	var cfg Config
+	cfg.defaults()
+	return &Lease{
+		cfg:      cfg,
+		id:       id,
+		fast:     map[uint64]int{},
+		held:     map[*Hold]struct{}{},
+		done:     make(chan struct{}),
+		deadline: time.Now().AddDate(100, 0, 0),
+	}
+}
+
 // validity is how long after a heartbeat was sent the lease counts as
 // valid locally: a tenth of the grace short of when the backend may retire
 // it (its clock starts later, when the heartbeat arrives).
