@@ -61,8 +61,9 @@ bench_postgres() {
 
 # bench_mzproxy NAME BINARY [ENV=VALUE ...] [-- FLAG ...]: BINARY as the
 # mzproxy NAME in front of bench_postgres's server, on a free port, once
-# it answers. Sets port[NAME] and pid[NAME] (associative arrays: the
-# caller declares them); its log is $work/NAME.log.
+# it answers (in database db[NAME], default postgres). Sets port[NAME] and
+# pid[NAME] (associative arrays: the caller declares them); its log is
+# $work/NAME.log.
 bench_mzproxy() {
 	local name=$1 bin=$2 envs=()
 	shift 2
@@ -74,7 +75,7 @@ bench_mzproxy() {
 	pid[$name]=$!
 	bench_pids+=("$!")
 	for _ in $(seq 100); do
-		psql -h 127.0.0.1 -p "${port[$name]}" -U postgres -d postgres -Atc 'select 1' >/dev/null 2>&1 && return 0
+		psql -h 127.0.0.1 -p "${port[$name]}" -U postgres -d "${db[$name]:-postgres}" -Atc 'select 1' >/dev/null 2>&1 && return 0
 		sleep 0.2
 	done
 	echo "mzproxy $name did not come up:" >&2

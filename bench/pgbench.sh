@@ -8,6 +8,10 @@
 #
 # usage: bench/pgbench.sh
 #   env: ROUNDS=5 DURATION=10 CLIENTS=8 JOBS=2 SCALE=10 MODES="simple extended prepared"
+#        BASELINE=<git revision>  also mzproxy built from that revision (target
+#                 mz-baseline), for a before/after comparison in one run; it
+#                 serves database `baseline` (its own pgbench tables), so its
+#                 storage version may differ
 #        VARIANTS="name:VAR=v,VAR=v ..."  extra mzproxy processes with these
 #                 environment variables (e.g. "p1:GOMAXPROCS=1 gc400:GOGC=400"),
 #                 each measured as target mz-<name> in the same rounds
@@ -29,6 +33,7 @@ JOBS=${JOBS:-2}
 SCALE=${SCALE:-10}
 MODES=${MODES:-"simple extended prepared"}
 VARIANTS=${VARIANTS:-}
+BASELINE=${BASELINE:-}
 PROFILE=${PROFILE:-}
 STRACE=${STRACE:-}
 
@@ -36,7 +41,7 @@ STRACE=${STRACE:-}
 source "$(dirname "$0")/lib.sh"
 bench_postgres
 
-declare -A port pid
+declare -A port pid db
 cleanup() {
 	for name in "${!pid[@]}"; do
 		[ "$name" = pgbouncer ] && continue
@@ -72,6 +77,16 @@ for v in $VARIANTS; do
 	targets="$targets mz-${v%%:*}"
 done
 
+if [ -n "$BASELINE" ]; then
+	mkdir -p "$work/baseline"
+	git -C "$root" archive "$BASELINE" | tar -x -C "$work/baseline"
+	(cd "$work/baseline" && go build -o "$work/mzproxy-baseline" ./cmd/mzproxy)
+	psql -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -qAtc "CREATE DATABASE baseline" >/dev/null
+	db[mz-baseline]=baseline
+	bench_mzproxy mz-baseline "$work/mzproxy-baseline" -- --backend "${backend/\/postgres\?//baseline?}"
+	targets="$targets mz-baseline"
+fi
+
 if command -v pgbouncer >/dev/null 2>&1; then
 	port[pgbouncer]=$(free_port)
 	echo '"postgres" ""' >"$work/userlist.txt"
@@ -100,7 +115,7 @@ fi
 
 for t in $targets; do
 	for _ in $(seq 50); do
-		psql -h 127.0.0.1 -p "${port[$t]}" -U postgres -d postgres -Atc 'select 1' >/dev/null 2>&1 && break
+		psql -h 127.0.0.1 -p "${port[$t]}" -U postgres -d "${db[$t]:-postgres}" -Atc 'select 1' >/dev/null 2>&1 && break
 		sleep 0.2
 	done
 done
@@ -114,6 +129,7 @@ fi
 
 echo "pgbench -i -s $SCALE" >&2
 pgbench -i -q -s "$SCALE" -h 127.0.0.1 -p "$pg_port" -U postgres postgres >/dev/null 2>&1
+[ -n "$BASELINE" ] && pgbench -i -q -s "$SCALE" -h 127.0.0.1 -p "$pg_port" -U postgres baseline >/dev/null 2>&1
 
 results="$work/results.txt"
 : >"$results"
@@ -130,7 +146,7 @@ for round in $(seq "$ROUNDS"); do
 				fi
 			fi
 			out=$(pgbench -n -S -M "$mode" -c "$CLIENTS" -j "$JOBS" -T "$DURATION" \
-				-h 127.0.0.1 -p "${port[$t]}" -U postgres postgres 2>&1) || true
+				-h 127.0.0.1 -p "${port[$t]}" -U postgres "${db[$t]:-postgres}" 2>&1) || true
 			tps=$(awk '/^tps = /{print $3}' <<<"$out")
 			n=$(awk '/^number of transactions actually processed/{print $NF}' <<<"$out" | cut -d/ -f1)
 			cpu=- sys=-
