@@ -57,6 +57,15 @@ type Config struct {
 	CompactInterval time.Duration
 	// DefaultRetention of tables without RETAIN HISTORY (DefaultRetention).
 	DefaultRetention time.Duration
+	// TickInterval (DefaultTickInterval) bounds how far the upper and the
+	// oracle's read_ts trail the clock while nothing is written: the proxy
+	// holding the database's tick lock commits an empty write when no
+	// write has for that long (see tick.go); negative: this proxy never
+	// ticks.
+	TickInterval time.Duration
+	// Ticks counts the ticks (a Set shares one among its leases; nil: the
+	// lease counts alone).
+	Ticks *TickCounters
 	// BatchSize is the number of versions one compaction statement deletes
 	// at most (DefaultBatchSize); MaxBatches bounds the statements per
 	// table per round (DefaultMaxBatches), so a round stays short and the
@@ -80,6 +89,12 @@ func (c *Config) defaults() {
 	}
 	if c.DefaultRetention <= 0 {
 		c.DefaultRetention = DefaultRetention
+	}
+	if c.TickInterval == 0 {
+		c.TickInterval = DefaultTickInterval
+	}
+	if c.Ticks == nil {
+		c.Ticks = &TickCounters{}
 	}
 	if c.BatchSize <= 0 {
 		c.BatchSize = DefaultBatchSize
@@ -105,9 +120,10 @@ type Lease struct {
 
 	// connMu serializes the use of conn and orders every publication
 	// (heartbeat, holds below the floor, compaction).
-	connMu   sync.Mutex
-	conn     *internalconn.Conn // checked before each statement, dialed again when dead
-	haveLock bool               // conn holds the compaction advisory lock
+	connMu       sync.Mutex
+	conn         *internalconn.Conn // checked before each statement, dialed again when dead
+	haveLock     bool               // conn holds the compaction advisory lock
+	haveTickLock bool               // conn holds the tick advisory lock
 
 	mu        sync.Mutex
 	floor     uint64             // holds at ts >= floor are granted locally
@@ -141,7 +157,8 @@ func Register(ctx context.Context, cfg Config) (*Lease, error) {
 		done: make(chan struct{}),
 	}
 	l.conn = internalconn.New(nil, func(ctx context.Context) (*pgx.Conn, error) {
-		l.haveLock = false // a session advisory lock dies with its connection
+		// A session advisory lock dies with its connection.
+		l.haveLock, l.haveTickLock = false, false
 		return cfg.Dial(ctx)
 	})
 	start := time.Now()
@@ -562,8 +579,8 @@ func (l *Lease) compact(ctx context.Context, beat func()) (CompactStats, error) 
 	return st, nil
 }
 
-// loop heartbeats every Interval and compacts every CompactInterval until
-// Close or the lease is lost.
+// loop heartbeats every Interval, compacts every CompactInterval and ticks
+// (tick.go) until Close or the lease is lost.
 func (l *Lease) loop(ctx context.Context) {
 	defer close(l.loopDone)
 	lastBeat := time.Now()
@@ -587,16 +604,24 @@ func (l *Lease) loop(ctx context.Context) {
 		defer t.Stop()
 		compactions = t.C
 	}
+	// Ticks run on their own schedule: Tick says when the next is due.
+	var ticks <-chan time.Time
+	var tickTimer *time.Timer
+	if l.cfg.TickInterval > 0 {
+		tickTimer = time.NewTimer(l.cfg.TickInterval)
+		defer tickTimer.Stop()
+		ticks = tickTimer.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-l.done:
-			// Give up the compaction lock now, not at Close: another
-			// proxy compacts from here on.
+			// Give up the compaction and tick locks now, not at Close:
+			// another proxy compacts and ticks from here on.
 			l.connMu.Lock()
 			l.conn.Close()
-			l.haveLock = false
+			l.haveLock, l.haveTickLock = false, false
 			l.connMu.Unlock()
 			return
 		case <-checks.C:
@@ -608,6 +633,12 @@ func (l *Lease) loop(ctx context.Context) {
 			if _, err := l.compact(ctx, beat); err != nil && ctx.Err() == nil && !errors.Is(err, ErrLost) {
 				l.cfg.Log.WithField("incarnation", l.id).WithError(err).Warn("mzproxy compaction failed")
 			}
+		case <-ticks:
+			next, err := l.Tick(ctx)
+			if err != nil && ctx.Err() == nil && !errors.Is(err, ErrLost) {
+				l.cfg.Log.WithField("incarnation", l.id).WithError(err).Warn("mzproxy tick failed")
+			}
+			tickTimer.Reset(next)
 		}
 	}
 }
