@@ -60,6 +60,26 @@
 // whatever the retention. Raising a retention does not bring back history
 // already compacted. Deleted versions leave dead tuples for (auto)vacuum.
 //
+// # The tick
+//
+// Materialize advances its tables' uppers with the clock; here the upper
+// and the oracle's read_ts move only with commits. So whichever proxy holds
+// a database's tick lock (pg_try_advisory_lock, another key than
+// compaction's) commits an empty write there (begin_write_occ and
+// commit_write with no data, one round trip, the incarnation's own fencing
+// applied) when no write has committed for half a TickInterval (default
+// 1 s), and looks again when the newest commit will be nine tenths of a
+// TickInterval old: mz_now(), reads of the present and EXPLAIN TIMESTAMP's
+// upper trail the clock by at most about a TickInterval while nothing is
+// written, and a database written more often than twice per interval gets
+// no empty write. The tick never waits for the commit slot (MZ004) and an
+// empty write that loses to a commit (MZ001) is simply not needed; a real
+// optimistic write whose snapshot predates an empty write retries once. Each
+// database the proxy has a lease in is ticked (those no session used are
+// not); only the lock holder's Config.TickInterval counts. Because the
+// upper moves, so does every since (upper - 1 - retention): idle history
+// is compacted as it is in Materialize.
+//
 // # Fencing
 //
 // Register with a Generation above the newest fences every incarnation of
