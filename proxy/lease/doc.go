@@ -73,8 +73,13 @@
 // upper trail the clock by at most about a TickInterval while nothing is
 // written, and a database written more often than twice per interval gets
 // no empty write. The tick never waits for the commit slot (MZ004) and an
-// empty write that loses to a commit (MZ001) is simply not needed; a real
-// optimistic write whose snapshot predates an empty write retries once. Each
+// empty write that loses to a commit (MZ001) is simply not needed. It
+// stands aside while a client backend of the database is in a transaction
+// that has written (has a transaction id; every write slot gives one): an
+// empty write would fail that transaction's append however long it ran
+// before. Only a write whose snapshot falls inside the tick's own short
+// transaction still fails its append once (retried; 40001 at a
+// transaction block's COMMIT). Each
 // database the proxy has a lease in is ticked (those no session used are
 // not); only the lock holder's Config.TickInterval counts. Because the
 // upper moves, so does every since (upper - 1 - retention): idle history

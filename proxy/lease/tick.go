@@ -28,9 +28,17 @@ import (
 // every half interval gets no empty write at all, and the check costs at
 // most about two round trips per interval (one while idle). An empty write
 // is an ordinary optimistic one: it never waits (commit_write skips a held
-// commit slot, MZ004) and loses to any commit since its snapshot (MZ001);
-// a real write whose snapshot predates it fails its append the same way and
-// retries, which can happen at most once per empty write.
+// commit slot, MZ004) and loses to any commit since its snapshot (MZ001).
+//
+// A write transaction in progress has its T and expected upper already
+// (begin_write_occ, which also gives it a transaction id): an empty write
+// would move the upper past it and fail its append, always, when it lasts
+// longer than a tick (a bulk load, a client's transaction block). So the
+// tick stands aside while a client backend of the database has a
+// transaction id: that transaction's commit moves the upper anyway. What
+// is left is a write whose snapshot falls in the tick's own short
+// transaction: it fails its append once (an autocommit write retries, a
+// transaction block's COMMIT gets 40001), at most once per empty write.
 
 // DefaultTickInterval is Config.TickInterval's default: Materialize's.
 const DefaultTickInterval = time.Second
@@ -49,18 +57,26 @@ type TickCounters struct {
 	// Conflicts are empty writes that lost to a concurrent commit or found
 	// the commit slot held (nothing to do: the upper moved or is moving).
 	Conflicts atomic.Int64
+	// Deferred are ticks that were due but stood aside for a write
+	// transaction in progress.
+	Deferred atomic.Int64
 }
 
 // tickSQL is one tick of incarnation inc, one simple-protocol query string
 // and so one implicit transaction: the lag of the newest commit behind the
-// backend's clock (ms) and, when it is at least minLag, an empty write
-// whose commit_write returns its T (NULL when there was none). The lag is
-// computed once (a subquery with a volatile function is not flattened).
+// backend's clock (ms), whether another client backend of the database is
+// in a transaction that has written (it has a transaction id) and, when
+// the lag is at least minLag and none is, an empty write whose
+// commit_write returns its T (NULL when there was none). The subquery is
+// evaluated once (one with a volatile function is not flattened).
 func tickSQL(inc int64, minLag time.Duration) string {
 	id := strconv.FormatInt(inc, 10)
-	return `SELECT s.lag, CASE WHEN s.lag >= ` + strconv.FormatInt(minLag.Milliseconds(), 10) +
-		` THEN ` + storage.Schema + `.begin_write_occ(` + id + `, NULL) END
-  FROM (SELECT ` + storage.Schema + `.now_ms() - GREATEST(x.upper - 1, o.read_ts) AS lag
+	return `SELECT s.lag, s.writing, CASE WHEN s.lag >= ` + strconv.FormatInt(minLag.Milliseconds(), 10) +
+		` AND NOT s.writing THEN ` + storage.Schema + `.begin_write_occ(` + id + `, NULL) END
+  FROM (SELECT ` + storage.Schema + `.now_ms() - GREATEST(x.upper - 1, o.read_ts) AS lag,
+               EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
+                        WHERE a.datname = current_database() AND a.backend_type = 'client backend'
+                          AND a.pid <> pg_backend_pid() AND a.backend_xid IS NOT NULL) AS writing
           FROM ` + storage.Schema + `.txns x, ` + storage.Schema + `.oracle o
          WHERE o.timeline = 'EpochMilliseconds') s;
 SELECT ` + storage.Schema + `.commit_write(` + id + `)`
@@ -68,9 +84,10 @@ SELECT ` + storage.Schema + `.commit_write(` + id + `)`
 
 // tickResult is what one tick found.
 type tickResult struct {
-	ticker bool          // this proxy holds the tick lock
-	wrote  bool          // an empty write committed
-	lag    time.Duration // of the newest commit before the tick
+	ticker   bool          // this proxy holds the tick lock
+	wrote    bool          // an empty write committed
+	deferred bool          // one was due, but a write transaction is in progress
+	lag      time.Duration // of the newest commit before the tick
 }
 
 // Tick runs one tick now (the loop does so on its own schedule) and
@@ -101,6 +118,11 @@ func (l *Lease) Tick(ctx context.Context) (time.Duration, error) {
 		return every, nil
 	case r.wrote:
 		return target, nil
+	case r.deferred:
+		// Its commit will move the upper; look again soon in case it
+		// rolls back.
+		l.cfg.Ticks.Deferred.Add(1)
+		return every / 4, nil
 	}
 	return min(max(target-r.lag, every/4), target), nil
 }
@@ -136,6 +158,7 @@ func (l *Lease) tickOnce(ctx context.Context, every time.Duration) (tickResult, 
 		}
 		r.lag = time.Duration(lagMs) * time.Millisecond
 		r.wrote = results[1].Rows[0][0] != nil
+		r.deferred = string(results[0].Rows[0][1]) == "t" && r.lag >= every/2
 		return nil
 	})
 	if r.wrote {
