@@ -23,22 +23,25 @@ import (
 // read_ts := T in one transaction, T from the backend's clock) whenever no
 // write has committed for half a TickInterval when it looks. It looks again
 // when the newest commit will be nine tenths of a TickInterval old (the
-// rest is for the round trip and a late timer), so read_ts never trails the
-// clock by more than a TickInterval, a database written more often than
-// every half interval gets no empty write at all, and the check costs at
-// most about two round trips per interval (one while idle). An empty write
-// is an ordinary optimistic one: it never waits (commit_write skips a held
-// commit slot, MZ004) and loses to any commit since its snapshot (MZ001).
+// rest is for the round trip and a late timer), so while nothing is written
+// read_ts trails the clock by less than a TickInterval, a database written
+// more often than every half interval gets no empty write at all, and the
+// check costs one round trip per interval while idle, at most about two
+// while writes come. An empty write is an ordinary optimistic one: it
+// never waits (commit_write skips a held commit slot, MZ004) and loses to
+// any commit since its snapshot (MZ001).
 //
 // A write transaction in progress has its T and expected upper already
 // (begin_write_occ, which also gives it a transaction id): an empty write
 // would move the upper past it and fail its append, always, when it lasts
 // longer than a tick (a bulk load, a client's transaction block). So the
 // tick stands aside while a client backend of the database has a
-// transaction id: that transaction's commit moves the upper anyway. What
-// is left is a write whose snapshot falls in the tick's own short
-// transaction: it fails its append once (an autocommit write retries, a
-// transaction block's COMMIT gets 40001), at most once per empty write.
+// transaction id: that transaction's commit moves the upper anyway (the
+// tick looks again every quarter interval meanwhile, in case it rolls
+// back). What is left is a write whose snapshot falls in the tick's own
+// short transaction: it fails its append once (an autocommit write
+// retries, a transaction block's COMMIT gets 40001), at most once per
+// empty write.
 
 // DefaultTickInterval is Config.TickInterval's default: Materialize's.
 const DefaultTickInterval = time.Second
