@@ -462,7 +462,10 @@ func TestOCCCancel(t *testing.T) {
 	db := freshDatabase(t, ctx)
 	pause := filepath.Join(t.TempDir(), "pause")
 	p := launchProxy(t, append(os.Environ(), "MZPROXY_METRICS_LISTEN=", "MZPROXY_TEST_OCC_PAUSE_FILE="+pause),
-		[]string{"--listen", "127.0.0.1:0", "--backend", directURL("postgres", db), "--log-level", "debug", "--occ-max-retries", "1000000"})
+		// No tick: "the upper did not move" must mean that the canceled
+		// write committed nothing, not that no empty write came meanwhile.
+		[]string{"--listen", "127.0.0.1:0", "--backend", directURL("postgres", db), "--log-level", "debug", "--occ-max-retries", "1000000",
+			"--tick-interval", "0"})
 	setup := connectTo(t, ctx, p.URL("postgres", db))
 	for _, sql := range []string{"CREATE TABLE cc (id int PRIMARY KEY, v int NOT NULL)", "INSERT INTO cc VALUES (1, 0)"} {
 		if _, err := execSimple(ctx, setup, sql); err != nil {

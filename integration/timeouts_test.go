@@ -556,7 +556,8 @@ func TestTimeoutOCCRetryStorm(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	db := freshDatabase(t, ctx)
-	p := startProxy(t, "--occ-max-retries", "1000000")
+	// No tick: the upper must not move but for the write under test.
+	p := startProxy(t, "--occ-max-retries", "1000000", "--tick-interval", "0")
 	conn := connectTo(t, ctx, p.URL("postgres", db))
 	direct := connectTo(t, ctx, directURL("postgres", db))
 	for _, sql := range []string{"CREATE TABLE storm (id int PRIMARY KEY, v int NOT NULL)", "INSERT INTO storm VALUES (1, 0)", "SET statement_timeout = '1s'"} {

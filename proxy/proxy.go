@@ -136,6 +136,10 @@ func (p *Proxy) SetOCCMaxAttempts(n int) { p.occMaxAttempts.Store(int64(n)) }
 // OCCStats returns the counters of the optimistic write loop.
 func (p *Proxy) OCCStats() *occ.Metrics { return &p.occStats }
 
+// TickStats returns the counters of the empty writes that keep each
+// database's upper with the clock (lease.Config.TickInterval).
+func (p *Proxy) TickStats() *lease.TickCounters { return p.leases.Ticks() }
+
 // StatementTimeout is the configured default statement_timeout now.
 func (p *Proxy) StatementTimeout() time.Duration { return time.Duration(p.statementTimeout.Load()) }
 

@@ -275,8 +275,11 @@ func invalidTimestamp(v string) error {
 }
 
 // awaitUpper waits until the shared upper is past ts. The upper moves with
-// writes; when none come, the proxy commits an empty write once the clock
-// has reached ts, as Materialize advances table uppers with the clock.
+// writes, and while none come with the tick (package lease), which keeps it
+// within about a tick interval of the clock; a ts ahead of it (AS OF [AT
+// LEAST] a later time, such as now()) gets an empty write of its own once
+// the clock has reached ts, as Materialize advances table uppers with the
+// clock.
 func (s *Session) awaitUpper(ctx context.Context, c *choice) error {
 	if c.upper <= c.ts && s.writeSlot {
 		// Advancing the upper needs the commit slot this transaction holds.

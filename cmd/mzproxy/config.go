@@ -56,6 +56,7 @@ type config struct {
 	heartbeat         time.Duration
 	leaseGrace        time.Duration
 	compaction        time.Duration
+	tick              time.Duration
 	retainHistory     time.Duration
 
 	// values is each setting's value as text, by name, and source where
@@ -141,6 +142,7 @@ func newFlagSet(c *config, kinds map[string]kind) *flag.FlagSet {
 	dur(&c.heartbeat, "heartbeat-interval", lease.DefaultInterval, "how often the proxy renews its lease and publishes its read holds in each database")
 	dur(&c.leaseGrace, "lease-grace", lease.DefaultGrace, "a proxy without a heartbeat for this long is retired: its holds stop counting and it must register again")
 	dur(&c.compaction, "compaction-interval", lease.DefaultCompactInterval, "how often the proxy holding the compaction lock compacts history (0: this proxy never compacts)")
+	dur(&c.tick, "tick-interval", lease.DefaultTickInterval, "the most a database's upper and mz_now() trail the clock while nothing is written: the proxy holding its tick lock commits an empty write when no write did (0: this proxy never ticks)")
 	dur(&c.retainHistory, "retain-history", lease.DefaultRetention, "history kept of a table without RETAIN HISTORY (when this proxy compacts)")
 	boolean(&c.historyReads, "history-reads", false, "read managed tables through their history at the oracle's timestamp, even for reads of the present (for conformance testing of the rewrite; slower)")
 	return fs
@@ -391,6 +393,11 @@ func (c *config) validate() error {
 	}
 	if c.compaction < 0 {
 		bad("compaction-interval", "want 0 (never) or more, got %v", c.compaction)
+	}
+	if c.tick < 0 {
+		bad("tick-interval", "want 0 (never) or more, got %v", c.tick)
+	} else if c.tick > 0 && c.tick < 10*time.Millisecond {
+		bad("tick-interval", "want 0 (never) or at least 10ms, got %v", c.tick)
 	}
 	if c.retainHistory < time.Millisecond {
 		bad("retain-history", "want at least 1ms, got %v", c.retainHistory)

@@ -110,6 +110,27 @@ func TestConfigFields(t *testing.T) {
 	}
 }
 
+// TestTickInterval: --tick-interval reaches the leases, 1 s by default
+// (Materialize's), 0 meaning never.
+func TestTickInterval(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{nil, time.Second},
+		{[]string{"--tick-interval", "250ms"}, 250 * time.Millisecond},
+		{[]string{"--tick-interval", "0"}, -1},
+	} {
+		c, err := loadConfig(tc.args, lookup(nil), &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.leaseConfig().TickInterval; got != tc.want {
+			t.Errorf("%v: lease TickInterval %v, want %v", tc.args, got, tc.want)
+		}
+	}
+}
+
 // TestConfigErrors: every bad setting is named, with where it came from.
 func TestConfigErrors(t *testing.T) {
 	for _, tc := range []struct {
@@ -150,6 +171,8 @@ func TestConfigErrors(t *testing.T) {
 		{name: "otlp without endpoint", args: []string{"--trace-exporter", "otlp"}, want: []string{"trace-exporter: otlp needs trace-otlp-endpoint"}},
 		{name: "otlp endpoint", file: "trace-exporter = \"otlp\"\ntrace-otlp-endpoint = \"collector:4318\"\n", want: []string{`trace-otlp-endpoint: want an http:// or https:// URL, got "collector:4318" (from config file`}},
 		{name: "slow threshold", args: []string{"--slow-statement-threshold", "-1s"}, want: []string{"slow-statement-threshold: want 0 (off) or more, got -1s"}},
+		{name: "negative tick", env: map[string]string{"MZPROXY_TICK_INTERVAL": "-1s"}, want: []string{"tick-interval: want 0 (never) or more, got -1s (from environment variable MZPROXY_TICK_INTERVAL)"}},
+		{name: "tiny tick", file: "tick-interval = \"1ms\"\n", want: []string{"tick-interval: want 0 (never) or at least 10ms, got 1ms (from config file"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args, env := withConfigFile(t, tc.args, tc.env, tc.file)

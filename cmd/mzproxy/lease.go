@@ -8,11 +8,16 @@ func (c *config) leaseConfig() lease.Config {
 	if compaction == 0 {
 		compaction = -1 // lease.Config: never
 	}
+	tick := c.tick
+	if tick == 0 {
+		tick = -1 // lease.Config: never
+	}
 	return lease.Config{
 		Generation:       uint64(c.generation),
 		Interval:         c.heartbeat,
 		Grace:            c.leaseGrace,
 		CompactInterval:  compaction,
+		TickInterval:     tick,
 		DefaultRetention: c.retainHistory,
 	}
 }

@@ -51,6 +51,11 @@ func registerInstruments(m *metrics.Provider, srv *frontend.Server, px *proxy.Pr
 	m.Counter("mzproxy.occ.retries", "{attempt}", "Optimistic write attempts after the first.", func() int64 { return occ.Retries.Load() })
 	m.Counter("mzproxy.occ.exhausted", "{statement}", "Optimistic writes that failed with 40001 after their last retry.", func() int64 { return occ.Exhausted.Load() })
 	m.Counter("mzproxy.occ.waits", "{statement}", "Optimistic writes that queued for a loop slot (occ-max-concurrent).", func() int64 { return occ.Waits.Load() })
+	ticks := px.TickStats()
+	m.Counter("mzproxy.ticks.checks", "{round_trip}", "Tick round trips in the databases whose tick lock this proxy holds (tick-interval).", func() int64 { return ticks.Checks.Load() })
+	m.Counter("mzproxy.ticks.commits", "{commit}", "Empty writes committed to advance an idle database's upper with the clock.", func() int64 { return ticks.Commits.Load() })
+	m.Counter("mzproxy.ticks.conflicts", "{append}", "Empty writes that lost to a concurrent commit or found the commit slot held.", func() int64 { return ticks.Conflicts.Load() })
+	m.Counter("mzproxy.ticks.deferred", "{round_trip}", "Empty writes due but not made: a write transaction was in progress in the database.", func() int64 { return ticks.Deferred.Load() })
 	return m.Err()
 }
 

@@ -36,7 +36,7 @@
 //
 // # Compaction and retention
 //
-// Whichever proxy holds the compaction lock (claim_compaction: the right
+// Whichever proxy holds the compaction lock (claim('compaction'): the right
 // of one live incarnation, kept while its lease lives and taken over by
 // the next proxy once it is retired, fenced or expired; not an advisory
 // lock, which any role could take and keep) runs a round every CompactInterval
@@ -61,6 +61,31 @@
 // heartbeat, the history actually kept is at least about one Interval,
 // whatever the retention. Raising a retention does not bring back history
 // already compacted. Deleted versions leave dead tuples for (auto)vacuum.
+//
+// # The tick
+//
+// Materialize advances its tables' uppers with the clock; here the upper
+// and the oracle's read_ts move only with commits. So whichever proxy holds
+// a database's tick lock (claim('tick'), a claim of its own, not
+// compaction's) commits an empty write there (begin_write_occ and
+// commit_write with no data, one round trip, the incarnation's own fencing
+// applied) when no write has committed for half a TickInterval (default
+// 1 s), and looks again when the newest commit will be nine tenths of a
+// TickInterval old: mz_now(), reads of the present and EXPLAIN TIMESTAMP's
+// upper trail the clock by at most about a TickInterval while nothing is
+// written, and a database written more often than twice per interval gets
+// no empty write. The tick never waits for the commit slot (MZ004) and an
+// empty write that loses to a commit (MZ001) is simply not needed. It
+// stands aside while a client backend of the database is in a transaction
+// that has written (has a transaction id; every write slot gives one): an
+// empty write would fail that transaction's append however long it ran
+// before. Only a write whose snapshot falls inside the tick's own short
+// transaction still fails its append once (retried; 40001 at a
+// transaction block's COMMIT). Each
+// database the proxy has a lease in is ticked (those no session used are
+// not); only the lock holder's Config.TickInterval counts. Because the
+// upper moves, so does every since (upper - 1 - retention): idle history
+// is compacted as it is in Materialize.
 //
 // # Fencing
 //

@@ -53,6 +53,15 @@ type Config struct {
 	CompactInterval time.Duration
 	// DefaultRetention of tables without RETAIN HISTORY (DefaultRetention).
 	DefaultRetention time.Duration
+	// TickInterval (DefaultTickInterval) bounds how far the upper and the
+	// oracle's read_ts trail the clock while nothing is written: the proxy
+	// holding the database's tick lock commits an empty write when no
+	// write has for that long (see tick.go); negative: this proxy never
+	// ticks.
+	TickInterval time.Duration
+	// Ticks counts the ticks (a Set shares one among its leases; nil: the
+	// lease counts alone).
+	Ticks *TickCounters
 	// BatchSize is the number of versions one compaction statement deletes
 	// at most (DefaultBatchSize); MaxBatches bounds the statements per
 	// table per round (DefaultMaxBatches), so a round stays short and the
@@ -76,6 +85,12 @@ func (c *Config) defaults() {
 	}
 	if c.DefaultRetention <= 0 {
 		c.DefaultRetention = DefaultRetention
+	}
+	if c.TickInterval == 0 {
+		c.TickInterval = DefaultTickInterval
+	}
+	if c.Ticks == nil {
+		c.Ticks = &TickCounters{}
 	}
 	if c.BatchSize <= 0 {
 		c.BatchSize = DefaultBatchSize
@@ -505,9 +520,9 @@ func (l *Lease) compact(ctx context.Context, beat func()) (CompactStats, error) 
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		// The right to compact is a claim of a live incarnation, not an
-		// advisory lock: any role can take those (storage: claim_compaction).
+		// advisory lock: any role can take those (storage: claim).
 		var holder bool
-		if err := conn.QueryRow(ctx, "SELECT "+storage.Schema+".claim_compaction($1)", l.id).Scan(&holder); err != nil || !holder {
+		if err := conn.QueryRow(ctx, "SELECT "+storage.Schema+".claim('compaction', $1)", l.id).Scan(&holder); err != nil || !holder {
 			return err
 		}
 		st.Ran = true
@@ -570,8 +585,8 @@ func (l *Lease) compact(ctx context.Context, beat func()) (CompactStats, error) 
 	return st, nil
 }
 
-// loop heartbeats every Interval and compacts every CompactInterval until
-// Close or the lease is lost.
+// loop heartbeats every Interval, compacts every CompactInterval and ticks
+// (tick.go) until Close or the lease is lost.
 func (l *Lease) loop(ctx context.Context) {
 	defer close(l.loopDone)
 	lastBeat := time.Now()
@@ -595,6 +610,14 @@ func (l *Lease) loop(ctx context.Context) {
 		defer t.Stop()
 		compactions = t.C
 	}
+	// Ticks run on their own schedule: Tick says when the next is due.
+	var ticks <-chan time.Time
+	var tickTimer *time.Timer
+	if l.cfg.TickInterval > 0 {
+		tickTimer = time.NewTimer(l.cfg.TickInterval)
+		defer tickTimer.Stop()
+		ticks = tickTimer.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -613,6 +636,12 @@ func (l *Lease) loop(ctx context.Context) {
 			if _, err := l.compact(ctx, beat); err != nil && ctx.Err() == nil && !errors.Is(err, ErrLost) {
 				l.cfg.Log.WithField("incarnation", l.id).WithError(err).Warn("mzproxy compaction failed")
 			}
+		case <-ticks:
+			next, err := l.Tick(ctx)
+			if err != nil && ctx.Err() == nil && !errors.Is(err, ErrLost) {
+				l.cfg.Log.WithField("incarnation", l.id).WithError(err).Warn("mzproxy tick failed")
+			}
+			tickTimer.Reset(next)
 		}
 	}
 }

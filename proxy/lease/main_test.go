@@ -68,8 +68,8 @@ type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
-// register registers an incarnation whose loop neither heartbeats nor
-// compacts unless cfg says so; the test drives it. Closed at cleanup.
+// register registers an incarnation whose loop neither heartbeats,
+// compacts nor ticks unless cfg says so; the test drives it. Closed at cleanup.
 func (d *db) register(cfg Config) *Lease {
 	d.t.Helper()
 	cs := d.cs
@@ -82,6 +82,9 @@ func (d *db) register(cfg Config) *Lease {
 	}
 	if cfg.CompactInterval == 0 {
 		cfg.CompactInterval = -1
+	}
+	if cfg.TickInterval == 0 {
+		cfg.TickInterval = -1
 	}
 	if cfg.DefaultRetention == 0 {
 		cfg.DefaultRetention = time.Millisecond

@@ -35,8 +35,14 @@ var ErrSetClosed = errors.New("lease: set is closed")
 // NewSet returns a Set registering with cfg (cfg.Dial is ignored: dial
 // connects to a named database as a superuser).
 func NewSet(cfg Config, dial func(ctx context.Context, database string) (*pgx.Conn, error)) *Set {
+	if cfg.Ticks == nil {
+		cfg.Ticks = &TickCounters{} // one count for all the leases
+	}
 	return &Set{cfg: cfg, dial: dial, entries: map[string]*setEntry{}}
 }
+
+// Ticks counts the ticks of every lease of the set (Config.TickInterval).
+func (s *Set) Ticks() *TickCounters { return s.cfg.Ticks }
 
 // Get returns the live lease of database, registering first when there is
 // none or the last one was lost. Registration failing because a newer

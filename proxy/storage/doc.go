@@ -101,6 +101,9 @@
 // can see the data without the timestamp or the timestamp without the data,
 // and a read that asks the oracle after a write was acknowledged gets at
 // least its T. Writes serialize on the txns row, so T order is commit order.
+// The tick that keeps an idle database's upper with the clock (package
+// lease) is such a commit with no data: begin_write_occ and commit_write in
+// one transaction, so it keeps the invariant like any write.
 //
 // # Go API
 //

@@ -98,17 +98,20 @@ CREATE FUNCTION @SCHEMA@.take_hold_lock() RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$ BEGIN PERFORM 1 FROM @SCHEMA@.locks WHERE name = 'hold' FOR UPDATE; END $$;
 
--- The right to compact a database belongs to one live incarnation at a
--- time: the holder keeps it while its lease lives; when the holder is gone
--- (retired, fenced, expired) the next caller takes it.
-ALTER TABLE @SCHEMA@.compactor ADD COLUMN holder bigint;
-CREATE FUNCTION @SCHEMA@.claim_compaction(p_id bigint) RETURNS bool
+-- The right to compact a database, and the right to tick it (advance the
+-- upper with the clock while it is idle), each belong to one live
+-- incarnation at a time: the holder keeps it while its lease lives; when
+-- the holder is gone (retired, fenced, expired) the next caller takes it.
+CREATE TABLE @SCHEMA@.claims (name text PRIMARY KEY, holder bigint);
+INSERT INTO @SCHEMA@.claims VALUES ('compaction', NULL), ('tick', NULL);
+GRANT SELECT ON @SCHEMA@.claims TO PUBLIC;
+CREATE FUNCTION @SCHEMA@.claim(p_name text, p_id bigint) RETURNS bool
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     h bigint;
 BEGIN
-    SELECT holder INTO h FROM @SCHEMA@.compactor;
+    SELECT holder INTO h FROM @SCHEMA@.claims WHERE name = p_name;
     IF h = p_id THEN
         RETURN @SCHEMA@.incarnation_live(p_id);
     END IF;
@@ -117,7 +120,7 @@ BEGIN
     END IF;
     -- Under READ COMMITTED a concurrent claim re-checks this condition
     -- against the row it committed: one of two claimants wins.
-    UPDATE @SCHEMA@.compactor SET holder = p_id WHERE holder IS NOT DISTINCT FROM h;
+    UPDATE @SCHEMA@.claims SET holder = p_id WHERE name = p_name AND holder IS NOT DISTINCT FROM h;
     RETURN FOUND;
 END
 $$;
