@@ -203,28 +203,20 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 		if r.refused != nil {
 			return s.failExtended(ctx, r.refused)
 		}
-		setMember(&s.writeStmts, m.Name, r.write)
-		setMember(&s.ddlStmts, m.Name, r.ddl)
-		setMember(&s.commitStmts, m.Name, r.commits)
-		setEntry(&s.settingStmts, m.Name, s.settingOf(m.Query))
-		setMember(&s.replayStmts, m.Name, r.replayable)
+		s.defineStatement(m.Name, &preparedStmt{sql: m.Query, route: r, effect: s.effectOf(m.Query)})
 		return s.request(ctx, frame, unit{kind: uParse}, false)
 	case *pgproto3.Bind:
 		if err := s.txnBind(ctx, m); err != nil {
 			return err
 		}
-		setMember(&s.writePortals, m.DestinationPortal, s.writeStmts[m.PreparedStatement])
-		delete(s.explainPortals, m.DestinationPortal)
-		setEntry(&s.settingPortals, m.DestinationPortal, s.settingStmts[m.PreparedStatement])
-		setMember(&s.commitPortals, m.DestinationPortal, s.commitStmts[m.PreparedStatement])
-		setMember(&s.ddlPortals, m.DestinationPortal, s.ddlStmts[m.PreparedStatement])
-		if st := s.explicitStmts[m.PreparedStatement]; st != nil {
-			return s.bindExplicit(ctx, m, st)
+		p := s.definePortal(m.DestinationPortal, m.PreparedStatement)
+		if p.stmt.explicit != nil {
+			return s.bindExplicit(ctx, m, p)
 		}
-		if s.replayStmts[m.PreparedStatement] && s.tx == 'I' && s.units.len() == 0 && !s.skipping {
+		if p.stmt.route.replayable && s.tx == 'I' && s.units.len() == 0 && !s.skipping {
 			// Perhaps an autocommit write that can take the optimistic
 			// loop: held until the batch shows (write.go).
-			s.occBatch = &occBatch{bind: cloneFrame(frame), portal: m.DestinationPortal, sql: s.stmtSQL[m.PreparedStatement]}
+			s.occBatch = &occBatch{bind: cloneFrame(frame), portal: m.DestinationPortal, sql: p.stmt.sql}
 			return nil
 		}
 		return s.request(ctx, frame, unit{kind: uBind}, false)
@@ -235,19 +227,21 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 		u := unit{kind: uDescribePortal}
 		if m.ObjectType == 'S' {
 			u.kind = uDescribeStatement
-			u.stripParam = s.tsStmts[m.Name]
+			u.stripParam = s.statement(m.Name).tsParam
 		}
 		return s.request(ctx, frame, u, false)
 	case *pgproto3.Execute:
-		if p := s.explainPortals[m.Portal]; p != nil {
-			return s.executeExplain(ctx, p)
+		p := s.portalOf(m.Portal)
+		if p.explain != nil {
+			return s.executeExplain(ctx, p.explain)
 		}
-		if s.writePortals[m.Portal] && (!s.writeSlot || s.ddlPortals[m.Portal]) && s.tx != 'E' && !s.skipping {
-			if err := s.takeWriteSlotExtended(ctx, s.ddlPortals[m.Portal]); err != nil {
+		r := p.stmt.route
+		if r.write && (!s.writeSlot || r.ddl) && s.tx != 'E' && !s.skipping {
+			if err := s.takeWriteSlotExtended(ctx, r.ddl); err != nil {
 				return s.failExtended(ctx, err)
 			}
 		}
-		if s.commitPortals[m.Portal] && s.occSlot && s.tx == 'T' && !s.skipping {
+		if r.commits && s.occSlot && s.tx == 'T' && !s.skipping {
 			inc, err := s.incarnation(ctx)
 			if err != nil {
 				return s.failExtended(ctx, err)
@@ -257,7 +251,7 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 			}
 		}
 		u := unit{kind: uExecute}
-		if st := s.settingPortals[m.Portal]; st != nil {
+		if st := p.stmt.effect; st != nil {
 			u.settings = []*planner.Statement{st}
 		}
 		return s.request(ctx, frame, u, false)
@@ -445,11 +439,7 @@ func (s *Session) exchange(ctx context.Context) error {
 			case 'I':
 				// Transaction over: its commit slot and portals are gone.
 				s.writeSlot, s.occSlot = false, false
-				clear(s.writePortals)
-				clear(s.explainPortals)
-				clear(s.settingPortals)
-				clear(s.commitPortals)
-				clear(s.ddlPortals)
+				s.endPortals()
 				s.releasePortalHolds()
 				s.endTxn()
 			case 'E':
@@ -746,6 +736,9 @@ func (s *Session) noteCommand(frame []byte) {
 		// ROLLBACK ends the transaction anyway).
 		s.writeSlot = false
 	case "DISCARD ALL":
+		// Every prepared statement and portal is gone, the proxy's too.
+		s.deallocate("")
+		s.endPortals()
 		s.settings.ResetAll()
 		s.beginWritePrepared, s.beginWriteOCCPrepared, s.commitWritePrepared = 0, 0, 0
 		s.lostHoldPrepared = false
@@ -753,53 +746,6 @@ func (s *Session) noteCommand(frame []byte) {
 		// The proxy's prepared statements went with the client's.
 		s.beginWritePrepared, s.beginWriteOCCPrepared, s.commitWritePrepared = 0, 0, 0
 		s.lostHoldPrepared = false
-		clear(s.stmtSQL)
-	}
-}
-
-// forgetStatement drops what the session knows of the prepared statement
-// name, which was closed or replaced.
-func (s *Session) forgetStatement(name string) {
-	delete(s.settingStmts, name)
-	delete(s.writeStmts, name)
-	delete(s.commitStmts, name)
-	delete(s.ddlStmts, name)
-	delete(s.replayStmts, name)
-	delete(s.explicitStmts, name)
-	delete(s.tsStmts, name)
-	delete(s.stmtSQL, name)
-}
-
-// forgetPortal drops what the session knows of the portal name, which was
-// closed or replaced.
-func (s *Session) forgetPortal(name string) {
-	delete(s.writePortals, name)
-	delete(s.explainPortals, name)
-	delete(s.settingPortals, name)
-	delete(s.commitPortals, name)
-	delete(s.ddlPortals, name)
-}
-
-// setMember adds or removes key in a lazily made set.
-func setMember(m *map[string]bool, key string, member bool) {
-	if member {
-		if *m == nil {
-			*m = map[string]bool{}
-		}
-		(*m)[key] = true
-	} else if *m != nil {
-		delete(*m, key)
-	}
-}
-
-// setEntry sets or (for nil) removes key in a lazily made map.
-func setEntry[V any](m *map[string]*V, key string, v *V) {
-	if v != nil {
-		if *m == nil {
-			*m = map[string]*V{}
-		}
-		(*m)[key] = v
-	} else if *m != nil {
-		delete(*m, key)
+		s.deallocate("")
 	}
 }

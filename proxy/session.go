@@ -15,7 +15,6 @@ import (
 
 	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/pgerr"
-	"github.com/mzproxy/mzproxy/planner"
 	"github.com/mzproxy/mzproxy/proxy/lease"
 	"github.com/mzproxy/mzproxy/proxy/observe"
 	"github.com/mzproxy/mzproxy/timeouts"
@@ -71,20 +70,13 @@ type Session struct {
 	// (commit_write_tx). Kept until the block ends, also across ROLLBACK TO
 	// SAVEPOINT (the append is a no-op when the slot was rolled back).
 	occSlot bool
-	// writeStmts and writePortals name the prepared statements and portals
-	// that write, so that their Execute takes the commit slot first;
-	// commitStmts and commitPortals those that commit, so that their
-	// Execute appends an optimistic slot first.
-	writeStmts, writePortals   map[string]bool
-	commitStmts, commitPortals map[string]bool
-	// ddlStmts and ddlPortals: those that change the catalog (route.ddl).
-	ddlStmts, ddlPortals map[string]bool
-	// replayStmts: prepared statements that are one replayable write
-	// (route.replayable); occBatch holds the client's messages of an
-	// autocommit Bind of one until its batch shows whether it can take
-	// the optimistic loop (write.go).
-	replayStmts map[string]bool
-	occBatch    *occBatch
+	// stmts and portals are the client's prepared statements and portals
+	// (statements.go); occBatch holds the client's messages of an
+	// autocommit Bind of a replayable write until its batch shows whether
+	// it can take the optimistic loop (write.go).
+	stmts    map[string]*preparedStmt
+	portals  map[string]*portal
+	occBatch *occBatch
 	// The proxy's own prepared statements exist on the backend connection
 	// for the incarnation given (0: not prepared); they write for it.
 	beginWritePrepared, beginWriteOCCPrepared, commitWritePrepared int64
@@ -95,21 +87,11 @@ type Session struct {
 	lease            *lease.Lease
 	lostHoldPrepared bool
 
-	// explicitStmts are the prepared statements on the explicit-timestamp
-	// path; tsStmts those among them that take the timestamp as their last
-	// parameter. portalHolds are the read holds of the transaction (its
-	// portals' and cursors'), released when it ends.
-	explicitStmts map[string]*planner.Statement
-	tsStmts       map[string]bool
-	portalHolds   []heldRead
-	// explainPortals are the portals of EXPLAIN TIMESTAMP statements,
-	// which the proxy answers itself.
-	explainPortals map[string]*explainPortal
-	// txn is the client's transaction block (read-only transactions);
-	// stmtSQL the text of each prepared statement, for the Bind that may
-	// begin one.
-	txn     readTxn
-	stmtSQL map[string]string
+	// portalHolds are the read holds of the transaction (its portals' and
+	// cursors'), released when it ends.
+	portalHolds []heldRead
+	// txn is the client's transaction block (read-only transactions).
+	txn readTxn
 	// skipping: an extended-protocol message failed; the backend ignores
 	// everything until Sync.
 	skipping bool
@@ -135,9 +117,6 @@ type Session struct {
 	// backendCanceled: the statement has sent the backend its
 	// CancelRequest (once is enough).
 	backendCanceled atomic.Bool
-	// settingStmts and settingPortals are the prepared statements and
-	// portals that change the tracked settings.
-	settingStmts, settingPortals map[string]*planner.Statement
 	// requestFailed: an ErrorResponse came since the last ReadyForQuery.
 	requestFailed bool
 	// canceledReply: the backend answered the statement with 57014 after

@@ -108,10 +108,6 @@ func (s *Session) orLost(err error) error {
 // the backend transaction's snapshot, so a read-only transaction is pinned
 // here when this is its first read.
 func (s *Session) txnParse(ctx context.Context, m *pgproto3.Parse) error {
-	if s.stmtSQL == nil {
-		s.stmtSQL = map[string]string{}
-	}
-	s.stmtSQL[m.Name] = m.Query
 	if s.tx == 'E' || s.txn.phase != txnFresh {
 		return nil
 	}
@@ -123,7 +119,11 @@ func (s *Session) txnParse(ctx context.Context, m *pgproto3.Parse) error {
 // statement prepared earlier can be the first read of one; and every read
 // bound in a pinned transaction is checked against the timedomain.
 func (s *Session) txnBind(ctx context.Context, m *pgproto3.Bind) error {
-	sql, ok := s.stmtSQL[m.PreparedStatement]
+	st, ok := s.stmts[m.PreparedStatement]
+	var sql string
+	if ok {
+		sql = st.sql
+	}
 	switch {
 	case !ok || s.tx == 'E':
 	case s.txn.phase == txnFresh || s.pinned():
