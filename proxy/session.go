@@ -146,7 +146,23 @@ func newSession(ctx context.Context, p *Proxy, be *backend, client *wire.Writer,
 	// The connection's context ends when the client has gone or the server
 	// forces connections closed: stop the backend's work then.
 	s.stopWait = context.AfterFunc(ctx, s.abandon)
+	be.async = s.relayAsync
 	return s
+}
+
+// relayAsync sends the client an asynchronous message of the backend's. It
+// is flushed at once when nothing more has been read, as the reader may
+// now wait (a notification must reach a client that sends nothing).
+func (s *Session) relayAsync(frame []byte) error {
+	s.clientMu.Lock()
+	defer s.clientMu.Unlock()
+	if err := s.client.WriteFrame(frame); err != nil {
+		return err
+	}
+	if s.be.r.Buffered() > 0 {
+		return nil
+	}
+	return s.client.Flush()
 }
 
 // ParameterStatus implements frontend.Session.
@@ -207,6 +223,11 @@ func (s *Session) backendErrorIsFatal(frame []byte) (bool, error) {
 
 // lost reports a failed backend connection.
 func (s *Session) lost(err error) error {
+	var ce clientError
+	if errors.As(err, &ce) {
+		// The client is gone: nothing to tell it.
+		return ce.err
+	}
 	if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, net.ErrClosed) {
 		return pgerr.Fatal(pgerr.QueryCanceled, "canceling statement: the client connection closed")
 	}
@@ -234,7 +255,7 @@ func (s *Session) startIdleReader() {
 	go func() {
 		defer close(done)
 		for {
-			typ, frame, err := s.be.r.Next()
+			typ, frame, err := s.be.next()
 			if err != nil {
 				// A deadline from stopIdleReader, or a dead backend
 				// (noticed again on the next request).

@@ -335,7 +335,7 @@ func (s *Session) failQuery(err error) error {
 		return s.lostWrite(serr)
 	}
 	for {
-		typ, frame, rerr := s.be.r.Next()
+		typ, frame, rerr := s.be.next()
 		if rerr != nil {
 			return s.lost(rerr)
 		}

@@ -413,16 +413,11 @@ func (s *Session) occAppend(ctx context.Context, inc int64, t uint64, sent bool)
 // the client; a FATAL error ends the session.
 func (s *Session) occRead(ctx context.Context, f func(typ byte, frame []byte)) error {
 	for {
-		typ, frame, err := s.be.r.Next()
+		typ, frame, err := s.be.next()
 		if err != nil {
 			return s.lost(err)
 		}
 		switch typ {
-		case 'A', 'S':
-			if err := s.client.WriteFrame(frame); err != nil {
-				return err
-			}
-			continue
 		case 'E':
 			if fatal, err := s.backendErrorIsFatal(frame); fatal {
 				_ = s.client.WriteFrame(frame)
