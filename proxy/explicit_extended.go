@@ -75,7 +75,7 @@ func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, p *portal)
 		// The backend skips this Bind anyway.
 		return s.request(ctx, mustEncode(m), unit{kind: uBind}, false)
 	}
-	if answeredByProxy(st) && s.tx == 'E' {
+	if answeredByProxy(st) && s.tx == txFailed {
 		// The backend would refuse this Bind, as it refuses every
 		// statement in a failed transaction.
 		return s.failExtended(ctx, pgerr.New(pgerr.InFailedSQLTransaction,

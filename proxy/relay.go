@@ -119,7 +119,7 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 			return err
 		}
 	}
-	if s.tx == 'T' && len(s.portalHolds)+len(s.txn.holds) > 0 && s.copy == copyNone {
+	if s.tx == txBlock && len(s.portalHolds)+len(s.txn.holds) > 0 && s.copy == copyNone {
 		switch msg.(type) {
 		case *pgproto3.Query, *pgproto3.Parse, *pgproto3.Bind, *pgproto3.Execute:
 			if l := s.lostHold(); l != nil {
@@ -193,7 +193,7 @@ func (s *Session) handleQuery(ctx context.Context, m *pgproto3.Query, frame []by
 	if !plain {
 		settings = s.trackSettings(m.String)
 	}
-	if s.tx != 'E' && (s.proxy.cfg.HistoryReads || !plain) {
+	if s.tx != txFailed && (s.proxy.cfg.HistoryReads || !plain) {
 		if s.isShowSessions(m.String) {
 			return s.showSessions()
 		}
@@ -230,7 +230,7 @@ func (s *Session) handleParse(ctx context.Context, m *pgproto3.Parse, frame []by
 	if err := s.txnParse(ctx, m); err != nil {
 		return err
 	}
-	if s.tx != 'E' && (s.proxy.cfg.HistoryReads || !planner.PlainRead(m.Query)) {
+	if s.tx != txFailed && (s.proxy.cfg.HistoryReads || !planner.PlainRead(m.Query)) {
 		ok, err := s.quiesce(ctx)
 		if err != nil {
 			return err
@@ -271,7 +271,7 @@ func (s *Session) handleBind(ctx context.Context, m *pgproto3.Bind, frame []byte
 	if p.stmt.explicit != nil {
 		return s.bindExplicit(ctx, m, p)
 	}
-	if p.stmt.route.replayable && s.tx == 'I' && s.units.len() == 0 && !s.skipping {
+	if p.stmt.route.replayable && s.tx == txIdle && s.units.len() == 0 && !s.skipping {
 		s.occBatch = &occBatch{bind: cloneFrame(frame), portal: m.DestinationPortal, sql: p.stmt.sql}
 		return nil
 	}
@@ -301,12 +301,12 @@ func (s *Session) handleExecute(ctx context.Context, m *pgproto3.Execute, frame 
 		return s.executeExplain(ctx, p.explain)
 	}
 	r := p.stmt.route
-	if r.write && (!s.writeSlot || r.ddl) && s.tx != 'E' && !s.skipping {
+	if r.write && (!s.writeSlot || r.ddl) && s.tx != txFailed && !s.skipping {
 		if err := s.takeWriteSlotExtended(ctx, r.ddl); err != nil {
 			return s.failExtended(ctx, err)
 		}
 	}
-	if r.commits && s.occSlot && s.tx == 'T' && !s.skipping {
+	if r.commits && s.occSlot && s.tx == txBlock && !s.skipping {
 		inc, err := s.incarnation(ctx)
 		if err != nil {
 			return s.failExtended(ctx, err)
@@ -519,16 +519,16 @@ func (s *Session) answerUnit(ctx context.Context, u *unit, typ byte, frame []byt
 // at the end of a transaction its commit slot, portals and holds are gone.
 func (s *Session) readyForQuery(u *unit, frame []byte) {
 	prev := s.tx
-	s.tx = frame[5]
+	s.tx = txStatus(frame[5])
 	s.settleSettings(prev)
 	s.skipping = false
 	switch s.tx {
-	case 'I':
+	case txIdle:
 		s.writeSlot, s.occSlot = false, false
 		s.endPortals()
 		s.releasePortalHolds()
 		s.endTxn()
-	case 'E':
+	case txFailed:
 		s.releaseTxnHolds()
 	}
 	if u.relayZ {
@@ -674,7 +674,7 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 	if err != nil {
 		return err
 	}
-	if s.tx == 'T' {
+	if s.tx == txBlock {
 		var slot []string
 		if r.commits && s.occSlot {
 			slot = append(slot, storage.CommitWriteTxFor(inc))
@@ -709,7 +709,7 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 		}
 		return s.exchange(ctx)
 	}
-	if r.replayable && s.tx == 'I' && s.units.len() == 0 && after == "" {
+	if r.replayable && s.tx == txIdle && s.units.len() == 0 && after == "" {
 		return s.optimisticWrite(ctx, sql, inc, func() error { return s.forward(frame) })
 	}
 	if err := s.internal("BEGIN; "+storage.BeginWriteFor(inc), false); err != nil {
@@ -750,7 +750,7 @@ func (s *Session) takeWriteSlotExtended(ctx context.Context, ddl bool) error {
 		return err
 	}
 	s.writeSlot = true
-	if s.tx != 'T' || ddl {
+	if s.tx != txBlock || ddl {
 		if s.occSlot {
 			if err := s.injectExtended(commitWriteStatement, storage.CommitWriteTxFor(inc), &s.commitWritePrepared, inc); err != nil {
 				return err

@@ -38,7 +38,7 @@ func (s *Session) trackSettings(sql string) []*planner.Statement {
 		ops[i] = st
 		settings = settings || changesSettings(st)
 	}
-	if settings && len(stmts) > 1 && s.tx == 'I' {
+	if settings && len(stmts) > 1 && s.tx == txIdle {
 		s.settings.Begin()
 	}
 	return ops
@@ -124,9 +124,9 @@ func (s *Session) applySetting(st *planner.Statement, tag string) {
 // statement ended (an implicit block, or a block whose COMMIT or ROLLBACK
 // was not planned): at ReadyForQuery with status 'I', a block still open
 // in the settings ended, in a rollback if it had failed.
-func (s *Session) settleSettings(prev byte) {
-	if s.tx == 'I' && s.settings.InTransaction() {
-		if prev == 'E' || s.requestFailed {
+func (s *Session) settleSettings(prev txStatus) {
+	if s.tx == txIdle && s.settings.InTransaction() {
+		if prev == txFailed || s.requestFailed {
 			s.settings.Rollback()
 		} else {
 			s.settings.Commit()

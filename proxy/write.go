@@ -428,7 +428,7 @@ func (s *Session) occRead(ctx context.Context, f func(typ byte, frame []byte)) e
 				frame = s.canceledByProxy(ctx, frame)
 			}
 		case 'Z':
-			s.tx = frame[5]
+			s.tx = txStatus(frame[5])
 		}
 		f(typ, frame)
 		if typ == 'Z' {
@@ -443,7 +443,7 @@ func (s *Session) occRollback(ctx context.Context, answers [][]byte) error {
 	var ready []byte
 	// A CancelRequest the statement's end sent the backend may still
 	// land on the ROLLBACK itself; then the transaction is still open.
-	for attempt := 0; attempt < 3 && (ready == nil || s.tx != 'I'); attempt++ {
+	for attempt := 0; attempt < 3 && (ready == nil || s.tx != txIdle); attempt++ {
 		if err := s.sendOwn("ROLLBACK"); err != nil {
 			return err
 		}
@@ -458,7 +458,7 @@ func (s *Session) occRollback(ctx context.Context, answers [][]byte) error {
 			return err
 		}
 	}
-	if s.tx != 'I' {
+	if s.tx != txIdle {
 		return pgerr.Fatal(pgerr.InternalError, "optimistic write: could not roll back its attempt")
 	}
 	if answers == nil {
