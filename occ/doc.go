@@ -83,22 +83,30 @@
 //
 // # Drivers
 //
-// Run is the thin, blocking driver of one write against an Env (Oracle,
-// Selection, Appender). A Semaphore (FIFO, context-aware: a waiter whose
-// context ends leaves the queue) bounds the read-then-write loops a proxy
-// runs at once; the wait counts against the statement's deadline, and
-// with a timeouts.Budget the phase (semaphore wait, OCC attempt) is
-// recorded for the 57014 error. Metrics counts waits, conflicts, retries,
-// refolds, re-reads, exhausted budgets and cancels for export.
+// The machine is driven by the proxy (proxy/write.go) in production and by
+// Run, a thin blocking driver against an Env of interfaces (Oracle,
+// Selection, Appender), in this package's tests, replays and simulation
+// (driver_test.go; the reference semantics it is checked against,
+// Consolidate, Multiset and Fold, are in reference_test.go). Both admit a
+// loop the same way: Metrics.Admit counts it and takes a slot of a
+// Semaphore (FIFO, context-aware: a waiter whose context ends leaves the
+// queue), which bounds the loops a proxy runs at once; the wait counts
+// against the statement's deadline, and with a timeouts.Budget the phase
+// (semaphore wait, OCC attempt) is recorded for the 57014 error.
+// Metrics.Finish counts the outcome from the machine's Result: conflicts,
+// retries, refolds, re-reads, exhausted budgets and cancels, for export.
 //
 // # In the proxy
 //
-// proxy/write.go drives Machine directly (not Run): an attempt there is one
-// backend transaction whose statement is the read (PostgreSQL's snapshot
-// and row locks) and whose commit_write is the compare-and-append, sent in
-// two round trips. It answers ActAllocate with the T begin_write_occ chose
-// (at least the machine's floor), ActRefold always with "cannot" (the
-// proxy does not know the statement's reads; it re-executes it), ActRead
-// with the statement's row count, and ActApply at once (read_ts moves in
-// the commit's own transaction).
+// An attempt in the proxy is one backend transaction whose statement is
+// the read (PostgreSQL's snapshot and row locks) and whose commit_write
+// is the compare-and-append, sent in one round trip. The machine decides
+// everything a loop decides; the proxy only does the I/O. It answers
+// ActAllocate with the T begin_write_occ chose, starting at the action's
+// Floor, after waiting for the lock's holder when the action says Wait
+// (the last append lost to a writer holding the slot: AppendResult.Busy);
+// ActRefold always with "cannot" (the proxy does not know the statement's
+// reads; it re-executes it); ActRead with the statement's row count (the
+// payload's rows are the answers the proxy keeps); and ActApply at once
+// (read_ts moves in the commit's own transaction).
 package occ

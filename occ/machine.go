@@ -39,7 +39,10 @@ type ActionKind uint8
 
 const (
 	// ActAllocate: ask the oracle for a write timestamp and report it with
-	// EvTimestamp. Nothing has been written.
+	// EvTimestamp. Nothing has been written. Action.Floor is the least
+	// target the loop will take (a driver whose oracle can start there
+	// passes it on); Action.Wait asks the driver to wait first for the
+	// writer that holds the append's lock.
 	ActAllocate ActionKind = iota + 1
 	// ActRead: compute the statement's payload reading at Action.At
 	// (= T-1, a final time) and report it with EvRead.
@@ -79,6 +82,8 @@ type Action[R any] struct {
 	T        uint64 // ActAppend, ActApply: the target
 	At       uint64 // ActRead: the read time, T-1
 	From, To uint64 // ActRefold: the window of commits to fold
+	Floor    uint64 // ActAllocate: the actual upper of the last conflict
+	Wait     bool   // ActAllocate: the last conflict was with the lock's holder
 	Payload  Payload[R]
 	Result   Result // ActDone, ActFail
 	Err      error  // ActFail
@@ -160,10 +165,13 @@ func (k EventKind) String() string {
 }
 
 // AppendResult is the definite outcome of a compare-and-append at T: OK,
-// or not OK with the actual upper (> T) that made it fail.
+// or not OK with the actual upper (> T) that made it fail. Busy: the
+// append failed because another writer holds its lock, so retrying at
+// once would likely fail again.
 type AppendResult struct {
 	OK          bool
 	ActualUpper uint64
+	Busy        bool
 }
 
 // Event is the answer to an action, or a cancellation.
@@ -190,6 +198,9 @@ func (e Event[R]) String() string {
 	case EvAppended:
 		if e.Append.OK {
 			return "appended ok"
+		}
+		if e.Append.Busy {
+			return fmt.Sprintf("appended conflict upper=%d busy", e.Append.ActualUpper)
 		}
 		return fmt.Sprintf("appended conflict upper=%d", e.Append.ActualUpper)
 	case EvApplied:
@@ -232,6 +243,10 @@ func NewMachine[R any](cfg Config, w Write[R]) *Machine[R] {
 
 // Action returns the pending action.
 func (m *Machine[R]) Action() Action[R] { return m.act }
+
+// Result returns what the loop has done so far (Action().Result once it
+// is terminal): a driver that stops before then still counts it.
+func (m *Machine[R]) Result() Result { return m.res }
 
 // InFlight reports whether an append may have reached the backend without
 // its outcome known: a cancel now must not end the write.
@@ -341,7 +356,7 @@ func (m *Machine[R]) appended(r AppendResult) Action[R] {
 	if m.res.Attempts >= m.cfg.maxAttempts() {
 		return m.fail(retriesExhausted(m.res.Attempts))
 	}
-	return m.set(Action[R]{Kind: ActAllocate})
+	return m.set(Action[R]{Kind: ActAllocate, Floor: m.floor, Wait: r.Busy})
 }
 
 func (m *Machine[R]) cancel(err error) Action[R] {

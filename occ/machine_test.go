@@ -141,3 +141,30 @@ func TestConfigDefault(t *testing.T) {
 		t.Errorf("attempts = %d, want %d", n, DefaultMaxAttempts)
 	}
 }
+
+// TestMachineAllocateAfterConflict checks what the machine tells its
+// driver for the next attempt after a conflict: the floor (the actual
+// upper), and whether to wait for the lock's holder first (a busy
+// conflict); and what it has done so far, before it ends.
+func TestMachineAllocateAfterConflict(t *testing.T) {
+	m := NewMachine(Config{MaxAttempts: 5}, Write[string]{})
+	if a := m.Action(); a.Kind != ActAllocate || a.Floor != 0 || a.Wait {
+		t.Fatalf("first action: %+v", a)
+	}
+	m.Step(evTS(5))
+	m.Step(evRead(pl(1)))
+	a := m.Step(Event[string]{Kind: EvAppended, Append: AppendResult{ActualUpper: 8, Busy: true}})
+	if a.Kind != ActAllocate || a.Floor != 8 || !a.Wait {
+		t.Fatalf("after a busy conflict: %+v", a)
+	}
+	m.Step(evTS(8))
+	m.Step(evRefold(Payload[string]{}, false))
+	m.Step(evRead(pl(1)))
+	a = m.Step(evConflict(11))
+	if a.Kind != ActAllocate || a.Floor != 11 || a.Wait {
+		t.Fatalf("after a plain conflict: %+v", a)
+	}
+	if r := m.Result(); r.Attempts != 2 || r.Conflicts != 2 || r.Rereads != 1 || r.Committed {
+		t.Fatalf("result so far: %+v", r)
+	}
+}

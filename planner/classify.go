@@ -167,6 +167,7 @@ func classify(st *Statement, n *pg.Node) {
 		st.Kind, st.Tag = KindExecute, "EXECUTE"
 	case *pg.Node_DeallocateStmt:
 		st.Kind, st.Tag = KindDeallocate, "DEALLOCATE"
+		st.Deallocate = x.DeallocateStmt.Name
 		if x.DeallocateStmt.Isall {
 			st.Tag = "DEALLOCATE ALL"
 		}

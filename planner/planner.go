@@ -55,6 +55,9 @@ type Statement struct {
 	Txn              *Transaction // KindTransaction
 	Var              *Var         // KindSet, KindShow, KindReset
 	Cursor           *Cursor      // KindCursor
+	// Deallocate is the prepared statement DEALLOCATE drops ("" for
+	// DEALLOCATE ALL).
+	Deallocate string
 	// Inner is the statement inside EXPLAIN, DECLARE, PREPARE and COPY
 	// (query) TO: Kind and Tag only (relations, template etc. are on the
 	// outer statement). For SUBSCRIBE it is the subscribed read (TABLE

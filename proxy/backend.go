@@ -35,6 +35,46 @@ type backend struct {
 	secret []byte
 	params map[string]string
 	cfg    *pgconn.Config // for cancel requests
+	// async takes the asynchronous messages (NotificationResponse,
+	// ParameterStatus) that next reads; nil: they are dropped.
+	async func(frame []byte) error
+}
+
+// next reads the backend's next message. Every read of a session's
+// backend connection goes through here, so that asynchronous messages,
+// which may come between any two others, are handled one way on every
+// path: handed to async as they arrive, never returned. An error of async
+// is a clientError.
+func (b *backend) next() (typ byte, frame []byte, err error) {
+	for {
+		typ, frame, err = b.r.Next()
+		if err != nil || typ != 'A' && typ != 'S' {
+			return typ, frame, err
+		}
+		if b.async == nil {
+			continue
+		}
+		if err := b.async(frame); err != nil {
+			return 0, nil, clientError{err}
+		}
+	}
+}
+
+// clientError is a failed write to the client met while reading the
+// backend.
+type clientError struct{ err error }
+
+func (e clientError) Error() string { return e.err.Error() }
+func (e clientError) Unwrap() error { return e.err }
+
+// connectionLost reports a failed read of the backend on a path of the
+// proxy's own.
+func connectionLost(err error) error {
+	var ce clientError
+	if errors.As(err, &ce) {
+		return ce.err
+	}
+	return pgerr.Fatal(pgerr.ConnectionFailure, "backend connection lost: %v", err)
 }
 
 // connectBackend opens a backend connection for start with pgconn, which

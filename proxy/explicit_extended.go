@@ -41,25 +41,20 @@ func (s *Session) quiesce(ctx context.Context) (bool, error) {
 // parseExplicit forwards the Parse of a statement on the explicit-timestamp
 // path, rewritten.
 func (s *Session) parseExplicit(ctx context.Context, m *pgproto3.Parse, st *planner.Statement) error {
-	if s.explicitStmts == nil {
-		s.explicitStmts = map[string]*planner.Statement{}
-	}
 	oids, st := prepareAsOfParam(st, m.ParameterOIDs, m.ParameterOIDs)
+	rec := &preparedStmt{sql: m.Query, explicit: st}
 	if answeredByProxy(st) {
 		// Answered by the proxy: the backend never sees it.
-		setMember(&s.tsStmts, m.Name, false)
-		s.explicitStmts[m.Name] = st
+		s.defineStatement(m.Name, rec)
 		return s.client.Send(&pgproto3.ParseComplete{})
 	}
 	sql := st.SQL
 	if st.Template != nil && st.Template.Holes() > 0 {
 		sql = st.Template.RenderParam()
 		oids = withParamOID(oids, st.Template.Param(), int8OID)
-		setMember(&s.tsStmts, m.Name, true)
-	} else {
-		setMember(&s.tsStmts, m.Name, false)
+		rec.tsParam = true
 	}
-	s.explicitStmts[m.Name] = st
+	s.defineStatement(m.Name, rec)
 	if err := s.be.w.Send(&pgproto3.Parse{Name: m.Name, Query: sql, ParameterOIDs: oids}); err != nil {
 		return s.lost(err)
 	}
@@ -69,8 +64,9 @@ func (s *Session) parseExplicit(ctx context.Context, m *pgproto3.Parse, st *plan
 
 // bindExplicit chooses the timestamp for a Bind of an explicit-timestamp
 // statement, holds it until the transaction ends, and forwards the Bind
-// with the timestamp appended.
-func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, st *planner.Statement) error {
+// with the timestamp appended. p is the portal's new record.
+func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, p *portal) error {
+	st := p.stmt.explicit
 	ok, err := s.quiesce(ctx)
 	if err != nil {
 		return err
@@ -79,7 +75,7 @@ func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, st *planne
 		// The backend skips this Bind anyway.
 		return s.request(ctx, mustEncode(m), unit{kind: uBind}, false)
 	}
-	if answeredByProxy(st) && s.tx == 'E' {
+	if answeredByProxy(st) && s.tx == txFailed {
 		// The backend would refuse this Bind, as it refuses every
 		// statement in a failed transaction.
 		return s.failExtended(ctx, pgerr.New(pgerr.InFailedSQLTransaction,
@@ -92,14 +88,10 @@ func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, st *planne
 	if answeredByProxy(st) {
 		// EXPLAIN TIMESTAMP's timestamp is chosen at Execute, as for a
 		// simple Query.
-		if s.explainPortals == nil {
-			s.explainPortals = map[string]*explainPortal{}
-		}
-		p := &explainPortal{st: st}
+		p.explain = &explainPortal{st: st}
 		if len(m.ResultFormatCodes) > 0 {
-			p.format = m.ResultFormatCodes[0]
+			p.explain.format = m.ResultFormatCodes[0]
 		}
-		s.explainPortals[m.DestinationPortal] = p
 		return s.client.Send(&pgproto3.BindComplete{})
 	}
 	cat, fr, err := s.db.snapshot(ctx, s.proxy)
@@ -132,7 +124,7 @@ func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, st *planne
 	}
 	bind := *m
 	bind.Parameters = params
-	if s.tsStmts[m.PreparedStatement] {
+	if p.stmt.tsParam {
 		n := st.Template.Param()
 		params := make([][]byte, n)
 		copy(params, bind.Parameters)
@@ -217,11 +209,11 @@ func (s *Session) describeExplain(ctx context.Context, m *pgproto3.Describe) (bo
 	var st *planner.Statement
 	var format int16
 	if m.ObjectType == 'S' {
-		if st = s.explicitStmts[m.Name]; st == nil || !answeredByProxy(st) {
+		if st = s.statement(m.Name).explicit; st == nil || !answeredByProxy(st) {
 			return false, nil
 		}
 	} else {
-		p := s.explainPortals[m.Name]
+		p := s.portalOf(m.Name).explain
 		if p == nil {
 			return false, nil
 		}

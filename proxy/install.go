@@ -92,9 +92,9 @@ func (b *backend) queryValueStatus(ctx context.Context, sql string) (string, byt
 		failed error
 	)
 	for {
-		typ, frame, err := b.r.Next()
+		typ, frame, err := b.next()
 		if err != nil {
-			return "", 0, pgerr.Fatal(pgerr.ConnectionFailure, "backend connection lost: %v", err)
+			return "", 0, connectionLost(err)
 		}
 		switch typ {
 		case 'D':
@@ -158,9 +158,9 @@ func (b *backend) internalValues(ctx context.Context, sqls ...string) ([]string,
 	values := make([]string, len(sqls))
 	gotRow := make([]bool, len(sqls))
 	for closes := 0; closes < 2*len(sqls); {
-		typ, frame, err := b.r.Next()
+		typ, frame, err := b.next()
 		if err != nil {
-			return nil, pgerr.Fatal(pgerr.ConnectionFailure, "backend connection lost: %v", err)
+			return nil, connectionLost(err)
 		}
 		switch typ {
 		case 'D':
@@ -187,8 +187,8 @@ func (b *backend) internalValues(ctx context.Context, sqls ...string) ([]string,
 				return nil, err
 			}
 			for zs := 0; zs < 2; {
-				if typ, _, err = b.r.Next(); err != nil {
-					return nil, pgerr.Fatal(pgerr.ConnectionFailure, "backend connection lost: %v", err)
+				if typ, _, err = b.next(); err != nil {
+					return nil, connectionLost(err)
 				}
 				if typ == 'Z' {
 					zs++

@@ -114,7 +114,7 @@ func isolationValue() *pgproto3.DataRow {
 // answer sends a complete answer of the proxy's own to a simple Query,
 // when nothing from the backend is outstanding.
 func (s *Session) answer(msgs ...pgproto3.BackendMessage) error {
-	for _, m := range append(msgs, &pgproto3.ReadyForQuery{TxStatus: s.tx}) {
+	for _, m := range append(msgs, &pgproto3.ReadyForQuery{TxStatus: byte(s.tx)}) {
 		if err := s.client.Send(m); err != nil {
 			return err
 		}

@@ -268,11 +268,11 @@ func (s *Session) retentionQuery(ctx context.Context, sql string) (bool, error) 
 	// In the client's transaction, or alone in an implicit one (one
 	// query string).
 	_, status, err := s.be.queryValueStatus(ctx, beginWrite+"; "+set)
-	s.tx = status
+	s.tx = txStatus(status)
 	if err != nil {
 		return true, err
 	}
-	if s.tx == 'T' {
+	if s.tx == txBlock {
 		s.writeSlot = true
 	}
 	return true, s.answer(&pgproto3.CommandComplete{CommandTag: []byte("ALTER TABLE")})

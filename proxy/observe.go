@@ -92,7 +92,7 @@ func (s *Session) observeHandled(msg pgproto3.FrontendMessage, copyQuery bool, e
 	default:
 		return
 	}
-	s.obs.End(s.tx)
+	s.obs.End(byte(s.tx))
 }
 
 // statementKind is a statement's kind as a metric label: the planner's

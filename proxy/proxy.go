@@ -1,10 +1,3 @@
-// Package proxy is mzproxy's adapter core: it opens a backend connection for
-// each client session and sequences the session's statements against it.
-//
-// For now every statement is forwarded unchanged: the session relays
-// protocol messages to its own backend connection and streams the answers
-// back without buffering whole results. The timestamp model (oracle,
-// catalog, read holds, optimistic writes) is layered on this path.
 package proxy
 
 import (

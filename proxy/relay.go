@@ -110,14 +110,16 @@ func (q *queue) pop() {
 }
 
 // handle forwards one client message and, when the client now waits for
-// answers, relays them.
+// answers, relays them: a dispatch on the message's type, after the two
+// states that take every message first (a held optimistic batch, and a
+// transaction whose read holds were lost).
 func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, frame []byte) error {
 	if s.occBatch != nil {
 		if held, err := s.holdBatch(ctx, msg, frame); held || err != nil {
 			return err
 		}
 	}
-	if s.tx == 'T' && len(s.portalHolds)+len(s.txn.holds) > 0 && s.copy == copyNone {
+	if s.tx == txBlock && len(s.portalHolds)+len(s.txn.holds) > 0 && s.copy == copyNone {
 		switch msg.(type) {
 		case *pgproto3.Query, *pgproto3.Parse, *pgproto3.Bind, *pgproto3.Execute:
 			if l := s.lostHold(); l != nil {
@@ -128,139 +130,17 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 	}
 	switch m := msg.(type) {
 	case *pgproto3.Query:
-		if s.dump {
-			m, frame = dumpQuery(m, frame)
-		}
-		// A simple Query replaces the unnamed statement and portal.
-		s.forgetStatement("")
-		s.forgetPortal("")
-		if err := s.txnQuery(ctx, m.String); err != nil {
-			return err
-		}
-		plain := planner.PlainRead(m.String)
-		var settings []*planner.Statement
-		if !plain {
-			settings = s.trackSettings(m.String)
-		}
-		if s.tx != 'E' && (s.proxy.cfg.HistoryReads || !plain) {
-			if s.isShowSessions(m.String) {
-				return s.showSessions()
-			}
-			if handled, err := s.sessionSetting(ctx, m.String); handled {
-				return err
-			}
-			st, fr, err := s.explicitPlan(ctx, m.String)
-			if err != nil {
-				return s.failQuery(err)
-			}
-			if st != nil {
-				return s.failQuery(s.explicitQuery(ctx, st, fr))
-			}
-			if handled, err := s.retentionQuery(ctx, m.String); handled {
-				return err
-			}
-			r := s.routeOf(m.String)
-			if r.refused != nil {
-				return r.refused
-			}
-			if r.write || (r.commits && s.occSlot) {
-				return s.writeQuery(ctx, frame, m.String, r, settings, "")
-			}
-		}
-		return s.request(ctx, frame, unit{kind: uQuery, relayZ: true, settings: settings}, true)
+		return s.handleQuery(ctx, m, frame)
 	case *pgproto3.FunctionCall:
 		return s.request(ctx, frame, unit{kind: uQuery, relayZ: true}, true)
 	case *pgproto3.Parse:
-		// What the session knew of the statement this Parse replaces must
-		// not outlive it (the unnamed one is replaced by every Parse).
-		s.forgetStatement(m.Name)
-		if err := s.txnParse(ctx, m); err != nil {
-			return err
-		}
-		if s.tx != 'E' && (s.proxy.cfg.HistoryReads || !planner.PlainRead(m.Query)) {
-			ok, err := s.quiesce(ctx)
-			if err != nil {
-				return err
-			}
-			if ok {
-				if st := s.isolationShow(m.Query); st != nil {
-					return s.parseExplicit(ctx, m, st)
-				}
-				st, _, err := s.explicitPlan(ctx, m.Query)
-				if err != nil {
-					return s.failExtended(ctx, err)
-				}
-				if st != nil {
-					return s.parseExplicit(ctx, m, st)
-				}
-			}
-			if st, _ := s.retentionStatement(m.Query); st != nil {
-				return s.failExtended(ctx, pgerr.New(pgerr.FeatureNotSupported,
-					"RETAIN HISTORY is supported over the simple query protocol only"))
-			}
-		}
-		r := s.routeOf(m.Query)
-		if r.refused != nil {
-			return s.failExtended(ctx, r.refused)
-		}
-		setMember(&s.writeStmts, m.Name, r.write)
-		setMember(&s.ddlStmts, m.Name, r.ddl)
-		setMember(&s.commitStmts, m.Name, r.commits)
-		setEntry(&s.settingStmts, m.Name, s.settingOf(m.Query))
-		setMember(&s.replayStmts, m.Name, r.replayable)
-		return s.request(ctx, frame, unit{kind: uParse}, false)
+		return s.handleParse(ctx, m, frame)
 	case *pgproto3.Bind:
-		if err := s.txnBind(ctx, m); err != nil {
-			return err
-		}
-		setMember(&s.writePortals, m.DestinationPortal, s.writeStmts[m.PreparedStatement])
-		delete(s.explainPortals, m.DestinationPortal)
-		setEntry(&s.settingPortals, m.DestinationPortal, s.settingStmts[m.PreparedStatement])
-		setMember(&s.commitPortals, m.DestinationPortal, s.commitStmts[m.PreparedStatement])
-		setMember(&s.ddlPortals, m.DestinationPortal, s.ddlStmts[m.PreparedStatement])
-		if st := s.explicitStmts[m.PreparedStatement]; st != nil {
-			return s.bindExplicit(ctx, m, st)
-		}
-		if s.replayStmts[m.PreparedStatement] && s.tx == 'I' && s.units.len() == 0 && !s.skipping {
-			// Perhaps an autocommit write that can take the optimistic
-			// loop: held until the batch shows (write.go).
-			s.occBatch = &occBatch{bind: cloneFrame(frame), portal: m.DestinationPortal, sql: s.stmtSQL[m.PreparedStatement]}
-			return nil
-		}
-		return s.request(ctx, frame, unit{kind: uBind}, false)
+		return s.handleBind(ctx, m, frame)
 	case *pgproto3.Describe:
-		if handled, err := s.describeExplain(ctx, m); handled {
-			return err
-		}
-		u := unit{kind: uDescribePortal}
-		if m.ObjectType == 'S' {
-			u.kind = uDescribeStatement
-			u.stripParam = s.tsStmts[m.Name]
-		}
-		return s.request(ctx, frame, u, false)
+		return s.handleDescribe(ctx, m, frame)
 	case *pgproto3.Execute:
-		if p := s.explainPortals[m.Portal]; p != nil {
-			return s.executeExplain(ctx, p)
-		}
-		if s.writePortals[m.Portal] && (!s.writeSlot || s.ddlPortals[m.Portal]) && s.tx != 'E' && !s.skipping {
-			if err := s.takeWriteSlotExtended(ctx, s.ddlPortals[m.Portal]); err != nil {
-				return s.failExtended(ctx, err)
-			}
-		}
-		if s.commitPortals[m.Portal] && s.occSlot && s.tx == 'T' && !s.skipping {
-			inc, err := s.incarnation(ctx)
-			if err != nil {
-				return s.failExtended(ctx, err)
-			}
-			if err := s.injectExtended(commitWriteStatement, storage.CommitWriteTxFor(inc), &s.commitWritePrepared, inc); err != nil {
-				return err
-			}
-		}
-		u := unit{kind: uExecute}
-		if st := s.settingPortals[m.Portal]; st != nil {
-			u.settings = []*planner.Statement{st}
-		}
-		return s.request(ctx, frame, u, false)
+		return s.handleExecute(ctx, m, frame)
 	case *pgproto3.Close:
 		if m.ObjectType == 'S' {
 			s.forgetStatement(m.Name)
@@ -290,23 +170,174 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 		}
 		return s.forward(frame)
 	case *pgproto3.CopyDone, *pgproto3.CopyFail:
-		if s.copy == copyNone {
-			return nil
-		}
-		if err := s.forward(frame); err != nil {
-			return err
-		}
-		extended := s.copy == copyExtended
-		s.copy = copyNone
-		if extended {
-			// The backend answers an Execute's COPY only at the client's
-			// next Sync or Flush (any sent before the data were ignored).
-			return nil
-		}
-		return s.exchange(ctx)
+		return s.handleCopyEnd(ctx, frame)
 	default:
 		return pgerr.Fatal(pgerr.ProtocolViolation, "unexpected message type %T", msg)
 	}
+}
+
+// handleQuery runs a simple Query: answered by the proxy, on the
+// explicit-timestamp path, as a write, or forwarded as it is.
+func (s *Session) handleQuery(ctx context.Context, m *pgproto3.Query, frame []byte) error {
+	if s.dump {
+		m, frame = dumpQuery(m, frame)
+	}
+	// A simple Query replaces the unnamed statement and portal.
+	s.forgetStatement("")
+	s.forgetPortal("")
+	if err := s.txnQuery(ctx, m.String); err != nil {
+		return err
+	}
+	plain := planner.PlainRead(m.String)
+	var settings []*planner.Statement
+	if !plain {
+		settings = s.trackSettings(m.String)
+	}
+	if s.tx != txFailed && (s.proxy.cfg.HistoryReads || !plain) {
+		if s.isShowSessions(m.String) {
+			return s.showSessions()
+		}
+		if handled, err := s.sessionSetting(ctx, m.String); handled {
+			return err
+		}
+		st, fr, err := s.explicitPlan(ctx, m.String)
+		if err != nil {
+			return s.failQuery(err)
+		}
+		if st != nil {
+			return s.failQuery(s.explicitQuery(ctx, st, fr))
+		}
+		if handled, err := s.retentionQuery(ctx, m.String); handled {
+			return err
+		}
+		r := s.routeOf(m.String)
+		if r.refused != nil {
+			return r.refused
+		}
+		if r.write || (r.commits && s.occSlot) {
+			return s.writeQuery(ctx, frame, m.String, r, settings, "")
+		}
+	}
+	return s.request(ctx, frame, unit{kind: uQuery, relayZ: true, settings: settings}, true)
+}
+
+// handleParse records and forwards a Parse (rewritten on the
+// explicit-timestamp path). What the session knew of the statement it
+// replaces does not outlive it (the unnamed one is replaced by every
+// Parse).
+func (s *Session) handleParse(ctx context.Context, m *pgproto3.Parse, frame []byte) error {
+	s.forgetStatement(m.Name)
+	if err := s.txnParse(ctx, m); err != nil {
+		return err
+	}
+	if s.tx != txFailed && (s.proxy.cfg.HistoryReads || !planner.PlainRead(m.Query)) {
+		ok, err := s.quiesce(ctx)
+		if err != nil {
+			return err
+		}
+		if ok {
+			if st := s.isolationShow(m.Query); st != nil {
+				return s.parseExplicit(ctx, m, st)
+			}
+			st, _, err := s.explicitPlan(ctx, m.Query)
+			if err != nil {
+				return s.failExtended(ctx, err)
+			}
+			if st != nil {
+				return s.parseExplicit(ctx, m, st)
+			}
+		}
+		if st, _ := s.retentionStatement(m.Query); st != nil {
+			return s.failExtended(ctx, pgerr.New(pgerr.FeatureNotSupported,
+				"RETAIN HISTORY is supported over the simple query protocol only"))
+		}
+	}
+	r := s.routeOf(m.Query)
+	if r.refused != nil {
+		return s.failExtended(ctx, r.refused)
+	}
+	s.defineStatement(m.Name, &preparedStmt{sql: m.Query, route: r, effect: s.effectOf(m.Query)})
+	return s.request(ctx, frame, unit{kind: uParse}, false)
+}
+
+// handleBind records and forwards a Bind; an autocommit Bind of a
+// replayable write is held until its batch shows whether it can take the
+// optimistic loop (write.go).
+func (s *Session) handleBind(ctx context.Context, m *pgproto3.Bind, frame []byte) error {
+	if err := s.txnBind(ctx, m); err != nil {
+		return err
+	}
+	p := s.definePortal(m.DestinationPortal, m.PreparedStatement)
+	if p.stmt.explicit != nil {
+		return s.bindExplicit(ctx, m, p)
+	}
+	if p.stmt.route.replayable && s.tx == txIdle && s.units.len() == 0 && !s.skipping {
+		s.occBatch = &occBatch{bind: cloneFrame(frame), portal: m.DestinationPortal, sql: p.stmt.sql}
+		return nil
+	}
+	return s.request(ctx, frame, unit{kind: uBind}, false)
+}
+
+// handleDescribe forwards a Describe, or answers it for a statement or
+// portal the proxy answers itself.
+func (s *Session) handleDescribe(ctx context.Context, m *pgproto3.Describe, frame []byte) error {
+	if handled, err := s.describeExplain(ctx, m); handled {
+		return err
+	}
+	u := unit{kind: uDescribePortal}
+	if m.ObjectType == 'S' {
+		u.kind = uDescribeStatement
+		u.stripParam = s.statement(m.Name).tsParam
+	}
+	return s.request(ctx, frame, u, false)
+}
+
+// handleExecute forwards an Execute, after the proxy's own messages that
+// its portal's statement needs first: the commit slot before a write, the
+// optimistic slot's append before a COMMIT.
+func (s *Session) handleExecute(ctx context.Context, m *pgproto3.Execute, frame []byte) error {
+	p := s.portalOf(m.Portal)
+	if p.explain != nil {
+		return s.executeExplain(ctx, p.explain)
+	}
+	r := p.stmt.route
+	if r.write && (!s.writeSlot || r.ddl) && s.tx != txFailed && !s.skipping {
+		if err := s.takeWriteSlotExtended(ctx, r.ddl); err != nil {
+			return s.failExtended(ctx, err)
+		}
+	}
+	if r.commits && s.occSlot && s.tx == txBlock && !s.skipping {
+		inc, err := s.incarnation(ctx)
+		if err != nil {
+			return s.failExtended(ctx, err)
+		}
+		if err := s.injectExtended(commitWriteStatement, storage.CommitWriteTxFor(inc), &s.commitWritePrepared, inc); err != nil {
+			return err
+		}
+	}
+	u := unit{kind: uExecute}
+	if st := p.stmt.effect; st != nil {
+		u.settings = []*planner.Statement{st}
+	}
+	return s.request(ctx, frame, u, false)
+}
+
+// handleCopyEnd forwards the client's CopyDone or CopyFail.
+func (s *Session) handleCopyEnd(ctx context.Context, frame []byte) error {
+	if s.copy == copyNone {
+		return nil
+	}
+	if err := s.forward(frame); err != nil {
+		return err
+	}
+	extended := s.copy == copyExtended
+	s.copy = copyNone
+	if extended {
+		// The backend answers an Execute's COPY only at the client's
+		// next Sync or Flush (any sent before the data were ignored).
+		return nil
+	}
+	return s.exchange(ctx)
 }
 
 // request forwards a client request; wait says the client now waits for
@@ -349,7 +380,7 @@ func (s *Session) forward(frame []byte) error {
 func (s *Session) lostWrite(err error) error {
 	_ = s.be.nc.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 	for {
-		typ, frame, rerr := s.be.r.Next()
+		typ, frame, rerr := s.be.next()
 		if rerr != nil {
 			return s.lost(err)
 		}
@@ -392,143 +423,189 @@ func (s *Session) exchange(ctx context.Context) error {
 				return err
 			}
 		}
-		typ, frame, err := s.be.r.Next()
+		typ, frame, err := s.be.next()
 		if err != nil {
 			return s.lost(err)
 		}
 		u := s.units.front()
-		if u == nil || typ == 'A' || typ == 'S' || typ == 'N' {
-			// Asynchronous messages (or, with nothing queued, anything)
-			// go to the client, except notices about the proxy's own
-			// requests.
-			if typ != 'N' || u == nil || (u.disp == relay && !s.muted) {
+		if u == nil {
+			return s.unasked(typ, frame)
+		}
+		if typ == 'N' {
+			// Notices go to the client, except those about the proxy's
+			// own requests.
+			if u.disp == relay && !s.muted {
 				if err := s.client.WriteFrame(frame); err != nil {
 					return err
 				}
 			}
-			if u == nil {
-				if typ == 'E' {
-					if fatal, err := s.backendErrorIsFatal(frame); fatal {
-						_ = s.client.Flush()
-						return err
-					}
-				}
-				return s.flushClient()
-			}
 			continue
-		}
-		if typ == 'E' && ctx.Err() != nil {
-			frame = s.canceledByProxy(ctx, frame)
 		}
 		if typ == 'D' && !streaming {
 			streaming = true
 			s.enter(timeouts.PhaseStream)
 		}
-		if typ == 't' && u.stripParam {
-			if frame, err = stripTimestampParam(frame); err != nil {
-				return s.lost(err)
-			}
-		}
-		if s.relays(u, typ) {
-			if err := s.client.WriteFrame(frame); err != nil {
-				return err
-			}
-		}
-		done := false
-		switch typ {
-		case 'Z':
-			prev := s.tx
-			s.tx = frame[5]
-			s.settleSettings(prev)
-			s.skipping = false
-			switch s.tx {
-			case 'I':
-				// Transaction over: its commit slot and portals are gone.
-				s.writeSlot, s.occSlot = false, false
-				clear(s.writePortals)
-				clear(s.explainPortals)
-				clear(s.settingPortals)
-				clear(s.commitPortals)
-				clear(s.ddlPortals)
-				s.releasePortalHolds()
-				s.endTxn()
-			case 'E':
-				s.releaseTxnHolds()
-			}
-			if u.relayZ {
-				s.muted = false
-				s.clientFailed = false
-			}
-			done = true
-		case '1', '2', '3':
-			done = true
-		case 'T', 'n':
-			done = u.kind == uDescribeStatement || u.kind == uDescribePortal
-		case 'C', 'I', 's':
-			if typ == 'C' {
-				s.noteCommand(frame)
-				if len(u.settings) > 0 {
-					if st := u.settings[0]; st != nil {
-						s.applySetting(st, string(frame[5:len(frame)-1]))
-					}
-					u.settings = u.settings[1:]
-				}
-			}
-			done = u.kind == uExecute
-		case 'E':
-			s.noteBackendError(frame)
-			// The statements after the failed one do not run.
-			u.settings = nil
-			s.requestFailed = true
-			if fatal, err := s.backendErrorIsFatal(frame); fatal {
-				_ = s.client.Flush()
-				return err
-			}
-			if u.disp == relay {
-				s.clientFailed = true
-			}
-			if u.disp == swallow {
-				// The proxy's own request failed and the client has been
-				// told why: what the client asked for next fails only as
-				// a consequence, so it is not shown.
-				s.muted = true
-			}
-			if u.kind.extended() {
-				// The backend now skips everything until Sync.
-				s.skipping = true
-				for u := s.units.front(); u != nil && u.kind != uSync; u = s.units.front() {
-					s.units.pop()
-				}
-			}
-		case 'G':
-			// CopyInResponse: the client must now send the data; the unit
-			// stays queued until the COPY ends.
-			s.copy = copyExtended
-			if u.kind == uQuery {
-				s.copy = copyQuery
-			} else {
-				// The backend ignores Sync during copy-in, also one the
-				// client sent along with the Execute: it gets no answer.
-				s.units.dropAfterFront(uSync)
-			}
-			return s.flushClient()
-		}
-		if done {
-			then := u.then
-			s.units.pop()
-			if then == thenCommit {
-				if err := s.internal("COMMIT", true); err != nil {
-					return err
-				}
-				if err := s.be.w.Flush(); err != nil {
-					return s.lost(err)
-				}
-			}
+		if stop, err := s.answerUnit(ctx, u, typ, frame); stop || err != nil {
+			return err
 		}
 		if s.units.len() == 0 {
 			return s.flushClient()
 		}
 	}
+}
+
+// unasked relays a message that came with no request queued, and ends the
+// exchange (the session, if it is a FATAL error).
+func (s *Session) unasked(typ byte, frame []byte) error {
+	if err := s.client.WriteFrame(frame); err != nil {
+		return err
+	}
+	if typ == 'E' {
+		if fatal, err := s.backendErrorIsFatal(frame); fatal {
+			_ = s.client.Flush()
+			return err
+		}
+	}
+	return s.flushClient()
+}
+
+// answerUnit handles one answer of the unit u at the head of the queue: it
+// relays it if the client sees it, follows what it changes, and pops the
+// unit when this answer ends it. stop says the exchange is over (an error,
+// or the backend now waits for COPY data).
+func (s *Session) answerUnit(ctx context.Context, u *unit, typ byte, frame []byte) (stop bool, err error) {
+	if typ == 'E' && ctx.Err() != nil {
+		frame = s.canceledByProxy(ctx, frame)
+	}
+	if typ == 't' && u.stripParam {
+		if frame, err = stripTimestampParam(frame); err != nil {
+			return true, s.lost(err)
+		}
+	}
+	if s.relays(u, typ) {
+		if err := s.client.WriteFrame(frame); err != nil {
+			return true, err
+		}
+	}
+	done := false
+	switch typ {
+	case 'Z':
+		s.readyForQuery(u, frame)
+		done = true
+	case '1', '2', '3':
+		done = true
+	case 'T', 'n':
+		done = u.kind == uDescribeStatement || u.kind == uDescribePortal
+	case 'C', 'I', 's':
+		if typ == 'C' {
+			s.commandComplete(u, frame)
+		}
+		done = u.kind == uExecute
+	case 'E':
+		if err := s.unitFailed(u, frame); err != nil {
+			return true, err
+		}
+	case 'G':
+		s.copyIn(u)
+		return true, s.flushClient()
+	}
+	if done {
+		return false, s.unitDone()
+	}
+	return false, nil
+}
+
+// readyForQuery follows the transaction status a ReadyForQuery reports:
+// at the end of a transaction its commit slot, portals and holds are gone.
+func (s *Session) readyForQuery(u *unit, frame []byte) {
+	prev := s.tx
+	s.tx = txStatus(frame[5])
+	s.settleSettings(prev)
+	s.skipping = false
+	switch s.tx {
+	case txIdle:
+		s.writeSlot, s.occSlot = false, false
+		s.endPortals()
+		s.releasePortalHolds()
+		s.endTxn()
+	case txFailed:
+		s.releaseTxnHolds()
+	}
+	if u.relayZ {
+		s.muted = false
+		s.clientFailed = false
+	}
+}
+
+// commandComplete follows a statement of unit u that completed: its effect
+// on the session, if it has one, applies now.
+func (s *Session) commandComplete(u *unit, frame []byte) {
+	s.noteCommand(frame)
+	if len(u.settings) > 0 {
+		if st := u.settings[0]; st != nil {
+			s.applySetting(st, string(frame[5:len(frame)-1]))
+		}
+		u.settings = u.settings[1:]
+	}
+}
+
+// unitFailed follows an ErrorResponse to unit u.
+func (s *Session) unitFailed(u *unit, frame []byte) error {
+	s.noteBackendError(frame)
+	// The statements after the failed one do not run.
+	u.settings = nil
+	s.requestFailed = true
+	if fatal, err := s.backendErrorIsFatal(frame); fatal {
+		_ = s.client.Flush()
+		return err
+	}
+	switch u.disp {
+	case relay:
+		s.clientFailed = true
+	case swallow:
+		// The proxy's own request failed and the client has been told
+		// why: what the client asked for next fails only as a
+		// consequence, so it is not shown.
+		s.muted = true
+	}
+	if u.kind.extended() {
+		// The backend now skips everything until Sync.
+		s.skipping = true
+		for u := s.units.front(); u != nil && u.kind != uSync; u = s.units.front() {
+			s.units.pop()
+		}
+	}
+	return nil
+}
+
+// copyIn follows a CopyInResponse to unit u: the client must now send the
+// data; the unit stays queued until the COPY ends.
+func (s *Session) copyIn(u *unit) {
+	if u.kind == uQuery {
+		s.copy = copyQuery
+		return
+	}
+	s.copy = copyExtended
+	// The backend ignores Sync during copy-in, also one the client sent
+	// along with the Execute: it gets no answer.
+	s.units.dropAfterFront(uSync)
+}
+
+// unitDone pops the unit at the head of the queue, which is done, and
+// sends the request that was to follow it.
+func (s *Session) unitDone() error {
+	then := s.units.front().then
+	s.units.pop()
+	if then != thenCommit {
+		return nil
+	}
+	if err := s.internal("COMMIT", true); err != nil {
+		return err
+	}
+	if err := s.be.w.Flush(); err != nil {
+		return s.lost(err)
+	}
+	return nil
 }
 
 // relays reports whether the client sees an answer of unit u.
@@ -597,7 +674,7 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 	if err != nil {
 		return err
 	}
-	if s.tx == 'T' {
+	if s.tx == txBlock {
 		var slot []string
 		if r.commits && s.occSlot {
 			slot = append(slot, storage.CommitWriteTxFor(inc))
@@ -632,7 +709,7 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 		}
 		return s.exchange(ctx)
 	}
-	if r.replayable && s.tx == 'I' && s.units.len() == 0 && after == "" {
+	if r.replayable && s.tx == txIdle && s.units.len() == 0 && after == "" {
 		return s.optimisticWrite(ctx, sql, inc, func() error { return s.forward(frame) })
 	}
 	if err := s.internal("BEGIN; "+storage.BeginWriteFor(inc), false); err != nil {
@@ -673,7 +750,7 @@ func (s *Session) takeWriteSlotExtended(ctx context.Context, ddl bool) error {
 		return err
 	}
 	s.writeSlot = true
-	if s.tx != 'T' || ddl {
+	if s.tx != txBlock || ddl {
 		if s.occSlot {
 			if err := s.injectExtended(commitWriteStatement, storage.CommitWriteTxFor(inc), &s.commitWritePrepared, inc); err != nil {
 				return err
@@ -746,6 +823,9 @@ func (s *Session) noteCommand(frame []byte) {
 		// ROLLBACK ends the transaction anyway).
 		s.writeSlot = false
 	case "DISCARD ALL":
+		// Every prepared statement and portal is gone, the proxy's too.
+		s.deallocate("")
+		s.endPortals()
 		s.settings.ResetAll()
 		s.beginWritePrepared, s.beginWriteOCCPrepared, s.commitWritePrepared = 0, 0, 0
 		s.lostHoldPrepared = false
@@ -753,53 +833,6 @@ func (s *Session) noteCommand(frame []byte) {
 		// The proxy's prepared statements went with the client's.
 		s.beginWritePrepared, s.beginWriteOCCPrepared, s.commitWritePrepared = 0, 0, 0
 		s.lostHoldPrepared = false
-		clear(s.stmtSQL)
-	}
-}
-
-// forgetStatement drops what the session knows of the prepared statement
-// name, which was closed or replaced.
-func (s *Session) forgetStatement(name string) {
-	delete(s.settingStmts, name)
-	delete(s.writeStmts, name)
-	delete(s.commitStmts, name)
-	delete(s.ddlStmts, name)
-	delete(s.replayStmts, name)
-	delete(s.explicitStmts, name)
-	delete(s.tsStmts, name)
-	delete(s.stmtSQL, name)
-}
-
-// forgetPortal drops what the session knows of the portal name, which was
-// closed or replaced.
-func (s *Session) forgetPortal(name string) {
-	delete(s.writePortals, name)
-	delete(s.explainPortals, name)
-	delete(s.settingPortals, name)
-	delete(s.commitPortals, name)
-	delete(s.ddlPortals, name)
-}
-
-// setMember adds or removes key in a lazily made set.
-func setMember(m *map[string]bool, key string, member bool) {
-	if member {
-		if *m == nil {
-			*m = map[string]bool{}
-		}
-		(*m)[key] = true
-	} else if *m != nil {
-		delete(*m, key)
-	}
-}
-
-// setEntry sets or (for nil) removes key in a lazily made map.
-func setEntry[V any](m *map[string]*V, key string, v *V) {
-	if v != nil {
-		if *m == nil {
-			*m = map[string]*V{}
-		}
-		(*m)[key] = v
-	} else if *m != nil {
-		delete(*m, key)
+		s.deallocate("")
 	}
 }

@@ -15,7 +15,6 @@ import (
 
 	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/pgerr"
-	"github.com/mzproxy/mzproxy/planner"
 	"github.com/mzproxy/mzproxy/proxy/lease"
 	"github.com/mzproxy/mzproxy/proxy/observe"
 	"github.com/mzproxy/mzproxy/timeouts"
@@ -39,30 +38,91 @@ const (
 )
 
 // Session is one client's session: it owns one backend connection and
-// relays the client's messages to it and the backend's answers back.
-// Methods other than Cancel run on the client connection's goroutine.
+// relays the client's messages to it and the backend's answers back. Its
+// state is in owned parts (see doc.go): the relay, the transaction, the
+// running statement, the proxy's own prepared statements, and the client's
+// prepared statements and portals. Methods other than Cancel run on the
+// client connection's goroutine.
 type Session struct {
-	proxy  *Proxy
-	id     uint64
-	user   string
-	db     *database
-	be     *backend
-	client *wire.Writer
-	log    *logrus.Entry
-	obs    *observe.Session
+	proxy *Proxy
+	id    uint64
+	user  string
+	db    *database
+	log   *logrus.Entry
+	obs   *observe.Session
+
+	relayState
+	txnState
+	statementState
+	ownStatements
 
 	isolation string // transaction_isolation: strict serializable or serializable
 	// dump: the client is pg_dump (application_name at startup): its
 	// catalog queries do not see mzproxy's own objects (dump.go).
-	dump  bool
-	tx    byte  // transaction status from the last ReadyForQuery
-	units queue // requests forwarded whose answers have not all arrived
-	muted bool  // an injected request failed: drop answers until the client's ReadyForQuery
+	dump bool
+
+	// stmts and portals are the client's prepared statements and portals
+	// (statements.go); occBatch holds the client's messages of an
+	// autocommit Bind of a replayable write until its batch shows whether
+	// it can take the optimistic loop (write.go).
+	stmts    map[string]*preparedStmt
+	portals  map[string]*portal
+	occBatch *occBatch
+
+	// lease is the session's incarnation in its database (replaced when it
+	// was lost).
+	lease *lease.Lease
+
+	stopWait func() bool // unregisters the connection-context watcher
+	closeMu  sync.Mutex
+	closed   bool
+}
+
+// relayState is the relay: the two connections, the requests forwarded
+// whose answers have not all arrived, and how those answers are relayed.
+type relayState struct {
+	be     *backend
+	client *wire.Writer
+	units  queue // requests forwarded whose answers have not all arrived
+	muted  bool  // an injected request failed: drop answers until the client's ReadyForQuery
 	// clientFailed: a request of the client's failed since its last
 	// ReadyForQuery.
 	clientFailed bool
-	copy         copyState
+	// requestFailed: an ErrorResponse came since the last ReadyForQuery.
+	requestFailed bool
+	// skipping: an extended-protocol message failed; the backend ignores
+	// everything until Sync.
+	skipping bool
+	copy     copyState
 
+	// busy is set while a request is with the backend, so that a client
+	// gone mid-request cancels the backend's work.
+	busy atomic.Bool
+	// midRequest is set while an exchange has not reached its end, so a
+	// session closed in the middle (client gone) cancels the backend work.
+	midRequest bool
+
+	// listening is set once the session ran LISTEN: from then on the
+	// backend is also read between statements, so that notifications reach
+	// a client that waits for them without sending anything.
+	listening bool
+	idleRead  chan struct{} // closed when the idle reader has stopped; nil if none
+	clientMu  sync.Mutex    // serializes client writes with the idle reader
+}
+
+// txStatus is the backend's transaction status, as its last ReadyForQuery
+// reported it.
+type txStatus byte
+
+const (
+	txIdle   txStatus = 'I' // no transaction block
+	txBlock  txStatus = 'T' // in a transaction block
+	txFailed txStatus = 'E' // in a failed transaction block
+)
+
+// txnState is the client's transaction.
+type txnState struct {
+	tx txStatus
 	// writeSlot: the current backend transaction holds the commit slot
 	// (begin_write ran in it).
 	writeSlot bool
@@ -71,49 +131,16 @@ type Session struct {
 	// (commit_write_tx). Kept until the block ends, also across ROLLBACK TO
 	// SAVEPOINT (the append is a no-op when the slot was rolled back).
 	occSlot bool
-	// writeStmts and writePortals name the prepared statements and portals
-	// that write, so that their Execute takes the commit slot first;
-	// commitStmts and commitPortals those that commit, so that their
-	// Execute appends an optimistic slot first.
-	writeStmts, writePortals   map[string]bool
-	commitStmts, commitPortals map[string]bool
-	// ddlStmts and ddlPortals: those that change the catalog (route.ddl).
-	ddlStmts, ddlPortals map[string]bool
-	// replayStmts: prepared statements that are one replayable write
-	// (route.replayable); occBatch holds the client's messages of an
-	// autocommit Bind of one until its batch shows whether it can take
-	// the optimistic loop (write.go).
-	replayStmts map[string]bool
-	occBatch    *occBatch
-	// The proxy's own prepared statements exist on the backend connection
-	// for the incarnation given (0: not prepared); they write for it.
-	beginWritePrepared, beginWriteOCCPrepared, commitWritePrepared int64
+	// txn is the client's transaction block (read-only transactions).
+	txn readTxn
+	// portalHolds are the read holds of the transaction (its portals' and
+	// cursors'), released when it ends.
+	portalHolds []heldRead
+}
 
-	// lease is the session's incarnation in its database (replaced when it
-	// was lost); lostHoldPrepared: the proxy's raise_fenced statement is
-	// prepared (see failLostHold).
-	lease            *lease.Lease
-	lostHoldPrepared bool
-
-	// explicitStmts are the prepared statements on the explicit-timestamp
-	// path; tsStmts those among them that take the timestamp as their last
-	// parameter. portalHolds are the read holds of the transaction (its
-	// portals' and cursors'), released when it ends.
-	explicitStmts map[string]*planner.Statement
-	tsStmts       map[string]bool
-	portalHolds   []heldRead
-	// explainPortals are the portals of EXPLAIN TIMESTAMP statements,
-	// which the proxy answers itself.
-	explainPortals map[string]*explainPortal
-	// txn is the client's transaction block (read-only transactions);
-	// stmtSQL the text of each prepared statement, for the Bind that may
-	// begin one.
-	txn     readTxn
-	stmtSQL map[string]string
-	// skipping: an extended-protocol message failed; the backend ignores
-	// everything until Sync.
-	skipping bool
-
+// statementState is the running statement: its deadline and cancel, and
+// the settings that give them.
+type statementState struct {
 	// settings are the session's time-valued settings (statement_timeout
 	// and the idle timeouts), followed as SET and RESET pass through.
 	settings timeouts.Settings
@@ -135,46 +162,50 @@ type Session struct {
 	// backendCanceled: the statement has sent the backend its
 	// CancelRequest (once is enough).
 	backendCanceled atomic.Bool
-	// settingStmts and settingPortals are the prepared statements and
-	// portals that change the tracked settings.
-	settingStmts, settingPortals map[string]*planner.Statement
-	// requestFailed: an ErrorResponse came since the last ReadyForQuery.
-	requestFailed bool
 	// canceledReply: the backend answered the statement with 57014 after
 	// the statement's context ended.
 	canceledReply bool
+}
 
-	// busy is set while a request is with the backend, so that a client
-	// gone mid-request cancels the backend's work.
-	busy atomic.Bool
-	// midRequest is set while an exchange has not reached its end, so a
-	// session closed in the middle (client gone) cancels the backend work.
-	midRequest bool
-	stopWait   func() bool // unregisters the connection-context watcher
-
-	// listening is set once the session ran LISTEN: from then on the
-	// backend is also read between statements, so that notifications reach
-	// a client that waits for them without sending anything.
-	listening bool
-	idleRead  chan struct{} // closed when the idle reader has stopped; nil if none
-	clientMu  sync.Mutex    // serializes client writes with the idle reader
-	closeMu   sync.Mutex
-	closed    bool
+// ownStatements are the proxy's own prepared statements on the backend
+// connection: each exists for the incarnation given (0: not prepared) and
+// writes for it; lostHoldPrepared: raise_fenced is prepared (see
+// failLostHold).
+type ownStatements struct {
+	beginWritePrepared, beginWriteOCCPrepared, commitWritePrepared int64
+	lostHoldPrepared                                               bool
 }
 
 func newSession(ctx context.Context, p *Proxy, be *backend, client *wire.Writer, log *logrus.Entry) *Session {
-	s := &Session{proxy: p, be: be, client: client, log: log, tx: 'I', isolation: strictSerializable}
+	s := &Session{proxy: p, log: log, isolation: strictSerializable}
+	s.be, s.client, s.tx = be, client, txIdle
 	// The connection's context ends when the client has gone or the server
 	// forces connections closed: stop the backend's work then.
 	s.stopWait = context.AfterFunc(ctx, s.abandon)
+	be.async = s.relayAsync
 	return s
+}
+
+// relayAsync sends the client an asynchronous message of the backend's. It
+// is flushed at once when nothing more has been read, as the reader may
+// now wait (a notification must reach a client that sends nothing).
+func (s *Session) relayAsync(frame []byte) error {
+	s.clientMu.Lock()
+	defer s.clientMu.Unlock()
+	if err := s.client.WriteFrame(frame); err != nil {
+		return err
+	}
+	if s.be.r.Buffered() > 0 {
+		return nil
+	}
+	return s.client.Flush()
 }
 
 // ParameterStatus implements frontend.Session.
 func (s *Session) ParameterStatus() map[string]string { return s.be.params }
 
 // TxStatus implements frontend.Session.
-func (s *Session) TxStatus() byte { return s.tx }
+func (s *Session) TxStatus() byte { return byte(s.tx) }
 
 // CopyInProgress implements frontend.Session.
 func (s *Session) CopyInProgress() bool { return s.copy != copyNone }
@@ -207,7 +238,7 @@ func (s *Session) watchIdle() bool {
 		return false
 	}
 	holds := len(s.portalHolds) > 0 || len(s.txn.holds) > 0
-	return s.listening && s.tx == 'I' || holds && s.tx != 'I'
+	return s.listening && s.tx == txIdle || holds && s.tx != txIdle
 }
 
 // backendErrorIsFatal reports whether an ErrorResponse ends the backend
@@ -228,6 +259,11 @@ func (s *Session) backendErrorIsFatal(frame []byte) (bool, error) {
 
 // lost reports a failed backend connection.
 func (s *Session) lost(err error) error {
+	var ce clientError
+	if errors.As(err, &ce) {
+		// The client is gone: nothing to tell it.
+		return ce.err
+	}
 	if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, net.ErrClosed) {
 		return pgerr.Fatal(pgerr.QueryCanceled, "canceling statement: the client connection closed")
 	}
@@ -255,7 +291,7 @@ func (s *Session) startIdleReader() {
 	go func() {
 		defer close(done)
 		for {
-			typ, frame, err := s.be.r.Next()
+			typ, frame, err := s.be.next()
 			if err != nil {
 				// A deadline from stopIdleReader, or a dead backend
 				// (noticed again on the next request).

@@ -18,8 +18,8 @@ import (
 // PostgreSQL (package timeouts keeps the rules).
 
 // trackSettings returns, for a query string, the statements that change
-// the tracked settings, one entry per statement (nil for the others), or
-// nil when none does. A string of several statements runs in an implicit
+// the tracked settings or the prepared statements (see hasEffect), one
+// entry per statement (nil for the others), or nil when none does. A string of several statements runs in an implicit
 // transaction block of its own, which begins here.
 func (s *Session) trackSettings(sql string) []*planner.Statement {
 	stmts, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
@@ -27,32 +27,40 @@ func (s *Session) trackSettings(sql string) []*planner.Statement {
 		return nil
 	}
 	var ops []*planner.Statement
+	settings := false
 	for i, st := range stmts {
-		if !changesSettings(st) {
+		if !hasEffect(st) {
 			continue
 		}
 		if ops == nil {
 			ops = make([]*planner.Statement, len(stmts))
 		}
 		ops[i] = st
+		settings = settings || changesSettings(st)
 	}
-	if ops != nil && len(stmts) > 1 && s.tx == 'I' {
+	if settings && len(stmts) > 1 && s.tx == txIdle {
 		s.settings.Begin()
 	}
 	return ops
 }
 
-// settingOf returns the statement of an extended-protocol Parse when it
-// changes the tracked settings, else nil.
-func (s *Session) settingOf(sql string) *planner.Statement {
+// effectOf returns the statement of an extended-protocol Parse when it
+// changes the tracked settings or the prepared statements, else nil.
+func (s *Session) effectOf(sql string) *planner.Statement {
 	if planner.PlainRead(sql) {
 		return nil
 	}
 	stmts, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
-	if err != nil || len(stmts) != 1 || !changesSettings(stmts[0]) {
+	if err != nil || len(stmts) != 1 || !hasEffect(stmts[0]) {
 		return nil
 	}
 	return stmts[0]
+}
+
+// hasEffect reports whether st changes what the session follows: its
+// tracked settings, or its prepared statements (DEALLOCATE).
+func hasEffect(st *planner.Statement) bool {
+	return changesSettings(st) || st.Kind == planner.KindDeallocate
 }
 
 // changesSettings reports whether st may change the tracked settings.
@@ -71,6 +79,8 @@ func changesSettings(st *planner.Statement) bool {
 func (s *Session) applySetting(st *planner.Statement, tag string) {
 	var err error
 	switch {
+	case st.Kind == planner.KindDeallocate:
+		s.deallocate(st.Deallocate)
 	case st.Txn != nil:
 		switch st.Txn.Kind {
 		case planner.TxnBegin:
@@ -114,9 +124,9 @@ func (s *Session) applySetting(st *planner.Statement, tag string) {
 // statement ended (an implicit block, or a block whose COMMIT or ROLLBACK
 // was not planned): at ReadyForQuery with status 'I', a block still open
 // in the settings ended, in a rollback if it had failed.
-func (s *Session) settleSettings(prev byte) {
-	if s.tx == 'I' && s.settings.InTransaction() {
-		if prev == 'E' || s.requestFailed {
+func (s *Session) settleSettings(prev txStatus) {
+	if s.tx == txIdle && s.settings.InTransaction() {
+		if prev == txFailed || s.requestFailed {
 			s.settings.Rollback()
 		} else {
 			s.settings.Commit()

@@ -328,7 +328,7 @@ func (s *Session) awaitUpper(ctx context.Context, c *choice) error {
 // fail). A statement timed out in the upper wait ends here.
 func (s *Session) failQuery(err error) error {
 	var pe *pgerr.Error
-	if err == nil || s.tx != 'I' || !errors.As(err, &pe) || pe.IsFatal() {
+	if err == nil || s.tx != txIdle || !errors.As(err, &pe) || pe.IsFatal() {
 		return err
 	}
 	if serr := s.be.w.Send(&pgproto3.Sync{}); serr != nil {
@@ -338,7 +338,7 @@ func (s *Session) failQuery(err error) error {
 		return s.lostWrite(serr)
 	}
 	for {
-		typ, frame, rerr := s.be.r.Next()
+		typ, frame, rerr := s.be.next()
 		if rerr != nil {
 			return s.lost(rerr)
 		}
@@ -348,7 +348,7 @@ func (s *Session) failQuery(err error) error {
 				return ferr
 			}
 		case 'Z':
-			s.tx = frame[5]
+			s.tx = txStatus(frame[5])
 			return err
 		}
 	}
@@ -396,7 +396,7 @@ func (s *Session) explicitQuery(ctx context.Context, st *planner.Statement, fr *
 	err = s.exchange(ctx)
 	switch {
 	case hold == nil:
-	case st.Kind == planner.KindCursor && s.tx == 'T':
+	case st.Kind == planner.KindCursor && s.tx == txBlock:
 		// The cursor reads on: held until the transaction ends.
 		s.portalHolds = append(s.portalHolds, *hold)
 	default:
@@ -415,7 +415,7 @@ func (s *Session) explainTimestamp(format planner.ExplainFormat, c *choice) erro
 		explainTimestampRow(0),
 		&pgproto3.DataRow{Values: [][]byte{[]byte(s.timestampExplanation(format, c))}},
 		&pgproto3.CommandComplete{CommandTag: []byte("EXPLAIN")},
-		&pgproto3.ReadyForQuery{TxStatus: s.tx},
+		&pgproto3.ReadyForQuery{TxStatus: byte(s.tx)},
 	}
 	for _, m := range msgs {
 		if err := s.client.Send(m); err != nil {

@@ -82,12 +82,12 @@ func (s *Session) pinned() bool { return s.txn.phase == txnPinned && !s.writeSlo
 // the timedomain.
 func (s *Session) txnQuery(ctx context.Context, sql string) error {
 	switch {
-	case s.tx == 'E':
+	case s.tx == txFailed:
 	case s.txn.phase == txnFresh || s.pinned():
 		// Nothing is outstanding: a Query waits for its answers.
 		ready := func() (bool, error) { return true, nil }
 		return s.orLost(s.txnStatements(ctx, sql, ready))
-	case s.tx == 'I' && startsWithWord(sql, "begin", "start"):
+	case s.tx == txIdle && startsWithWord(sql, "begin", "start"):
 		s.noteBegin(sql)
 	}
 	return nil
@@ -108,11 +108,7 @@ func (s *Session) orLost(err error) error {
 // the backend transaction's snapshot, so a read-only transaction is pinned
 // here when this is its first read.
 func (s *Session) txnParse(ctx context.Context, m *pgproto3.Parse) error {
-	if s.stmtSQL == nil {
-		s.stmtSQL = map[string]string{}
-	}
-	s.stmtSQL[m.Name] = m.Query
-	if s.tx == 'E' || s.txn.phase != txnFresh {
+	if s.tx == txFailed || s.txn.phase != txnFresh {
 		return nil
 	}
 	return s.txnExtended(ctx, m.Query)
@@ -123,12 +119,16 @@ func (s *Session) txnParse(ctx context.Context, m *pgproto3.Parse) error {
 // statement prepared earlier can be the first read of one; and every read
 // bound in a pinned transaction is checked against the timedomain.
 func (s *Session) txnBind(ctx context.Context, m *pgproto3.Bind) error {
-	sql, ok := s.stmtSQL[m.PreparedStatement]
+	st, ok := s.stmts[m.PreparedStatement]
+	var sql string
+	if ok {
+		sql = st.sql
+	}
 	switch {
-	case !ok || s.tx == 'E':
+	case !ok || s.tx == txFailed:
 	case s.txn.phase == txnFresh || s.pinned():
 		return s.txnExtended(ctx, sql)
-	case s.tx == 'I' && startsWithWord(sql, "begin", "start"):
+	case s.tx == txIdle && startsWithWord(sql, "begin", "start"):
 		s.noteBegin(sql)
 	}
 	return nil
@@ -409,7 +409,7 @@ func (s *Session) refuse(ctx context.Context, err *pgerr.Error) error {
 		// The DO block cannot succeed; the backend connection can fail.
 		return cmp.Or(rerr, error(err))
 	}
-	s.tx = 'E'
+	s.tx = txFailed
 	s.releaseTxnHolds()
 	return err
 }

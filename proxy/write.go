@@ -14,7 +14,6 @@ import (
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/proxy/observe"
 	"github.com/mzproxy/mzproxy/proxy/storage"
-	"github.com/mzproxy/mzproxy/timeouts"
 )
 
 // deadlockDetected is PostgreSQL's 40P01.
@@ -74,164 +73,192 @@ type attempt struct {
 // optimisticWrite runs a replayable write outside a transaction block
 // through the optimistic loop; send forwards the client's messages of it
 // (a Query, or a Bind ... Sync batch), again for each attempt. It writes
-// for incarnation inc.
+// for incarnation inc. occ.Machine decides everything the loop decides
+// (the floor and the wait of each attempt, retry or 40001, the counts);
+// this side does the I/O.
 func (s *Session) optimisticWrite(ctx context.Context, sql string, inc int64, send func() error) error {
 	px := s.proxy
-	px.occStats.Writes.Add(1)
-	s.enter(timeouts.PhaseSemaphoreWait)
-	waited, err := px.occSem.Acquire(ctx)
-	if waited {
-		px.occStats.Waits.Add(1)
-	}
+	release, err := px.occStats.Admit(ctx, px.occSem, s.budget, s.enter)
 	if err != nil {
-		px.occStats.Canceled.Add(1)
-		return occ.Interrupted(ctx, s.budget)
+		return err
 	}
-	defer px.occSem.Release()
+	defer release()
 
 	s.busy.Store(true)
 	defer s.busy.Store(false)
 	s.midRequest = true
 
-	s.enter(timeouts.PhaseOCCAttempt)
-	pause := px.cfg.OCCPauseFile != "" && strings.Contains(sql, OCCPauseMarker)
-	m := occ.NewMachine(occ.Config{MaxAttempts: px.OCCMaxAttempts()}, occ.Write[struct{}]{})
-	var (
-		floor    uint64
-		answers  [][]byte
-		ready    []byte // the ReadyForQuery that ends the client's request
-		attempts int
-		slotBusy bool // the last append found the slot held
-	)
-	var conflicts int
-	a := m.Action()
-	defer func() {
-		if conflicts > 0 {
-			s.log.WithFields(map[string]any{"attempts": attempts, "conflicts": conflicts, "committed": a.Result.Committed}).
-				Debug("optimistic write retried after conflicts")
-		}
-	}()
+	w := &occWrite{
+		s: s, ctx: ctx, send: send, inc: inc,
+		pause: px.cfg.OCCPauseFile != "" && strings.Contains(sql, OCCPauseMarker),
+		m:     occ.NewMachine(occ.Config{MaxAttempts: px.OCCMaxAttempts()}, occ.Write[struct{}]{}),
+	}
+	defer w.finish()
+	return w.run()
+}
+
+// occWrite is one optimistic write in progress: the machine that decides,
+// and what the attempt that committed left for the client.
+type occWrite struct {
+	s     *Session
+	ctx   context.Context
+	send  func() error
+	inc   int64
+	pause bool // stop at the test-only failpoint in the first attempt
+	m     *occ.Machine[struct{}]
+
+	answers [][]byte // the committed attempt's answers
+	ready   []byte   // the ReadyForQuery that ends the client's request
+}
+
+// run drives the machine until it ends, or until an attempt's outcome is
+// the client's answer (the statement failed: nothing to retry).
+func (w *occWrite) run() error {
+	a := w.m.Action()
 	for !a.Terminal() {
-		if ctx.Err() != nil {
+		if w.ctx.Err() != nil {
 			// Between attempts: nothing is in flight.
-			a = m.Step(occ.Event[struct{}]{Kind: occ.EvCancel, Err: occ.Interrupted(ctx, s.budget)})
+			a = w.m.Step(occ.Event[struct{}]{Kind: occ.EvCancel, Err: occ.Interrupted(w.ctx, w.s.budget)})
 			continue
 		}
-		if slotBusy {
-			// Wait, holding no lock, for the writer that holds the slot
-			// (a long pessimistic one would otherwise exhaust the retries).
-			failed, ready, err := s.occAwaitSlot(ctx)
-			if err != nil {
-				return err
-			}
-			if failed != nil {
-				return s.occFinish([][]byte{failed}, ready)
-			}
-		}
-		s.obs.Phase(observe.PhaseOCCAttempt)
-		// The append goes with the payload in one round trip, except at
-		// the failpoint (which must stop between them).
-		pipelined := !(pause && attempts == 0)
-		at, err := s.occPayload(ctx, send, inc, floor, pipelined)
-		if err != nil {
+		var answered bool
+		var err error
+		if a, answered, err = w.attempt(a); answered || err != nil {
 			return err
 		}
-		if at.bad != nil || at.failed != nil {
-			if at.failed != nil && at.answers == nil {
-				at.answers = [][]byte{at.failed}
-			}
-			if !pipelined {
-				if at.bad == nil {
-					// Nothing was written: the client sees the error as
-					// PostgreSQL sent it.
-					return s.occRollback(ctx, at.answers)
-				}
-				if err := s.occRollback(ctx, nil); err != nil {
-					return err
-				}
-				s.midRequest = false
-				return at.bad
-			}
-			// The append that followed failed with 25P02 and COMMIT rolled
-			// back, unless the statement succeeded (at.bad).
-			out, err := s.occAppend(ctx, inc, at.t, true)
-			if err != nil {
-				return err
-			}
-			if at.bad != nil && (out.failed != nil || out.conflict) {
-				s.midRequest = false
-				return at.bad
-			}
-			return s.occFinish(at.answers, out.ready)
-		}
-		s.obs.Timestamp(at.t)
-		a = m.Step(occ.Event[struct{}]{Kind: occ.EvTimestamp, TS: at.t})
-		if a.Kind == occ.ActRefold {
-			// The statement is re-executed: its reads are not known to
-			// the proxy, so there is nothing to fold.
-			a = m.Step(occ.Event[struct{}]{Kind: occ.EvRefolded})
-		}
-		if a.Kind != occ.ActRead || a.At != at.t-1 {
-			_ = s.occRollback(ctx, nil)
-			return pgerr.New(pgerr.InternalError, "optimistic write: backend chose T=%d, the loop wants %s", at.t, a)
-		}
-		a = m.Step(occ.Event[struct{}]{Kind: occ.EvRead, Payload: occ.Payload[struct{}]{Rows: at.rows}})
-		attempts++
-		if attempts > 1 {
-			px.occStats.Retries.Add(1)
-		}
-		if !pipelined {
-			waitForFailpoint(ctx, px.cfg.OCCPauseFile)
-			if ctx.Err() != nil {
-				// The append was not sent: roll back, nothing is written.
-				if err := s.occRollback(ctx, nil); err != nil {
-					return err
-				}
-				a = m.Step(occ.Event[struct{}]{Kind: occ.EvError, Err: occ.Interrupted(ctx, s.budget)})
-				continue
-			}
-		}
-		s.obs.Phase(observe.PhaseCommit)
-		out, err := s.occAppend(ctx, inc, at.t, pipelined)
-		if err != nil {
-			s.midRequest = false
-			return err
-		}
-		if ctx.Err() != nil {
-			// Recorded only: the outcome below decides.
-			m.Step(occ.Event[struct{}]{Kind: occ.EvCancel, Err: occ.Interrupted(ctx, s.budget)})
-		}
-		switch {
-		case out.failed != nil:
-			return s.occFinish([][]byte{out.failed}, out.ready)
-		case out.conflict:
-			px.occStats.Conflicts.Add(1)
-			conflicts++
-			floor, slotBusy = out.upper, out.slotBusy
-			a = m.Step(occ.Event[struct{}]{Kind: occ.EvAppended, Append: occ.AppendResult{ActualUpper: out.upper}})
-		default:
-			a = m.Step(occ.Event[struct{}]{Kind: occ.EvAppended, Append: occ.AppendResult{OK: true}})
-			// read_ts was raised by commit_write, in the write's
-			// transaction: there is nothing left to apply.
-			a = m.Step(occ.Event[struct{}]{Kind: occ.EvApplied})
-			answers, ready = at.answers, out.ready
-		}
-	}
-	res := a.Result
-	switch {
-	case res.Committed:
-		px.occStats.Commits.Add(1)
-	case pgerr.Of(a.Err) == pgerr.SerializationFailure:
-		px.occStats.Exhausted.Add(1)
 	}
 	if a.Kind == occ.ActFail {
-		if ctx.Err() != nil {
-			px.occStats.Canceled.Add(1)
-		}
-		s.midRequest = false
+		w.s.midRequest = false
 		return a.Err
 	}
-	return s.occFinish(answers, ready)
+	return w.s.occFinish(w.answers, w.ready)
+}
+
+// finish counts the write's outcome and logs a write that had to retry.
+func (w *occWrite) finish() {
+	a, r := w.m.Action(), w.m.Result()
+	var err error
+	if a.Kind == occ.ActFail {
+		err = a.Err
+	}
+	w.s.proxy.occStats.Finish(r, err, w.ctx.Err() != nil)
+	if r.Conflicts > 0 {
+		w.s.log.WithFields(map[string]any{"attempts": r.Attempts, "conflicts": r.Conflicts, "committed": r.Committed}).
+			Debug("optimistic write retried after conflicts")
+	}
+}
+
+// attempt runs one attempt for the machine's ActAllocate a: the payload
+// round trip (its T is the allocation, its statement the read at T-1) and
+// the append. answered: the client has its answer (the error of a
+// statement or of the wait), and the loop is over.
+func (w *occWrite) attempt(a occ.Action[struct{}]) (next occ.Action[struct{}], answered bool, err error) {
+	s := w.s
+	if a.Wait {
+		// Wait, holding no lock, for the writer that holds the slot (a
+		// long pessimistic one would otherwise exhaust the retries).
+		failed, ready, err := s.occAwaitSlot(w.ctx)
+		if err != nil || failed != nil {
+			if err == nil {
+				err = s.occFinish([][]byte{failed}, ready)
+			}
+			return a, true, err
+		}
+	}
+	s.obs.Phase(observe.PhaseOCCAttempt)
+	// The append goes with the payload in one round trip, except at the
+	// failpoint (which must stop between them).
+	pipelined := !(w.pause && w.m.Result().Attempts == 0)
+	at, err := s.occPayload(w.ctx, w.send, w.inc, a.Floor, pipelined)
+	if err != nil {
+		return a, true, err
+	}
+	if at.bad != nil || at.failed != nil {
+		return a, true, w.payloadFailed(at, pipelined)
+	}
+	s.obs.Timestamp(at.t)
+	a = w.m.Step(occ.Event[struct{}]{Kind: occ.EvTimestamp, TS: at.t})
+	if a.Kind == occ.ActRefold {
+		// The statement is re-executed: its reads are not known to the
+		// proxy, so there is nothing to fold.
+		a = w.m.Step(occ.Event[struct{}]{Kind: occ.EvRefolded})
+	}
+	if a.Kind != occ.ActRead || a.At != at.t-1 {
+		_ = s.occRollback(w.ctx, nil)
+		return a, true, pgerr.New(pgerr.InternalError, "optimistic write: backend chose T=%d, the loop wants %s", at.t, a)
+	}
+	a = w.m.Step(occ.Event[struct{}]{Kind: occ.EvRead, Payload: occ.Payload[struct{}]{Rows: at.rows}})
+	if !pipelined {
+		waitForFailpoint(w.ctx, s.proxy.cfg.OCCPauseFile)
+		if w.ctx.Err() != nil {
+			// The append was not sent: roll back, nothing is written.
+			if err := s.occRollback(w.ctx, nil); err != nil {
+				return a, true, err
+			}
+			return w.m.Step(occ.Event[struct{}]{Kind: occ.EvError, Err: occ.Interrupted(w.ctx, s.budget)}), false, nil
+		}
+	}
+	return w.appendAttempt(at, pipelined)
+}
+
+// payloadFailed ends the write whose payload failed: begin_write_occ's
+// answer was unusable (at.bad) or an ErrorResponse ended it (at.failed).
+func (w *occWrite) payloadFailed(at attempt, pipelined bool) error {
+	s := w.s
+	if at.failed != nil && at.answers == nil {
+		at.answers = [][]byte{at.failed}
+	}
+	if !pipelined {
+		if at.bad == nil {
+			// Nothing was written: the client sees the error as
+			// PostgreSQL sent it.
+			return s.occRollback(w.ctx, at.answers)
+		}
+		if err := s.occRollback(w.ctx, nil); err != nil {
+			return err
+		}
+		s.midRequest = false
+		return at.bad
+	}
+	// The append that followed failed with 25P02 and COMMIT rolled back,
+	// unless the statement succeeded (at.bad).
+	out, err := s.occAppend(w.ctx, w.inc, at.t, true)
+	if err != nil {
+		return err
+	}
+	if at.bad != nil && (out.failed != nil || out.conflict) {
+		s.midRequest = false
+		return at.bad
+	}
+	return s.occFinish(at.answers, out.ready)
+}
+
+// appendAttempt reads (sends, unless pipelined) the append of attempt at
+// and reports its outcome to the machine.
+func (w *occWrite) appendAttempt(at attempt, pipelined bool) (next occ.Action[struct{}], answered bool, err error) {
+	s := w.s
+	s.obs.Phase(observe.PhaseCommit)
+	out, err := s.occAppend(w.ctx, w.inc, at.t, pipelined)
+	if err != nil {
+		s.midRequest = false
+		return w.m.Action(), true, err
+	}
+	if w.ctx.Err() != nil {
+		// Recorded only: the outcome below decides.
+		w.m.Step(occ.Event[struct{}]{Kind: occ.EvCancel, Err: occ.Interrupted(w.ctx, s.budget)})
+	}
+	switch {
+	case out.failed != nil:
+		return w.m.Action(), true, s.occFinish([][]byte{out.failed}, out.ready)
+	case out.conflict:
+		r := occ.AppendResult{ActualUpper: out.upper, Busy: out.slotBusy}
+		return w.m.Step(occ.Event[struct{}]{Kind: occ.EvAppended, Append: r}), false, nil
+	}
+	w.m.Step(occ.Event[struct{}]{Kind: occ.EvAppended, Append: occ.AppendResult{OK: true}})
+	// read_ts was raised by commit_write, in the write's transaction:
+	// there is nothing left to apply.
+	w.answers, w.ready = at.answers, out.ready
+	return w.m.Step(occ.Event[struct{}]{Kind: occ.EvApplied}), false, nil
 }
 
 // occPayload sends an attempt's first round trip and reads its answers.
@@ -413,16 +440,11 @@ func (s *Session) occAppend(ctx context.Context, inc int64, t uint64, sent bool)
 // the client; a FATAL error ends the session.
 func (s *Session) occRead(ctx context.Context, f func(typ byte, frame []byte)) error {
 	for {
-		typ, frame, err := s.be.r.Next()
+		typ, frame, err := s.be.next()
 		if err != nil {
 			return s.lost(err)
 		}
 		switch typ {
-		case 'A', 'S':
-			if err := s.client.WriteFrame(frame); err != nil {
-				return err
-			}
-			continue
 		case 'E':
 			if fatal, err := s.backendErrorIsFatal(frame); fatal {
 				_ = s.client.WriteFrame(frame)
@@ -433,7 +455,7 @@ func (s *Session) occRead(ctx context.Context, f func(typ byte, frame []byte)) e
 				frame = s.canceledByProxy(ctx, frame)
 			}
 		case 'Z':
-			s.tx = frame[5]
+			s.tx = txStatus(frame[5])
 		}
 		f(typ, frame)
 		if typ == 'Z' {
@@ -448,7 +470,7 @@ func (s *Session) occRollback(ctx context.Context, answers [][]byte) error {
 	var ready []byte
 	// A CancelRequest the statement's end sent the backend may still
 	// land on the ROLLBACK itself; then the transaction is still open.
-	for attempt := 0; attempt < 3 && (ready == nil || s.tx != 'I'); attempt++ {
+	for attempt := 0; attempt < 3 && (ready == nil || s.tx != txIdle); attempt++ {
 		if err := s.sendOwn("ROLLBACK"); err != nil {
 			return err
 		}
@@ -463,7 +485,7 @@ func (s *Session) occRollback(ctx context.Context, answers [][]byte) error {
 			return err
 		}
 	}
-	if s.tx != 'I' {
+	if s.tx != txIdle {
 		return pgerr.Fatal(pgerr.InternalError, "optimistic write: could not roll back its attempt")
 	}
 	if answers == nil {

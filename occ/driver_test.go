@@ -1,11 +1,15 @@
 package occ
 
+// Run, the blocking driver of one write against an Env of interfaces, is
+// how this package's tests, replays and simulation drive the machine
+// against a simulated oracle and store. The proxy drives the machine
+// itself (proxy/write.go): its read and append are one backend
+// transaction.
+
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 
-	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/timeouts"
 )
 
@@ -72,39 +76,6 @@ type Env[R any] struct {
 	Budget *timeouts.Budget
 }
 
-// Metrics are counters the proxy can export; all methods are safe for
-// concurrent use, and the zero value is ready.
-type Metrics struct {
-	Writes    atomic.Int64 // loops started
-	Commits   atomic.Int64 // loops that committed
-	Waits     atomic.Int64 // semaphore acquisitions that had to queue
-	Conflicts atomic.Int64 // appends that lost to a concurrent commit
-	Retries   atomic.Int64 // appends after the first
-	Refolds   atomic.Int64 // successful refolds
-	Rereads   atomic.Int64 // re-reads where a refold was not possible
-	Exhausted atomic.Int64 // loops that failed with 40001
-	Canceled  atomic.Int64 // loops ended by their context before committing
-}
-
-// Record counts the outcome of one write loop.
-func (m *Metrics) Record(r Result, err error) {
-	if m == nil {
-		return
-	}
-	m.Conflicts.Add(int64(r.Conflicts))
-	if r.Attempts > 1 {
-		m.Retries.Add(int64(r.Attempts - 1))
-	}
-	m.Refolds.Add(int64(r.Refolds))
-	m.Rereads.Add(int64(r.Rereads))
-	if r.Committed {
-		m.Commits.Add(1)
-	}
-	if err != nil && pgerr.Of(err) == pgerr.SerializationFailure {
-		m.Exhausted.Add(1)
-	}
-}
-
 // Run drives write w through its loop against env and returns the result
 // the client is told. It is the thin, blocking wrapper of Machine: every
 // call it makes is one action, every answer one event.
@@ -116,24 +87,19 @@ func (m *Metrics) Record(r Result, err error) {
 // success even though ctx is done; on a conflict it returns the
 // cancellation error without retrying.
 func Run[R any](ctx context.Context, cfg Config, w Write[R], env Env[R]) (Result, error) {
-	if env.Metrics != nil {
-		env.Metrics.Writes.Add(1)
+	metrics := env.Metrics
+	if metrics == nil {
+		metrics = &Metrics{}
 	}
-	if !w.Blind && env.Sem != nil {
-		enter(env.Budget, timeouts.PhaseSemaphoreWait)
-		waited, err := env.Sem.Acquire(ctx)
-		if waited && env.Metrics != nil {
-			env.Metrics.Waits.Add(1)
-		}
-		if err != nil {
-			if env.Metrics != nil {
-				env.Metrics.Canceled.Add(1)
-			}
-			return Result{}, Interrupted(ctx, env.Budget)
-		}
-		defer env.Sem.Release()
+	sem := env.Sem
+	if w.Blind {
+		sem = nil
 	}
-	enter(env.Budget, timeouts.PhaseOCCAttempt)
+	release, err := metrics.Admit(ctx, sem, env.Budget, nil)
+	if err != nil {
+		return Result{}, err
+	}
+	defer release()
 
 	m := NewMachine(cfg, w)
 	a := m.Action()
@@ -187,10 +153,7 @@ func Run[R any](ctx context.Context, cfg Config, w Write[R], env Env[R]) (Result
 		}
 		a = m.Step(e)
 	}
-	env.Metrics.Record(a.Result, a.Err)
-	if a.Kind == ActFail && ctx.Err() != nil && !a.Result.Committed && env.Metrics != nil {
-		env.Metrics.Canceled.Add(1)
-	}
+	metrics.Finish(a.Result, a.Err, ctx.Err() != nil)
 	if a.Kind == ActFail {
 		return a.Result, a.Err
 	}
@@ -207,24 +170,4 @@ func answer[R any](ctx context.Context, b *timeouts.Budget, ok Event[R], err err
 		return Event[R]{Kind: EvCancel, Err: Interrupted(ctx, b)}
 	}
 	return Event[R]{Kind: EvError, Err: err}
-}
-
-func enter(b *timeouts.Budget, p timeouts.Phase) {
-	if b != nil {
-		b.Enter(p)
-	}
-}
-
-// Interrupted is the client's error for a write whose ctx ended: the
-// budget's 57014 when there is one, else the one of ctx's cause.
-func Interrupted(ctx context.Context, b *timeouts.Budget) error {
-	if b != nil {
-		if err := b.Err(ctx); err != nil {
-			return err
-		}
-	}
-	if c := timeouts.CauseOf(ctx); c != 0 {
-		return timeouts.ErrorFor(c, timeouts.PhaseOCCAttempt)
-	}
-	return pgerr.Wrap(pgerr.QueryCanceled, context.Cause(ctx))
 }
