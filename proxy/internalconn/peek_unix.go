@@ -23,9 +23,12 @@ func peek(nc net.Conn) peekState {
 		rerr error
 		buf  [1]byte
 	)
-	err = raw.Read(func(fd uintptr) bool {
+	// Control, not Read: Read takes the socket's read lock, which pgconn's
+	// background reader may hold in a read that never returns (the tick's
+	// peek then hung, and with it shutdown). A peek that does not wait
+	// needs no lock.
+	err = raw.Control(func(fd uintptr) {
 		n, _, rerr = syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		return true // never wait for readiness
 	})
 	switch {
 	case err != nil:
