@@ -122,24 +122,9 @@ func TestAsOfParams(t *testing.T) {
 	db := freshDatabase(t, ctx)
 	p := startProxy(t)
 	h := writeAsOfHistory(t, ctx, connectTo(t, ctx, p.URL("postgres", db)))
-	for _, mode := range []pgx.QueryExecMode{
-		pgx.QueryExecModeCacheStatement,
-		pgx.QueryExecModeCacheDescribe,
-		pgx.QueryExecModeDescribeExec,
-		pgx.QueryExecModeExec,
-		pgx.QueryExecModeSimpleProtocol,
-	} {
+	for _, mode := range pgxModes {
 		t.Run(mode.String(), func(t *testing.T) {
-			cfg, err := pgx.ParseConfig(p.URL("postgres", db))
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.DefaultQueryExecMode = mode
-			conn, err := pgx.ConnectConfig(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close(ctx)
+			conn := connectMode(t, ctx, p.URL("postgres", db), mode)
 			q := func(ctx context.Context, query string, args ...any) (string, error) {
 				var s string
 				err := conn.QueryRow(ctx, query, args...).Scan(&s)

@@ -363,14 +363,6 @@ func (p pgxDB) inTx(ctx context.Context, work func(exec func(string, ...any) err
 	})
 }
 
-var pgxModes = []pgx.QueryExecMode{
-	pgx.QueryExecModeCacheStatement,
-	pgx.QueryExecModeCacheDescribe,
-	pgx.QueryExecModeDescribeExec,
-	pgx.QueryExecModeExec,
-	pgx.QueryExecModeSimpleProtocol,
-}
-
 func TestDriverMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("driver programs (JVM start, Python imports) are slow; skipped with -short")
@@ -399,16 +391,7 @@ func TestDriverMatrix(t *testing.T) {
 		t.Run("pgx/"+mode.String(), func(t *testing.T) {
 			t.Parallel()
 			ctx := testContext(t)
-			cfg, err := pgx.ParseConfig(p.URL("postgres", freshDatabase(t, ctx)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.DefaultQueryExecMode = mode
-			conn, err := pgx.ConnectConfig(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close(context.Background())
+			conn := connectMode(t, ctx, p.URL("postgres", freshDatabase(t, ctx)), mode)
 			runMatrixCases(ctx, pgxDB{conn}, tableName(t)).report(t)
 		})
 	}

@@ -279,3 +279,29 @@ func connectCancelable(t testing.TB, ctx context.Context, url string) (*pgx.Conn
 // reached the backend (a cancel that arrives before is dropped, as
 // PostgreSQL drops one for an idle session).
 const cancelAfter = 2 * time.Second
+
+// pgxModes are pgx's five query exec modes.
+var pgxModes = []pgx.QueryExecMode{
+	pgx.QueryExecModeCacheStatement,
+	pgx.QueryExecModeCacheDescribe,
+	pgx.QueryExecModeDescribeExec,
+	pgx.QueryExecModeExec,
+	pgx.QueryExecModeSimpleProtocol,
+}
+
+// connectMode opens a pgx connection to url whose queries run in exec
+// mode mode; it is closed when the test ends.
+func connectMode(t testing.TB, ctx context.Context, url string, mode pgx.QueryExecMode) *pgx.Conn {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DefaultQueryExecMode = mode
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}

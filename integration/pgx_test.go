@@ -27,26 +27,10 @@ func TestPgx(t *testing.T) {
 
 	t.Run("exec modes", func(t *testing.T) {
 		t.Parallel()
-		modes := []pgx.QueryExecMode{
-			pgx.QueryExecModeCacheStatement,
-			pgx.QueryExecModeCacheDescribe,
-			pgx.QueryExecModeDescribeExec,
-			pgx.QueryExecModeExec,
-			pgx.QueryExecModeSimpleProtocol,
-		}
-		for _, mode := range modes {
+		for _, mode := range pgxModes {
 			t.Run(mode.String(), func(t *testing.T) {
 				ctx := testContext(t)
-				cfg, err := pgx.ParseConfig(p.URL("postgres", "postgres"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				cfg.DefaultQueryExecMode = mode
-				conn, err := pgx.ConnectConfig(ctx, cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer conn.Close(ctx)
+				conn := connectMode(t, ctx, p.URL("postgres", "postgres"), mode)
 				for i := range 3 { // the cached modes prepare once, then reuse
 					var sum int64
 					var s string
@@ -297,13 +281,7 @@ func TestPgx(t *testing.T) {
 		ctx := testContext(t)
 		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeSimpleProtocol} {
 			t.Run(mode.String(), func(t *testing.T) {
-				cfg, _ := pgx.ParseConfig(p.URL("postgres", "postgres"))
-				cfg.DefaultQueryExecMode = mode
-				conn, err := pgx.ConnectConfig(ctx, cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer conn.Close(ctx)
+				conn := connectMode(t, ctx, p.URL("postgres", "postgres"), mode)
 				ts := time.Date(2001, 9, 9, 1, 46, 40, 123456000, time.UTC)
 				bytea := []byte{0, 1, 2, 0xff, '\\', 'x'}
 				num := pgtype.Numeric{}
@@ -327,7 +305,7 @@ func TestPgx(t *testing.T) {
 					gotNull  *string
 					gotNullI *int64
 				)
-				err = conn.QueryRow(ctx,
+				err := conn.QueryRow(ctx,
 					"SELECT $1::bytea, $2::numeric, $3::timestamptz, $4::int4[], $5::text[], $6::jsonb, $7::text, NULL::int8",
 					bytea, num, ts, arr, texts, js, nil,
 				).Scan(&gotBytea, &gotNum, &gotTS, &gotArr, &gotTexts, &gotJS, &gotNull, &gotNullI)

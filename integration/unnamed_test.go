@@ -225,26 +225,11 @@ func TestUnnamedLibPQConflicts(t *testing.T) {
 func TestUnnamedPgxModes(t *testing.T) {
 	t.Parallel()
 	p := startProxy(t, patientWrites...)
-	for _, mode := range []pgx.QueryExecMode{
-		pgx.QueryExecModeCacheStatement,
-		pgx.QueryExecModeCacheDescribe,
-		pgx.QueryExecModeDescribeExec,
-		pgx.QueryExecModeExec,
-		pgx.QueryExecModeSimpleProtocol,
-	} {
+	for _, mode := range pgxModes {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
 			ctx := testContext(t)
-			cfg, err := pgx.ParseConfig(p.URL("postgres", "postgres"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.DefaultQueryExecMode = mode
-			conn, err := pgx.ConnectConfig(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close(ctx)
+			conn := connectMode(t, ctx, p.URL("postgres", "postgres"), mode)
 			pgxWritesAndTimestampedReads(t, ctx, conn, tableName(t))
 		})
 	}
