@@ -9,14 +9,16 @@
 # tables' history on every INSERT.
 #
 # usage: bench/conformance.sh   (env: ROUNDS=5 PROTOCOLS="simple extended"
-#                                CORPUS=<dir of select*.test and evidence/>)
+#                                CORPUS=<dir of select*.test and evidence/>,
+#                                by default $MZPROXY_SLT_DIR as for the tests,
+#                                else ../shared/slt/sqlite beside the clone)
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 ROUNDS=${ROUNDS:-5}
 PROTOCOLS=${PROTOCOLS:-"simple extended"}
-CORPUS=${CORPUS:-$root/../shared/slt/sqlite}
-[ -f "$CORPUS/select1.test" ] || { echo "no corpus at $CORPUS (set CORPUS)" >&2; exit 1; }
+CORPUS=${CORPUS:-${MZPROXY_SLT_DIR:-$root/../shared/slt/sqlite}}
+[ -f "$CORPUS/select1.test" ] || { echo "no corpus at $CORPUS (set CORPUS or MZPROXY_SLT_DIR)" >&2; exit 1; }
 
 bench_setup
 (cd "$src" && go build -o "$work/mzslt" ./cmd/mzslt)

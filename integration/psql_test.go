@@ -31,11 +31,7 @@ func (pt psqlTarget) run(t testing.TB, stdin string, extraEnv []string, args ...
 	if _, err := exec.LookPath("psql"); err != nil {
 		t.Skip("psql is not installed (apt-get install -y postgresql-client)")
 	}
-	cmd := exec.Command("psql", append([]string{"-X", "--no-password"}, args...)...)
-	cmd.Env = append(os.Environ(),
-		"PGHOST="+pt.host, "PGPORT="+pt.port, "PGUSER=postgres", "PGDATABASE=postgres",
-		"PGSSLMODE=disable", "PGCONNECT_TIMEOUT=10", "PGOPTIONS=", "PSQLRC=/dev/null")
-	cmd.Env = append(cmd.Env, extraEnv...)
+	cmd := pt.command(extraEnv, args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -53,6 +49,17 @@ func (pt psqlTarget) run(t testing.TB, stdin string, extraEnv []string, args ...
 		t.Fatalf("psql %q did not finish within 60s; stdout:\n%s\nstderr:\n%s", args, stdout.String(), stderr.String())
 		return "", "", nil
 	}
+}
+
+// command is psql with args against the target, as user postgres in
+// database postgres unless extraEnv says otherwise (PGDATABASE=...).
+func (pt psqlTarget) command(extraEnv []string, args ...string) *exec.Cmd {
+	cmd := exec.Command("psql", append([]string{"-X", "--no-password"}, args...)...)
+	cmd.Env = append(os.Environ(),
+		"PGHOST="+pt.host, "PGPORT="+pt.port, "PGUSER=postgres", "PGDATABASE=postgres",
+		"PGSSLMODE=disable", "PGCONNECT_TIMEOUT=10", "PGOPTIONS=", "PSQLRC=/dev/null")
+	cmd.Env = append(cmd.Env, extraEnv...)
+	return cmd
 }
 
 // mustRun is run that fails the test on a non-zero exit.

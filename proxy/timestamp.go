@@ -321,26 +321,41 @@ func (s *Session) awaitUpper(ctx context.Context, c *choice) error {
 }
 
 // failQuery passes on the error of a simple Query on the explicit-timestamp
-// path. Outside a transaction block, the proxy's own queries for it (run
-// with the extended protocol, without Sync) left the backend in an
-// implicit transaction with a snapshot; a Sync ends it, or the client's
-// next statement would join it (and, say, BEGIN ISOLATION LEVEL would
-// fail). A statement timed out in the upper wait ends here.
+// path, after ending the implicit transaction the proxy's own queries for
+// it left open (see endImplicitTxn). A statement timed out in the upper
+// wait ends here.
 func (s *Session) failQuery(err error) error {
 	var pe *pgerr.Error
-	if err == nil || s.tx != txIdle || !errors.As(err, &pe) || pe.IsFatal() {
+	if err == nil || !errors.As(err, &pe) || pe.IsFatal() {
 		return err
 	}
-	if serr := s.be.w.Send(&pgproto3.Sync{}); serr != nil {
-		return s.lost(serr)
+	if serr := s.endImplicitTxn(); serr != nil {
+		return serr
 	}
-	if serr := s.be.w.Flush(); serr != nil {
-		return s.lostWrite(serr)
+	return err
+}
+
+// endImplicitTxn ends the implicit transaction that the proxy's own
+// queries (run with the extended protocol, without Sync) leave open on the
+// backend outside a transaction block, with a snapshot: a Sync ends it, or
+// the client's next statement would join it (and BEGIN ISOLATION LEVEL,
+// or the read-only transaction the next BEGIN starts, would fail with
+// 25001). Needed wherever the proxy answers the client without sending
+// the backend a statement of the client's, whose own end would end it.
+func (s *Session) endImplicitTxn() error {
+	if s.tx != txIdle {
+		return nil
+	}
+	if err := s.be.w.Send(&pgproto3.Sync{}); err != nil {
+		return s.lost(err)
+	}
+	if err := s.be.w.Flush(); err != nil {
+		return s.lostWrite(err)
 	}
 	for {
-		typ, frame, rerr := s.be.next()
-		if rerr != nil {
-			return s.lost(rerr)
+		typ, frame, err := s.be.next()
+		if err != nil {
+			return s.lost(err)
 		}
 		switch typ {
 		case 'E':
@@ -349,7 +364,7 @@ func (s *Session) failQuery(err error) error {
 			}
 		case 'Z':
 			s.tx = txStatus(frame[5])
-			return err
+			return nil
 		}
 	}
 }
@@ -366,6 +381,11 @@ func (s *Session) explicitQuery(ctx context.Context, st *planner.Statement, fr *
 	}
 	s.obs.Timestamp(c.ts)
 	if st.ExplainTimestamp != nil {
+		// Answered here: no statement of the client's ends the implicit
+		// transaction choosing the timestamp began.
+		if err := s.endImplicitTxn(); err != nil {
+			return err
+		}
 		return s.explainTimestamp(st.ExplainTimestamp.Format, c)
 	}
 	// A read at a pinned transaction's timestamp is under the

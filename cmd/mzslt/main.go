@@ -15,7 +15,7 @@
 // file's counts are the expected ones, e.g.
 //
 //	mzslt --url ... --expect cmd/mzslt/testdata/sqlite-expected.txt \
-//		../shared/slt/sqlite/select*.test ../shared/slt/sqlite/evidence/*.test
+//		"$MZPROXY_SLT_DIR"/select*.test "$MZPROXY_SLT_DIR"/evidence/*.test
 package main
 
 import (
