@@ -21,8 +21,8 @@ func Deadline(start time.Time, timeout time.Duration) time.Time {
 	return start.Add(timeout)
 }
 
-// Phase is a step of a statement's way through the proxy (DESIGN.md
-// section 4). All phases share the statement's one deadline.
+// Phase is a step of a statement's way through the proxy (proxy/doc.go,
+// "A message's path"). All phases share the statement's one deadline.
 type Phase uint32
 
 // The phases, in the order a statement meets them. A statement skips the
