@@ -43,6 +43,15 @@ type backend struct {
 	// in the implicit transaction of a batch not yet ended by Sync, which
 	// may have taken its snapshot already (a Parse of a SELECT does).
 	unsynced bool
+	// clientBatch: the message being handled is part of the client's
+	// extended-protocol batch, which the client's own Sync ends (set by
+	// Session.handle). A proxy's query that fails then leaves the backend
+	// skipping to that Sync, as the batch's error, rather than ending the
+	// batch with a Sync of its own.
+	clientBatch bool
+	// valueLeft: a failed internalValues left its statement prepared (the
+	// backend skipped its Close): the next call closes it first.
+	valueLeft bool
 }
 
 // next reads the backend's next message. Every read of a session's
