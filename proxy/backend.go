@@ -38,6 +38,20 @@ type backend struct {
 	// async takes the asynchronous messages (NotificationResponse,
 	// ParameterStatus) that next reads; nil: they are dropped.
 	async func(frame []byte) error
+	// unsynced: the backend answered an extended-protocol message (the
+	// client's or the proxy's own) since its last ReadyForQuery, so it is
+	// in the implicit transaction of a batch not yet ended by Sync, which
+	// may have taken its snapshot already (a Parse of a SELECT does).
+	unsynced bool
+	// clientBatch: the message being handled is part of the client's
+	// extended-protocol batch, which the client's own Sync ends (set by
+	// Session.handle). A proxy's query that fails then leaves the backend
+	// skipping to that Sync, as the batch's error, rather than ending the
+	// batch with a Sync of its own.
+	clientBatch bool
+	// valueLeft: a failed internalValues left its statement prepared (the
+	// backend skipped its Close): the next call closes it first.
+	valueLeft bool
 }
 
 // next reads the backend's next message. Every read of a session's
@@ -49,6 +63,7 @@ func (b *backend) next() (typ byte, frame []byte, err error) {
 	for {
 		typ, frame, err = b.r.Next()
 		if err != nil || typ != 'A' && typ != 'S' {
+			b.followBatch(typ)
 			return typ, frame, err
 		}
 		if b.async == nil {
@@ -57,6 +72,19 @@ func (b *backend) next() (typ byte, frame []byte, err error) {
 		if err := b.async(frame); err != nil {
 			return 0, nil, clientError{err}
 		}
+	}
+}
+
+// followBatch follows, from the backend's answers, whether it is in an
+// unsynced extended-protocol batch: ParseComplete, BindComplete,
+// CloseComplete, ParameterDescription, NoData and PortalSuspended answer
+// extended-protocol messages only, and ReadyForQuery ends every batch.
+func (b *backend) followBatch(typ byte) {
+	switch typ {
+	case 'Z':
+		b.unsynced = false
+	case '1', '2', '3', 't', 'n', 's':
+		b.unsynced = true
 	}
 }
 

@@ -115,8 +115,8 @@ func (b *backend) queryValueStatus(ctx context.Context, sql string) (string, byt
 // the first column of its first row as text. It uses a named statement and
 // portal of its own, because a simple Query would destroy the client's
 // unnamed statement and portal. The connection must be quiesced (nothing
-// of the client's awaiting an answer). If the query fails, the backend's
-// skip-to-Sync state is ended with a Sync of the proxy's own.
+// of the client's awaiting an answer). If the query fails, see
+// internalFailed.
 //
 // The statement's deadline or a cancel stops the query through the
 // CancelRequest the session then sends (the backend answers 57014), not a
@@ -129,20 +129,32 @@ func (b *backend) internalValue(ctx context.Context, sql string) (string, error)
 	return values[0], nil
 }
 
+// valueStatement is the name of internalValues' statement and portal.
+const valueStatement = "mzproxy_value"
+
 // internalValues is internalValue for several queries in one round trip,
 // run in order; the first that fails stops the rest.
 func (b *backend) internalValues(ctx context.Context, sqls ...string) ([]string, error) {
 	if ctx.Err() != nil {
 		return nil, pgerr.Wrap(pgerr.QueryCanceled, context.Cause(ctx))
 	}
-	const name = "mzproxy_value"
+	// closes counts the CloseCompletes read, from -1 when the statement a
+	// failed call left is closed first (closing what does not exist is no
+	// error, and answers CloseComplete all the same).
+	closes := 0
+	if b.valueLeft {
+		if err := b.w.Send(&pgproto3.Close{ObjectType: 'S', Name: valueStatement}); err != nil {
+			return nil, err
+		}
+		b.valueLeft, closes = false, -1
+	}
 	for _, sql := range sqls {
 		for _, m := range []pgproto3.FrontendMessage{
-			&pgproto3.Parse{Name: name, Query: sql},
-			&pgproto3.Bind{DestinationPortal: name, PreparedStatement: name},
-			&pgproto3.Execute{Portal: name},
-			&pgproto3.Close{ObjectType: 'P', Name: name},
-			&pgproto3.Close{ObjectType: 'S', Name: name},
+			&pgproto3.Parse{Name: valueStatement, Query: sql},
+			&pgproto3.Bind{DestinationPortal: valueStatement, PreparedStatement: valueStatement},
+			&pgproto3.Execute{Portal: valueStatement},
+			&pgproto3.Close{ObjectType: 'P', Name: valueStatement},
+			&pgproto3.Close{ObjectType: 'S', Name: valueStatement},
 		} {
 			if err := b.w.Send(m); err != nil {
 				return nil, err
@@ -157,7 +169,7 @@ func (b *backend) internalValues(ctx context.Context, sqls ...string) ([]string,
 	}
 	values := make([]string, len(sqls))
 	gotRow := make([]bool, len(sqls))
-	for closes := 0; closes < 2*len(sqls); {
+	for closes < 2*len(sqls) {
 		typ, frame, err := b.next()
 		if err != nil {
 			return nil, connectionLost(err)
@@ -170,34 +182,48 @@ func (b *backend) internalValues(ctx context.Context, sqls ...string) ([]string,
 		case 'E':
 			var er pgproto3.ErrorResponse
 			_ = er.Decode(wire.Body(frame))
-			failed := backendError(&er)
-			if failed.IsFatal() {
-				// The backend ended the session (e.g. 25P03): nothing
-				// more to read or write.
-				return nil, failed
-			}
-			// The backend skipped the Closes after the error: close the
-			// statement after Sync, or the next call cannot Parse it.
-			for _, m := range []pgproto3.FrontendMessage{&pgproto3.Sync{}, &pgproto3.Close{ObjectType: 'S', Name: name}, &pgproto3.Sync{}} {
-				if err := b.w.Send(m); err != nil {
-					return nil, err
-				}
-			}
-			if err := b.w.Flush(); err != nil {
-				return nil, err
-			}
-			for zs := 0; zs < 2; {
-				if typ, _, err = b.next(); err != nil {
-					return nil, connectionLost(err)
-				}
-				if typ == 'Z' {
-					zs++
-				}
-			}
-			return nil, failed
+			return nil, b.internalFailed(backendError(&er))
 		}
 	}
 	return values, nil
+}
+
+// internalFailed follows a failed query of internalValues, whose Closes the
+// backend skipped, and returns its error. Inside the client's
+// extended-protocol batch the error is the batch's: the backend skips to
+// the client's own Sync, as PostgreSQL would after an error of the
+// client's, and the statement is closed by the next call; a Sync of the
+// proxy's would end the batch's implicit transaction, and its portals, at
+// a point the client did not choose. Otherwise the proxy ends the skip
+// with a Sync of its own and closes the statement.
+func (b *backend) internalFailed(failed *pgerr.Error) error {
+	if failed.IsFatal() {
+		// The backend ended the session (e.g. 25P03): nothing more to
+		// read or write.
+		return failed
+	}
+	if b.clientBatch {
+		b.valueLeft = true
+		return failed
+	}
+	for _, m := range []pgproto3.FrontendMessage{&pgproto3.Sync{}, &pgproto3.Close{ObjectType: 'S', Name: valueStatement}, &pgproto3.Sync{}} {
+		if err := b.w.Send(m); err != nil {
+			return err
+		}
+	}
+	if err := b.w.Flush(); err != nil {
+		return err
+	}
+	for zs := 0; zs < 2; {
+		typ, _, err := b.next()
+		if err != nil {
+			return connectionLost(err)
+		}
+		if typ == 'Z' {
+			zs++
+		}
+	}
+	return failed
 }
 
 // firstValue keeps the first column of the first DataRow seen.

@@ -114,6 +114,12 @@ func (q *queue) pop() {
 // states that take every message first (a held optimistic batch, and a
 // transaction whose read holds were lost).
 func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, frame []byte) error {
+	switch msg.(type) {
+	case *pgproto3.Parse, *pgproto3.Bind, *pgproto3.Describe, *pgproto3.Execute, *pgproto3.Close, *pgproto3.Flush:
+		s.be.clientBatch = true
+	case *pgproto3.Query, *pgproto3.FunctionCall, *pgproto3.Sync:
+		s.be.clientBatch = false
+	}
 	if s.occBatch != nil {
 		if held, err := s.holdBatch(ctx, msg, frame); held || err != nil {
 			return err

@@ -89,8 +89,32 @@ func (s *Session) txnQuery(ctx context.Context, sql string) error {
 		return s.orLost(s.txnStatements(ctx, sql, ready))
 	case s.tx == txIdle && startsWithWord(sql, "begin", "start"):
 		s.noteBegin(sql)
+		if s.txn.phase == txnFresh {
+			return s.orLost(s.syncBeforeBegin(ctx))
+		}
 	}
 	return nil
+}
+
+// syncBeforeBegin ends, with a Sync of the proxy's own queued before the
+// client's BEGIN, an extended-protocol batch the client left unsynced
+// (asyncpg's prepare is Parse, Describe, Flush). PostgreSQL runs a simple
+// Query in that batch's implicit transaction and BEGIN turns it into the
+// block, with the snapshot the batch's Parse of a SELECT already took: the
+// read-only transaction could then no longer be made REPEATABLE READ
+// (25001 at its first read). Ending the batch first changes nothing the
+// client can see when the batch left no portal (prepared statements
+// outlive Sync, and the Query replaces the unnamed portal anyway) and no
+// write; otherwise, or when the backend skips to Sync after an error (it
+// then ignores the Query), the batch is left as PostgreSQL would have it.
+func (s *Session) syncBeforeBegin(ctx context.Context) error {
+	if !s.be.unsynced && s.units.len() == 0 || len(s.portals) > 0 || s.writeSlot {
+		return nil
+	}
+	if ok, err := s.quiesce(ctx); err != nil || !ok {
+		return err
+	}
+	return s.internalMsg(&pgproto3.Sync{}, uSync)
 }
 
 // orLost passes err on; a failed write to the backend becomes the FATAL
