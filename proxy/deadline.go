@@ -123,6 +123,15 @@ func (s *Session) dropStatementContext() {
 	sc.cancel(nil)
 }
 
+// awaitContextCancel waits until the end of ctx, the running statement's
+// context, has been acted on: the backend has taken the cancel it sent,
+// if it sent one.
+func (s *Session) awaitContextCancel(ctx context.Context) {
+	if sc := s.stmt; sc != nil && sc.ctx == ctx {
+		<-sc.acted
+	}
+}
+
 // enter records the phase the running statement is in.
 func (s *Session) enter(p timeouts.Phase) {
 	if s.budget != nil {
