@@ -209,7 +209,15 @@ func isReset(err error) bool {
 // waits for it to close the connection, as it does once it acted on it.
 func (p *proxyProc) sendCancel(t testing.TB, pid uint32, secret []byte) {
 	t.Helper()
-	nc, err := net.DialTimeout("tcp", p.addr, 10*time.Second)
+	rawCancel(t, "tcp", p.addr, pid, secret)
+}
+
+// rawCancel sends a raw CancelRequest for (pid, secret) to the server at
+// address and waits for it to close the connection (PostgreSQL's
+// postmaster and mzproxy do once they acted on it).
+func rawCancel(t testing.TB, network, address string, pid uint32, secret []byte) {
+	t.Helper()
+	nc, err := net.DialTimeout(network, address, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,8 +29,10 @@ import (
 // deadline was the cause.
 //
 // No stray cancel: a client cancel reaches only the message being handled
-// when it arrives (one between statements is dropped, as PostgreSQL drops
-// a cancel of an idle backend), and the session sends its backend nothing
+// when it arrives, or the COPY FROM STDIN waiting for the client's data
+// (one between statements is dropped, as PostgreSQL drops a cancel of an
+// idle backend); a statement's cancel reaches the backend once while its
+// work is there (exchange); and the session sends its backend nothing
 // more until the backend has taken the proxy's CancelRequest (the
 // postmaster closes the cancel connection once it has signaled the
 // backend). A signal that finds the backend idle is dropped by PostgreSQL,
@@ -55,6 +57,9 @@ func (s *Session) handleStatement(ctx context.Context, msg pgproto3.FrontendMess
 	sc := s.statementContext(ctx, b.Deadline())
 	s.setStatementCancel(sc.cancel)
 	err := s.handle(sc.ctx, msg, frame)
+	// Before the message's cancel is withdrawn: a Cancel that finds none
+	// sees whether a COPY now waits for data.
+	s.copyWaiting.Store(s.copy != copyNone)
 	s.setStatementCancel(nil)
 	if sc.ctx.Err() != nil {
 		// The context ended during the message: the backend's cancel, if
@@ -123,6 +128,15 @@ func (s *Session) dropStatementContext() {
 	sc.cancel(nil)
 }
 
+// awaitContextCancel waits until the end of ctx, the running statement's
+// context, has been acted on: the backend has taken the cancel it sent,
+// if it sent one.
+func (s *Session) awaitContextCancel(ctx context.Context) {
+	if sc := s.stmt; sc != nil && sc.ctx == ctx {
+		<-sc.acted
+	}
+}
+
 // enter records the phase the running statement is in.
 func (s *Session) enter(p timeouts.Phase) {
 	if s.budget != nil {
@@ -152,13 +166,22 @@ func (s *Session) setStatementCancel(cancel context.CancelCauseFunc) {
 
 // Cancel implements frontend.Session: a CancelRequest for this session
 // cancels the message being handled now, whatever phase it is in; between
-// messages it does nothing. It is called under stmtMu's protection, so a
-// cancel that arrives after a message was answered cannot reach it.
+// messages it does nothing, except while a COPY FROM STDIN waits for the
+// client's data. It is called under stmtMu's protection, so a cancel that
+// arrives after a message was answered cannot reach it.
 func (s *Session) Cancel() {
 	s.stmtMu.Lock()
 	defer s.stmtMu.Unlock()
 	if s.stmtCancel != nil {
 		timeouts.Cancel(s.stmtCancel, timeouts.UserCancel)
+		return
+	}
+	// The COPY is the statement running: the backend gets the cancel now.
+	// PostgreSQL acts on it once the client sends more (COPY data,
+	// CopyDone): the COPY fails with 57014. Holding stmtMu, the session's
+	// next message waits until the backend has taken the cancel.
+	if s.copyWaiting.Load() && !s.backendCanceled.Swap(true) {
+		s.cancelBackend()
 	}
 }
 

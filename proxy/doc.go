@@ -70,10 +70,11 @@
 //     ReadyForQuery), the write slot held, the read-only transaction's
 //     timestamp and holds (txn.go), and the portals' read holds.
 //   - statementState: the tracked settings, the statement's budget and
-//     context. Cancel runs on the frontend's cancel goroutine: it only
-//     calls stmtCancel, under stmtMu; the context's end then sends the
+//     context. Cancel runs on the frontend's cancel goroutine: it calls
+//     stmtCancel, under stmtMu; the context's end then sends the
 //     backend's CancelRequest from the context's AfterFunc goroutine
-//     (inStatement and backendCanceled are atomic for it).
+//     (inStatement and backendCanceled are atomic for it). Between the
+//     messages of a COPY FROM STDIN (copyWaiting) Cancel sends it itself.
 //   - ownStatements: the proxy's own prepared statements on the backend
 //     connection (mzproxy_*), which never take a client's name.
 //   - stmts and portals: the client's prepared statements and portals,

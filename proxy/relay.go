@@ -404,6 +404,17 @@ func (s *Session) lostWrite(err error) error {
 // until every queued unit is done, or until the backend asks the client for
 // COPY data.
 func (s *Session) exchange(ctx context.Context) error {
+	// Who cancels this batch depends on whether the statement's context
+	// ended before the batch reaches the backend. If it did, the
+	// context's own cancel (once the backend has taken it) found the
+	// backend idle, or running a request of the proxy's own: this batch
+	// is canceled once flushed. If it did not, that cancel comes after
+	// the flush and reaches the batch itself: a second one, sent here,
+	// could cancel the client's next statement.
+	endedBefore := ctx.Err() != nil && timeouts.CauseOf(ctx) != 0
+	if endedBefore {
+		s.awaitContextCancel(ctx)
+	}
 	if err := s.be.w.Flush(); err != nil {
 		return s.lostWrite(err)
 	}
@@ -414,10 +425,8 @@ func (s *Session) exchange(ctx context.Context) error {
 	defer s.busy.Store(false)
 	s.midRequest = true
 	s.enter(timeouts.PhaseExecute)
-	if ctx.Err() != nil && timeouts.CauseOf(ctx) != 0 {
-		// The deadline passed before this batch reached the backend (the
-		// statement's cancel, if any, found the backend idle): stop what
-		// the backend is about to run.
+	if endedBefore {
+		s.backendCanceled.Store(true)
 		s.cancelBackend()
 	}
 	streaming := false

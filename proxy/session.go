@@ -162,6 +162,9 @@ type statementState struct {
 	// backendCanceled: the statement has sent the backend its
 	// CancelRequest (once is enough).
 	backendCanceled atomic.Bool
+	// copyWaiting: a COPY FROM STDIN waits for the client's data (set
+	// before stmtCancel is withdrawn, for Cancel).
+	copyWaiting atomic.Bool
 	// canceledReply: the backend answered the statement with 57014 after
 	// the statement's context ended.
 	canceledReply bool

@@ -1,0 +1,186 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// TestCancelCopyInWaitingForData: a CancelRequest while COPY FROM STDIN
+// waits for the client's data cancels the COPY as PostgreSQL does: the
+// COPY fails with 57014 once the client sends more (here CopyDone), the
+// rows sent are not written, and the session goes on. Each check runs against
+// PostgreSQL itself and through mzproxy (a collection: the COPY is a
+// write in the proxy's own transaction).
+func TestCancelCopyInWaitingForData(t *testing.T) {
+	t.Parallel()
+	p := startProxy(t)
+	ctx := testContext(t)
+	table := tableName(t)
+	p.connect(t, ctx).Exec(ctx, fmt.Sprintf("CREATE TABLE %s (id int, v text)", table))
+	targets := []struct{ name, url string }{
+		{"postgres", directURL("postgres", "postgres")},
+		{"mzproxy", p.URL("postgres", "postgres")},
+	}
+	for _, target := range targets {
+		t.Run("wire/"+target.name, func(t *testing.T) {
+			copyCanceledOnTheWire(t, testContext(t), target.url, table)
+		})
+		t.Run("pgconn/"+target.name, func(t *testing.T) {
+			copyCanceledWithPgconn(t, testContext(t), target.url, table)
+		})
+	}
+}
+
+// copyCanceledOnTheWire checks the messages: after the cancel, nothing
+// while the client sends nothing; its CopyDone is answered with 57014 and
+// ReadyForQuery.
+func copyCanceledOnTheWire(t *testing.T, ctx context.Context, connURL, table string) {
+	app := table + "_wire"
+	pc, err := pgconn.Connect(ctx, withApp(connURL, app))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, err := pc.Hijack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Conn.Close()
+	_ = hc.Conn.SetDeadline(time.Now().Add(20 * time.Second))
+	fe := hc.Frontend
+	send := func(msgs ...pgproto3.FrontendMessage) {
+		for _, m := range msgs {
+			fe.Send(m)
+		}
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	receive := func() pgproto3.BackendMessage {
+		m, err := fe.Receive()
+		if err != nil {
+			t.Fatalf("reading: %v", err)
+		}
+		return m
+	}
+	send(&pgproto3.Query{String: fmt.Sprintf("COPY %s FROM STDIN", table)})
+	if m, ok := receive().(*pgproto3.CopyInResponse); !ok {
+		t.Fatalf("COPY answered %T, want CopyInResponse", m)
+	}
+	send(&pgproto3.CopyData{Data: []byte("1\tone\n")})
+	waitActive(t, ctx, connectDirect(t, ctx), app)
+	addr := hc.Conn.RemoteAddr()
+	rawCancel(t, addr.Network(), addr.String(), hc.PID, hc.SecretKey)
+
+	// PostgreSQL does not interrupt its wait for COPY data: nothing comes
+	// until the client sends more.
+	_ = hc.Conn.SetReadDeadline(time.Now().Add(time.Second))
+	var b [1]byte
+	if n, err := hc.Conn.Read(b[:]); n > 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("while the client sends nothing after the cancel: read %d bytes, %v; want a timeout", n, err)
+	}
+	_ = hc.Conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	send(&pgproto3.CopyDone{})
+	var got []string
+	for {
+		m := receive()
+		got = append(got, fmt.Sprintf("%T", m))
+		if er, ok := m.(*pgproto3.ErrorResponse); ok {
+			if er.Code != "57014" || er.Message != "canceling statement due to user request" {
+				t.Errorf("error %s %q, want 57014 canceling statement due to user request", er.Code, er.Message)
+			}
+		}
+		if _, ok := m.(*pgproto3.ReadyForQuery); ok {
+			break
+		}
+	}
+	if want := "[*pgproto3.ErrorResponse *pgproto3.ReadyForQuery]"; fmt.Sprint(got) != want {
+		t.Errorf("CopyDone after the cancel answered %v, want %s", got, want)
+	}
+	send(&pgproto3.Query{String: fmt.Sprintf("SELECT count(*) FROM %s", table)})
+	var rows string
+	for done := false; !done; {
+		switch m := receive().(type) {
+		case *pgproto3.DataRow:
+			rows = string(m.Values[0])
+		case *pgproto3.ErrorResponse:
+			t.Fatalf("SELECT after the canceled COPY: %s %s", m.Code, m.Message)
+		case *pgproto3.ReadyForQuery:
+			done = true
+		}
+	}
+	if rows != "0" {
+		t.Errorf("rows after the canceled COPY: %s, want 0", rows)
+	}
+}
+
+// copyCanceledWithPgconn: pgconn's CopyFrom with a reader that blocks after
+// one row, canceled with the connection's own CancelRequest, fails with
+// 57014 and the connection goes on.
+func copyCanceledWithPgconn(t *testing.T, ctx context.Context, connURL, table string) {
+	app := table + "_pgconn"
+	conn := connectURL(t, ctx, withApp(connURL, app))
+	r := &blockingReader{waiting: make(chan struct{}), release: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() {
+		_, err := conn.PgConn().CopyFrom(ctx, r, fmt.Sprintf("COPY %s FROM STDIN", table))
+		done <- err
+	}()
+	<-r.waiting
+	waitActive(t, ctx, connectDirect(t, ctx), app)
+	if err := conn.PgConn().CancelRequest(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The reader ends: pgconn sends CopyDone, which without the cancel
+	// would end the COPY with success.
+	close(r.release)
+	select {
+	case err := <-done:
+		wantCode(t, err, "57014")
+	case <-ctx.Done():
+		t.Fatal("CopyFrom did not return")
+	}
+	var n int
+	if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT count(*) FROM %s", table)).Scan(&n); err != nil {
+		t.Fatalf("the session after the canceled COPY: %v", err)
+	}
+	if n != 0 {
+		t.Errorf("rows after the canceled COPY: %d, want 0", n)
+	}
+}
+
+// blockingReader gives one row, then blocks until release and ends.
+type blockingReader struct {
+	sent             bool
+	waiting, release chan struct{}
+}
+
+func (r *blockingReader) Read(p []byte) (int, error) {
+	if !r.sent {
+		r.sent = true
+		return copy(p, "1\tone\n"), nil
+	}
+	close(r.waiting)
+	<-r.release
+	return 0, io.EOF
+}
+
+// withApp sets application_name in a connection URL.
+func withApp(connURL, app string) string {
+	u, err := url.Parse(connURL)
+	if err != nil {
+		panic(err)
+	}
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
