@@ -100,29 +100,17 @@ func TestDumpRestore(t *testing.T) {
 func runDumpTool(t *testing.T, p *proxyProc, tool string, args ...string) {
 	t.Helper()
 	host, port := p.hostPort()
-	cmd := exec.Command(tool, append([]string{"--no-password"}, args...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, tool, append([]string{"--no-password"}, args...)...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "PGAPPNAME=") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
 	cmd.Env = append(cmd.Env, "PGHOST="+host, "PGPORT="+port, "PGUSER=postgres", "PGSSLMODE=disable", "PGOPTIONS=")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("%s %q: %v\n%s", tool, args, err, out.String())
-		}
-	case <-time.After(90 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-		t.Fatalf("%s %q did not finish within 90s:\n%s", tool, args, out.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s %q (at most 90s): %v\n%s", tool, args, err, out)
 	}
 }
 

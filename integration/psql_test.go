@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -31,30 +32,23 @@ func (pt psqlTarget) run(t testing.TB, stdin string, extraEnv []string, args ...
 	if _, err := exec.LookPath("psql"); err != nil {
 		t.Skip("psql is not installed (apt-get install -y postgresql-client)")
 	}
-	cmd := pt.command(extraEnv, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := pt.command(ctx, extraEnv, args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		return stdout.String(), stderr.String(), err
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
+	err := cmd.Run()
+	if ctx.Err() != nil {
 		t.Fatalf("psql %q did not finish within 60s; stdout:\n%s\nstderr:\n%s", args, stdout.String(), stderr.String())
-		return "", "", nil
 	}
+	return stdout.String(), stderr.String(), err
 }
 
-// command is psql with args against the target, as user postgres in
+// command is psql with args against the target, killed when ctx ends, as user postgres in
 // database postgres unless extraEnv says otherwise (PGDATABASE=...).
-func (pt psqlTarget) command(extraEnv []string, args ...string) *exec.Cmd {
-	cmd := exec.Command("psql", append([]string{"-X", "--no-password"}, args...)...)
+func (pt psqlTarget) command(ctx context.Context, extraEnv []string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "psql", append([]string{"-X", "--no-password"}, args...)...)
 	cmd.Env = append(os.Environ(),
 		"PGHOST="+pt.host, "PGPORT="+pt.port, "PGUSER=postgres", "PGDATABASE=postgres",
 		"PGSSLMODE=disable", "PGCONNECT_TIMEOUT=10", "PGOPTIONS=", "PSQLRC=/dev/null")

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -112,7 +113,7 @@ type tourSession struct {
 func startTourSession(t *testing.T, pt psqlTarget, db, name string) *tourSession {
 	t.Helper()
 	// ON_ERROR_STOP: an unexpected error ends psql, and with it the step.
-	cmd := pt.command([]string{"PGDATABASE=" + db}, "-v", "ON_ERROR_STOP=1")
+	cmd := pt.command(context.Background(), []string{"PGDATABASE=" + db}, "-v", "ON_ERROR_STOP=1")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
