@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 )
@@ -154,5 +155,40 @@ func BenchmarkPlanRewrite(b *testing.B) {
 		if _, err := p.Plan(q, cat, opts); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkPlanRepeatedLiterals plans pgbench-style simple-protocol
+// statements that differ only in their literals, as a client sends them:
+// each one is new text.
+func BenchmarkPlanRepeatedLiterals(b *testing.B) {
+	cat := newFakeCatalog()
+	cat.addTable("public", "pgbench_accounts", "aid", "bid", "abalance", "filler")
+	opts := Options{SearchPath: []string{"public"}}
+	for _, bc := range []struct {
+		name string
+		text func(i int) string
+	}{
+		{"select", func(i int) string {
+			return fmt.Sprintf("SELECT abalance FROM pgbench_accounts WHERE aid = %d;", i*7919%100000)
+		}},
+		{"update", func(i int) string {
+			return fmt.Sprintf("UPDATE pgbench_accounts SET abalance = abalance + %d WHERE aid = %d;", i%5000-2500, i*7919%100000)
+		}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			p := New(128)
+			texts := make([]string, 1024)
+			for i := range texts {
+				texts[i] = bc.text(i)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := p.Plan(texts[i%len(texts)], cat, opts); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
