@@ -3,6 +3,7 @@ package planner
 import (
 	"errors"
 	"strings"
+	"sync/atomic"
 
 	"github.com/mzproxy/mzproxy/pgerr"
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -85,6 +86,7 @@ func checkNesting(sql string) error {
 // parse is pg.Parse behind checkNesting: the planner parses only through
 // it, so no text reaches pg_query's C code unchecked.
 func parse(sql string) (*pg.ParseResult, error) {
+	parseCalls.Add(1)
 	if err := checkNesting(sql); err != nil {
 		return nil, err
 	}
@@ -94,6 +96,10 @@ func parse(sql string) (*pg.ParseResult, error) {
 	}
 	return r, err
 }
+
+// parseCalls counts calls of parse, for tests that check what the plan
+// cache saves.
+var parseCalls atomic.Uint64
 
 // isStackDepth reports whether a pg_query error is its protobuf decoder
 // refusing a tree too deep (which checkNesting should have prevented).
@@ -232,12 +238,15 @@ func (n *nester) token(sql string, i int) int {
 	case c == '-' && strings.HasPrefix(sql[i:], "--"):
 		return lineCommentEnd(sql, i)
 	case c == '/' && strings.HasPrefix(sql[i:], "/*"):
-		return blockCommentEnd(sql, i)
+		end, _ := blockCommentEnd(sql, i)
+		return end
 	case c == '\'':
-		return quotedEnd(sql, i+1, '\'', false)
+		end, _ := quotedEnd(sql, i+1, '\'', false)
+		return end
 	case c == '"':
 		n.word("", true)
-		return quotedEnd(sql, i+1, '"', false)
+		end, _ := quotedEnd(sql, i+1, '"', false)
+		return end
 	case c == '$':
 		return n.dollar(sql, i)
 	case c == ':' && strings.HasPrefix(sql[i:], "::"):
@@ -248,7 +257,8 @@ func (n *nester) token(sql string, i int) int {
 	case isIdentStart(c):
 		j := identEnd(sql, i)
 		if j == i+1 && (c == 'e' || c == 'E') && j < len(sql) && sql[j] == '\'' {
-			return quotedEnd(sql, j+1, '\'', true) // E'...': backslash escapes
+			end, _ := quotedEnd(sql, j+1, '\'', true) // E'...': backslash escapes
+			return end
 		}
 		n.word(sql[i:j], false)
 		return j
@@ -270,6 +280,18 @@ func (n *nester) dollar(sql string, i int) int {
 		}
 		return j
 	}
+	tag := dollarTag(sql, i)
+	if tag == "" {
+		return i + 1
+	}
+	end, _ := dollarQuotedEnd(sql, i, tag)
+	return end
+}
+
+// dollarTag returns the opening delimiter of the dollar-quoted string at
+// sql[i] ("$$", "$tag$"), or "" when sql[i] starts none.
+func dollarTag(sql string, i int) string {
+	j := i + 1
 	if j < len(sql) && isIdentStart(sql[j]) {
 		// The tag: an identifier without '$' ($a$b$ is tag "a", body "b").
 		j++
@@ -278,14 +300,19 @@ func (n *nester) dollar(sql string, i int) int {
 		}
 	}
 	if j >= len(sql) || sql[j] != '$' {
-		return i + 1
+		return ""
 	}
-	tag := sql[i : j+1]
-	end := strings.Index(sql[j+1:], tag)
+	return sql[i : j+1]
+}
+
+// dollarQuotedEnd returns the offset after the dollar-quoted string at
+// sql[i] opened by tag, and whether it is closed (len(sql) if not).
+func dollarQuotedEnd(sql string, i int, tag string) (int, bool) {
+	end := strings.Index(sql[i+len(tag):], tag)
 	if end < 0 {
-		return len(sql)
+		return len(sql), false
 	}
-	return j + 1 + end + len(tag)
+	return i + len(tag) + end + len(tag), true
 }
 
 func lineCommentEnd(sql string, i int) int {
@@ -295,9 +322,9 @@ func lineCommentEnd(sql string, i int) int {
 	return i
 }
 
-// blockCommentEnd skips a comment starting at sql[i]; PostgreSQL's block
-// comments nest.
-func blockCommentEnd(sql string, i int) int {
+// blockCommentEnd skips a comment starting at sql[i], and tells whether
+// it is closed (len(sql) if not); PostgreSQL's block comments nest.
+func blockCommentEnd(sql string, i int) (int, bool) {
 	depth := 0
 	for i < len(sql) {
 		switch {
@@ -308,19 +335,20 @@ func blockCommentEnd(sql string, i int) int {
 			depth--
 			i += 2
 			if depth == 0 {
-				return i
+				return i, true
 			}
 		default:
 			i++
 		}
 	}
-	return i
+	return i, false
 }
 
 // quotedEnd returns the offset after the closing quote of a literal or
-// quoted identifier whose text starts at sql[i]. A doubled quote is part
-// of the text; in escape strings so is a backslash and the byte after it.
-func quotedEnd(sql string, i int, quote byte, backslash bool) int {
+// quoted identifier whose text starts at sql[i], and whether there is one
+// (len(sql) if not). A doubled quote is part of the text; in escape
+// strings so is a backslash and the byte after it.
+func quotedEnd(sql string, i int, quote byte, backslash bool) (int, bool) {
 	for i < len(sql) {
 		switch c := sql[i]; {
 		case backslash && c == '\\':
@@ -328,12 +356,12 @@ func quotedEnd(sql string, i int, quote byte, backslash bool) int {
 		case c == quote && i+1 < len(sql) && sql[i+1] == quote:
 			i += 2
 		case c == quote:
-			return i + 1
+			return i + 1, true
 		default:
 			i++
 		}
 	}
-	return len(sql)
+	return len(sql), false
 }
 
 // numberEnd skips a numeric literal (1, 1.5, .5e-3, 0x1F, 1_000).
