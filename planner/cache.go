@@ -27,12 +27,18 @@ type cacheKey struct {
 	sql     string
 	path    string // search_path joined by NUL
 	history bool
+	// literals is true when sql is a fingerprint (fingerprint.go), a
+	// key of its own: no query text can name a fingerprint's plan.
+	literals bool
 }
 
 type cached struct {
 	stmts    []*Statement
 	deps     []dep
 	revision uint64
+	// text is the query string planned, for a plan cached under its
+	// fingerprint: another text gets copies with its own SQL.
+	text string
 }
 
 // New returns a Planner caching up to cacheSize plans (no cache if
@@ -53,6 +59,12 @@ func New(cacheSize int) *Planner {
 // several; an empty string has none). Errors are *pgerr.Error; syntax
 // errors carry SQLSTATE 42601, PostgreSQL's message and position, and match
 // errors.Is(err, ErrSyntax). The result may be shared: do not modify it.
+//
+// A plan is cached under the query's exact text, or under its fingerprint
+// when nothing in it depends on the literals but each statement's SQL
+// (literalFree): then a query that differs only in its literals is a hit,
+// found without parsing, and gets copies of the statements with its own
+// SQL.
 func (p *Planner) Plan(sql string, cat Catalog, opts Options) ([]*Statement, error) {
 	if p.cache == nil {
 		p.misses.Add(1)
@@ -61,15 +73,20 @@ func (p *Planner) Plan(sql string, cat Catalog, opts Options) ([]*Statement, err
 	}
 	key := cacheKey{sql: sql, path: joinPath(opts.SearchPath), history: opts.ExplicitTimestamp}
 	rev := cat.Revision()
-	if c, ok := p.cache.Get(key); ok {
-		if c.revision == rev {
+	if c := p.lookup(key, cat, opts.SearchPath, rev); c != nil {
+		p.hits.Add(1)
+		return c.stmts, nil
+	}
+	// A text without literals stays under its exact key: its next hit is
+	// the one above, without lexing.
+	fp, fpOK := fingerprintOf(sql)
+	fpOK = fpOK && fp.literals > 0
+	fpKey := key
+	fpKey.sql, fpKey.literals = fp.key, true
+	if fpOK {
+		if c := p.lookup(fpKey, cat, opts.SearchPath, rev); c != nil && len(c.stmts) == len(fp.stmts) {
 			p.hits.Add(1)
-			return c.stmts, nil
-		}
-		if stillValid(c.deps, cat, opts.SearchPath) {
-			p.hits.Add(1)
-			p.cache.Add(key, &cached{stmts: c.stmts, deps: c.deps, revision: rev})
-			return c.stmts, nil
+			return c.withText(sql, fp.stmts), nil
 		}
 	}
 	p.misses.Add(1)
@@ -77,8 +94,77 @@ func (p *Planner) Plan(sql string, cat Catalog, opts Options) ([]*Statement, err
 	if err != nil {
 		return nil, err // errors are not cached: they are rare and cheap to repeat
 	}
-	p.cache.Add(key, &cached{stmts: stmts, deps: deps, revision: rev})
+	if fpOK && literalFree(stmts, sql, fp.stmts) {
+		p.cache.Add(fpKey, &cached{stmts: stmts, deps: deps, revision: rev, text: sql})
+	} else {
+		p.cache.Add(key, &cached{stmts: stmts, deps: deps, revision: rev})
+	}
 	return stmts, nil
+}
+
+// lookup returns the plan cached under key if it is still valid at the
+// catalog's revision rev (re-stamping it), or nil.
+func (p *Planner) lookup(key cacheKey, cat Catalog, path []string, rev uint64) *cached {
+	c, ok := p.cache.Get(key)
+	switch {
+	case !ok:
+		return nil
+	case c.revision == rev:
+		return c
+	case stillValid(c.deps, cat, path):
+		c = &cached{stmts: c.stmts, deps: c.deps, revision: rev, text: c.text}
+		p.cache.Add(key, c)
+		return c
+	}
+	return nil
+}
+
+// withText returns the plan for sql, a query string with the same
+// fingerprint as the one planned whose statements are at spans: the
+// cached statements themselves for the same text, else copies with
+// sql's statements as their SQL.
+func (c *cached) withText(sql string, spans []span) []*Statement {
+	if sql == c.text {
+		return c.stmts
+	}
+	out := make([]*Statement, len(c.stmts))
+	copies := make([]Statement, len(c.stmts))
+	for i, st := range c.stmts {
+		copies[i] = *st
+		copies[i].SQL = sql[spans[i].start:spans[i].end]
+		out[i] = &copies[i]
+	}
+	return out
+}
+
+// literalFree reports whether the plan of a query string depends on its
+// literals only through each statement's SQL, so that it may be reused for
+// a query string with the same fingerprint and other literals. That holds
+// for plain reads, writes, EXPLAIN and COPY ... TO: their kind, tag,
+// relations and parameters come from the tokens around the literals. It
+// does not hold for what keeps literals' values (AS OF, RETAIN HISTORY,
+// SET, transaction and cursor details, SUBSCRIBE, EXPLAIN TIMESTAMP) nor
+// for a rewritten read (Template holds the deparsed text, literals and
+// all): those are cached under their exact text. The SQL of each statement
+// must be its span of the text, unchanged, so that a copy's SQL can be
+// taken from the new text.
+func literalFree(stmts []*Statement, sql string, spans []span) bool {
+	if len(stmts) != len(spans) {
+		return false
+	}
+	for i, st := range stmts {
+		switch st.Kind {
+		case KindRead, KindWrite, KindExplain, KindCopyTo:
+		default:
+			return false
+		}
+		if st.Template != nil || st.AsOf != nil || st.UsesMzNow || st.Retention != nil ||
+			st.Subscribe != nil || st.ExplainTimestamp != nil || st.Txn != nil || st.Var != nil ||
+			st.Cursor != nil || st.Deallocate != "" || st.SQL != sql[spans[i].start:spans[i].end] {
+			return false
+		}
+	}
+	return true
 }
 
 // stillValid repeats a plan's catalog lookups.

@@ -91,4 +91,19 @@
 // repeats the plan's catalog lookups and reuses the plan if every name still
 // resolves to the same definition; so DDL on one table does not flush
 // unrelated plans. Plans are shared: callers must not modify them.
+//
+// The text of the key is the query's fingerprint (fingerprint.go) instead
+// when nothing in the plan depends on the literals but each statement's
+// SQL: plain reads, writes, EXPLAIN and COPY ... TO, not rewritten for a
+// timestamp. The fingerprint is the text lexed in Go, literals replaced by
+// a placeholder of their token class, comments and runs of whitespace
+// dropped, words lower-cased. So pgbench's `SELECT ... WHERE aid = 4711`
+// with a new aid each time is a hit, found without calling pg_query, and
+// gets copies of the cached statements with its own text as SQL (about a
+// microsecond). Reads with AS OF or mz_now(), every read in history mode,
+// SET, SHOW, transaction control, cursors, RETAIN HISTORY, SUBSCRIBE and
+// EXPLAIN TIMESTAMP keep literals' values in their plans and are cached
+// under their exact text; so is any text whose lexing is in doubt
+// (unterminated quotes, adjacent string literals, escapes the scanner
+// checks, unusual numbers, float(n), BEGIN ATOMIC).
 package planner
