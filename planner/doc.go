@@ -100,7 +100,7 @@
 // dropped, words lower-cased. So pgbench's `SELECT ... WHERE aid = 4711`
 // with a new aid each time is a hit, found without calling pg_query, and
 // gets copies of the cached statements with its own text as SQL (about
-// 2 µs of CPU, against 70-130 µs to parse and plan:
+// 1.5 µs of CPU, against 50-80 µs to parse and plan:
 // BenchmarkPlanRepeatedLiterals). Texts without literals stay under their
 // exact key, so their hits need no lexing. Reads with AS OF or mz_now(), every read in history mode,
 // SET, SHOW, transaction control, cursors, RETAIN HISTORY, SUBSCRIBE and
