@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Read-only pgbench (-S) directly against PostgreSQL, through mzproxy, and
-# through PgBouncer in session mode (when installed), interleaved over
+# through PgBouncer in session mode (installed with apt-get when missing and
+# run as root; run as user postgres on a free port), interleaved over
 # several rounds; prints median TPS per target and protocol and the ratio to
 # direct, and, for each process in the middle (mzproxy, PgBouncer), its CPU
 # time and its system calls per transaction. The machine is shared and noisy:
@@ -87,7 +88,15 @@ if [ -n "$BASELINE" ]; then
 	targets="$targets mz-baseline"
 fi
 
-if command -v pgbouncer >/dev/null 2>&1; then
+if ! command -v pgbouncer >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+	echo "installing pgbouncer (apt-get install -y pgbouncer)" >&2
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer >/dev/null 2>&1 ||
+		{ apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer >/dev/null 2>&1; } || true
+fi
+# The package's own service, if it started one, is not ours: ours runs as
+# postgres with the ini below, on a free port.
+pgbouncer_bin=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
+if [ -x "$pgbouncer_bin" ]; then
 	port[pgbouncer]=$(free_port)
 	echo '"postgres" ""' >"$work/userlist.txt"
 	cat >"$work/pgbouncer.ini" <<EOF
@@ -106,7 +115,7 @@ logfile = $work/pgbouncer.log
 pidfile = $work/pgbouncer.pid
 EOF
 	[ "$(id -u)" = 0 ] && chown postgres "$work"/pgbouncer.ini "$work"/userlist.txt
-	as_pg pgbouncer "$work/pgbouncer.ini" >/dev/null 2>&1 &
+	as_pg "$pgbouncer_bin" "$work/pgbouncer.ini" >/dev/null 2>&1 &
 	bench_pids+=($!)
 	targets="$targets pgbouncer"
 else
