@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Read-only pgbench (-S) directly against PostgreSQL, through mzproxy, and
-# through PgBouncer in session mode (when installed), interleaved over
+# through PgBouncer in session mode (installed with apt-get when missing and
+# run as root; run as user postgres on a free port), interleaved over
 # several rounds; prints median TPS per target and protocol and the ratio to
 # direct, and, for each process in the middle (mzproxy, PgBouncer), its CPU
 # time and its system calls per transaction. The machine is shared and noisy:
@@ -19,8 +20,10 @@
 #                      and the binary to dir/mzproxy (go tool pprof dir/mzproxy dir/mzproxy.pprof)
 #        SRC=tree      build the working tree instead of the last commit
 #        STRACE=secs   after the rounds, one extra simple-protocol run per middle
-#                      process with `strace -c -f` attached: per-syscall breakdown
-#                      (strace slows the process; its counts, not its TPS, are the point)
+#                      process with `strace -c -f` attached: calls and failed
+#                      calls (EAGAIN) per transaction for each system call
+#                      (strace slows the process; its counts, not its TPS,
+#                      are the point)
 # CPU is /proc/<pid>/stat utime+stime before and after each pgbench run;
 # system calls are `perf stat -e raw_syscalls:sys_enter -p <pid>` over the same
 # run (skipped when perf cannot count them).
@@ -87,7 +90,15 @@ if [ -n "$BASELINE" ]; then
 	targets="$targets mz-baseline"
 fi
 
-if command -v pgbouncer >/dev/null 2>&1; then
+if ! command -v pgbouncer >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+	echo "installing pgbouncer (apt-get install -y pgbouncer)" >&2
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer >/dev/null 2>&1 ||
+		{ apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer >/dev/null 2>&1; } || true
+fi
+# The package's own service, if it started one, is not ours: ours runs as
+# postgres with the ini below, on a free port.
+pgbouncer_bin=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
+if [ -x "$pgbouncer_bin" ]; then
 	port[pgbouncer]=$(free_port)
 	echo '"postgres" ""' >"$work/userlist.txt"
 	cat >"$work/pgbouncer.ini" <<EOF
@@ -106,7 +117,7 @@ logfile = $work/pgbouncer.log
 pidfile = $work/pgbouncer.pid
 EOF
 	[ "$(id -u)" = 0 ] && chown postgres "$work"/pgbouncer.ini "$work"/userlist.txt
-	as_pg pgbouncer "$work/pgbouncer.ini" >/dev/null 2>&1 &
+	as_pg "$pgbouncer_bin" "$work/pgbouncer.ini" >/dev/null 2>&1 &
 	bench_pids+=($!)
 	targets="$targets pgbouncer"
 else
@@ -130,6 +141,17 @@ fi
 echo "pgbench -i -s $SCALE" >&2
 pgbench -i -q -s "$SCALE" -h 127.0.0.1 -p "$pg_port" -U postgres postgres >/dev/null 2>&1
 [ -n "$BASELINE" ] && pgbench -i -q -s "$SCALE" -h 127.0.0.1 -p "$pg_port" -U postgres baseline >/dev/null 2>&1
+
+# syscall_breakdown file n: from strace -c, per system call, calls and failed calls
+# per transaction, summed over the process's threads.
+syscall_breakdown() {
+	awk -v n="$2" '
+		$1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" {
+			calls[$NF] += $4; if (NF >= 6) errs[$NF] += $5
+		}
+		END { if (n > 0) for (c in calls) printf "  %-16s %8.2f (%.2f)\n", c, calls[c] / n, errs[c] / n }
+	' "$1"
+}
 
 results="$work/results.txt"
 : >"$results"
@@ -171,21 +193,22 @@ for round in $(seq "$ROUNDS"); do
 done
 
 if [ -n "$STRACE" ]; then
+	# strace -c counts each system call and its failures: a read that
+	# found nothing (EAGAIN) before its wait is a call spent for nothing.
 	for t in $targets; do
 		p=${pid[$t]:-}
 		[ -n "$p" ] || continue
-		strace -c -f -p "$p" -o "$work/strace.$t" 2>/dev/null &
+		strace -c -f -p "$p" -o "$work/trace.$t" 2>/dev/null &
 		spid=$!
 		sleep 0.5
 		out=$(pgbench -n -S -M simple -c "$CLIENTS" -j "$JOBS" -T "$STRACE" \
-			-h 127.0.0.1 -p "${port[$t]}" -U postgres postgres 2>&1) || true
+			-h 127.0.0.1 -p "${port[$t]}" -U postgres "${db[$t]:-postgres}" 2>&1) || true
 		kill -INT "$spid" 2>/dev/null || true
 		wait "$spid" 2>/dev/null || true
 		n=$(awk '/^number of transactions actually processed/{print $NF}' <<<"$out" | cut -d/ -f1)
 		echo
-		echo "strace -c -f of $t over $STRACE s of pgbench -S -M simple: $n transactions; calls per transaction:"
-		awk -v n="$n" '$1 ~ /^[0-9.]+$/ && NF >= 5 {name=$NF; calls=$4; if (calls+0 > 0 && name != "total") printf "  %-16s %8.2f\n", name, calls / n}' \
-			"$work/strace.$t" | sort -k2 -rn | head -8
+		echo "strace -c -f of $t over $STRACE s of pgbench -S -M simple: $n transactions; calls (failed) per transaction:"
+		syscall_breakdown "$work/trace.$t" "${n:-0}" | sort -k2 -rn | head -8
 	done
 	echo
 fi

@@ -55,12 +55,14 @@ type conn struct {
 	idle     atomic.Bool // blocked reading the client's next message
 	handling atomic.Bool // inside Session.Handle
 	watchdog *time.Timer // checks the client is still there during long messages
-	raw      net.Conn    // the socket under TLS, for the watchdog
-	sessMu   sync.Mutex  // guards sess for cancel
-	sess     Session
-	tls      bool
-	closeWhy string
-	hasSlot  bool // holds one of the server's MaxConnections places
+	// watchArmed: the watchdog will run; it stays armed across messages.
+	watchArmed atomic.Bool
+	raw        net.Conn   // the socket under TLS, for the watchdog
+	sessMu     sync.Mutex // guards sess for cancel
+	sess       Session
+	tls        bool
+	closeWhy   string
+	hasSlot    bool // holds one of the server's MaxConnections places
 }
 
 func (s *Server) serveConn(nc net.Conn) {
@@ -383,12 +385,14 @@ func (c *conn) serve() {
 		watch := waitsForBackend(typ)
 		if watch {
 			c.handling.Store(true)
-			c.watchdog.Reset(clientCheckInterval)
+			c.armWatchdog()
 		}
 		err = c.sess.Handle(c.ctx, msg, frame)
 		if watch {
+			// The watchdog is left armed: it lapses by itself when it
+			// finds no message being handled, so a stream of short
+			// statements does not pay a timer reset and stop each.
 			c.handling.Store(false)
-			c.watchdog.Stop()
 		}
 		if err == nil {
 			continue
@@ -515,6 +519,9 @@ const clientCheckInterval = time.Second
 // itself would only notice at its next write, or with
 // client_connection_check_interval).
 func (c *conn) checkClient() {
+	// Disarmed before handling is looked at: a message that starts after
+	// the look finds the watchdog disarmed and arms it again.
+	c.watchArmed.Store(false)
 	if !c.handling.Load() {
 		return
 	}
@@ -523,7 +530,16 @@ func (c *conn) checkClient() {
 		c.stop()
 		return
 	}
-	c.watchdog.Reset(clientCheckInterval)
+	c.armWatchdog()
+}
+
+// armWatchdog makes checkClient run within clientCheckInterval, unless it
+// is armed already (by this message or an earlier one: the first check of
+// a message may then come sooner, which costs only a look at the socket).
+func (c *conn) armWatchdog() {
+	if !c.watchArmed.Swap(true) {
+		c.watchdog.Reset(clientCheckInterval)
+	}
 }
 
 // clientGone peeks at the socket without consuming anything: a zero-byte

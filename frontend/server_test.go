@@ -594,3 +594,40 @@ func TestLoadUsersRejectsMalformedLines(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchdogAcrossStatements: the client watchdog stays armed across
+// messages and lapses when it finds none being handled; a client that
+// vanishes during a long statement is noticed either way: right after a
+// run of short statements (the watchdog still armed by them) and after an
+// idle spell longer than its interval (it lapsed and is armed again).
+func TestWatchdogAcrossStatements(t *testing.T) {
+	for _, idle := range []time.Duration{0, 2 * clientCheckInterval} {
+		t.Run("idle "+idle.String(), func(t *testing.T) {
+			ts := newTestServer(t, Config{})
+			c := dialRaw(t, ts.addr)
+			c.startup(nil)
+			for range 50 {
+				c.send(&pgproto3.Query{String: "select 1"})
+				for {
+					if _, ok := c.receive().(*pgproto3.ReadyForQuery); ok {
+						break
+					}
+				}
+			}
+			time.Sleep(idle)
+			c.send(&pgproto3.Query{String: "block"})
+			c.nc.Close()
+			ts.h.mu.Lock()
+			sess := ts.h.sessions[0]
+			ts.h.mu.Unlock()
+			// The watchdog looks once a second; the machine may be slow.
+			deadline := time.Now().Add(10 * clientCheckInterval)
+			for !sess.closed.Load() {
+				if time.Now().After(deadline) {
+					t.Fatal("the statement of a client that went away was not canceled")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+}

@@ -98,7 +98,7 @@ func (s *Session) observeHandled(msg pgproto3.FrontendMessage, copyQuery bool, e
 // statementKind is a statement's kind as a metric label: the planner's
 // kind of its (first) statement. Plain reads are not parsed.
 func (s *Session) statementKind(sql string) string {
-	if planner.PlainRead(sql) {
+	if s.plainRead(sql) {
 		return planner.KindRead.String()
 	}
 	stmts, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})

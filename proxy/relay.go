@@ -194,7 +194,7 @@ func (s *Session) handleQuery(ctx context.Context, m *pgproto3.Query, frame []by
 	if err := s.txnQuery(ctx, m.String); err != nil {
 		return err
 	}
-	plain := planner.PlainRead(m.String)
+	plain := s.plainRead(m.String)
 	var settings []*planner.Statement
 	if !plain {
 		settings = s.trackSettings(m.String)
@@ -236,7 +236,7 @@ func (s *Session) handleParse(ctx context.Context, m *pgproto3.Parse, frame []by
 	if err := s.txnParse(ctx, m); err != nil {
 		return err
 	}
-	if s.tx != txFailed && (s.proxy.cfg.HistoryReads || !planner.PlainRead(m.Query)) {
+	if s.tx != txFailed && (s.proxy.cfg.HistoryReads || !s.plainRead(m.Query)) {
 		ok, err := s.quiesce(ctx)
 		if err != nil {
 			return err

@@ -44,6 +44,26 @@ type emptyCatalog struct{}
 func (emptyCatalog) Lookup(string, string, []string) (*planner.Object, bool) { return nil, false }
 func (emptyCatalog) Revision() uint64                                        { return 0 }
 
+// plainRead is planner.PlainRead(sql), remembered for the last query text
+// asked about: a message's path asks about the same text several times
+// (its statement kind, its route, its effect on settings), the same
+// string each time, whose comparison then costs nothing.
+func (s *Session) plainRead(sql string) bool {
+	if m := &s.lastPlain; m.known && m.sql == sql {
+		return m.plain
+	}
+	plain := planner.PlainRead(sql)
+	s.lastPlain = plainMemo{sql: sql, plain: plain, known: true}
+	return plain
+}
+
+// plainMemo is the last answer of plainRead.
+type plainMemo struct {
+	sql   string
+	plain bool
+	known bool
+}
+
 // routeOf decides how sql runs. A plain read goes to the backend unchanged
 // without being parsed; so does anything the parser rejects (the backend
 // then reports its own error), except what mzproxy refuses (0A000) and
@@ -54,7 +74,7 @@ func (emptyCatalog) Revision() uint64                                        { r
 // tables, and an unmanaged write in a proxy transaction is still correct,
 // only serialized with the others.
 func (s *Session) routeOf(sql string) route {
-	if planner.PlainRead(sql) {
+	if s.plainRead(sql) {
 		return route{}
 	}
 	stmts, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})

@@ -60,6 +60,8 @@ type Session struct {
 	// dump: the client is pg_dump (application_name at startup): its
 	// catalog queries do not see mzproxy's own objects (dump.go).
 	dump bool
+	// lastPlain: plainRead's last answer.
+	lastPlain plainMemo
 
 	// stmts and portals are the client's prepared statements and portals
 	// (statements.go); occBatch holds the client's messages of an

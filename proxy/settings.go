@@ -47,7 +47,7 @@ func (s *Session) trackSettings(sql string) []*planner.Statement {
 // effectOf returns the statement of an extended-protocol Parse when it
 // changes the tracked settings or the prepared statements, else nil.
 func (s *Session) effectOf(sql string) *planner.Statement {
-	if planner.PlainRead(sql) {
+	if s.plainRead(sql) {
 		return nil
 	}
 	stmts, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
