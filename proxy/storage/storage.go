@@ -17,7 +17,7 @@ import (
 const Schema = "mzproxy"
 
 // SchemaVersion is the version of the backend layout this package installs.
-const SchemaVersion = 6
+const SchemaVersion = 7
 
 // Infinity is mz_to of a current version: a version is visible at ts when
 // mz_from <= ts AND mz_to > ts.
@@ -41,7 +41,7 @@ const (
 	BeginWriteAtSQL = "SELECT " + Schema + ".begin_write_at($1)"
 	// ReadTSSQL returns the oracle's read timestamp (in any snapshot: the
 	// timestamp of the newest committed write).
-	ReadTSSQL = "SELECT " + Schema + ".read_ts()"
+	ReadTSSQL = "SELECT " + Schema + ".pin()"
 	// WriteTSSQL allocates a write timestamp: GREATEST(write_ts+1, now_ms,
 	// upper, read_ts+1).
 	WriteTSSQL = "SELECT " + Schema + ".write_ts()"
@@ -53,9 +53,25 @@ const (
 	// AwaitSlotSQL returns once no transaction holds the commit slot; run
 	// it in a transaction holding no other lock.
 	AwaitSlotSQL = "SELECT " + Schema + ".await_slot()"
+	// PinSQL pins a read of the present, with the gate held (see
+	// PinSnapshotSQL), and returns its timestamp t (the upper is t+1).
+	PinSQL = "SELECT " + Schema + ".pin_held()"
 	// UpperSQL returns the shared transaction-log upper.
 	UpperSQL = "SELECT upper FROM " + Schema + ".txns"
 )
+
+// PinSnapshotSQL, run in order as the first statements of a REPEATABLE READ
+// transaction, pins it: the gate is locked before the snapshot is taken (by
+// PinSQL), so the snapshot holds exactly the commits at or below the pinned
+// t, and rolling back to the savepoint releases the gate while the
+// snapshot stays.
+var PinSnapshotSQL = []string{
+	"SAVEPOINT mzproxy_pin",
+	"LOCK TABLE " + Schema + ".gate IN EXCLUSIVE MODE",
+	PinSQL,
+	"ROLLBACK TO SAVEPOINT mzproxy_pin",
+	"RELEASE SAVEPOINT mzproxy_pin",
+}
 
 // SQLSTATEs raised by the backend functions and triggers. Class MZ is not
 // used by PostgreSQL (classes starting with I-Z are implementation-defined
