@@ -71,6 +71,13 @@ AS $$ BEGIN RETURN @SCHEMA@.pinned_ts() + 1; END $$;
 CREATE VIEW @SCHEMA@.txns AS SELECT @SCHEMA@.upper() AS upper;
 GRANT SELECT ON @SCHEMA@.txns TO PUBLIC;
 
+-- A view names the relation it was made with, now txns_durable.
+CREATE OR REPLACE VIEW mz_internal.mz_frontiers AS
+SELECT 'u' || k.id AS object_id, k.schema_name, k.name, c.since AS read_frontier, x.upper AS write_frontier,
+       coalesce(c.retain_ms, m.default_retain_ms) AS retain_ms, k.dropped_ts
+  FROM @SCHEMA@.collections c JOIN @SCHEMA@.catalog k ON k.id = c.id
+  CROSS JOIN @SCHEMA@.txns x CROSS JOIN @SCHEMA@.compactor m;
+
 -- One pin, with the gate held (see pin).
 CREATE FUNCTION @SCHEMA@.pin_locked() RETURNS bigint
 LANGUAGE plpgsql VOLATILE
@@ -258,12 +265,11 @@ CREATE OR REPLACE FUNCTION @SCHEMA@.await_slot() RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$ BEGIN END $$;
 
--- read_ts is P (the oracle's last read timestamp); write_ts a T that would
--- be chosen now; apply_write only moves P (callers that write at a given T
--- use begin_write_at).
+-- read_ts, the oracle's read timestamp, is a pin; write_ts a T that would
+-- be chosen now.
 CREATE OR REPLACE FUNCTION @SCHEMA@.read_ts() RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $$ BEGIN RETURN @SCHEMA@.pinned_ts(); END $$;
+AS $$ BEGIN RETURN @SCHEMA@.pin(); END $$;
 
 CREATE OR REPLACE FUNCTION @SCHEMA@.write_ts() RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -332,6 +338,23 @@ BEGIN
     END LOOP;
 END
 $rewrite$;
+
+-- Heartbeats return P as the candidate for the next floor: a pin would
+-- wait for the writes in progress.
+DO $floor$
+DECLARE
+    f regprocedure;
+    def text;
+BEGIN
+    FOREACH f IN ARRAY ARRAY['@SCHEMA@.heartbeat(bigint, bigint, bigint[], bigint[])'::regprocedure] LOOP
+        def := pg_get_functiondef(f);
+        IF strpos(def, 'RETURN @SCHEMA@.read_ts();') = 0 THEN
+            RAISE EXCEPTION '%: its floor was not found', f;
+        END IF;
+        EXECUTE replace(def, 'RETURN @SCHEMA@.read_ts();', 'RETURN @SCHEMA@.pinned_ts();');
+    END LOOP;
+END
+$floor$;
 
 -- A new generation's fence waits for the writes in progress through the
 -- gate instead of the txns row.

@@ -39,8 +39,9 @@ const (
 	// loop: it succeeds only if upper <= T, else fails with
 	// CodeUpperConflict (see UpperConflict).
 	BeginWriteAtSQL = "SELECT " + Schema + ".begin_write_at($1)"
-	// ReadTSSQL returns the oracle's read timestamp (in any snapshot: the
-	// timestamp of the newest committed write).
+	// ReadTSSQL pins a read of the present: it returns a timestamp at or
+	// above every commit, below every write to come, and moves the upper
+	// just past it (in a transaction that writes: its own T).
 	ReadTSSQL = "SELECT " + Schema + ".pin()"
 	// WriteTSSQL allocates a write timestamp: GREATEST(write_ts+1, now_ms,
 	// upper, read_ts+1).
@@ -122,6 +123,15 @@ func ts(t uint64) int64 {
 // parameter, so it fits a simple-protocol request the proxy injects.
 func BeginWriteFor(inc int64) string {
 	return "SELECT " + Schema + ".begin_write(" + strconv.FormatInt(inc, 10) + ")"
+}
+
+// OpenWriteFor is the write slot mzproxy takes for a client's writes, for
+// incarnation inc (< 0: unfenced): as BeginWriteFor, but T is chosen when
+// the transaction first writes history, once its statement holds its row
+// locks (so a statement that waited for another writer's row commits
+// after it in T order). It returns 0.
+func OpenWriteFor(inc int64) string {
+	return "SELECT " + Schema + ".begin_write_occ(" + incLiteral(inc) + ", 0)"
 }
 
 // BeginWriteOCCFor is the optimistic counterpart of BeginWriteFor: it picks
