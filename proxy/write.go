@@ -67,8 +67,6 @@ type attempt struct {
 	// conflict: failed is a transient conflict (40001, 40P01) of the
 	// statement, retried.
 	conflict bool
-	// bad is a begin_write_occ answer the proxy cannot use.
-	bad error
 }
 
 // optimisticWrite runs a replayable write outside a transaction block
@@ -168,7 +166,7 @@ func (w *occWrite) attempt(a occ.Action[struct{}]) (next occ.Action[struct{}], a
 		}
 		return w.step(a.Floor, at.rows, occ.AppendResult{}), false, nil
 	}
-	if at.bad != nil || at.failed != nil {
+	if at.failed != nil {
 		return a, true, w.payloadFailed(at, pipelined)
 	}
 	if !pipelined {
@@ -204,34 +202,21 @@ func (w *occWrite) step(t uint64, rows int64, r occ.AppendResult) occ.Action[str
 	return w.m.Step(occ.Event[struct{}]{Kind: occ.EvAppended, Append: r})
 }
 
-// payloadFailed ends the write whose payload failed: begin_write_occ's
-// answer was unusable (at.bad) or an ErrorResponse ended it (at.failed).
+// payloadFailed ends the write whose payload failed: an ErrorResponse of
+// the slot or of the statement ended it, and nothing was written.
 func (w *occWrite) payloadFailed(at attempt, pipelined bool) error {
 	s := w.s
-	if at.failed != nil && at.answers == nil {
+	if at.answers == nil {
 		at.answers = [][]byte{at.failed}
 	}
 	if !pipelined {
-		if at.bad == nil {
-			// Nothing was written: the client sees the error as
-			// PostgreSQL sent it.
-			return s.occRollback(w.ctx, at.answers)
-		}
-		if err := s.occRollback(w.ctx, nil); err != nil {
-			return err
-		}
-		s.midRequest = false
-		return at.bad
+		// The client sees the error as PostgreSQL sent it.
+		return s.occRollback(w.ctx, at.answers)
 	}
-	// The append that followed failed with 25P02 and COMMIT rolled back,
-	// unless the statement succeeded (at.bad).
+	// The append that followed failed with 25P02 and COMMIT rolled back.
 	out, err := s.occAppend(w.ctx, w.inc, true)
 	if err != nil {
 		return err
-	}
-	if at.bad != nil && (out.failed != nil || out.conflict) {
-		s.midRequest = false
-		return at.bad
 	}
 	return s.occFinish(at.answers, out.ready)
 }
@@ -278,23 +263,15 @@ func (s *Session) occPayload(ctx context.Context, send func() error, inc int64, 
 	if err := s.be.w.Flush(); err != nil {
 		return at, s.lostWrite(err)
 	}
-	var slot string
-	var seen bool
 	err := s.occRead(ctx, func(typ byte, f []byte) {
-		switch typ {
-		case 'D':
-			firstValue(f, &slot, &seen)
-		case 'E':
+		if typ == 'E' {
 			at.failed = cloneFrame(f)
 		}
 	})
 	if err != nil {
 		return at, err
 	}
-	if at.failed == nil && slot != "0" {
-		at.bad = pgerr.New(pgerr.InternalError, "begin_write_occ returned %q", slot)
-	}
-	beginFailed := at.failed != nil || at.bad != nil
+	beginFailed := at.failed != nil
 	err = s.occRead(ctx, func(typ byte, f []byte) {
 		if beginFailed || typ == 'Z' {
 			// After a failed begin_write_occ only 25P02 comes; the
