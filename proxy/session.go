@@ -171,7 +171,7 @@ type statementState struct {
 // failLostHold).
 type ownStatements struct {
 	writeSlotPrepared int64
-	lostHoldPrepared                                               bool
+	lostHoldPrepared  bool
 }
 
 func newSession(ctx context.Context, p *Proxy, be *backend, client *wire.Writer, log *logrus.Entry) *Session {
