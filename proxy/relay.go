@@ -645,24 +645,31 @@ func (s *Session) flushClient() error {
 	return s.client.Flush()
 }
 
-// writeSlotStatement is the proxy's prepared statement that takes the
-// write slot in the extended protocol, where a simple Query would destroy
-// the client's unnamed statement and portal.
-const writeSlotStatement = "mzproxy_begin_write"
+// The proxy's prepared statements that take the write slot in the
+// extended protocol (outside a block, and in one), where a simple Query
+// would destroy the client's unnamed statement and portal.
+const (
+	writeSlotStatement    = "mzproxy_begin_write"
+	deferredSlotStatement = "mzproxy_begin_write_deferred"
+)
 
 // writeQuery runs a client Query that writes.
 //
-// The first write of a backend transaction takes the write slot
-// (begin_write_occ): the writers' gate in shared mode, with the
-// transaction's T chosen when its first statement writes history, after
+// Outside a block, the first write of a backend transaction takes the
+// write slot (begin_write_occ): the writers' gate in shared mode, with the
+// transaction's T chosen when its statement first writes history, after
 // that statement's row locks are held (storage/frontier.sql). Nothing is
-// validated or appended at COMMIT.
+// validated or appended at COMMIT. One replayable statement takes the
+// retry loop (write.go: PostgreSQL's serialization failures and deadlocks
+// are retried); anything else runs in a backend transaction of the
+// proxy's own that holds the slot and is committed after it. The client
+// sees only its own statement's answers and one ReadyForQuery.
 //
-// Outside a block, one replayable statement takes the retry loop
-// (write.go: PostgreSQL's serialization failures and deadlocks are
-// retried); anything else runs in a backend transaction of the proxy's own
-// that holds the slot and is committed after it. The client sees only its
-// own statement's answers and one ReadyForQuery.
+// In a block the slot is deferred (open_write_deferred): the block holds
+// no lock while it runs; its T is chosen when first needed (a DDL, a read
+// of its own writes) or at its COMMIT, by the backend itself. A read-only
+// transaction that writes takes its slot checked against its reads
+// (writeSlotSQL).
 //
 // Every slot is taken for the session's incarnation, so a fenced or
 // expired one writes nothing. after, if not empty, is a statement of the
@@ -674,7 +681,7 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 	}
 	if s.tx == txBlock {
 		if !s.writeSlot {
-			if err := s.internal(storage.OpenWriteFor(inc), false); err != nil {
+			if err := s.internal(s.writeSlotSQL(inc), false); err != nil {
 				return err
 			}
 			s.writeSlot = true
@@ -728,7 +735,29 @@ func (s *Session) takeWriteSlotExtended(ctx context.Context) error {
 		return err
 	}
 	s.writeSlot = true
-	return s.injectExtended(writeSlotStatement, storage.OpenWriteFor(inc), &s.writeSlotPrepared, inc)
+	switch {
+	case s.tx == txBlock && s.txn.phase == txnPinned:
+		// Checked against the pin's count, which changes: prepared again
+		// each time (-1: closed first, whatever was prepared before).
+		stale := int64(-1)
+		return s.injectExtended(deferredSlotStatement+"_after_read", s.writeSlotSQL(inc), &stale, inc)
+	case s.tx == txBlock:
+		return s.injectExtended(deferredSlotStatement, s.writeSlotSQL(inc), &s.deferredSlotPrepared, inc)
+	}
+	return s.injectExtended(writeSlotStatement, s.writeSlotSQL(inc), &s.writeSlotPrepared, inc)
+}
+
+// writeSlotSQL takes the write slot for incarnation inc before a write:
+// in a block, deferred (after the reads of a pinned transaction, checked
+// against its pin).
+func (s *Session) writeSlotSQL(inc int64) string {
+	switch {
+	case s.tx != txBlock:
+		return storage.OpenWriteFor(inc)
+	case s.txn.phase == txnPinned:
+		return storage.OpenWriteAfterReadFor(inc, s.txn.writes)
+	}
+	return storage.OpenWriteDeferredFor(inc)
 }
 
 // injectExtended queues the proxy's own Bind/Execute/Close of the prepared
@@ -796,11 +825,11 @@ func (s *Session) noteCommand(frame []byte) {
 		s.deallocate("")
 		s.endPortals()
 		s.settings.ResetAll()
-		s.writeSlotPrepared = 0
+		s.writeSlotPrepared, s.deferredSlotPrepared = 0, 0
 		s.lostHoldPrepared = false
 	case "DEALLOCATE ALL":
 		// The proxy's prepared statements went with the client's.
-		s.writeSlotPrepared = 0
+		s.writeSlotPrepared, s.deferredSlotPrepared = 0, 0
 		s.lostHoldPrepared = false
 		s.deallocate("")
 	}

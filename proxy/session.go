@@ -170,8 +170,8 @@ type statementState struct {
 // writes for it; lostHoldPrepared: raise_fenced is prepared (see
 // failLostHold).
 type ownStatements struct {
-	writeSlotPrepared int64
-	lostHoldPrepared  bool
+	writeSlotPrepared, deferredSlotPrepared int64
+	lostHoldPrepared                        bool
 }
 
 func newSession(ctx context.Context, p *Proxy, be *backend, client *wire.Writer, log *logrus.Entry) *Session {

@@ -23,10 +23,10 @@ import (
 // The backend gives the snapshot: before the first read the proxy makes
 // the backend transaction REPEATABLE READ (unless the client already chose
 // REPEATABLE READ or SERIALIZABLE), then reads the oracle in it, which
-// takes the transaction's snapshot. Every commit advances the oracle in its
-// own transaction (see proxy/storage), so the read timestamp seen in that
-// snapshot is the snapshot's timestamp, and every later statement of the
-// transaction reads the same data. Reads the proxy rewrites (AS OF-less
+// takes the transaction's snapshot with the writers' gate held (see
+// proxy/storage: the pin), so the snapshot holds exactly the writes at or
+// below its timestamp, and every later statement of the transaction reads
+// the same data. Reads the proxy rewrites (AS OF-less
 // history reads, EXPLAIN TIMESTAMP) use that timestamp.
 //
 // The transaction's timedomain is Materialize's: the managed objects in the
@@ -37,8 +37,11 @@ import (
 // with AS OF names its own time and is exempt, as in Materialize, but it
 // cannot read past the transaction's snapshot.
 //
-// A write in such a transaction is not refused: under REPEATABLE READ the
-// commit slot fails with 40001 when anything committed since the snapshot.
+// A write in such a transaction is not refused, but its T is later than
+// the reads: its write slot fails with 40001 when another write began in
+// the database since the pin (storage.OpenWriteAfterReadFor), and under
+// REPEATABLE READ PostgreSQL fails a write of a row changed since the
+// snapshot.
 
 // txnPhase is where a client transaction block stands.
 type txnPhase uint8
@@ -61,6 +64,10 @@ type readTxn struct {
 	ts     uint64
 	oracle uint64 // the oracle's read timestamp in the snapshot
 	upper  uint64 // the upper in the snapshot
+	// writes is the number of write slots taken in the database when the
+	// transaction was pinned: a write of it checks that no other began
+	// since (storage.OpenWriteAfterReadFor).
+	writes int64
 	// domain is the timedomain's managed objects (nil until a read names
 	// one); held is the set of managed tables held at ts, by holds.
 	domain map[uint64]*planner.Object
@@ -315,7 +322,7 @@ func (s *Session) pin(ctx context.Context) error {
 			// A scalar subquery, not a join: PostgreSQL estimates a join of
 			// unanalyzed one-row tables at millions of rows, and
 			// JIT-compiles it (hundreds of milliseconds).
-			q += "::text || ' ' || (SELECT revision FROM " + storage.Schema + ".catalog_revision)"
+			q += "::text || ' ' || " + storage.Schema + ".pinned_writes() || ' ' || (SELECT revision FROM " + storage.Schema + ".catalog_revision)"
 		}
 		queries = append(queries, q)
 	}
@@ -328,10 +335,11 @@ func (s *Session) pin(ctx context.Context) error {
 	}
 	v := values[pinAt]
 	var read uint64
-	var revision int64
-	if _, err := fmt.Sscan(v, &read, &revision); err != nil {
-		return pgerr.New(pgerr.InternalError, "pinned timestamp and catalog revision %q: %v", v, err)
+	var writes, revision int64
+	if _, err := fmt.Sscan(v, &read, &writes, &revision); err != nil {
+		return pgerr.New(pgerr.InternalError, "pinned timestamp, writes and catalog revision %q: %v", v, err)
 	}
+	s.txn.writes = writes
 	// The pin is the snapshot's time, and the upper is just past it, so
 	// serializable reads there too.
 	s.txn.phase, s.txn.oracle, s.txn.upper, s.txn.ts = txnPinned, read, read+1, read

@@ -143,6 +143,12 @@ CREATE FUNCTION @SCHEMA@.pin_held() RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$ BEGIN RETURN @SCHEMA@.pin_locked(); END $$;
 
+-- The number of write slots taken when the last pin was made: read with
+-- the gate held, right after pin_held, it is the pinned transaction's.
+CREATE FUNCTION @SCHEMA@.pinned_writes() RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN (SELECT s.last_value FROM @SCHEMA@.writes_seen s); END $$;
+
 -- The tick: a pin that gives up after p_wait_ms when writers hold the gate
 -- (it must not make new writes queue behind it for long), and the upper
 -- recorded durably as a floor for after a crash. NULL when it gave up.
@@ -175,6 +181,8 @@ BEGIN
     IF t = 0 THEN
         t := GREATEST(@SCHEMA@.now_ms(), @SCHEMA@.pinned_ts() + 1);
         PERFORM @SCHEMA@.set_slot(t, NULL);
+    ELSIF t = -1 THEN
+        t := @SCHEMA@.fix_write();
     END IF;
     RETURN t;
 END
@@ -275,6 +283,202 @@ CREATE OR REPLACE FUNCTION @SCHEMA@.write_ts() RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$ BEGIN RETURN GREATEST(@SCHEMA@.now_ms(), @SCHEMA@.pinned_ts() + 1); END $$;
 
+-- A transaction block's write slot is deferred: the block holds no gate
+-- while it runs (and may sit idle), so a pin never waits for it. Its
+-- history rows are stamped with a placeholder unique to the transaction,
+-- -(its transaction id), and the history tables it wrote are recorded in
+-- mzproxy.touched (tagged like the slot). Its T is chosen when it is
+-- first needed (fix_write: at the client's COMMIT, before DDL, or to read
+-- its own writes) with the gate held: GREATEST(clock, P + 1, every version
+-- it closed), and the placeholder is replaced by T (its pending rows are
+-- found through a partial index on mz_from < 0).
+--
+-- A transaction that read at a pinned timestamp and then writes passes
+-- p_read_writes, pinned_writes at its pin: its writes are at a later T, so
+-- what it read must not have changed in between. That is checked
+-- coarsely at fix_write: no other write may have taken or fixed a slot in
+-- the database since the pin (40001). T is chosen after the check, so a
+-- writer that takes its slot after it chooses a T no lower.
+CREATE FUNCTION @SCHEMA@.open_write_deferred(p_inc bigint, p_read_writes bigint DEFAULT NULL) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v text := p_read_writes::text;
+BEGIN
+    IF (SELECT s.t FROM @SCHEMA@.write_slot() s) IS NOT NULL THEN
+        RETURN 0;
+    END IF;
+    -- Fenced now or at fix_write, which checks again with the gate held.
+    IF p_inc IS NOT NULL AND NOT coalesce((
+            SELECT i.retired_at IS NULL
+                   AND i.heartbeat_at >= clock_timestamp() - i.grace_ms * interval '1 millisecond'
+              FROM @SCHEMA@.incarnations i WHERE i.id = p_inc), false) THEN
+        PERFORM @SCHEMA@.raise_fenced(p_inc);
+    END IF;
+    PERFORM @SCHEMA@.set_slot(-1, p_inc);
+    PERFORM set_config('mzproxy.touched', ' ' || @SCHEMA@.tag('touched '), true);
+    INSERT INTO @SCHEMA@.deferred_slots VALUES (pg_current_xact_id()::text::bigint);
+    IF v IS NOT NULL THEN
+        PERFORM set_config('mzproxy.read_writes', v || ' ' || @SCHEMA@.tag('read_writes ' || v), true);
+    END IF;
+    RETURN 0;
+END
+$$;
+
+-- The history tables (oids) a deferred slot has written, comma separated,
+-- kept as 'list tag'.
+CREATE FUNCTION @SCHEMA@.touched() RETURNS text
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v text := coalesce(current_setting('mzproxy.touched', true), '');
+    list text := split_part(v, ' ', 1);
+BEGIN
+    -- open_write_deferred recorded an empty list: a missing one was taken
+    -- away, which would leave placeholders behind.
+    IF split_part(v, ' ', 2) IS DISTINCT FROM @SCHEMA@.tag('touched ' || list) OR split_part(v, ' ', 3) <> '' THEN
+        RAISE EXCEPTION 'mzproxy.touched was not set by mzproxy' USING ERRCODE = '42501';
+    END IF;
+    RETURN list;
+END
+$$;
+
+-- The timestamp a history trigger of table p_rel stamps: the slot's T,
+-- chosen now if pending; for a deferred slot the placeholder, with p_rel
+-- recorded. NULL without a slot.
+CREATE FUNCTION @SCHEMA@.stamp_ts(p_rel oid) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    t bigint := (SELECT s.t FROM @SCHEMA@.write_slot() s);
+    list text;
+BEGIN
+    IF t = -1 THEN
+        list := @SCHEMA@.touched();
+        IF NOT p_rel::text = ANY (string_to_array(list, ',')) THEN
+            list := CASE WHEN list = '' THEN p_rel::text ELSE list || ',' || p_rel::text END;
+            PERFORM set_config('mzproxy.touched', list || ' ' || @SCHEMA@.tag('touched ' || list), true);
+        END IF;
+        RETURN -(pg_current_xact_id()::text::bigint);
+    END IF;
+    IF t = 0 THEN
+        RETURN @SCHEMA@.current_write_ts();
+    END IF;
+    RETURN t;
+END
+$$;
+
+-- Make a deferred slot an ordinary one (see open_write_deferred): the gate,
+-- the incarnation, T, and the placeholder replaced. Returns T.
+CREATE FUNCTION @SCHEMA@.fix_write() RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    inc bigint := (SELECT s.e FROM @SCHEMA@.write_slot() s);
+    p bigint := -(pg_current_xact_id()::text::bigint);
+    rels oid[] := string_to_array(nullif(@SCHEMA@.touched(), ''), ',')::oid[];
+    hist text[];
+    h text;
+    closed bigint;
+    read_writes text;
+    t bigint;
+BEGIN
+    LOCK TABLE @SCHEMA@.gate IN ROW SHARE MODE;
+    IF inc IS NOT NULL AND NOT coalesce((
+            SELECT i.retired_at IS NULL
+                   AND i.heartbeat_at >= clock_timestamp() - i.grace_ms * interval '1 millisecond'
+              FROM @SCHEMA@.incarnations i WHERE i.id = inc), false) THEN
+        PERFORM @SCHEMA@.raise_fenced(inc);
+    END IF;
+    read_writes := coalesce(current_setting('mzproxy.read_writes', true), '');
+    IF read_writes <> '' THEN
+        IF split_part(read_writes, ' ', 2) IS DISTINCT FROM @SCHEMA@.tag('read_writes ' || split_part(read_writes, ' ', 1)) THEN
+            RAISE EXCEPTION 'mzproxy.read_writes was not set by mzproxy' USING ERRCODE = '42501';
+        END IF;
+        IF (SELECT CASE WHEN w.is_called THEN w.last_value ELSE 0 END FROM @SCHEMA@.writes w)
+               <> split_part(read_writes, ' ', 1)::bigint THEN
+            RAISE EXCEPTION 'could not serialize access due to concurrent update'
+                USING ERRCODE = '40001',
+                      DETAIL = 'mzproxy: another write committed or began since this transaction read at its timestamp.',
+                      HINT = 'The transaction might succeed if retried.';
+        END IF;
+    END IF;
+    PERFORM nextval('@SCHEMA@.writes');
+    t := GREATEST(@SCHEMA@.now_ms(), @SCHEMA@.pinned_ts() + 1);
+    SELECT array_agg(k.history) INTO hist FROM @SCHEMA@.catalog k WHERE k.oid = ANY (coalesce(rels, '{}'));
+    FOREACH h IN ARRAY coalesce(hist, '{}') LOOP
+        EXECUTE format('SELECT max(mz_from) FROM %s WHERE mz_to = $1', h) INTO closed USING p;
+        t := GREATEST(t, closed);
+    END LOOP;
+    FOREACH h IN ARRAY coalesce(hist, '{}') LOOP
+        EXECUTE format('UPDATE %s SET mz_to = $2 WHERE mz_to = $1', h) USING p, t;
+        EXECUTE format('UPDATE %s SET mz_from = $2 WHERE mz_from = $1', h) USING p, t;
+    END LOOP;
+    PERFORM set_config('mzproxy.touched', '', true);
+    DELETE FROM @SCHEMA@.deferred_slots d WHERE d.xid = pg_current_xact_id()::text::bigint;
+    PERFORM @SCHEMA@.set_slot(t, NULL);
+    RETURN t;
+END
+$$;
+
+-- Every deferred slot is fixed before its transaction commits, whatever the
+-- client sends: open_write_deferred records the transaction here, and a
+-- deferred constraint trigger fixes the slot at COMMIT if nothing did
+-- before (fix_write removes the record). A slot whose settings were taken
+-- away cannot be fixed (touched raises 42501): the COMMIT fails, and no
+-- placeholder reaches history.
+CREATE UNLOGGED TABLE @SCHEMA@.deferred_slots (xid bigint NOT NULL);
+CREATE FUNCTION @SCHEMA@.fix_at_commit() RETURNS trigger
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM @SCHEMA@.deferred_slots d WHERE d.xid = NEW.xid) THEN
+        PERFORM @SCHEMA@.fix_write();
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE CONSTRAINT TRIGGER deferred_slot_fixed AFTER INSERT ON @SCHEMA@.deferred_slots
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION @SCHEMA@.fix_at_commit();
+
+-- A client's COMMIT of a transaction block that wrote: fix_write. Returns
+-- T, NULL without a slot.
+CREATE OR REPLACE FUNCTION @SCHEMA@.commit_write_tx(p_inc bigint) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF (SELECT s.t FROM @SCHEMA@.write_slot() s) IS NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN @SCHEMA@.current_write_ts();
+END
+$$;
+
+-- Pending rows of deferred slots, on every history table (manage_table
+-- makes it for new ones).
+DO $pending$
+DECLARE
+    k record;
+BEGIN
+    FOR k IN SELECT c.id, c.history FROM @SCHEMA@.catalog c
+              WHERE c.kind = 'table' AND to_regclass(c.history) IS NOT NULL LOOP
+        EXECUTE format('CREATE INDEX %I ON %s (mz_from) WHERE mz_from < 0', 'h' || k.id || '_pending', k.history);
+    END LOOP;
+END
+$pending$;
+DO $manage$
+DECLARE
+    def text := pg_get_functiondef('@SCHEMA@.manage_table(oid, bigint, bigint)'::regprocedure);
+    anchor text := $a$    EXECUTE format('CREATE INDEX %I ON %s (mz_to)', 'h' || new_id || '_mz_to', hist);$a$;
+BEGIN
+    IF strpos(def, anchor) = 0 THEN
+        RAISE EXCEPTION 'manage_table: its index of mz_to was not found';
+    END IF;
+    EXECUTE replace(def, anchor, anchor || E'\n' ||
+        $a$    EXECUTE format('CREATE INDEX %I ON %s (mz_from) WHERE mz_from < 0', 'h' || new_id || '_pending', hist);$a$);
+END
+$manage$;
+
 -- The truncate trigger's T: versions committed after T was chosen cannot
 -- be closed at T.
 CREATE FUNCTION @SCHEMA@.truncate_ts(p_t bigint, p_rel oid) RETURNS bigint
@@ -283,6 +487,9 @@ AS $$
 DECLARE
     m bigint;
 BEGIN
+    IF p_t < 0 THEN
+        RETURN p_t;  -- a deferred slot's placeholder: fix_write looks at what it closed
+    END IF;
     EXECUTE format('SELECT max(mz_from) FROM %s WHERE mz_to = 9223372036854775807',
                    (SELECT k.history FROM @SCHEMA@.catalog k WHERE k.oid = p_rel AND k.dropped_ts IS NULL))
        INTO m;
@@ -322,7 +529,8 @@ DECLARE
         [E'\n      INTO _k, _n;', E', (SELECT max(mz_from) FROM upd)\n      INTO _k, _n, _m;'],
         [$$DECLARE _t bigint; _k bigint; _n bigint;$$, $$DECLARE _t bigint; _k bigint; _n bigint; _m bigint;$$],
         [E'USING ERRCODE = \'XX000\';\n    END IF;',
-         E'USING ERRCODE = \'XX000\';\n    END IF;\n    IF _m > _t THEN\n        PERFORM @SCHEMA@.raise_overtaken(TG_RELID, _m, _t);\n    END IF;'],
+         E'USING ERRCODE = \'XX000\';\n    END IF;\n    IF _m > _t AND _t > 0 THEN\n        PERFORM @SCHEMA@.raise_overtaken(TG_RELID, _m, _t);\n    END IF;'],
+        [$$_t := @SCHEMA@.current_write_ts();$$, $$_t := @SCHEMA@.stamp_ts(TG_RELID);$$],
         [E'\n    DELETE FROM ', E'\n    _t := @SCHEMA@.truncate_ts(_t, TG_RELID);\n    DELETE FROM ']];
     i int;
 BEGIN
@@ -375,7 +583,8 @@ GRANT EXECUTE ON FUNCTION
     @SCHEMA@.begin_write_occ(bigint, bigint), @SCHEMA@.commit_write(bigint), @SCHEMA@.commit_write_tx(bigint),
     @SCHEMA@.await_slot(), @SCHEMA@.set_retention(regclass, bigint), @SCHEMA@.raise_fenced(bigint),
     @SCHEMA@.view_definition(oid), @SCHEMA@.type_name(oid, int4),
-    @SCHEMA@.pin(), @SCHEMA@.pin_held(), @SCHEMA@.upper()
+    @SCHEMA@.pin(), @SCHEMA@.pin_held(), @SCHEMA@.pinned_writes(), @SCHEMA@.upper(),
+    @SCHEMA@.open_write_deferred(bigint, bigint)
     TO PUBLIC;
 
 INSERT INTO @SCHEMA@.schema_version (version) VALUES (7);

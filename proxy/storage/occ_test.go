@@ -203,3 +203,79 @@ func TestPinWaitsForWriters(t *testing.T) {
 		t.Fatalf("commit_write without a slot = %v, %v", none, err)
 	}
 }
+
+// A transaction block's deferred slot holds no lock while the block runs:
+// a pin does not wait for it. Its history is stamped with a placeholder
+// until commit_write_tx chooses its T (past the pin, and past every
+// version it closed), and none is left after.
+func TestDeferredSlot(t *testing.T) {
+	cs, conn := installedDB(t)
+	ctx := context.Background()
+	inWrite(t, conn, "CREATE TABLE d (k int PRIMARY KEY, v int)", "INSERT INTO d VALUES (1, 0), (2, 0)")
+	other := connect(t, cs)
+
+	block, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer block.Rollback(ctx)
+	queryInt(t, block, OpenWriteDeferredFor(-1))
+	if _, err := block.Exec(ctx, "UPDATE d SET v = 1 WHERE k = 1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := queryInt(t, block, "SELECT count(*) FROM mzproxy.h1 WHERE mz_from < 0"); n != 1 {
+		t.Fatalf("%d placeholder versions in the block, want 1", n)
+	}
+	pinCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var pinned int64
+	if err := other.QueryRow(pinCtx, ReadTSSQL).Scan(&pinned); err != nil {
+		t.Fatalf("a pin while a block with a deferred slot is open: %v", err)
+	}
+	// Another writer commits a newer version of k = 2, which the block
+	// then closes: its T must not be below it.
+	time.Sleep(5 * time.Millisecond)
+	newer := inWrite(t, other, "UPDATE d SET v = 5 WHERE k = 2")
+	if _, err := block.Exec(ctx, "UPDATE d SET v = v + 1 WHERE k = 2"); err != nil {
+		t.Fatal(err)
+	}
+	// COMMIT alone chooses T (a deferred constraint trigger).
+	if err := block.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ts := queryInt(t, conn, "SELECT max(mz_from) FROM mzproxy.h1")
+	if ts <= pinned || uint64(ts) < newer {
+		t.Fatalf("the block committed at %d; a pin was at %d and it closed a version of %d", ts, pinned, newer)
+	}
+	if n := queryInt(t, conn, "SELECT count(*) FROM mzproxy.h1 WHERE mz_from < 0 OR mz_to < 0 OR mz_from > mz_to"); n != 0 {
+		t.Fatalf("%d placeholder or inverted versions left", n)
+	}
+	if n := queryInt(t, conn, "SELECT count(*) FROM mzproxy.h1 WHERE mz_from = $1", ts); n != 2 {
+		t.Fatalf("%d versions at the block's T, want 2", n)
+	}
+	if v := queryInt(t, conn, "SELECT v FROM mzproxy.h1 WHERE k = 2 AND mz_from <= $1 AND mz_to > $1", ts); v != 6 {
+		t.Fatalf("k = 2 at the block's T is %d, want 6", v)
+	}
+
+	// A forged list of written tables is refused.
+	forged, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer forged.Rollback(ctx)
+	queryInt(t, forged, OpenWriteDeferredFor(-1))
+	if _, err := forged.Exec(ctx, "UPDATE d SET v = 9 WHERE k = 1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := forged.Exec(ctx, "SELECT set_config('mzproxy.touched', '', true), set_config('mzproxy.write_ts', '', true)"); err != nil {
+		t.Fatal(err)
+	}
+	err = forged.Commit(ctx)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "42501" {
+		t.Fatalf("commit with the slot and the list of written tables taken away: %v", err)
+	}
+	if n := queryInt(t, conn, "SELECT count(*) FROM mzproxy.h1 WHERE mz_from < 0 OR mz_to < 0"); n != 0 {
+		t.Fatalf("%d placeholder versions committed", n)
+	}
+}

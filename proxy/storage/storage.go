@@ -125,6 +125,21 @@ func BeginWriteFor(inc int64) string {
 	return "SELECT " + Schema + ".begin_write(" + strconv.FormatInt(inc, 10) + ")"
 }
 
+// OpenWriteDeferredFor is the write slot of a transaction block for
+// incarnation inc (< 0: unfenced): the block holds no lock while it runs;
+// its history is stamped with a placeholder, and its T is chosen at its
+// COMMIT (CommitWriteTxFor), before DDL, or to read its own writes.
+func OpenWriteDeferredFor(inc int64) string {
+	return "SELECT " + Schema + ".open_write_deferred(" + incLiteral(inc) + ")"
+}
+
+// OpenWriteAfterReadFor is OpenWriteDeferredFor in a transaction pinned
+// for its reads when pinned_writes was writes: choosing its T fails with
+// 40001 when another write took or fixed a slot since.
+func OpenWriteAfterReadFor(inc int64, writes int64) string {
+	return "SELECT " + Schema + ".open_write_deferred(" + incLiteral(inc) + ", " + strconv.FormatInt(writes, 10) + ")"
+}
+
 // OpenWriteFor is the write slot mzproxy takes for a client's writes, for
 // incarnation inc (< 0: unfenced): as BeginWriteFor, but T is chosen when
 // the transaction first writes history, once its statement holds its row
@@ -149,8 +164,9 @@ func CommitWriteFor(inc int64) string {
 	return "SELECT " + Schema + ".commit_write(" + incLiteral(inc) + ")"
 }
 
-// CommitWriteTxFor is CommitWriteFor for a client's COMMIT: a conflict is
-// 40001 "could not serialize access due to concurrent update".
+// CommitWriteTxFor chooses the T of a transaction block's deferred slot
+// (OpenWriteDeferredFor) and stamps its history with it; run before the
+// client's COMMIT, and before DDL in the block.
 func CommitWriteTxFor(inc int64) string {
 	return "SELECT " + Schema + ".commit_write_tx(" + incLiteral(inc) + ")"
 }
