@@ -87,7 +87,7 @@ func TestTrustInternalFunctions(t *testing.T) {
 		"mzproxy.set_retention(regclass,bigint)", "mzproxy.type_name(oid,integer)", "mzproxy.view_definition(oid)",
 		// Pins of reads of the present, and the write slot after a pinned read.
 		"mzproxy.pin()", "mzproxy.pin_held()", "mzproxy.pinned_writes()", "mzproxy.upper()",
-		"mzproxy.begin_write_after_read(bigint,bigint)",
+		"mzproxy.open_write_deferred(bigint,bigint)",
 	}
 	for _, f := range executable {
 		if !slices.Contains(allowed, f) {

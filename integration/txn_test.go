@@ -148,8 +148,8 @@ func TestTxnReadOnlyTimestamp(t *testing.T) {
 
 // TestTxnWriteAfterRead: a write in a read-only transaction is not refused;
 // its writes are at a later timestamp than its reads, so it fails with
-// 40001 (at the write) when another write began since the transaction
-// read, and writes nothing.
+// 40001 at COMMIT when another write began since the transaction read, and
+// writes nothing.
 func TestTxnWriteAfterRead(t *testing.T) {
 	ctx := testContext(t)
 	db := freshDatabase(t, ctx)
@@ -163,9 +163,11 @@ func TestTxnWriteAfterRead(t *testing.T) {
 	}
 	mustExec(t, ctx, a, "BEGIN", "SELECT * FROM wr")
 	mustExec(t, ctx, b, "INSERT INTO wr VALUES (2)")
-	_, err := a.Exec(ctx, "INSERT INTO wr VALUES (3)", simple(a))
+	if _, err := a.Exec(ctx, "INSERT INTO wr VALUES (3)", simple(a)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := a.Exec(ctx, "COMMIT", simple(a))
 	wantCode(t, err, "40001")
-	mustExec(t, ctx, a, "ROLLBACK")
 	if got := count(t, ctx, b, "SELECT count(*) FROM wr WHERE x = 3", simple(b)); got != 0 {
 		t.Fatalf("the failed transaction's row is there (%d)", got)
 	}

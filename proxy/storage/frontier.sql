@@ -317,7 +317,11 @@ BEGIN
     END IF;
     PERFORM @SCHEMA@.set_slot(-1, p_inc);
     PERFORM set_config('mzproxy.touched', ' ' || @SCHEMA@.tag('touched '), true);
-    INSERT INTO @SCHEMA@.deferred_slots VALUES (pg_current_xact_id()::text::bigint);
+    -- A READ ONLY transaction writes no history (PostgreSQL refuses its
+    -- writes), and could not record itself either.
+    IF current_setting('transaction_read_only') = 'off' THEN
+        INSERT INTO @SCHEMA@.deferred_slots VALUES (pg_current_xact_id()::text::bigint);
+    END IF;
     IF v IS NOT NULL THEN
         PERFORM set_config('mzproxy.read_writes', v || ' ' || @SCHEMA@.tag('read_writes ' || v), true);
     END IF;
