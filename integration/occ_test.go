@@ -42,9 +42,9 @@ func execSimple(ctx context.Context, conn *pgx.Conn, sql string) (pgconn.Command
 }
 
 // TestOCCCounter: 8 connections each increment one row 50 times. Every
-// increment that was acknowledged is in the final value, retries happen,
-// and the only error is the 40001 of an exhausted retry budget, which
-// wrote nothing (the client retries it and counts only successes).
+// increment lands, no client sees an error (no 40001: the writes queue on
+// the row's lock, and each one's T is chosen after it), and the history
+// holds the increments in timestamp order.
 func TestOCCCounter(t *testing.T) {
 	ctx := testContext(t)
 	db := freshDatabase(t, ctx)
@@ -60,45 +60,27 @@ func TestOCCCounter(t *testing.T) {
 	for c := range conns {
 		conns[c] = connectTo(t, ctx, p.URL("postgres", db))
 	}
-	exhausted, versions, distinct := incrementCounter(t, ctx, conns, each)
-	// The history agrees: one version per committed increment, at
-	// distinct timestamps.
-	if versions != clients*each+1 || distinct != versions {
-		t.Fatalf("history has %d versions at %d timestamps, want %d", versions, distinct, clients*each+1)
-	}
-	// The log is read from the process asynchronously.
-	eventually(t, 10*time.Second, "retried writes in the log (conflicts exercised)", func() bool { return occRetries(p) > 0 })
-	t.Logf("%d statements retried, %d exhausted their budget", occRetries(p), exhausted)
+	versions, distinct := incrementCounter(t, ctx, conns, each)
+	t.Logf("%d increments: %d versions in history at %d timestamps (increments at one timestamp keep the last)",
+		clients*each, versions, distinct)
 }
 
 // incrementCounter has each connection run `UPDATE counter SET v = v + 1
-// WHERE id = 1` until each of its increments succeeded; the only error
-// allowed is the 40001 of an exhausted retry budget (counted and
-// returned: the statement wrote nothing and is run again). The counter
-// must then hold every increment; versions and distinct count its
-// history's versions and their timestamps.
-func incrementCounter(t *testing.T, ctx context.Context, conns []*pgx.Conn, each int) (exhausted, versions, distinct int) {
+// WHERE id = 1` each times; none may fail. The counter must then hold
+// every increment, and its history one version per timestamp, in order:
+// no two versions overlap in time, and the value grows with the time.
+// versions and distinct count its history's versions and their timestamps.
+func incrementCounter(t *testing.T, ctx context.Context, conns []*pgx.Conn, each int) (versions, distinct int) {
 	t.Helper()
-	var (
-		wg sync.WaitGroup
-		mu sync.Mutex
-	)
+	var wg sync.WaitGroup
 	errs := make(chan error, len(conns))
 	for _, conn := range conns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for done := 0; done < each; {
+			for done := 0; done < each; done++ {
 				tag, err := execSimple(ctx, conn, "UPDATE counter SET v = v + 1 WHERE id = 1")
-				var pe *pgconn.PgError
-				switch {
-				case err == nil && tag.String() == "UPDATE 1":
-					done++
-				case errors.As(err, &pe) && pe.Code == "40001" && pe.Message == retriesExhausted:
-					mu.Lock()
-					exhausted++
-					mu.Unlock()
-				default:
+				if err != nil || tag.String() != "UPDATE 1" {
 					errs <- fmt.Errorf("tag %q: %v", tag, err)
 					return
 				}
@@ -114,23 +96,32 @@ func incrementCounter(t *testing.T, ctx context.Context, conns []*pgx.Conn, each
 	if err := conns[0].QueryRow(ctx, "SELECT v FROM counter WHERE id = 1").Scan(&v); err != nil || v != len(conns)*each {
 		t.Fatalf("counter = %d (%v), want %d", v, err, len(conns)*each)
 	}
-	q := fmt.Sprintf("SELECT count(*), count(DISTINCT mz_from) FROM %s", historyOf(t, ctx, conns[0], "counter"))
+	hist := historyOf(t, ctx, conns[0], "counter")
+	q := fmt.Sprintf("SELECT count(*), count(DISTINCT mz_from) FROM %s", hist)
 	if err := conns[0].QueryRow(ctx, q).Scan(&versions, &distinct); err != nil {
 		t.Fatal(err)
 	}
-	return exhausted, versions, distinct
+	if versions != distinct {
+		t.Fatalf("history has %d versions at %d timestamps: two at one time", versions, distinct)
+	}
+	var disorder int
+	q = fmt.Sprintf(`SELECT count(*) FROM (SELECT mz_from, mz_to, v, lead(mz_from) OVER w AS next_from, lead(v) OVER w AS next_v
+		FROM %s WINDOW w AS (ORDER BY mz_from)) x WHERE next_from IS NOT NULL AND (mz_to <> next_from OR next_v <= v)`, hist)
+	if err := conns[0].QueryRow(ctx, q).Scan(&disorder); err != nil || disorder != 0 {
+		t.Fatalf("%d versions out of order in history (%v)", disorder, err)
+	}
+	return versions, distinct
 }
 
-// holdCommitSlot holds the commit slot of database db directly, as a
-// pessimistic writer does (a backend transaction locking mzproxy.txns),
-// until release: optimistic appends meanwhile conflict or wait.
-func holdCommitSlot(t *testing.T, ctx context.Context, db string) (release func()) {
+// holdRowLock locks the rows of table (in database db) that match where,
+// directly, until release: a write of them meanwhile waits.
+func holdRowLock(t *testing.T, ctx context.Context, db, table, where string) (release func()) {
 	t.Helper()
 	conn := connectTo(t, ctx, directURL("postgres", db))
-	mustExec(t, ctx, conn, "BEGIN", "SELECT FROM mzproxy.txns FOR UPDATE")
+	mustExec(t, ctx, conn, "BEGIN", "SELECT FROM "+table+" WHERE "+where+" FOR UPDATE")
 	return func() {
 		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
-			t.Errorf("releasing the commit slot: %v", err)
+			t.Errorf("releasing the row lock: %v", err)
 		}
 	}
 }
@@ -201,11 +192,12 @@ func TestOCCNoOverDelete(t *testing.T) {
 	}
 }
 
-// TestOCCForcedConflict: a DELETE paused by the failpoint between its
-// payload and its append; an INSERT of a matching row commits meanwhile;
-// the DELETE's append fails, its retry includes the new row, and its row
-// count says so.
-func TestOCCForcedConflict(t *testing.T) {
+// TestOCCCommitDuringWrite: a DELETE paused by the failpoint between its
+// statement and its COMMIT; an INSERT of a matching row commits meanwhile.
+// Nothing is validated at COMMIT, so the DELETE commits as it ran, without
+// a retry: it deleted the two rows it saw, and the new row, whose T is not
+// below the DELETE's, is left; history says the same at every time.
+func TestOCCCommitDuringWrite(t *testing.T) {
 	ctx := testContext(t)
 	db := freshDatabase(t, ctx)
 	pause := filepath.Join(t.TempDir(), "pause")
@@ -246,17 +238,24 @@ func TestOCCForcedConflict(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the DELETE did not finish")
 	}
-	if r.err != nil || r.tag.String() != "DELETE 3" {
-		t.Fatalf("DELETE: %q %v; want DELETE 3 (the retry includes the new row)", r.tag, r.err)
+	if r.err != nil || r.tag.String() != "DELETE 2" {
+		t.Fatalf("DELETE: %q %v; want DELETE 2 (the rows it saw)", r.tag, r.err)
 	}
-	// The log is read from the process asynchronously.
-	eventually(t, 10*time.Second, "one retried write in the log", func() bool { return occRetries(p) == 1 })
-	if !strings.Contains(p.log.String(), "attempts=2") {
-		t.Fatalf("the DELETE did not take exactly two attempts:\n%s", p.log.String())
+	if strings.Contains(p.log.String(), "optimistic write retried") {
+		t.Fatalf("the DELETE was retried:\n%s", p.log.String())
 	}
 	var left int
-	if err := setup.QueryRow(ctx, "SELECT count(*) FROM fc WHERE x = 1").Scan(&left); err != nil || left != 0 {
-		t.Fatalf("%d rows with x = 1 left (%v)", left, err)
+	if err := setup.QueryRow(ctx, "SELECT count(*) FROM fc WHERE x = 1").Scan(&left); err != nil || left != 1 {
+		t.Fatalf("%d rows with x = 1 left (%v), want the inserted one", left, err)
+	}
+	// At no timestamp does history hold the new row beside the deleted
+	// ones (three rows with x = 1): the INSERT is after the DELETE.
+	var bad int
+	q := fmt.Sprintf(`SELECT count(*) FROM (SELECT t, count(*) FILTER (WHERE x = 1) AS ones FROM
+		(SELECT DISTINCT mz_from AS t FROM %[1]s) ts JOIN %[1]s h ON h.mz_from <= ts.t AND h.mz_to > ts.t GROUP BY t) c
+		WHERE ones > 2`, historyOf(t, ctx, setup, "fc"))
+	if err := setup.QueryRow(ctx, q).Scan(&bad); err != nil || bad != 0 {
+		t.Fatalf("%d timestamps with an impossible set of rows (%v)", bad, err)
 	}
 }
 
@@ -454,16 +453,14 @@ func TestOCCPgbench(t *testing.T) {
 }
 
 // TestOCCCancel: the cancellation contract. A cancel while the statement
-// runs, at the failpoint before the append, and while the append waits
-// for the commit slot: each time the client gets 57014 and nothing was
-// written; the session goes on working.
+// runs, at the failpoint before the commit, and while the statement waits
+// for another transaction's row lock: each time the client gets 57014 and
+// nothing was written; the session goes on working.
 func TestOCCCancel(t *testing.T) {
 	ctx := testContext(t)
 	db := freshDatabase(t, ctx)
 	pause := filepath.Join(t.TempDir(), "pause")
 	p := launchProxy(t, append(os.Environ(), "MZPROXY_METRICS_LISTEN=", "MZPROXY_TEST_OCC_PAUSE_FILE="+pause),
-		// No tick: "the upper did not move" must mean that the canceled
-		// write committed nothing, not that no empty write came meanwhile.
 		[]string{"--listen", "127.0.0.1:0", "--backend", directURL("postgres", db), "--log-level", "debug", "--occ-max-retries", "1000000",
 			"--tick-interval", "0"})
 	setup := connectTo(t, ctx, p.URL("postgres", db))
@@ -477,12 +474,12 @@ func TestOCCCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	direct := connectTo(t, ctx, directURL("postgres", db))
-	upper := func() int64 {
-		var u int64
-		if err := direct.QueryRow(ctx, "SELECT upper FROM mzproxy.txns").Scan(&u); err != nil {
+	versions := func() int64 {
+		var n int64
+		if err := direct.QueryRow(ctx, "SELECT count(*) FROM "+historyOf(t, ctx, direct, "cc")).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		return u
+		return n
 	}
 	unchanged := func(what string, before int64) {
 		t.Helper()
@@ -490,14 +487,14 @@ func TestOCCCancel(t *testing.T) {
 		if err := setup.QueryRow(ctx, "SELECT v FROM cc WHERE id = 1").Scan(&v); err != nil || v != 0 {
 			t.Fatalf("%s: v = %d (%v), want 0: the canceled write was applied", what, v, err)
 		}
-		if u := upper(); u != before {
-			t.Fatalf("%s: the upper moved from %d to %d", what, before, u)
+		if n := versions(); n != before {
+			t.Fatalf("%s: history went from %d to %d versions", what, before, n)
 		}
 	}
 	// cancelWhen runs the UPDATE sql and cancels it once ready() holds.
 	cancelWhen := func(what, sql string, ready func() bool) {
 		t.Helper()
-		before := upper()
+		before := versions()
 		cctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		done := make(chan error, 1)
@@ -529,17 +526,12 @@ func TestOCCCancel(t *testing.T) {
 	})
 	_ = os.Remove(pause)
 
-	// Hold the commit slot directly: every append conflicts, and the loop
-	// retries until the cancel stops it.
-	release := holdCommitSlot(t, ctx, db)
-	start := time.Now()
-	cancelWhen("while the loop retries", "UPDATE cc SET v = v + 1 WHERE id = 1", func() bool {
-		return time.Since(start) > 300*time.Millisecond
+	// Hold the row directly: the UPDATE waits for its lock until the cancel.
+	release := holdRowLock(t, ctx, db, "cc", "id = 1")
+	cancelWhen("while waiting for a row lock", "UPDATE cc SET v = v + 1 WHERE id = 1 /*occ-cancel-3*/", func() bool {
+		return activeQueries(t, ctx, direct, "occ-cancel-3") == 1
 	})
 	release()
-	if !strings.Contains(p.log.String(), "optimistic write retried after conflicts") {
-		eventually(t, 10*time.Second, "the canceled loop logged its retries", func() bool { return occRetries(p) > 0 })
-	}
 
 	// Cancels at random moments, also while the append is in flight: the
 	// client is told the truth each time (success: the row was written;
@@ -576,9 +568,9 @@ func TestOCCCancel(t *testing.T) {
 }
 
 // TestOCCTransactions: a transaction block's writes commit at one
-// timestamp or not at all: COMMIT fails with 40001 when something
-// committed after its snapshot, and the client's session is then idle;
-// savepoints undo the writes after them.
+// timestamp or not at all; a commit elsewhere does not make it fail, and a
+// block that waits for another's row lock commits after it; savepoints
+// undo the writes after them.
 func TestOCCTransactions(t *testing.T) {
 	ctx := testContext(t)
 	db := freshDatabase(t, ctx)
@@ -610,46 +602,56 @@ func TestOCCTransactions(t *testing.T) {
 	}
 	must(a, "CREATE TABLE tx1 (x int)", "CREATE TABLE tx2 (x int)")
 
-	// A write elsewhere commits between the block's write and its COMMIT.
+	// A write to another table commits between the block's write and its
+	// COMMIT: both commit (nothing is validated against other tables).
 	must(a, "BEGIN", "INSERT INTO tx1 VALUES (1)", "INSERT INTO tx1 VALUES (2)")
 	var inBlock string
 	if err := a.QueryRow(ctx, "SELECT string_agg(x::text, ',' ORDER BY x) FROM tx1").Scan(&inBlock); err != nil || inBlock != "1,2" {
 		t.Fatalf("the block reads %q (%v), want its own writes 1,2", inBlock, err)
 	}
 	must(b, "INSERT INTO tx2 VALUES (9)")
-	err := run(a, "COMMIT")
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || pe.Code != "40001" || pe.Message != "could not serialize access due to concurrent update" {
-		t.Fatalf("COMMIT after a concurrent commit: %v", err)
+	must(a, "COMMIT")
+	if got := rows("tx1"); got != "1,2" {
+		t.Fatalf("tx1 = %q after COMMIT, want 1,2", got)
 	}
-	if st := a.PgConn().TxStatus(); st != 'I' {
-		t.Fatalf("after the failed COMMIT the session is %q, want idle", st)
-	}
-	if got := rows("tx1"); got != "" {
-		t.Fatalf("tx1 = %q after the failed COMMIT, want empty", got)
-	}
-	// Retried, it commits both rows at one timestamp.
-	must(a, "BEGIN", "INSERT INTO tx1 VALUES (1)", "INSERT INTO tx1 VALUES (2)", "COMMIT")
+	// The block's rows are at one timestamp.
 	var stamps int
 	if err := b.QueryRow(ctx, fmt.Sprintf("SELECT count(DISTINCT mz_from) FROM %s", historyOf(t, ctx, b, "tx1"))).Scan(&stamps); err != nil || stamps != 1 {
 		t.Fatalf("the block's rows are at %d timestamps (%v), want 1", stamps, err)
 	}
+	must(a, "DELETE FROM tx1")
+
+	// Two blocks updating the same row: the second waits for the first's
+	// row lock and commits after it (READ COMMITTED), both increments land.
+	must(a, "CREATE TABLE tx3 (id int PRIMARY KEY, v int)", "INSERT INTO tx3 VALUES (1, 0)")
+	must(a, "BEGIN", "UPDATE tx3 SET v = v + 1 WHERE id = 1")
+	second := make(chan error, 1)
+	go func() { second <- run(b, "BEGIN", "UPDATE tx3 SET v = v + 10 WHERE id = 1", "COMMIT") }()
+	time.Sleep(100 * time.Millisecond)
+	must(a, "COMMIT")
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	if err := a.QueryRow(ctx, "SELECT v FROM tx3").Scan(&v); err != nil || v != 11 {
+		t.Fatalf("v = %d (%v), want 11", v, err)
+	}
 
 	// Savepoints: the slot taken before the savepoint survives ROLLBACK TO;
-	// one taken after it is rolled back with it.
+	// one taken after it is rolled back with it, and taken again.
 	must(a, "BEGIN", "INSERT INTO tx1 VALUES (3)", "SAVEPOINT s", "INSERT INTO tx1 VALUES (4)", "ROLLBACK TO SAVEPOINT s",
 		"INSERT INTO tx1 VALUES (5)", "COMMIT")
 	must(a, "BEGIN", "SAVEPOINT s", "INSERT INTO tx1 VALUES (6)", "ROLLBACK TO SAVEPOINT s", "INSERT INTO tx1 VALUES (7)", "COMMIT")
 	must(a, "BEGIN", "SAVEPOINT s", "INSERT INTO tx1 VALUES (8)", "ROLLBACK TO SAVEPOINT s", "COMMIT")
-	if got := rows("tx1"); got != "1,2,3,5,7" {
-		t.Fatalf("tx1 = %q, want 1,2,3,5,7", got)
+	if got := rows("tx1"); got != "3,5,7" {
+		t.Fatalf("tx1 = %q, want 3,5,7", got)
 	}
 	var current int
-	if err := b.QueryRow(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE mz_to = 9223372036854775807", historyOf(t, ctx, b, "tx1"))).Scan(&current); err != nil || current != 5 {
-		t.Fatalf("history has %d current versions (%v), want 5", current, err)
+	if err := b.QueryRow(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE mz_to = 9223372036854775807", historyOf(t, ctx, b, "tx1"))).Scan(&current); err != nil || current != 3 {
+		t.Fatalf("history has %d current versions (%v), want 3", current, err)
 	}
 
-	// A query string that commits appends before it runs.
+	// A query string that ends the block writes and commits.
 	must(a, "BEGIN", "INSERT INTO tx2 VALUES (10)")
 	must(a, "INSERT INTO tx2 VALUES (11); COMMIT")
 	if got := rows("tx2"); got != "9,10,11" {
@@ -665,7 +667,8 @@ func TestOCCTransactions(t *testing.T) {
 }
 
 // TestOCCExtended: autocommit writes over the extended protocol (pgx's
-// prepared statements: Bind, Execute, Sync) take the optimistic loop too.
+// prepared statements: Bind, Execute, Sync) take the same path, and none
+// fails under contention.
 // Each client gets, through RETURNING, the value its own committed attempt
 // wrote: all values are distinct and make up exactly 1..N, so no client saw
 // the answers of an attempt that lost.
@@ -720,7 +723,6 @@ func TestOCCExtended(t *testing.T) {
 	if err := setup.QueryRow(ctx, "SELECT v FROM ctr").Scan(&v); err != nil || v != clients*each {
 		t.Fatalf("v = %d (%v), want %d", v, err, clients*each)
 	}
-	eventually(t, 10*time.Second, "retried writes in the log", func() bool { return occRetries(p) > 0 })
 	// A failing write over the extended protocol reports its own error
 	// and leaves the session usable.
 	_, err := setup.Exec(ctx, "INSERT INTO ctr VALUES ($1, $2)", 1, 0)

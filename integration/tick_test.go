@@ -93,18 +93,33 @@ func TestTimestampsFollowClockWhileIdle(t *testing.T) {
 	}
 }
 
-// TestTimestampsIdleWithoutTick: --tick-interval 0 turns the tick off (the
-// behaviour before it): mz_now() stays at the last write.
+// TestTimestampsIdleWithoutTick: --tick-interval 0 turns the tick off. A
+// read of the present still follows the clock (it pins), but nothing else
+// moves the upper while the database is idle.
 func TestTimestampsIdleWithoutTick(t *testing.T) {
 	ctx := testContext(t)
 	db := freshDatabase(t, ctx)
 	p := startProxy(t, "--tick-interval", "0")
 	conn := connectTo(t, ctx, p.URL("postgres", db))
+	direct := connectTo(t, ctx, directURL("postgres", db))
 	if _, err := conn.Exec(ctx, "CREATE TABLE idle (k int)"); err != nil {
 		t.Fatal(err)
 	}
+	upperLag := func() time.Duration {
+		var ms int64
+		if err := direct.QueryRow(ctx, "SELECT mzproxy.now_ms() - (upper - 1) FROM mzproxy.txns").Scan(&ms); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ms) * time.Millisecond
+	}
 	time.Sleep(2500 * time.Millisecond)
-	if _, lag := mzNowLag(t, ctx, conn); lag < 2*time.Second {
-		t.Fatalf("without a tick mz_now() trails the clock by %v after 2.5 idle seconds", lag)
+	if lag := upperLag(); lag < 2*time.Second {
+		t.Fatalf("without a tick the upper trails the clock by %v after 2.5 idle seconds", lag)
+	}
+	if _, lag := mzNowLag(t, ctx, conn); lag > time.Second {
+		t.Fatalf("mz_now() trails the clock by %v: a read of the present did not pin", lag)
+	}
+	if lag := upperLag(); lag > time.Second {
+		t.Fatalf("after a read of the present the upper trails the clock by %v", lag)
 	}
 }

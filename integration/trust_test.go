@@ -85,6 +85,9 @@ func TestTrustInternalFunctions(t *testing.T) {
 		"mzproxy.begin_write_occ(bigint,bigint)", "mzproxy.commit_write(bigint)", "mzproxy.commit_write_tx(bigint)",
 		"mzproxy.now_ms()", "mzproxy.raise_fenced(bigint)", "mzproxy.read_ts()",
 		"mzproxy.set_retention(regclass,bigint)", "mzproxy.type_name(oid,integer)", "mzproxy.view_definition(oid)",
+		// Pins of reads of the present, and the write slot after a pinned read.
+		"mzproxy.pin()", "mzproxy.pin_held()", "mzproxy.pinned_writes()", "mzproxy.upper()",
+		"mzproxy.open_write_deferred(bigint,bigint)",
 	}
 	for _, f := range executable {
 		if !slices.Contains(allowed, f) {
@@ -102,7 +105,9 @@ func TestTrustInternalFunctions(t *testing.T) {
 	if writable, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 		t.Fatal(err)
 	}
-	if len(writable) > 0 {
+	// The gate has no rows: UPDATE on it is what LOCK TABLE needs, which a
+	// read-only transaction runs before its snapshot.
+	if writable = slices.DeleteFunc(writable, func(r string) bool { return r == "mzproxy.gate" }); len(writable) > 0 {
 		t.Errorf("an ordinary role may write (or read the key of) %v", writable)
 	}
 

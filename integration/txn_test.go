@@ -147,8 +147,9 @@ func TestTxnReadOnlyTimestamp(t *testing.T) {
 }
 
 // TestTxnWriteAfterRead: a write in a read-only transaction is not refused;
-// the transaction fails with 40001 (at COMMIT: writes are optimistic) only
-// when something committed since its snapshot, and writes nothing.
+// its writes are at a later timestamp than its reads, so it fails with
+// 40001 at COMMIT when another write began since the transaction read, and
+// writes nothing.
 func TestTxnWriteAfterRead(t *testing.T) {
 	ctx := testContext(t)
 	db := freshDatabase(t, ctx)

@@ -304,11 +304,10 @@ func TestUnnamedStatementSurvivesWrites(t *testing.T) {
 	}
 }
 
-// TestUnnamedWriteWaitsForSlot: lib/pq's write with arguments finds the
-// commit slot held by another session's DDL in a transaction block; the
-// proxy waits for the slot and binds the client's unnamed statement
-// again.
-func TestUnnamedWriteWaitsForSlot(t *testing.T) {
+// TestUnnamedWriteWaitsForRowLock: lib/pq's write with arguments waits for
+// another session's uncommitted insert of the same key; once that rolls
+// back, the client's unnamed statement runs and commits.
+func TestUnnamedWriteWaitsForRowLock(t *testing.T) {
 	t.Parallel()
 	p := startProxy(t, patientWrites...)
 	ctx := testContext(t)
@@ -321,12 +320,12 @@ func TestUnnamedWriteWaitsForSlot(t *testing.T) {
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	// Connected before the slot is taken, so only the write waits.
+	// Connected before the key is taken, so only the write waits.
 	if err := db.PingContext(ctx); err != nil {
 		t.Fatal(err)
 	}
 
-	mustExec(t, ctx, holder, "BEGIN", "CREATE TABLE "+tbl+"_ddl (x int)")
+	mustExec(t, ctx, holder, "BEGIN", "INSERT INTO "+tbl+" VALUES (1)")
 	done := make(chan error, 1)
 	go func() {
 		_, err := db.ExecContext(ctx, "INSERT INTO "+tbl+" VALUES ($1)", 1)
@@ -334,12 +333,12 @@ func TestUnnamedWriteWaitsForSlot(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		t.Fatalf("the write finished (%v) while another transaction held the commit slot", err)
+		t.Fatalf("the write finished (%v) while another transaction held its key", err)
 	case <-time.After(500 * time.Millisecond):
 	}
-	mustExec(t, ctx, holder, "COMMIT")
+	mustExec(t, ctx, holder, "ROLLBACK")
 	if err := <-done; err != nil {
-		t.Fatalf("the write after the slot was released: %v", err)
+		t.Fatalf("the write after the key was released: %v", err)
 	}
 	var n int
 	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM "+tbl+" WHERE k = $1", 1).Scan(&n); err != nil || n != 1 {

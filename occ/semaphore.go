@@ -3,12 +3,12 @@ package occ
 import (
 	"container/list"
 	"context"
+	"math"
 	"sync"
 )
 
-// Semaphore bounds the number of read-then-write loops a proxy runs at
-// once, so a burst of conflicting writers queues in the proxy (in FIFO
-// order) instead of burning retries against each other. Waiting counts
+// Semaphore bounds the number of write loops a proxy runs at once (in FIFO
+// order), when the operator wants the backend's write load bounded. Waiting counts
 // against the statement's deadline: Acquire ends with ctx, and a waiter
 // whose ctx ends leaves the queue. Safe for concurrent use.
 type Semaphore struct {
@@ -19,9 +19,12 @@ type Semaphore struct {
 	waits   int64
 }
 
-// NewSemaphore returns a semaphore with n slots (n < 1 means 1).
+// NewSemaphore returns a semaphore with n slots (n < 1: no bound).
 func NewSemaphore(n int) *Semaphore {
-	return &Semaphore{size: max(n, 1)}
+	if n < 1 {
+		n = math.MaxInt
+	}
+	return &Semaphore{size: n}
 }
 
 // Acquire takes a slot, waiting in FIFO order. waited reports whether it

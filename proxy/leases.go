@@ -264,7 +264,7 @@ func (s *Session) retentionQuery(ctx context.Context, sql string) (bool, error) 
 	if err != nil {
 		return true, err
 	}
-	beginWrite := storage.BeginWriteFor(inc)
+	beginWrite := storage.OpenWriteFor(inc)
 	// In the client's transaction, or alone in an implicit one (one
 	// query string).
 	_, status, err := s.be.queryValueStatus(ctx, beginWrite+"; "+set)

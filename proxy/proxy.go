@@ -50,8 +50,8 @@ type Config struct {
 	// write (0: occ.DefaultMaxAttempts); then 40001. SetOCCMaxAttempts
 	// changes it later.
 	OCCMaxAttempts int
-	// OCCMaxConcurrent bounds the optimistic write loops running at once
-	// (< 1: 1); more writers queue in FIFO order.
+	// OCCMaxConcurrent bounds the autocommit write loops running at once
+	// (< 1: no bound); more writers queue in FIFO order.
 	OCCMaxConcurrent int
 	// OCCPauseFile is a test-only failpoint: when set, an optimistic write
 	// whose SQL contains OCCPauseMarker pauses between its payload and its

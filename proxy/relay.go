@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -220,7 +219,7 @@ func (s *Session) handleQuery(ctx context.Context, m *pgproto3.Query, frame []by
 		if r.refused != nil {
 			return r.refused
 		}
-		if r.write || (r.commits && s.occSlot) {
+		if r.write {
 			return s.writeQuery(ctx, frame, m.String, r, settings, "")
 		}
 	}
@@ -298,27 +297,17 @@ func (s *Session) handleDescribe(ctx context.Context, m *pgproto3.Describe, fram
 	return s.request(ctx, frame, u, false)
 }
 
-// handleExecute forwards an Execute, after the proxy's own messages that
-// its portal's statement needs first: the commit slot before a write, the
-// optimistic slot's append before a COMMIT.
+// handleExecute forwards an Execute, after the write slot when its
+// portal's statement writes and the transaction does not hold one yet.
 func (s *Session) handleExecute(ctx context.Context, m *pgproto3.Execute, frame []byte) error {
 	p := s.portalOf(m.Portal)
 	if p.explain != nil {
 		return s.executeExplain(ctx, p.explain)
 	}
 	r := p.stmt.route
-	if r.write && (!s.writeSlot || r.ddl) && s.tx != txFailed && !s.skipping {
-		if err := s.takeWriteSlotExtended(ctx, r.ddl); err != nil {
+	if r.write && !s.writeSlot && s.tx != txFailed && !s.skipping {
+		if err := s.takeWriteSlotExtended(ctx); err != nil {
 			return s.failExtended(ctx, err)
-		}
-	}
-	if r.commits && s.occSlot && s.tx == txBlock && !s.skipping {
-		inc, err := s.incarnation(ctx)
-		if err != nil {
-			return s.failExtended(ctx, err)
-		}
-		if err := s.injectExtended(commitWriteStatement, storage.CommitWriteTxFor(inc), &s.commitWritePrepared, inc); err != nil {
-			return err
 		}
 	}
 	u := unit{kind: uExecute}
@@ -539,7 +528,7 @@ func (s *Session) readyForQuery(u *unit, frame []byte) {
 	s.skipping = false
 	switch s.tx {
 	case txIdle:
-		s.writeSlot, s.occSlot = false, false
+		s.writeSlot = false
 		s.endPortals()
 		s.releasePortalHolds()
 		s.endTxn()
@@ -656,30 +645,31 @@ func (s *Session) flushClient() error {
 	return s.client.Flush()
 }
 
-// The proxy's prepared statements for taking the commit slot (pessimistic
-// in an implicit transaction, optimistic in a transaction block) and for a
-// COMMIT's compare-and-append in the extended protocol, where a simple
-// Query would destroy the client's unnamed statement and portal.
+// The proxy's prepared statements that take the write slot in the
+// extended protocol (outside a block, and in one), where a simple Query
+// would destroy the client's unnamed statement and portal.
 const (
-	beginWriteStatement    = "mzproxy_begin_write"
-	beginWriteOCCStatement = "mzproxy_begin_write_occ"
-	commitWriteStatement   = "mzproxy_commit_write"
+	writeSlotStatement    = "mzproxy_begin_write"
+	deferredSlotStatement = "mzproxy_begin_write_deferred"
 )
 
-// writeQuery runs a client Query that writes, or that commits a
-// transaction block holding an optimistic write slot.
+// writeQuery runs a client Query that writes.
 //
-// In a transaction block the first write takes an optimistic slot
-// (begin_write_occ): the writes run at the transaction's T without a lock,
-// and the client's COMMIT appends first (commit_write_tx), failing with
-// 40001 if anything committed since the slot's snapshot. A query string
-// that itself commits appends before it runs instead (the slot is then
-// held, as begin_write holds it, until the string's COMMIT).
+// Outside a block, the first write of a backend transaction takes the
+// write slot (begin_write_occ): the writers' gate in shared mode, with the
+// transaction's T chosen when its statement first writes history, after
+// that statement's row locks are held (storage/frontier.sql). Nothing is
+// validated or appended at COMMIT. One replayable statement takes the
+// retry loop (write.go: PostgreSQL's serialization failures and deadlocks
+// are retried); anything else runs in a backend transaction of the
+// proxy's own that holds the slot and is committed after it. The client
+// sees only its own statement's answers and one ReadyForQuery.
 //
-// Outside a block, one replayable statement takes the optimistic loop
-// (write.go); anything else runs in a backend transaction of the proxy's
-// own that holds the commit slot (begin_write) and is committed after it.
-// The client sees only its own statement's answers and one ReadyForQuery.
+// In a block the slot is deferred (open_write_deferred): the block holds
+// no lock while it runs; its T is chosen when first needed (a DDL, a read
+// of its own writes) or at its COMMIT, by the backend itself. A read-only
+// transaction that writes takes its slot checked against its reads
+// (writeSlotSQL).
 //
 // Every slot is taken for the session's incarnation, so a fenced or
 // expired one writes nothing. after, if not empty, is a statement of the
@@ -690,27 +680,11 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 		return err
 	}
 	if s.tx == txBlock {
-		var slot []string
-		if r.commits && s.occSlot {
-			slot = append(slot, storage.CommitWriteTxFor(inc))
-		}
-		if r.ddl && s.occSlot && !r.commits {
-			// Hold the slot before the DDL's catalog locks (see route.ddl).
-			slot = append(slot, storage.CommitWriteTxFor(inc))
-		}
-		if r.write && (!s.writeSlot || r.ddl) {
-			if r.commits || r.ddl {
-				slot = append(slot, storage.BeginWriteFor(inc))
-			} else {
-				slot = append(slot, storage.BeginWriteOCCFor(inc, 0))
-				s.occSlot = true
-			}
-			s.writeSlot = true
-		}
-		if len(slot) > 0 {
-			if err := s.internal(strings.Join(slot, "; "), false); err != nil {
+		if !s.writeSlot {
+			if err := s.internal(s.writeSlotSQL(inc), false); err != nil {
 				return err
 			}
+			s.writeSlot = true
 		}
 		if after == "" {
 			return s.request(ctx, frame, unit{kind: uQuery, relayZ: true, settings: settings}, true)
@@ -727,7 +701,7 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 	if r.replayable && s.tx == txIdle && s.units.len() == 0 && after == "" {
 		return s.optimisticWrite(ctx, sql, inc, func() error { return s.forward(frame) })
 	}
-	if err := s.internal("BEGIN; "+storage.BeginWriteFor(inc), false); err != nil {
+	if err := s.internal("BEGIN; "+storage.OpenWriteFor(inc), false); err != nil {
 		return err
 	}
 	if err := s.forward(frame); err != nil {
@@ -753,28 +727,37 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 }
 
 // takeWriteSlotExtended queues, before a client's Execute of a write, the
-// proxy's own Bind/Execute/Close of begin_write: it runs in the same
-// (implicit or explicit) transaction as the write. In a transaction block
-// the slot is optimistic (begin_write_occ), appended at the client's
-// COMMIT, except before DDL (see route.ddl: an optimistic slot is appended
-// now and held); an implicit transaction commits at Sync with no chance
-// to append, so it takes the pessimistic slot.
-func (s *Session) takeWriteSlotExtended(ctx context.Context, ddl bool) error {
+// proxy's own Bind/Execute/Close of the write slot: it runs in the same
+// (implicit or explicit) transaction as the write.
+func (s *Session) takeWriteSlotExtended(ctx context.Context) error {
 	inc, err := s.incarnation(ctx)
 	if err != nil {
 		return err
 	}
 	s.writeSlot = true
-	if s.tx != txBlock || ddl {
-		if s.occSlot {
-			if err := s.injectExtended(commitWriteStatement, storage.CommitWriteTxFor(inc), &s.commitWritePrepared, inc); err != nil {
-				return err
-			}
-		}
-		return s.injectExtended(beginWriteStatement, storage.BeginWriteFor(inc), &s.beginWritePrepared, inc)
+	switch {
+	case s.tx == txBlock && s.txn.phase == txnPinned:
+		// Checked against the pin's count, which changes: prepared again
+		// each time (-1: closed first, whatever was prepared before).
+		stale := int64(-1)
+		return s.injectExtended(deferredSlotStatement+"_after_read", s.writeSlotSQL(inc), &stale, inc)
+	case s.tx == txBlock:
+		return s.injectExtended(deferredSlotStatement, s.writeSlotSQL(inc), &s.deferredSlotPrepared, inc)
 	}
-	s.occSlot = true
-	return s.injectExtended(beginWriteOCCStatement, storage.BeginWriteOCCFor(inc, 0), &s.beginWriteOCCPrepared, inc)
+	return s.injectExtended(writeSlotStatement, s.writeSlotSQL(inc), &s.writeSlotPrepared, inc)
+}
+
+// writeSlotSQL takes the write slot for incarnation inc before a write:
+// in a block, deferred (after the reads of a pinned transaction, checked
+// against its pin).
+func (s *Session) writeSlotSQL(inc int64) string {
+	switch {
+	case s.tx != txBlock:
+		return storage.OpenWriteFor(inc)
+	case s.txn.phase == txnPinned:
+		return storage.OpenWriteAfterReadFor(inc, s.txn.writes)
+	}
+	return storage.OpenWriteDeferredFor(inc)
 }
 
 // injectExtended queues the proxy's own Bind/Execute/Close of the prepared
@@ -842,11 +825,11 @@ func (s *Session) noteCommand(frame []byte) {
 		s.deallocate("")
 		s.endPortals()
 		s.settings.ResetAll()
-		s.beginWritePrepared, s.beginWriteOCCPrepared, s.commitWritePrepared = 0, 0, 0
+		s.writeSlotPrepared, s.deferredSlotPrepared = 0, 0
 		s.lostHoldPrepared = false
 	case "DEALLOCATE ALL":
 		// The proxy's prepared statements went with the client's.
-		s.beginWritePrepared, s.beginWriteOCCPrepared, s.commitWritePrepared = 0, 0, 0
+		s.writeSlotPrepared, s.deferredSlotPrepared = 0, 0
 		s.lostHoldPrepared = false
 		s.deallocate("")
 	}

@@ -125,14 +125,9 @@ const (
 // txnState is the client's transaction.
 type txnState struct {
 	tx txStatus
-	// writeSlot: the current backend transaction holds the commit slot
-	// (begin_write ran in it).
+	// writeSlot: the current backend transaction holds the write slot
+	// (begin_write_occ ran in it).
 	writeSlot bool
-	// occSlot: an optimistic slot (begin_write_occ) may have been taken in
-	// the current transaction block, so its COMMIT must append first
-	// (commit_write_tx). Kept until the block ends, also across ROLLBACK TO
-	// SAVEPOINT (the append is a no-op when the slot was rolled back).
-	occSlot bool
 	// txn is the client's transaction block (read-only transactions).
 	txn readTxn
 	// portalHolds are the read holds of the transaction (its portals' and
@@ -177,8 +172,8 @@ type statementState struct {
 // writes for it; lostHoldPrepared: raise_fenced is prepared (see
 // failLostHold).
 type ownStatements struct {
-	beginWritePrepared, beginWriteOCCPrepared, commitWritePrepared int64
-	lostHoldPrepared                                               bool
+	writeSlotPrepared, deferredSlotPrepared int64
+	lostHoldPrepared                        bool
 }
 
 func newSession(ctx context.Context, p *Proxy, be *backend, client *wire.Writer, log *logrus.Entry) *Session {

@@ -9,12 +9,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
-	"github.com/mzproxy/mzproxy/proxy/internalconn"
 	"github.com/mzproxy/mzproxy/proxy/storage"
 	"github.com/mzproxy/mzproxy/timeouts"
 )
@@ -180,19 +178,19 @@ func validForInputs(st *planner.Statement, c *choice) error {
 			c.since, planner.QualifiedName{Schema: limiting.Schema, Name: limiting.Name})
 }
 
-// oracleReadTS asks the oracle for its read timestamp, with the upper, as
-// the session sees them: in a transaction that wrote, its own
-// (uncommitted) commit is the newest, and it reads its own writes.
+// oracleReadTS pins a read of the present: its timestamp, at or above
+// every commit, with the upper just past it. In a transaction that wrote,
+// it is the transaction's own T: it reads its own writes.
 func (s *Session) oracleReadTS(ctx context.Context) (read, upper uint64, err error) {
 	s.proxy.obs.OracleRoundTrip(ctx, "read_ts")
-	v, err := s.be.internalValue(ctx, "SELECT "+storage.Schema+".read_ts()::text || ' ' || upper FROM "+storage.Schema+".txns")
+	v, err := s.be.internalValue(ctx, storage.ReadTSSQL)
 	if err != nil {
 		return 0, 0, err
 	}
-	if _, err := fmt.Sscan(v, &read, &upper); err != nil {
-		return 0, 0, pgerr.New(pgerr.InternalError, "oracle read timestamp and upper %q: %v", v, err)
+	if read, err = strconv.ParseUint(v, 10, 64); err != nil {
+		return 0, 0, pgerr.New(pgerr.InternalError, "pinned read timestamp %q: %v", v, err)
 	}
-	return read, upper, nil
+	return read, read + 1, nil
 }
 
 // evalAsOf evaluates an AS OF expression; present is the timestamp a
@@ -274,15 +272,14 @@ func invalidTimestamp(v string) error {
 	return pgerr.New(pgerr.InvalidParameterValue, "AS OF: %q is not a valid timestamp", v)
 }
 
-// awaitUpper waits until the shared upper is past ts. The upper moves with
-// writes, and while none come with the tick (package lease), which keeps it
-// within about a tick interval of the clock; a ts ahead of it (AS OF [AT
-// LEAST] a later time, such as now()) gets an empty write of its own once
-// the clock has reached ts, as Materialize advances table uppers with the
-// clock.
+// awaitUpper waits until the upper is past ts. Pins move it (reads of the
+// present, and the tick of package lease, which keeps it within about a
+// tick interval of the clock); a ts ahead of it (AS OF [AT LEAST] a later
+// time, such as now()) gets a pin of its own once the clock has reached
+// ts, as Materialize advances table uppers with the clock.
 func (s *Session) awaitUpper(ctx context.Context, c *choice) error {
 	if c.upper <= c.ts && s.writeSlot {
-		// Advancing the upper needs the commit slot this transaction holds.
+		// A pin would be this transaction's own T.
 		return pgerr.New(pgerr.FeatureNotSupported,
 			"cannot read at timestamp %d, ahead of the upper %d, in a transaction that has written", c.ts, c.upper)
 	}
@@ -297,25 +294,11 @@ func (s *Session) awaitUpper(ctx context.Context, c *choice) error {
 			case <-t.C:
 			}
 		}
-		s.proxy.obs.OracleRoundTrip(ctx, "advance_upper")
-		// The empty write commits at COMMIT: run once, never twice.
-		err := s.db.with(ctx, s.proxy, internalconn.Once, func(conn *pgx.Conn) error {
-			return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-				_, err := tx.Exec(ctx, storage.BeginWriteSQL)
-				return err
-			})
-		})
-		if err != nil {
-			return pgerr.As(err)
-		}
-		s.proxy.obs.OracleRoundTrip(ctx, "upper")
-		v, err := s.be.internalValue(ctx, storage.UpperSQL)
+		_, upper, err := s.oracleReadTS(ctx)
 		if err != nil {
 			return err
 		}
-		if c.upper, err = strconv.ParseUint(v, 10, 64); err != nil {
-			return pgerr.New(pgerr.InternalError, "upper %q: %v", v, err)
-		}
+		c.upper = max(c.upper, upper)
 	}
 	return nil
 }

@@ -23,10 +23,10 @@ import (
 // The backend gives the snapshot: before the first read the proxy makes
 // the backend transaction REPEATABLE READ (unless the client already chose
 // REPEATABLE READ or SERIALIZABLE), then reads the oracle in it, which
-// takes the transaction's snapshot. Every commit advances the oracle in its
-// own transaction (see proxy/storage), so the read timestamp seen in that
-// snapshot is the snapshot's timestamp, and every later statement of the
-// transaction reads the same data. Reads the proxy rewrites (AS OF-less
+// takes the transaction's snapshot with the writers' gate held (see
+// proxy/storage: the pin), so the snapshot holds exactly the writes at or
+// below its timestamp, and every later statement of the transaction reads
+// the same data. Reads the proxy rewrites (AS OF-less
 // history reads, EXPLAIN TIMESTAMP) use that timestamp.
 //
 // The transaction's timedomain is Materialize's: the managed objects in the
@@ -37,8 +37,11 @@ import (
 // with AS OF names its own time and is exempt, as in Materialize, but it
 // cannot read past the transaction's snapshot.
 //
-// A write in such a transaction is not refused: under REPEATABLE READ the
-// commit slot fails with 40001 when anything committed since the snapshot.
+// A write in such a transaction is not refused, but its T is later than
+// the reads: its write slot fails with 40001 when another write began in
+// the database since the pin (storage.OpenWriteAfterReadFor), and under
+// REPEATABLE READ PostgreSQL fails a write of a row changed since the
+// snapshot.
 
 // txnPhase is where a client transaction block stands.
 type txnPhase uint8
@@ -61,6 +64,10 @@ type readTxn struct {
 	ts     uint64
 	oracle uint64 // the oracle's read timestamp in the snapshot
 	upper  uint64 // the upper in the snapshot
+	// writes is the number of write slots taken in the database when the
+	// transaction was pinned: a write of it checks that no other began
+	// since (storage.OpenWriteAfterReadFor).
+	writes int64
 	// domain is the timedomain's managed objects (nil until a read names
 	// one); held is the set of managed tables held at ts, by holds.
 	domain map[uint64]*planner.Object
@@ -287,41 +294,55 @@ func takesNoSnapshot(st *planner.Statement) bool {
 	return false
 }
 
-// pin makes the backend transaction REPEATABLE READ and reads its
-// timestamp, which takes its snapshot; and reads the catalog and the
-// search_path the transaction's reads are planned with.
+// pin makes the backend transaction REPEATABLE READ and pins it
+// (storage.PinSnapshotSQL: the snapshot is taken with the writers' gate
+// held, so it holds exactly the commits at or below the pinned timestamp);
+// and reads the catalog and the search_path the transaction's reads are
+// planned with. A READ ONLY transaction is made READ WRITE for the pin,
+// which moves the oracle's sequences, and READ ONLY again after it.
 func (s *Session) pin(ctx context.Context) error {
-	// Neither SHOW takes a snapshot.
-	shown, err := s.be.internalValues(ctx, "SHOW transaction_isolation", "SHOW search_path")
+	// No SHOW takes a snapshot.
+	shown, err := s.be.internalValues(ctx, "SHOW transaction_isolation", "SHOW search_path", "SHOW transaction_read_only")
 	if err != nil {
 		return err
 	}
 	s.txn.searchPath = planner.EffectiveSearchPath(parseSearchPath(shown[1]), s.user)
-	// Scalar subqueries, not a join: PostgreSQL estimates a join of the
-	// unanalyzed one-row tables at millions of rows, and JIT-compiles it
-	// (hundreds of milliseconds).
-	queries := []string{"SELECT " + storage.Schema + ".read_ts()::text || ' ' || (SELECT upper FROM " + storage.Schema +
-		".txns) || ' ' || (SELECT revision FROM " + storage.Schema + ".catalog_revision)"}
+	var queries []string
 	if level := shown[0]; level != "repeatable read" && level != "serializable" {
-		queries = append([]string{"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"}, queries...)
+		queries = append(queries, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+	}
+	readOnly := shown[2] == "on"
+	if readOnly {
+		queries = append(queries, "SET TRANSACTION READ WRITE")
+	}
+	pinAt := -1
+	for _, q := range storage.PinSnapshotSQL {
+		if q == storage.PinSQL {
+			pinAt = len(queries)
+			// A scalar subquery, not a join: PostgreSQL estimates a join of
+			// unanalyzed one-row tables at millions of rows, and
+			// JIT-compiles it (hundreds of milliseconds).
+			q += "::text || ' ' || " + storage.Schema + ".pinned_writes() || ' ' || (SELECT revision FROM " + storage.Schema + ".catalog_revision)"
+		}
+		queries = append(queries, q)
+	}
+	if readOnly {
+		queries = append(queries, "SET TRANSACTION READ ONLY")
 	}
 	values, err := s.be.internalValues(ctx, queries...)
 	if err != nil {
 		return err
 	}
-	v := values[len(values)-1]
-	var read, upper uint64
-	var revision int64
-	if _, err := fmt.Sscan(v, &read, &upper, &revision); err != nil {
-		return pgerr.New(pgerr.InternalError, "oracle read timestamp, upper and catalog revision %q: %v", v, err)
+	v := values[pinAt]
+	var read uint64
+	var writes, revision int64
+	if _, err := fmt.Sscan(v, &read, &writes, &revision); err != nil {
+		return pgerr.New(pgerr.InternalError, "pinned timestamp, writes and catalog revision %q: %v", v, err)
 	}
-	s.txn.phase, s.txn.oracle, s.txn.upper = txnPinned, read, upper
-	// Both are the snapshot's time: every commit sets read_ts = T and
-	// upper = T+1 together. Serializable reads the upper as elsewhere.
-	s.txn.ts = read
-	if s.isolation == serializable {
-		s.txn.ts = upper - 1
-	}
+	s.txn.writes = writes
+	// The pin is the snapshot's time, and the upper is just past it, so
+	// serializable reads there too.
+	s.txn.phase, s.txn.oracle, s.txn.upper, s.txn.ts = txnPinned, read, read+1, read
 	// The catalog as of the snapshot, unless the proxy has not loaded it
 	// (then the newest).
 	if s.txn.catalog = s.db.catalogAt(revision); s.txn.catalog == nil {

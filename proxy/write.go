@@ -29,45 +29,44 @@ const OCCPauseMarker = "/*mzproxy:occ-pause*/"
 // round trip (two when the test-only failpoint stops between payload and
 // append):
 //
-//	payload: BEGIN; SELECT begin_write_occ(inc, floor)   -- T, no lock
-//	         <the client's Query or batch>               -- answers buffered
-//	append:  SELECT commit_write(inc)                    -- compare-and-append
+//	payload: BEGIN; SELECT begin_write_occ(inc, 0)   -- the slot, T pending
+//	         <the client's Query or batch>           -- answers buffered
+//	append:  SELECT commit_write(inc)                -- T
 //	         COMMIT
 //
 // The proxy's own statements go as extended-protocol messages, each line
 // above ended by a Sync (sendOwn), never as a simple Query, which would
 // destroy the client's unnamed statement that its batch binds.
 //
-// A statement that fails aborts the transaction: commit_write then fails
-// with 25P02 and COMMIT rolls back, and the client gets the statement's
-// error.
-//
-// The statement itself is the read at T-1 (PostgreSQL's snapshot, with its
-// row locks): commit_write succeeds only if nothing committed since
-// begin_write_occ's snapshot, which is older than the statement's. On MZ001
-// the attempt rolls back (commit_write's error makes COMMIT a ROLLBACK),
-// the answers are dropped, and occ.Machine decides: another attempt past
-// the actual upper, or 40001 once its budget is spent. The client sees the
-// answers of the attempt that committed only, after its COMMIT.
+// The statement runs under PostgreSQL's row locks, and T is chosen once it
+// holds them (storage/frontier.sql), so nothing is validated at the end.
+// What is retried is what PostgreSQL itself reports as a transient
+// conflict: a serialization failure (40001: also a statement that would
+// close a version newer than its T, possible when it writes history more
+// than once) or a deadlock (40P01). The attempt rolls back, its answers
+// are dropped, and occ.Machine decides: another attempt, or 40001 once its
+// budget is spent. Any other error of the statement is the client's
+// answer. The client sees the answers of the attempt that committed only,
+// after its COMMIT.
 //
 // Cancellation: the statement's context ends at the client's cancel or the
 // deadline (deadline.go), and the backend is sent a CancelRequest, so a
-// running statement or commit_write fails and the attempt writes nothing;
-// a context that ends between attempts stops the loop (at the failpoint,
-// before the append: the attempt is rolled back). Once the append is
-// sent the outcome the backend reports is what the client gets, whatever
-// happened to ctx: a COMMIT that succeeded is reported as success.
+// running statement fails and the attempt writes nothing; a context that
+// ends between attempts stops the loop (at the failpoint, before the
+// append: the attempt is rolled back). Once the append is sent the outcome
+// the backend reports is what the client gets, whatever happened to ctx: a
+// COMMIT that succeeded is reported as success.
 
 // attempt is what one attempt's payload round trip left.
 type attempt struct {
-	t       uint64
 	answers [][]byte // the client statement's answers, copied
 	rows    int64
-	// failed is the ErrorResponse that ends the write without a retry:
-	// begin_write_occ's, or the client statement's (then also in answers).
+	// failed is the ErrorResponse that ends the attempt: begin_write_occ's,
+	// or the client statement's (then also in answers).
 	failed []byte
-	// bad is a begin_write_occ answer the proxy cannot use.
-	bad error
+	// conflict: failed is a transient conflict (40001, 40P01) of the
+	// statement, retried.
+	conflict bool
 }
 
 // optimisticWrite runs a replayable write outside a transaction block
@@ -149,45 +148,27 @@ func (w *occWrite) finish() {
 }
 
 // attempt runs one attempt for the machine's ActAllocate a: the payload
-// round trip (its T is the allocation, its statement the read at T-1) and
-// the append. answered: the client has its answer (the error of a
-// statement or of the wait), and the loop is over.
+// and the append, in one round trip but at the failpoint. answered: the
+// client has its answer (the error of a statement or of the slot), and the
+// loop is over.
 func (w *occWrite) attempt(a occ.Action[struct{}]) (next occ.Action[struct{}], answered bool, err error) {
 	s := w.s
-	if a.Wait {
-		// Wait, holding no lock, for the writer that holds the slot (a
-		// long pessimistic one would otherwise exhaust the retries).
-		failed, ready, err := s.occAwaitSlot(w.ctx)
-		if err != nil || failed != nil {
-			if err == nil {
-				err = s.occFinish([][]byte{failed}, ready)
-			}
-			return a, true, err
-		}
-	}
 	s.obs.Phase(observe.PhaseOCCAttempt)
-	// The append goes with the payload in one round trip, except at the
-	// failpoint (which must stop between them).
 	pipelined := !(w.pause && w.m.Result().Attempts == 0)
-	at, err := s.occPayload(w.ctx, w.send, w.inc, a.Floor, pipelined)
+	at, err := s.occPayload(w.ctx, w.send, w.inc, pipelined)
 	if err != nil {
 		return a, true, err
 	}
-	if at.bad != nil || at.failed != nil {
+	if at.conflict {
+		// Rolled back: commit_write failed with 25P02, COMMIT with it.
+		if _, err := s.occAppend(w.ctx, w.inc, pipelined); err != nil {
+			return a, true, err
+		}
+		return w.step(a.Floor, at.rows, occ.AppendResult{}), false, nil
+	}
+	if at.failed != nil {
 		return a, true, w.payloadFailed(at, pipelined)
 	}
-	s.obs.Timestamp(at.t)
-	a = w.m.Step(occ.Event[struct{}]{Kind: occ.EvTimestamp, TS: at.t})
-	if a.Kind == occ.ActRefold {
-		// The statement is re-executed: its reads are not known to the
-		// proxy, so there is nothing to fold.
-		a = w.m.Step(occ.Event[struct{}]{Kind: occ.EvRefolded})
-	}
-	if a.Kind != occ.ActRead || a.At != at.t-1 {
-		_ = s.occRollback(w.ctx, nil)
-		return a, true, pgerr.New(pgerr.InternalError, "optimistic write: backend chose T=%d, the loop wants %s", at.t, a)
-	}
-	a = w.m.Step(occ.Event[struct{}]{Kind: occ.EvRead, Payload: occ.Payload[struct{}]{Rows: at.rows}})
 	if !pipelined {
 		waitForFailpoint(w.ctx, s.proxy.cfg.OCCPauseFile)
 		if w.ctx.Err() != nil {
@@ -201,34 +182,41 @@ func (w *occWrite) attempt(a occ.Action[struct{}]) (next occ.Action[struct{}], a
 	return w.appendAttempt(at, pipelined)
 }
 
-// payloadFailed ends the write whose payload failed: begin_write_occ's
-// answer was unusable (at.bad) or an ErrorResponse ended it (at.failed).
+// step reports an attempt at T whose statement read rows to the machine,
+// with the append's outcome, and returns the machine's next action. A
+// conflict's ActualUpper is raised above the attempt's target (the
+// machine's model: a conflict is an upper past T).
+func (w *occWrite) step(t uint64, rows int64, r occ.AppendResult) occ.Action[struct{}] {
+	a := w.m.Step(occ.Event[struct{}]{Kind: occ.EvTimestamp, TS: max(t, 1)})
+	if a.Kind == occ.ActRefold {
+		// The statement is re-executed: its reads are not known to the
+		// proxy, so there is nothing to fold.
+		a = w.m.Step(occ.Event[struct{}]{Kind: occ.EvRefolded})
+	}
+	if a.Kind == occ.ActRead {
+		a = w.m.Step(occ.Event[struct{}]{Kind: occ.EvRead, Payload: occ.Payload[struct{}]{Rows: rows}})
+	}
+	if !r.OK {
+		r.ActualUpper = max(r.ActualUpper, a.T+1)
+	}
+	return w.m.Step(occ.Event[struct{}]{Kind: occ.EvAppended, Append: r})
+}
+
+// payloadFailed ends the write whose payload failed: an ErrorResponse of
+// the slot or of the statement ended it, and nothing was written.
 func (w *occWrite) payloadFailed(at attempt, pipelined bool) error {
 	s := w.s
-	if at.failed != nil && at.answers == nil {
+	if at.answers == nil {
 		at.answers = [][]byte{at.failed}
 	}
 	if !pipelined {
-		if at.bad == nil {
-			// Nothing was written: the client sees the error as
-			// PostgreSQL sent it.
-			return s.occRollback(w.ctx, at.answers)
-		}
-		if err := s.occRollback(w.ctx, nil); err != nil {
-			return err
-		}
-		s.midRequest = false
-		return at.bad
+		// The client sees the error as PostgreSQL sent it.
+		return s.occRollback(w.ctx, at.answers)
 	}
-	// The append that followed failed with 25P02 and COMMIT rolled back,
-	// unless the statement succeeded (at.bad).
-	out, err := s.occAppend(w.ctx, w.inc, at.t, true)
+	// The append that followed failed with 25P02 and COMMIT rolled back.
+	out, err := s.occAppend(w.ctx, w.inc, true)
 	if err != nil {
 		return err
-	}
-	if at.bad != nil && (out.failed != nil || out.conflict) {
-		s.midRequest = false
-		return at.bad
 	}
 	return s.occFinish(at.answers, out.ready)
 }
@@ -238,34 +226,30 @@ func (w *occWrite) payloadFailed(at attempt, pipelined bool) error {
 func (w *occWrite) appendAttempt(at attempt, pipelined bool) (next occ.Action[struct{}], answered bool, err error) {
 	s := w.s
 	s.obs.Phase(observe.PhaseCommit)
-	out, err := s.occAppend(w.ctx, w.inc, at.t, pipelined)
+	out, err := s.occAppend(w.ctx, w.inc, pipelined)
 	if err != nil {
 		s.midRequest = false
 		return w.m.Action(), true, err
 	}
-	if w.ctx.Err() != nil {
-		// Recorded only: the outcome below decides.
-		w.m.Step(occ.Event[struct{}]{Kind: occ.EvCancel, Err: occ.Interrupted(w.ctx, s.budget)})
-	}
+	// From here the outcome decides, whatever happened to ctx (a conflict
+	// is not retried once ctx has ended: run checks it first).
 	switch {
 	case out.failed != nil:
 		return w.m.Action(), true, s.occFinish([][]byte{out.failed}, out.ready)
 	case out.conflict:
-		r := occ.AppendResult{ActualUpper: out.upper, Busy: out.slotBusy}
-		return w.m.Step(occ.Event[struct{}]{Kind: occ.EvAppended, Append: r}), false, nil
+		return w.step(w.m.Action().Floor, at.rows, occ.AppendResult{}), false, nil
 	}
-	w.m.Step(occ.Event[struct{}]{Kind: occ.EvAppended, Append: occ.AppendResult{OK: true}})
-	// read_ts was raised by commit_write, in the write's transaction:
-	// there is nothing left to apply.
+	s.obs.Timestamp(out.t)
+	w.step(out.t, at.rows, occ.AppendResult{OK: true})
 	w.answers, w.ready = at.answers, out.ready
 	return w.m.Step(occ.Event[struct{}]{Kind: occ.EvApplied}), false, nil
 }
 
 // occPayload sends an attempt's first round trip and reads its answers.
 // withAppend sends the append too (occAppend then only reads its answers).
-func (s *Session) occPayload(ctx context.Context, send func() error, inc int64, floor uint64, withAppend bool) (attempt, error) {
+func (s *Session) occPayload(ctx context.Context, send func() error, inc int64, withAppend bool) (attempt, error) {
 	var at attempt
-	if err := s.sendOwn("BEGIN", storage.BeginWriteOCCFor(inc, floor)); err != nil {
+	if err := s.sendOwn("BEGIN", storage.OpenWriteFor(inc)); err != nil {
 		return at, err
 	}
 	if err := send(); err != nil {
@@ -279,27 +263,15 @@ func (s *Session) occPayload(ctx context.Context, send func() error, inc int64, 
 	if err := s.be.w.Flush(); err != nil {
 		return at, s.lostWrite(err)
 	}
-	var tsText string
-	var seen bool
 	err := s.occRead(ctx, func(typ byte, f []byte) {
-		switch typ {
-		case 'D':
-			firstValue(f, &tsText, &seen)
-		case 'E':
+		if typ == 'E' {
 			at.failed = cloneFrame(f)
 		}
 	})
 	if err != nil {
 		return at, err
 	}
-	if at.failed == nil {
-		t, perr := strconv.ParseUint(tsText, 10, 64)
-		if perr != nil || t == 0 {
-			at.bad = pgerr.New(pgerr.InternalError, "begin_write_occ returned %q", tsText)
-		}
-		at.t = t
-	}
-	beginFailed := at.failed != nil || at.bad != nil
+	beginFailed := at.failed != nil
 	err = s.occRead(ctx, func(typ byte, f []byte) {
 		if beginFailed || typ == 'Z' {
 			// After a failed begin_write_occ only 25P02 comes; the
@@ -311,6 +283,7 @@ func (s *Session) occPayload(ctx context.Context, send func() error, inc int64, 
 		case 'E':
 			if at.failed == nil {
 				at.failed = at.answers[len(at.answers)-1]
+				at.conflict = transientConflict(pgerr.Code(errorCode(wire.Body(f)))) && ctx.Err() == nil
 			}
 		case 'C':
 			at.rows += tagRows(f)
@@ -322,11 +295,16 @@ func (s *Session) occPayload(ctx context.Context, send func() error, inc int64, 
 	return at, err
 }
 
+// transientConflict reports whether code is a conflict PostgreSQL says may
+// succeed if retried: a serialization failure or a deadlock.
+func transientConflict(code pgerr.Code) bool {
+	return code == pgerr.SerializationFailure || code == deadlockDetected
+}
+
 // appendOutcome is what an attempt's append round trip left.
 type appendOutcome struct {
-	conflict bool
-	slotBusy bool   // the conflict: another transaction held the slot
-	upper    uint64 // the actual upper, on a conflict
+	t        uint64 // the write's T (0 when it wrote no history)
+	conflict bool   // COMMIT failed with a transient conflict: retried
 	failed   []byte // an ErrorResponse that ends the write (nothing written)
 	ready    []byte // the ReadyForQuery after COMMIT
 }
@@ -376,7 +354,7 @@ func (s *Session) sendOwn(sqls ...string) error {
 // occAppend sends commit_write and COMMIT (unless sent, with the payload)
 // and waits for their outcome, whatever happens to the statement's context
 // meanwhile.
-func (s *Session) occAppend(ctx context.Context, inc int64, t uint64, sent bool) (appendOutcome, error) {
+func (s *Session) occAppend(ctx context.Context, inc int64, sent bool) (appendOutcome, error) {
 	var out appendOutcome
 	if !sent {
 		if err := s.sendAppend(inc); err != nil {
@@ -387,8 +365,13 @@ func (s *Session) occAppend(ctx context.Context, inc int64, t uint64, sent bool)
 		}
 	}
 	var appendErr []byte
+	var tText string
+	var seen bool
 	if err := s.occRead(ctx, func(typ byte, f []byte) {
-		if typ == 'E' {
+		switch typ {
+		case 'D':
+			firstValue(f, &tText, &seen)
+		case 'E':
 			appendErr = cloneFrame(f)
 		}
 	}); err != nil {
@@ -410,28 +393,19 @@ func (s *Session) occAppend(ctx context.Context, inc int64, t uint64, sent bool)
 	if err != nil {
 		return out, err
 	}
-	switch {
-	case appendErr != nil:
-		var er pgproto3.ErrorResponse
-		_ = er.Decode(wire.Body(appendErr))
-		switch pgerr.Code(er.Code) {
-		case storage.CodeUpperConflict, storage.CodeSlotBusy:
-			u, perr := strconv.ParseUint(er.Detail, 10, 64)
-			if perr != nil || u <= t {
-				u = t + 1
-			}
-			out.conflict, out.upper = true, u
-			out.slotBusy = pgerr.Code(er.Code) == storage.CodeSlotBusy
-		case pgerr.SerializationFailure, deadlockDetected:
-			// The append lost to a concurrent commit (REPEATABLE READ) or
-			// to a pessimistic writer's lock: retried like MZ001.
-			out.conflict, out.upper = true, t+1
-		default:
-			out.failed = appendErr
+	if appendErr != nil && out.failed == nil {
+		out.failed = appendErr
+	}
+	if out.failed != nil {
+		if transientConflict(pgerr.Code(errorCode(wire.Body(out.failed)))) {
+			out.conflict, out.failed = true, nil
 		}
-	case out.failed == nil && !committed:
+		return out, nil
+	}
+	if !committed {
 		return out, pgerr.New(pgerr.InternalError, "optimistic write: COMMIT did not commit, and no error said why")
 	}
+	out.t, _ = strconv.ParseUint(tText, 10, 64)
 	return out, nil
 }
 
@@ -492,28 +466,6 @@ func (s *Session) occRollback(ctx context.Context, answers [][]byte) error {
 		return nil
 	}
 	return s.occFinish(answers, ready)
-}
-
-// occAwaitSlot waits, in a transaction of its own, until no transaction
-// holds the commit slot. failed is the ErrorResponse that ended the wait
-// (57014: the statement was canceled or timed out), ready the
-// ReadyForQuery after it.
-func (s *Session) occAwaitSlot(ctx context.Context) (failed, ready []byte, err error) {
-	if err := s.sendOwn(storage.AwaitSlotSQL); err != nil {
-		return nil, nil, err
-	}
-	if err := s.be.w.Flush(); err != nil {
-		return nil, nil, s.lostWrite(err)
-	}
-	err = s.occRead(ctx, func(typ byte, f []byte) {
-		switch typ {
-		case 'E':
-			failed = cloneFrame(f)
-		case 'Z':
-			ready = cloneFrame(f)
-		}
-	})
-	return failed, ready, err
 }
 
 // occFinish relays an optimistic write's answers and ReadyForQuery.
@@ -626,7 +578,7 @@ func (s *Session) releaseBatch(ctx context.Context) error {
 		return nil
 	}
 	if !s.writeSlot && !s.skipping {
-		if err := s.takeWriteSlotExtended(ctx, false); err != nil {
+		if err := s.takeWriteSlotExtended(ctx); err != nil {
 			return s.failExtended(ctx, err)
 		}
 	}

@@ -133,7 +133,7 @@ func newFlagSet(c *config, kinds map[string]kind) *flag.FlagSet {
 	fs.DurationVar(&c.slowThreshold, "slow-statement-threshold", time.Second, "log statements that take at least this long, with their phases and trace id (0: none)")
 	kinds["slow-statement-threshold"] = kindDuration
 	num(&c.occMaxRetries, "occ-max-retries", occ.DefaultMaxAttempts-1, "optimistic writes: compare-and-appends retried after a conflict before the statement fails with 40001")
-	num(&c.occMaxConcurrent, "occ-max-concurrent", 1, "optimistic writes: loops running at once per proxy (more queue, FIFO); every commit moves the one shared upper, so concurrent loops mostly abort each other")
+	num(&c.occMaxConcurrent, "occ-max-concurrent", 0, "autocommit writes running at once per proxy (more queue, FIFO); 0: no bound")
 	dur := func(p *time.Duration, name string, def time.Duration, help string) {
 		fs.DurationVar(p, name, def, help)
 		kinds[name] = kindDuration
@@ -370,8 +370,8 @@ func (c *config) validate() error {
 	if c.occMaxRetries < 0 {
 		bad("occ-max-retries", "want 0 or more, got %d", c.occMaxRetries)
 	}
-	if c.occMaxConcurrent < 1 {
-		bad("occ-max-concurrent", "want 1 or more, got %d", c.occMaxConcurrent)
+	if c.occMaxConcurrent < 0 {
+		bad("occ-max-concurrent", "want 0 or more, got %d", c.occMaxConcurrent)
 	}
 	if c.maxMessageSize < 1024 {
 		bad("max-message-size", "want at least 1024 bytes, got %d", c.maxMessageSize)

@@ -53,9 +53,8 @@ func registerInstruments(m *metrics.Provider, srv *frontend.Server, px *proxy.Pr
 	m.Counter("mzproxy.occ.waits", "{statement}", "Optimistic writes that queued for a loop slot (occ-max-concurrent).", func() int64 { return occ.Waits.Load() })
 	ticks := px.TickStats()
 	m.Counter("mzproxy.ticks.checks", "{round_trip}", "Tick round trips in the databases whose tick lock this proxy holds (tick-interval).", func() int64 { return ticks.Checks.Load() })
-	m.Counter("mzproxy.ticks.commits", "{commit}", "Empty writes committed to advance an idle database's upper with the clock.", func() int64 { return ticks.Commits.Load() })
-	m.Counter("mzproxy.ticks.conflicts", "{append}", "Empty writes that lost to a concurrent commit or found the commit slot held.", func() int64 { return ticks.Conflicts.Load() })
-	m.Counter("mzproxy.ticks.deferred", "{round_trip}", "Empty writes due but not made: a write transaction was in progress in the database.", func() int64 { return ticks.Deferred.Load() })
+	m.Counter("mzproxy.ticks.commits", "{pin}", "Ticks that moved a database's upper with the clock.", func() int64 { return ticks.Commits.Load() })
+	m.Counter("mzproxy.ticks.deferred", "{round_trip}", "Ticks that gave up waiting for the writes in progress in the database.", func() int64 { return ticks.Deferred.Load() })
 	return m.Err()
 }
 

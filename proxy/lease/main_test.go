@@ -99,7 +99,9 @@ func (d *db) register(cfg Config) *Lease {
 }
 
 // write runs stmts in one write transaction begun with begin (a
-// BeginWrite statement) and returns its T.
+// BeginWrite statement) and returns its T. A read of the present follows
+// (a pin), as in a database that is read or ticked: it moves the upper
+// past the write.
 func (d *db) write(begin string, stmts ...string) (uint64, error) {
 	ctx := context.Background()
 	tx, err := d.conn.Begin(ctx)
@@ -116,7 +118,11 @@ func (d *db) write(begin string, stmts ...string) (uint64, error) {
 			return 0, fmt.Errorf("%s: %w", s, err)
 		}
 	}
-	return uint64(ts), tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		return 0, err
+	}
+	_, err = d.conn.Exec(ctx, storage.ReadTSSQL)
+	return uint64(ts), err
 }
 
 func (d *db) mustWrite(begin string, stmts ...string) uint64 {

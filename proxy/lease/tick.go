@@ -2,14 +2,11 @@ package lease
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mzproxy/mzproxy/proxy/internalconn"
 	"github.com/mzproxy/mzproxy/proxy/storage"
@@ -17,75 +14,36 @@ import (
 
 // The tick: Materialize advances its tables' uppers with the clock (every
 // second), so mz_now() and a read of the present follow the wall clock
-// even when nothing is written. Here the upper and read_ts move only with
-// commits, so the proxy holding a database's tick lock commits an empty
-// write (begin_write_occ and commit_write with no data: upper := T+1 and
-// read_ts := T in one transaction, T from the backend's clock) whenever no
-// write has committed for half a TickInterval when it looks. It looks again
-// when the newest commit will be nine tenths of a TickInterval old (the
-// rest is for the round trip and a late timer), so while nothing is written
-// read_ts trails the clock by less than a TickInterval, a database written
-// more often than every half interval gets no empty write at all, and the
-// check costs one round trip per interval while idle, at most about two
-// while writes come. An empty write is an ordinary optimistic one: it
-// never waits (commit_write skips a held commit slot, MZ004) and loses to
-// any commit since its snapshot (MZ001).
-//
-// A write transaction in progress has its T and expected upper already
-// (begin_write_occ, which also gives it a transaction id): an empty write
-// would move the upper past it and fail its append, always, when it lasts
-// longer than a tick (a bulk load, a client's transaction block). So the
-// tick stands aside while a client backend of the database has a
-// transaction id: that transaction's commit moves the upper anyway (the
-// tick looks again every quarter interval meanwhile, in case it rolls
-// back). What is left is a write whose snapshot falls in the tick's own
-// short transaction: it fails its append once (an autocommit write
-// retries, a transaction block's COMMIT gets 40001), at most once per
-// empty write.
+// even when nothing is written. Here the upper moves with pins (reads of
+// the present, storage/frontier.sql), so the proxy holding a database's
+// tick claim pins (storage: tick) every nine tenths of a TickInterval: the
+// upper then trails the clock by less than a TickInterval, whatever is or
+// is not written. The pin waits for the writes in progress, and new
+// writes queue behind it meanwhile, so the tick gives up after tickWait
+// and looks again a quarter interval later (a long write, a bulk load or
+// a client's open transaction block, must not stall the others). It also
+// records the upper durably, as the floor after a crash.
+
+// tickWait bounds how long a tick waits for the writes in progress.
+const tickWait = 20 * time.Millisecond
 
 // DefaultTickInterval is Config.TickInterval's default: Materialize's.
 const DefaultTickInterval = time.Second
 
 // TickCounters counts a Set's ticks, over all its databases and leases.
 type TickCounters struct {
-	// Checks are tick round trips made while holding the tick lock.
+	// Checks are tick round trips made while holding the tick claim.
 	Checks atomic.Int64
-	// Commits are empty writes committed.
+	// Commits are ticks that moved the upper.
 	Commits atomic.Int64
-	// Conflicts are empty writes that lost to a concurrent commit or found
-	// the commit slot held (nothing to do: the upper moved or is moving).
-	Conflicts atomic.Int64
-	// Deferred are ticks that were due but stood aside for a write
-	// transaction in progress.
+	// Deferred are ticks that gave up waiting for writes in progress.
 	Deferred atomic.Int64
-}
-
-// tickSQL is one tick of incarnation inc, one simple-protocol query string
-// and so one implicit transaction: the lag of the newest commit behind the
-// backend's clock (ms), whether another client backend of the database is
-// in a transaction that has written (it has a transaction id) and, when
-// the lag is at least minLag and none is, an empty write whose
-// commit_write returns its T (NULL when there was none). The subquery is
-// evaluated once (one with a volatile function is not flattened).
-func tickSQL(inc int64, minLag time.Duration) string {
-	id := strconv.FormatInt(inc, 10)
-	return `SELECT s.lag, s.writing, CASE WHEN s.lag >= ` + strconv.FormatInt(minLag.Milliseconds(), 10) +
-		` AND NOT s.writing THEN ` + storage.Schema + `.begin_write_occ(` + id + `, NULL) END
-  FROM (SELECT ` + storage.Schema + `.now_ms() - GREATEST(x.upper - 1, o.read_ts) AS lag,
-               EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
-                        WHERE a.datname = current_database() AND a.backend_type = 'client backend'
-                          AND a.pid <> pg_backend_pid() AND a.backend_xid IS NOT NULL) AS writing
-          FROM ` + storage.Schema + `.txns x, ` + storage.Schema + `.oracle o
-         WHERE o.timeline = 'EpochMilliseconds') s;
-SELECT ` + storage.Schema + `.commit_write(` + id + `)`
 }
 
 // tickResult is what one tick found.
 type tickResult struct {
-	ticker   bool          // this proxy holds the tick lock
-	wrote    bool          // an empty write committed
-	deferred bool          // one was due, but a write transaction is in progress
-	lag      time.Duration // of the newest commit before the tick
+	ticker   bool // this proxy holds the tick claim
+	deferred bool // writes in progress: the tick gave up
 }
 
 // Tick runs one tick now (the loop does so on its own schedule) and
@@ -100,38 +58,26 @@ func (l *Lease) Tick(ctx context.Context) (time.Duration, error) {
 	if err := l.Err(); err != nil {
 		return every, err
 	}
-	r, err := l.tickOnce(ctx, every)
+	r, err := l.tickOnce(ctx)
 	switch {
 	case storage.IsFenced(err):
 		l.lose(lost(err))
 		return every, l.Err()
-	case isTickConflict(err):
-		// The upper moved or is about to: look again soon rather than a
-		// whole interval after a commit that may not happen.
-		l.cfg.Ticks.Conflicts.Add(1)
-		return every / 4, nil
 	case err != nil:
 		return every, fmt.Errorf("lease: tick: %w", err)
-	case !r.ticker:
-		return every, nil
-	case r.wrote:
-		return target, nil
 	case r.deferred:
-		// Its commit will move the upper; look again soon in case it
-		// rolls back.
 		l.cfg.Ticks.Deferred.Add(1)
 		return every / 4, nil
 	}
-	return min(max(target-r.lag, every/4), target), nil
+	return target, nil
 }
 
-// tickOnce takes the tick lock if needed and makes the tick's round trip.
-func (l *Lease) tickOnce(ctx context.Context, every time.Duration) (tickResult, error) {
+// tickOnce takes the tick claim if needed and makes the tick's round trip.
+func (l *Lease) tickOnce(ctx context.Context) (tickResult, error) {
 	var r tickResult
 	l.connMu.Lock()
 	defer l.connMu.Unlock()
-	// An empty write is a write: run once (the next tick follows anyway).
-	err := l.withConn(ctx, internalconn.Once, func(conn *pgx.Conn) error {
+	err := l.withConn(ctx, internalconn.Idempotent, func(conn *pgx.Conn) error {
 		ctx, cancel := context.WithTimeout(ctx, l.cfg.Grace/4)
 		defer cancel()
 		// The right to tick is a claim of one live incarnation, as the
@@ -142,31 +88,15 @@ func (l *Lease) tickOnce(ctx context.Context, every time.Duration) (tickResult, 
 			return err
 		}
 		l.cfg.Ticks.Checks.Add(1)
-		results, err := conn.PgConn().Exec(ctx, tickSQL(l.id, every/2)).ReadAll()
-		if err != nil {
+		var pinned *int64
+		if err := conn.QueryRow(ctx, "SELECT "+storage.Schema+".tick($1)", tickWait.Milliseconds()).Scan(&pinned); err != nil {
 			return err
 		}
-		if len(results) != 2 || len(results[0].Rows) != 1 || len(results[1].Rows) != 1 {
-			return fmt.Errorf("unexpected answer to the tick: %d results", len(results))
+		r.deferred = pinned == nil
+		if !r.deferred {
+			l.cfg.Ticks.Commits.Add(1)
 		}
-		lagMs, err := strconv.ParseInt(string(results[0].Rows[0][0]), 10, 64)
-		if err != nil {
-			return fmt.Errorf("tick lag %q: %w", results[0].Rows[0][0], err)
-		}
-		r.lag = time.Duration(lagMs) * time.Millisecond
-		r.wrote = results[1].Rows[0][0] != nil
-		r.deferred = string(results[0].Rows[0][1]) == "t" && r.lag >= every/2
 		return nil
 	})
-	if r.wrote {
-		l.cfg.Ticks.Commits.Add(1)
-	}
 	return r, err
-}
-
-// isTickConflict reports whether err is an empty write losing to a commit
-// since its snapshot (MZ001) or finding the commit slot held (MZ004).
-func isTickConflict(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == string(storage.CodeUpperConflict) || pe.Code == string(storage.CodeSlotBusy))
 }

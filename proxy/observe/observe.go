@@ -133,7 +133,7 @@ func (o *Observer) SlowThreshold() time.Duration { return time.Duration(o.slow.L
 func (o *Observer) Tracing() bool { return o.tracer != nil }
 
 // OracleRoundTrip counts one query of the oracle or upper; op names it
-// (read_ts, advance_upper, upper).
+// (read_ts: a pin of a read of the present).
 func (o *Observer) OracleRoundTrip(ctx context.Context, op string) {
 	o.oracle.Add(ctx, 1, o.attrSet("op", op))
 }

@@ -8,17 +8,23 @@
 // Install brings a database to schema version SchemaVersion in one
 // transaction under a lock on pg_event_trigger (superusers only), so proxies starting together do
 // not race: install.sql creates version 1, lease.sql upgrades 1 to 2, occ.sql 2
-// to 3, lease_holds.sql 3 to 4, ddl.sql 4 to 5 (a database at an older
+// to 3, lease_holds.sql 3 to 4, ddl.sql 4 to 5, trust.sql 5 to 6, frontier.sql
+// 6 to 7 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
 // event triggers. The schema holds:
 //
-//   - oracle(timeline, read_ts) and oracle_write(timeline, write_ts): the
-//     timestamp oracle on the EpochMilliseconds timeline. Separate tables:
-//     every commit holds the read_ts row lock until it commits, and
-//     allocating a write timestamp must not queue behind that.
-//   - txns(upper): the shared transaction-log upper (one row).
+//   - gate: no rows; writers lock it in ROW SHARE mode (they do not conflict
+//     with each other), reads of the present in EXCLUSIVE mode (a pin: see
+//     below).
+//   - pinned, writes, writes_seen: unlogged sequences. pinned is P, the
+//     largest timestamp handed out for reading; writes counts write slots
+//     taken, writes_seen its value at the last pin.
+//   - txns: a view of the upper, P + 1. txns_durable(upper) is the floor a
+//     crash restarts P from, recorded by the tick.
+//   - oracle and oracle_write: the timestamp oracle of versions 1 to 6,
+//     read once by the upgrade to 7.
 //   - catalog: one row per managed table or view (id, kind, oid, schema and
 //     name kept in sync on RENAME/SET SCHEMA, history relation, view SQL,
 //     created_ts, dropped_ts, revision); catalog_revision, bumped by every
@@ -45,28 +51,35 @@
 //
 // # Functions
 //
-//   - begin_write() / begin_write_at(T): the commit slot of the current
-//     backend transaction (BeginWriteSQL, BeginWriteAtSQL). They lock the
-//     txns row, choose T (GREATEST(write_ts+1, read_ts+1, now_ms, upper),
-//     or exactly T when upper <= T — else SQLSTATE MZ001 with the actual
-//     upper as DETAIL, see UpperConflict), set upper = T+1 and read_ts = T,
-//     and record T in the transaction-local setting mzproxy.write_ts. A
-//     second call in the same transaction returns the same T. An abort
-//     undoes all of it.
-//   - begin_write(incarnation) / begin_write_at(T, incarnation)
-//     (BeginWriteFor, BeginWriteAtFor): the same, for a transaction that
-//     writes for a registered incarnation; after taking the txns row lock
-//     they fail with XX000 "mzproxy incarnation N ... fenced by new
-//     generation G" or "... lost its lease ..." (IsFenced) when it may no
-//     longer serve, aborting the transaction before anything is written.
-//     The forms without an incarnation are not fenced.
+//   - begin_write_occ(inc, floor) (OpenWriteFor): the write slot mzproxy
+//     takes for a client's writes. It locks the gate in ROW SHARE mode
+//     until the transaction ends, checks the incarnation (XX000 "mzproxy
+//     incarnation N ... fenced by new generation G" or "... lost its lease
+//     ...", IsFenced), counts the write and leaves T pending (returns 0):
+//     T is chosen when first asked for (current_write_ts: the first history
+//     row, a DDL, a read of the transaction's own writes, commit_write), as
+//     GREATEST(clock, P + 1). floor is ignored.
+//   - begin_write(inc) / begin_write_at(T, inc) (BeginWriteFor,
+//     BeginWriteAtFor, BeginWriteSQL, BeginWriteAtSQL without an
+//     incarnation): the same slot with T chosen at once, or exactly T when
+//     P < T <= GREATEST(clock, P + 1) (below: MZ001 with the least possible
+//     T as DETAIL, see UpperConflict; ahead of the clock: 22008).
+//   - commit_write(inc) returns the transaction's T (choosing it if still
+//     pending), NULL without a slot; commit_write_tx is the same.
+//   - pin() (ReadTSSQL, also read_ts()): the timestamp of a read of the
+//     present. It locks the gate in EXCLUSIVE mode, in a subtransaction it
+//     rolls back (so the lock is held only while it runs), which waits for
+//     the writes in progress; hands out t = GREATEST(clock, P, P + 1 when a
+//     write slot was taken since the last pin), capped at a second ahead of
+//     the clock; and records P = t. In a transaction that holds a slot it
+//     is that transaction's T. pin_held() is the pin of a transaction that
+//     locked the gate itself, before its snapshot (PinSnapshotSQL).
+//   - tick(wait_ms): a pin that gives up (NULL) after wait_ms of waiting for
+//     writers, and records the upper in txns_durable.
 //   - register, heartbeat, deregister, acquire_hold, compact,
 //     compact_batch: the backend half of package proxy/lease.
 //     set_retention(regclass, ms) (SetRetentionQuery): RETAIN HISTORY, in
 //     the DDL's write transaction.
-//   - read_ts(), write_ts(), apply_write(T): the oracle. write_ts() never
-//     returns less than the committed upper, so it stays ahead of every
-//     applied write without begin_write touching the write_ts row.
 //   - History triggers, generated per table as static SQL (no dynamic SQL
 //     on the hot path): AFTER INSERT/UPDATE/DELETE/TRUNCATE FOR EACH
 //     STATEMENT with transition tables, so COPY and multi-row statements
@@ -74,9 +87,12 @@
 //     version per deleted row (by key when the table has a non-deferrable
 //     primary key, otherwise as a multiset by whole-row text found through
 //     mz_hash); UPDATE retracts and inserts; TRUNCATE retracts everything;
-//     a version both written and retracted at T is deleted outright. ON
-//     CONFLICT DO UPDATE and MERGE fire the same triggers. Without
-//     mzproxy.write_ts (a write that bypassed the proxy) they raise MZ002.
+//     a version both written and retracted at T is deleted outright. A
+//     statement that would close a version written at a later T (a write
+//     that committed after this transaction's T was chosen) fails with
+//     40001 (raise_overtaken). ON CONFLICT DO UPDATE and MERGE fire the
+//     same triggers. Without a write slot (a write that bypassed the
+//     proxy) they raise MZ002.
 //   - Event triggers. Through the proxy (mzproxy.write_ts set): a new
 //     ordinary permanent table outside system schemas (CREATE TABLE, CREATE
 //     TABLE AS, SELECT INTO, LIKE) becomes managed at T (rows it already
@@ -91,77 +107,60 @@
 //     mz_compactions (introspection, readable by everyone; see package
 //     proxy/lease).
 //
-// # Why read_ts is applied inside the commit transaction
+// # Why the timestamps are consistent
 //
-// The proxy forwards a read of the present unchanged: its backend snapshot
-// is its timestamp. That is only correct if, in every snapshot, the
-// oracle's read_ts equals the timestamp of the newest write the snapshot
-// contains. begin_write sets read_ts := T in the same transaction as the
-// write's data, so both become visible atomically at COMMIT: no snapshot
-// can see the data without the timestamp or the timestamp without the data,
-// and a read that asks the oracle after a write was acknowledged gets at
-// least its T. Writes serialize on the txns row, so T order is commit order.
-// The tick that keeps an idle database's upper with the clock (package
-// lease) is such a commit with no data: begin_write_occ and commit_write in
-// one transaction, so it keeps the invariant like any write.
+// Conflicting writes are ordered by PostgreSQL's row locks, and a write's T
+// is chosen only once its first statement holds them: every write it
+// waited for has committed by then, at a T chosen earlier from the same
+// clock and P, so no greater. T order therefore agrees with the order of
+// conflicting writes; writes that do not conflict may share a T (the
+// history at T is then their combined effect, which no read observed in
+// between, because a read between them pins and moves P past the first).
+// A later statement of the same transaction may meet a version committed
+// after T was chosen: it fails with 40001, as PostgreSQL's REPEATABLE READ
+// fails a statement that meets a row updated after its snapshot.
+//
+// A pin holds the gate exclusively, so no write is between its slot and
+// its commit: every committed write has T <= GREATEST(clock, P + 1), which
+// the pin hands out when any slot was taken since the last pin (else
+// GREATEST(clock, P)), and every write after it chooses T > P = t. So at
+// t every write at or below t has committed and is visible to any later
+// snapshot, and none will ever commit there: t is a valid read of the
+// present, and the upper is t + 1. A read-only transaction that reads the
+// tables themselves (not their history) at t takes its snapshot with the
+// gate still held (PinSnapshotSQL), so its snapshot holds exactly the
+// writes at or below t.
+//
+// P lives in an unlogged sequence, so pins and writers write no WAL for
+// it. After a crash it restarts from GREATEST(clock + 1 s, txns_durable):
+// a pin never hands out more than a second past the clock, and the tick
+// records the upper durably.
 //
 // # Go API
 //
 // LoadCatalog and CatalogRevision read the catalog; Frontiers reads the
-// upper and each collection's since; Oracle wraps a dedicated connection and
-// batches ReadTS calls (a caller joins the next round trip, never one in
-// flight). The SQL the proxy runs per statement is exported as constants.
+// upper and each collection's since. The SQL the proxy runs per statement
+// is exported as constants.
 //
-// # Using begin_write
+// # Using the write slot
 //
-//   - It is idempotent within a transaction and cheap once taken (a setting
-//     lookup), but ROLLBACK TO SAVEPOINT undoes it when it was taken inside
-//     the savepoint (the setting, the upper and read_ts all roll back): call
-//     it again before the next write rather than remembering it was taken.
-//   - The txns row lock it takes is held until COMMIT, so all writes
-//     serialize on it: a client transaction that wrote and then sits idle
-//     blocks every other writer of the database. Taking it before the
-//     write's own row locks avoids lock-order deadlocks (40P01) with other
-//     writers.
-//   - Write transactions should be READ COMMITTED: under REPEATABLE READ or
-//     SERIALIZABLE, begin_write fails with 40001 when another write
-//     committed after the transaction's snapshot was taken.
-//   - apply_write(T) beyond the newest commit leaves read_ts > upper-1; the
-//     tables still show the state at read_ts (nothing was written since).
-//
-// # Using begin_write_occ and commit_write (optimistic writes)
-//
-//   - begin_write_occ(inc, floor) takes no lock: it picks T (>= floor, the
-//     upper, read_ts+1, write_ts+1 and the clock in its snapshot) and
-//     records the snapshot's upper as the expected upper. commit_write(inc)
-//     is the compare-and-append: upper := T+1 only where upper = expected,
-//     read_ts := T, fencing checked, all in the write's transaction; else
-//     MZ001 with the actual upper in DETAIL (UpperConflict), and the
-//     transaction must roll back. The txns row lock is held from
-//     commit_write to COMMIT only.
-//   - Anything that committed after the expected upper was read fails the
-//     append, so T order stays commit order and a write's reads are those
-//     of the state just below T. Under REPEATABLE READ the expected upper
-//     is the transaction's first snapshot's and PostgreSQL itself raises
-//     40001 at commit_write when anything committed since.
-//   - Both are idempotent; commit_write with no slot returns NULL, and
-//     after begin_write (pessimistic) returns T at once. A transaction may
-//     call commit_write early and go on writing at T: it then holds the
-//     slot like begin_write (the proxy does so before statements it cannot
-//     replay or validate otherwise). commit_write_tx raises 40001 instead of
-//     MZ001, for a client's COMMIT.
-//
+//   - It is idempotent within a transaction, but ROLLBACK TO SAVEPOINT
+//     undoes it when it was taken inside the savepoint: take it again
+//     before the next write rather than remembering it was taken.
+//   - The gate lock is held until the transaction ends: a transaction that
+//     took a slot and then sits idle makes every pin (a read of the
+//     present, the tick gives up instead) wait for it, and writes that
+//     begin meanwhile wait behind the pin.
+//   - Any isolation level works: nothing is validated at COMMIT.
+
 // # Cost
 //
 // Measured with BenchmarkWriteRatio (single-row write transactions sent as
 // one pipelined batch, interleaved with the plain ones, medians, on a
-// loaded 2-core machine): a managed INSERT or UPDATE by key costs about
-// 1.4-1.8x the same transaction on a plain table; most of it is
-// begin_write (two row updates), the trigger itself adds roughly 10-25%.
-// Bulk statements pay per row: about 3x for a 20k-row INSERT and 5-8x for
-// a 20k-row UPDATE (each updated row closes one version and writes another,
-// neither a HOT update).
-//
+// loaded 2-core machine): see docs/BENCHMARKS.md for the figures of each
+// version. Bulk statements pay per row (each updated row closes one
+// version and writes another, neither a HOT update).
+
 // # pg_dump
 //
 // A pg_dump session through the proxy does not see the schemas in

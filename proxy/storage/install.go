@@ -44,8 +44,14 @@ var ddlSQL string
 //go:embed trust.sql
 var trustSQL string
 
+// frontierSQL upgrades version 6 to 7: the upper as a frontier (writers
+// share a gate and choose T when first needed; reads of the present pin).
+//
+//go:embed frontier.sql
+var frontierSQL string
+
 // migrations[v] upgrades a database at version v to v+1.
-var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL}
+var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL}
 
 // InstallScript returns the SQL that Install runs on an empty database for
 // SchemaVersion, with the schema name filled in. Exposed for inspection and

@@ -17,7 +17,7 @@ import (
 const Schema = "mzproxy"
 
 // SchemaVersion is the version of the backend layout this package installs.
-const SchemaVersion = 6
+const SchemaVersion = 7
 
 // Infinity is mz_to of a current version: a version is visible at ts when
 // mz_from <= ts AND mz_to > ts.
@@ -39,9 +39,10 @@ const (
 	// loop: it succeeds only if upper <= T, else fails with
 	// CodeUpperConflict (see UpperConflict).
 	BeginWriteAtSQL = "SELECT " + Schema + ".begin_write_at($1)"
-	// ReadTSSQL returns the oracle's read timestamp (in any snapshot: the
-	// timestamp of the newest committed write).
-	ReadTSSQL = "SELECT " + Schema + ".read_ts()"
+	// ReadTSSQL pins a read of the present: it returns a timestamp at or
+	// above every commit, below every write to come, and moves the upper
+	// just past it (in a transaction that writes: its own T).
+	ReadTSSQL = "SELECT " + Schema + ".pin()"
 	// WriteTSSQL allocates a write timestamp: GREATEST(write_ts+1, now_ms,
 	// upper, read_ts+1).
 	WriteTSSQL = "SELECT " + Schema + ".write_ts()"
@@ -53,9 +54,25 @@ const (
 	// AwaitSlotSQL returns once no transaction holds the commit slot; run
 	// it in a transaction holding no other lock.
 	AwaitSlotSQL = "SELECT " + Schema + ".await_slot()"
+	// PinSQL pins a read of the present, with the gate held (see
+	// PinSnapshotSQL), and returns its timestamp t (the upper is t+1).
+	PinSQL = "SELECT " + Schema + ".pin_held()"
 	// UpperSQL returns the shared transaction-log upper.
 	UpperSQL = "SELECT upper FROM " + Schema + ".txns"
 )
+
+// PinSnapshotSQL, run in order as the first statements of a REPEATABLE READ
+// transaction, pins it: the gate is locked before the snapshot is taken (by
+// PinSQL), so the snapshot holds exactly the commits at or below the pinned
+// t, and rolling back to the savepoint releases the gate while the
+// snapshot stays.
+var PinSnapshotSQL = []string{
+	"SAVEPOINT mzproxy_pin",
+	"LOCK TABLE " + Schema + ".gate IN EXCLUSIVE MODE",
+	PinSQL,
+	"ROLLBACK TO SAVEPOINT mzproxy_pin",
+	"RELEASE SAVEPOINT mzproxy_pin",
+}
 
 // SQLSTATEs raised by the backend functions and triggers. Class MZ is not
 // used by PostgreSQL (classes starting with I-Z are implementation-defined
@@ -108,6 +125,30 @@ func BeginWriteFor(inc int64) string {
 	return "SELECT " + Schema + ".begin_write(" + strconv.FormatInt(inc, 10) + ")"
 }
 
+// OpenWriteDeferredFor is the write slot of a transaction block for
+// incarnation inc (< 0: unfenced): the block holds no lock while it runs;
+// its history is stamped with a placeholder, and its T is chosen at its
+// COMMIT (CommitWriteTxFor), before DDL, or to read its own writes.
+func OpenWriteDeferredFor(inc int64) string {
+	return "SELECT " + Schema + ".open_write_deferred(" + incLiteral(inc) + ")"
+}
+
+// OpenWriteAfterReadFor is OpenWriteDeferredFor in a transaction pinned
+// for its reads when pinned_writes was writes: choosing its T fails with
+// 40001 when another write took or fixed a slot since.
+func OpenWriteAfterReadFor(inc int64, writes int64) string {
+	return "SELECT " + Schema + ".open_write_deferred(" + incLiteral(inc) + ", " + strconv.FormatInt(writes, 10) + ")"
+}
+
+// OpenWriteFor is the write slot mzproxy takes for a client's writes, for
+// incarnation inc (< 0: unfenced): as BeginWriteFor, but T is chosen when
+// the transaction first writes history, once its statement holds its row
+// locks (so a statement that waited for another writer's row commits
+// after it in T order). It returns 0.
+func OpenWriteFor(inc int64) string {
+	return "SELECT " + Schema + ".begin_write_occ(" + incLiteral(inc) + ", 0)"
+}
+
 // BeginWriteOCCFor is the optimistic counterpart of BeginWriteFor: it picks
 // the transaction's T, at least floor, and remembers the expected upper
 // without taking a lock. inc < 0 means no incarnation (unfenced).
@@ -123,8 +164,9 @@ func CommitWriteFor(inc int64) string {
 	return "SELECT " + Schema + ".commit_write(" + incLiteral(inc) + ")"
 }
 
-// CommitWriteTxFor is CommitWriteFor for a client's COMMIT: a conflict is
-// 40001 "could not serialize access due to concurrent update".
+// CommitWriteTxFor chooses the T of a transaction block's deferred slot
+// (OpenWriteDeferredFor) and stamps its history with it; run before the
+// client's COMMIT, and before DDL in the block.
 func CommitWriteTxFor(inc int64) string {
 	return "SELECT " + Schema + ".commit_write_tx(" + incLiteral(inc) + ")"
 }
