@@ -39,10 +39,15 @@ CREATE TABLE @SCHEMA@.index_mirrors (
     index_oid oid PRIMARY KEY,
     mirror name NOT NULL
 );
+-- The mirrors there are. One left on the history of a dropped table may
+-- carry the oid of a newer index (oids come round again): the mirror of a
+-- table not dropped goes in first and wins.
 INSERT INTO @SCHEMA@.index_mirrors (index_oid, mirror)
 SELECT substring(c.relname FROM '_k([0-9]+)$')::oid, c.relname
   FROM pg_class c
+  LEFT JOIN @SCHEMA@.catalog k ON k.id = substring(c.relname FROM '^h([0-9]+)_')::bigint
  WHERE c.relnamespace = '@SCHEMA@'::regnamespace AND c.relkind = 'i' AND c.relname ~ '^h[0-9]+_k[0-9]+$'
+ ORDER BY k.dropped_ts IS NULL DESC
 ON CONFLICT (index_oid) DO NOTHING;
 
 CREATE OR REPLACE FUNCTION @SCHEMA@.pk_columns(p_oid oid) RETURNS name[]
