@@ -27,6 +27,9 @@
 --  * resync, run after ALTER TABLE ADD/DROP COLUMN, built a temporary table
 --    even for a table with no rows and no current versions; it now returns
 --    at once then.
+--  * Every ALTER deparsed every managed view again (its name might be in
+--    their text); after ALTER of a relation only the views depending on
+--    it are.
 --  * pk_columns and col_list, SQL functions planned on every call (pk_columns
 --    has a SET clause, col_list an aggregate), are PL/pgSQL, whose plans
 --    are kept for the session, as user_columns became in version 5.
@@ -127,6 +130,37 @@ $$;
 DO $edit$
 DECLARE
     edits text[][] := ARRAY[
+        -- After ALTER of a relation, only the views that depend on it are
+        -- deparsed again (an index probe of pg_depend), not every managed
+        -- view; ALTER of anything else (a schema, type, function) still
+        -- deparses all.
+        ['on_ddl_command_end', $$    renames bool := false;
+$$, $$    renames bool := false;
+    altered oid[] := '{}';
+$$],
+        ['on_ddl_command_end', $$        renames := renames OR r.command_tag LIKE 'ALTER %';
+$$, $$        IF r.command_tag LIKE 'ALTER %' THEN
+            IF r.classid = 'pg_class'::regclass THEN
+                altered := altered || r.objid;
+            ELSE
+                renames := true;
+            END IF;
+        END IF;
+$$],
+        ['on_ddl_command_end', $$         WHERE kind = 'view' AND dropped_ts IS NULL AND view_sql IS DISTINCT FROM @SCHEMA@.view_definition(oid);
+    END IF;
+$$, $$         WHERE kind = 'view' AND dropped_ts IS NULL AND view_sql IS DISTINCT FROM @SCHEMA@.view_definition(oid);
+    ELSIF altered <> '{}' THEN
+        -- A relation's name (or its columns' or schema's) is in the text of
+        -- the views whose rules depend on it, and only there.
+        UPDATE @SCHEMA@.catalog g SET view_sql = @SCHEMA@.view_definition(g.oid)
+         WHERE g.kind = 'view' AND g.dropped_ts IS NULL
+           AND g.oid IN (SELECT w.ev_class FROM pg_depend d JOIN pg_rewrite w ON w.oid = d.objid
+                          WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = ANY (altered)
+                            AND d.classid = 'pg_rewrite'::regclass)
+           AND g.view_sql IS DISTINCT FROM @SCHEMA@.view_definition(g.oid);
+    END IF;
+$$],
         -- The event triggers: mzproxy's own DDL returns before the write
         -- slot is read.
         ['on_ddl_command_end', $$    ts bigint := @SCHEMA@.current_write_ts();$$, $$    ts bigint;$$],

@@ -2,6 +2,8 @@ package storage
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -63,5 +65,52 @@ func TestDDLKeepsHistoryTriggers(t *testing.T) {
 	inWrite(t, conn, "DROP TABLE ddl_probe")
 	if got := queryInt(t, conn, "SELECT count(*) FROM mzproxy.index_mirrors"); got != 0 {
 		t.Errorf("after DROP TABLE: %d mirror records, want 0 (the mirror stays with the history table)", got)
+	}
+}
+
+// TestAlterDeparsesOnlyDependentViews: after ALTER TABLE the stored SQL of
+// the views over that table follows its new names, and no other view is
+// deparsed again (each ALTER deparsed every managed view: work per view
+// present). Counted by view_definition's calls in the transaction.
+func TestAlterDeparsesOnlyDependentViews(t *testing.T) {
+	_, conn := installedDB(t)
+	ctx := context.Background()
+	const others = 20
+	stmts := []string{"CREATE TABLE t (a int)", "CREATE VIEW v AS SELECT a FROM t", "CREATE TABLE o (a int)"}
+	for i := range others {
+		stmts = append(stmts, fmt.Sprintf("CREATE VIEW o%d AS SELECT a FROM o", i))
+	}
+	inWrite(t, conn, stmts...)
+	if _, err := conn.Exec(ctx, "SET track_functions = 'all'"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	// Counts not yet reported include earlier transactions': the
+	// difference is the ALTERs'.
+	const calls = "SELECT coalesce(pg_stat_get_xact_function_calls('mzproxy.view_definition'::regproc), 0)"
+	before := queryInt(t, tx, calls)
+	for _, sql := range []string{BeginWriteSQL, "ALTER TABLE t RENAME COLUMN a TO b", "ALTER TABLE t ADD COLUMN c int"} {
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	n := queryInt(t, tx, calls) - before
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Two calls per dependent view and statement (compare, then set).
+	if n > 4 {
+		t.Errorf("two ALTER TABLEs of t deparsed views %d times, want at most 4 (v's), with %d other views present", n, others)
+	}
+	var stored string
+	if err := conn.QueryRow(ctx, "SELECT view_sql FROM mzproxy.catalog WHERE name = 'v'").Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stored, "b AS a") && !strings.Contains(stored, "t.b") {
+		t.Errorf("v's stored SQL after the column rename: %q", stored)
 	}
 }
