@@ -27,14 +27,15 @@ var shapeCycle = []struct{ name, sql string }{
 // tables, samples[i] cycles at counts[i], the two endpoints alternating
 // cycle by cycle, and prints one row per count and statement.
 func runShapes(ctx context.Context, eps []*endpoint, counts, samples []int, batch int) error {
-	fmt.Printf("| existing tables | statement | samples | mzproxy p50 | mzproxy p95 | direct p50 | direct p95 | p50 ratio | p95 ratio |\n")
-	fmt.Printf("|---|---|---|---|---|---|---|---|---|\n")
 	for i, count := range counts {
 		for _, ep := range eps {
 			if err := fillBatched(ctx, ep, count, batch); err != nil {
 				return err
 			}
 		}
+		// One table per count, after the filling's lines (on stderr).
+		fmt.Printf("\n| existing tables | statement | samples | mzproxy p50 | mzproxy p95 | direct p50 | direct p95 | p50 ratio | p95 ratio |\n")
+		fmt.Printf("|---|---|---|---|---|---|---|---|---|\n")
 		lat := map[string]map[string][]time.Duration{}
 		for _, ep := range eps {
 			lat[ep.name] = map[string][]time.Duration{}
