@@ -1,11 +1,15 @@
 // Command ddllatency measures the latency of a CREATE TABLE + DROP TABLE
 // pair through mzproxy, where both are catalog-managed DDL, against the same
 // pair run directly on PostgreSQL, at several numbers of tables already
-// present. The pairs alternate between the two endpoints so that both see
+// present; with --shapes, each of CREATE/DROP TABLE, INDEX and VIEW and
+// ALTER TABLE ADD/DROP COLUMN on its own (issue 16). The pairs alternate between the two endpoints so that both see
 // the same machine load; only the ratio between them means anything on a
 // shared machine.
 //
 // usage: go run ./bench/ddllatency --proxy URL --direct URL [--counts 100,1000] [--pairs 40]
+//
+//	go run ./bench/ddllatency --proxy URL --direct URL --shapes
+//	    [--counts 100,1000,10000] [--samples 30,30,10] [--fill-batch 250]
 //
 // Each URL should name a database of its own: the tables it creates
 // (fill_<n>) stay there, so that the next count starts from the previous.
@@ -29,12 +33,15 @@ func main() {
 	directURL := flag.String("direct", "", "URL of a database directly on PostgreSQL")
 	counts := flag.String("counts", "100,1000", "numbers of existing tables to measure at, ascending")
 	pairs := flag.Int("pairs", 40, "CREATE+DROP pairs per endpoint and count")
+	shapes := flag.Bool("shapes", false, "time each DDL shape on its own instead of the CREATE+DROP pair")
+	samples := flag.String("samples", "", "with --shapes: cycles per count, one per count (default 30 each)")
+	fillBatch := flag.Int("fill-batch", 250, "with --shapes: CREATE TABLEs per transaction when filling")
 	flag.Parse()
 	if *proxyURL == "" || *directURL == "" {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(*proxyURL, *directURL, *counts, *pairs); err != nil {
+	if err := run(*proxyURL, *directURL, *counts, *pairs, *shapes, *samples, *fillBatch); err != nil {
 		fmt.Fprintln(os.Stderr, "ddllatency:", err)
 		os.Exit(1)
 	}
@@ -46,7 +53,7 @@ type endpoint struct {
 	tables int
 }
 
-func run(proxyURL, directURL, countList string, pairs int) error {
+func run(proxyURL, directURL, countList string, pairs int, shapes bool, sampleList string, fillBatch int) error {
 	ctx := context.Background()
 	var eps []*endpoint
 	for _, e := range []struct{ name, url string }{{"mzproxy", proxyURL}, {"direct", directURL}} {
@@ -60,6 +67,22 @@ func run(proxyURL, directURL, countList string, pairs int) error {
 			return fmt.Errorf("%s: %w", e.name, err)
 		}
 		eps = append(eps, &endpoint{name: e.name, conn: conn, tables: n})
+	}
+	if shapes {
+		counts, err := intList(countList)
+		if err != nil {
+			return err
+		}
+		samples := make([]int, len(counts))
+		for i := range samples {
+			samples[i] = 30
+		}
+		if sampleList != "" {
+			if samples, err = intList(sampleList); err != nil || len(samples) != len(counts) {
+				return fmt.Errorf("--samples needs one number per count")
+			}
+		}
+		return runShapes(ctx, eps, counts, samples, fillBatch)
 	}
 	fmt.Printf("| existing tables | mzproxy p50 | mzproxy p95 | direct p50 | direct p95 | p50 ratio | p95 ratio |\n")
 	fmt.Printf("|---|---|---|---|---|---|---|\n")
@@ -102,6 +125,18 @@ func run(proxyURL, directURL, countList string, pairs int) error {
 			mp50.Seconds()/dp50.Seconds(), mp95.Seconds()/dp95.Seconds())
 	}
 	return nil
+}
+
+func intList(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("bad number %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // quantiles returns the median and the 95th percentile (nearest rank).

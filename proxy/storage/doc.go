@@ -9,7 +9,7 @@
 // transaction under a lock on pg_event_trigger (superusers only), so proxies starting together do
 // not race: install.sql creates version 1, lease.sql upgrades 1 to 2, occ.sql 2
 // to 3, lease_holds.sql 3 to 4, ddl.sql 4 to 5, trust.sql 5 to 6, frontier.sql
-// 6 to 7 (a database at an older
+// 6 to 7, ddl_speed.sql 7 to 8 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -46,7 +46,9 @@
 //     mz_to (Infinity while current) and mz_hash. A version is visible at
 //     ts when mz_from <= ts AND mz_to > ts. Indexes: mz_to (compaction),
 //     (key columns, mz_to) per primary key / unique index of the user table
-//     (lookups), and for tables without a primary key mz_hash over the
+//     (lookups; named h<id>_k<index oid> and recorded in index_mirrors by
+//     the index's oid, so DROP INDEX finds its mirror without a scan of
+//     pg_class), and for tables without a primary key mz_hash over the
 //     current versions (retraction).
 //
 // # Functions

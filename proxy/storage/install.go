@@ -50,8 +50,14 @@ var trustSQL string
 //go:embed frontier.sql
 var frontierSQL string
 
+// ddlSpeedSQL upgrades version 7 to 8: DDL with no work per table present
+// and no trigger functions made again when unchanged.
+//
+//go:embed ddl_speed.sql
+var ddlSpeedSQL string
+
 // migrations[v] upgrades a database at version v to v+1.
-var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL}
+var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL}
 
 // InstallScript returns the SQL that Install runs on an empty database for
 // SchemaVersion, with the schema name filled in. Exposed for inspection and

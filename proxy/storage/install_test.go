@@ -91,4 +91,9 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	if got := queryInt(t, conn, "SELECT count(*) FROM mzproxy.h1 WHERE mz_to = $1", Infinity); got != 2 {
 		t.Errorf("current versions after upgrade: %d", got)
 	}
+	// The primary key's mirror, made at version 1, is recorded by the
+	// upgrade, so that dropping the key finds it.
+	if got := queryInt(t, conn, "SELECT count(*) FROM mzproxy.index_mirrors WHERE index_oid = 't_pkey'::regclass AND mirror = format('h1_k%s', 't_pkey'::regclass::oid)"); got != 1 {
+		t.Errorf("mirror records of t_pkey after upgrade: %d, want 1", got)
+	}
 }
