@@ -95,10 +95,14 @@ func (s *Session) txnQuery(ctx context.Context, sql string) error {
 		ready := func() (bool, error) { return true, nil }
 		return s.orLost(s.txnStatements(ctx, sql, ready))
 	case s.tx == txIdle && startsWithWord(sql, "begin", "start"):
-		s.noteBegin(sql)
-		if s.txn.phase == txnFresh {
-			return s.orLost(s.syncBeforeBegin(ctx))
+		// The Sync's ReadyForQuery ends the implicit transaction, and with
+		// it what the session follows of one: it comes first.
+		if isBegin(s.proxy.planner, sql) {
+			if err := s.orLost(s.syncBeforeBegin(ctx)); err != nil {
+				return err
+			}
 		}
+		s.noteBegin(sql)
 	}
 	return nil
 }
@@ -121,7 +125,10 @@ func (s *Session) syncBeforeBegin(ctx context.Context) error {
 	if ok, err := s.quiesce(ctx); err != nil || !ok {
 		return err
 	}
-	return s.internalMsg(&pgproto3.Sync{}, uSync)
+	if err := s.internalMsg(&pgproto3.Sync{}, uSync); err != nil {
+		return err
+	}
+	return s.exchange(ctx)
 }
 
 // orLost passes err on; a failed write to the backend becomes the FATAL
@@ -179,11 +186,16 @@ func (s *Session) txnExtended(ctx context.Context, sql string) error {
 // noteBegin starts following a transaction block when sql is BEGIN or
 // START TRANSACTION alone.
 func (s *Session) noteBegin(sql string) {
-	stmts, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
-	if err == nil && len(stmts) == 1 && stmts[0].Kind == planner.KindTransaction && stmts[0].Txn.Kind == planner.TxnBegin {
+	if isBegin(s.proxy.planner, sql) {
 		s.endTxn()
 		s.txn.phase = txnFresh
 	}
+}
+
+// isBegin reports whether sql is BEGIN or START TRANSACTION alone.
+func isBegin(p *planner.Planner, sql string) bool {
+	stmts, err := p.Plan(sql, emptyCatalog{}, planner.Options{})
+	return err == nil && len(stmts) == 1 && stmts[0].Kind == planner.KindTransaction && stmts[0].Txn.Kind == planner.TxnBegin
 }
 
 // txnStatements pins a fresh transaction whose first statement in sql

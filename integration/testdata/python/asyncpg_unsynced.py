@@ -34,6 +34,10 @@ async def read_in_transaction(conn):
         second = await conn.fetchval(f"SELECT mz_now()::text FROM {TABLE} WHERE k = $1", 1)
         if first != second:
             raise Exception("mz_now() moved inside the transaction: %s then %s" % (first, second))
+        # Pinned: the proxy made the backend transaction REPEATABLE READ.
+        iso = await conn.fetchval("SELECT current_setting('transaction_isolation')")
+        if iso != "repeatable read":
+            raise Exception("the read-only transaction was not pinned (backend isolation %s)" % iso)
 
 
 async def dropped_mz_now_statement(conn):
