@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/sirupsen/logrus"
 
+	"github.com/mzproxy/mzproxy/frontend/evloop"
 	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/pgerr"
 )
@@ -63,10 +64,22 @@ type conn struct {
 	tls        bool
 	closeWhy   string
 	hasSlot    bool // holds one of the server's MaxConnections places
+	// prefix: the client's bytes an event loop turn read and did not
+	// forward, read before the socket (the reader reads through it once
+	// it was used). loopSkip, loopBackoff: messages to read without the
+	// loop after a turn that forwarded nothing (loop.go).
+	prefix      prefixReader
+	loopSkip    int
+	loopBackoff int
 }
 
 func (s *Server) serveConn(nc net.Conn) {
 	s.accepted.Add(1)
+	if s.cfg.EventLoop != nil {
+		if lc := evloop.Wrap(nc); lc != nil {
+			nc = lc
+		}
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	c := &conn{
 		srv:   s,
@@ -79,6 +92,7 @@ func (s *Server) serveConn(nc net.Conn) {
 		stop:  stop,
 	}
 	c.raw = nc
+	c.prefix.src = nc
 	c.watchdog = time.AfterFunc(time.Hour, c.checkClient)
 	c.watchdog.Stop()
 	defer c.watchdog.Stop()
@@ -342,6 +356,9 @@ func (c *conn) serve() {
 		if c.r.Buffered() == 0 && c.srv.isDraining() {
 			c.closeWhy = "server shutting down"
 			c.fatal(pgerr.Fatal(pgerr.AdminShutdown, "terminating connection due to administrator command"))
+			return
+		}
+		if c.r.Buffered() == 0 && !batchOpen && !skipUntilSync && !c.runLoop() {
 			return
 		}
 		typ, frame, err := c.r.Next()

@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/mzproxy/mzproxy/frontend/evloop"
 	"github.com/mzproxy/mzproxy/frontend/wire"
 )
 
@@ -54,4 +55,18 @@ type Session interface {
 	// Close releases the session's resources. The client connection is
 	// closed by the frontend.
 	Close() error
+}
+
+// LoopSession is a Session the event loop can drive (Config.EventLoop)
+// between its messages. The frontend offers it the loop only when nothing
+// of the client's is buffered or unanswered (no extended-protocol batch
+// open) and the client is not on TLS; the loop calls the Peer methods on
+// its own goroutine while the connection's goroutine waits.
+type LoopSession interface {
+	Session
+	evloop.Peer
+	// LoopBackend returns the backend's socket when the session is idle
+	// in a state the loop can follow (no transaction, nothing queued, no
+	// COPY, LISTEN, holds or statement timeout), nil otherwise.
+	LoopBackend() *evloop.Conn
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/mzproxy/mzproxy/frontend/evloop"
 	"github.com/mzproxy/mzproxy/frontend/wire"
 )
 
@@ -46,6 +47,9 @@ type Config struct {
 	// authentication_timeout); 0 means one minute.
 	AuthTimeout time.Duration
 	Logger      *logrus.Entry
+	// EventLoop, when set, drives sessions idle in a plain state (see
+	// LoopSession): their plain reads bypass Go's netpoller.
+	EventLoop *evloop.Loop
 }
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.

@@ -182,6 +182,11 @@ func (s *Session) Cancel() {
 	// next message waits until the backend has taken the cancel.
 	if s.copyWaiting.Load() && !s.backendCanceled.Swap(true) {
 		s.cancelBackend()
+		return
+	}
+	// A plain read the event loop forwarded (evloop.go).
+	if s.loopFlight.Load() {
+		s.cancelBackend()
 	}
 }
 

@@ -42,6 +42,10 @@ type Config struct {
 	// the present table. Answers must not change: the conformance tests
 	// run with it to prove the rewrite right.
 	HistoryReads bool
+	// EventLoop: the session's backend socket can be driven by the
+	// frontend's event loop (frontend.Config.EventLoop) between
+	// statements; see evloop.go.
+	EventLoop bool
 	// StatementTimeout is the statement_timeout of sessions that get none
 	// from their startup packet or their role's or database's defaults;
 	// zero: none. SetStatementTimeout changes it later.
@@ -178,6 +182,9 @@ func (p *Proxy) Connect(ctx context.Context, start wire.Startup, relay wire.Auth
 	}
 	if err != nil {
 		return nil, err
+	}
+	if p.cfg.EventLoop {
+		be.detachable()
 	}
 	// The backend work of a session's start (schema check, registration,
 	// settings) is bounded like PostgreSQL's authentication_timeout: a

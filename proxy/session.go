@@ -162,6 +162,9 @@ type statementState struct {
 	// copyWaiting: a COPY FROM STDIN waits for the client's data (set
 	// before stmtCancel is withdrawn, for Cancel).
 	copyWaiting atomic.Bool
+	// loopFlight: the event loop has a batch of the session's at the
+	// backend (evloop.go): a Cancel sends the backend's CancelRequest.
+	loopFlight atomic.Bool
 	// canceledReply: the backend answered the statement with 57014 after
 	// the statement's context ended.
 	canceledReply bool

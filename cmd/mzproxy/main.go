@@ -22,6 +22,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/mzproxy/mzproxy/frontend"
+	"github.com/mzproxy/mzproxy/frontend/evloop"
 	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/proxy"
 	"github.com/mzproxy/mzproxy/proxy/embedded"
@@ -196,6 +197,7 @@ func run(cfg *config, log *logrus.Entry) error {
 		Logger:           log,
 		Observer:         obs,
 		HistoryReads:     cfg.historyReads,
+		EventLoop:        cfg.eventLoop,
 		StatementTimeout: cfg.statementTimeout,
 		OCCMaxAttempts:   cfg.occMaxRetries + 1,
 		OCCMaxConcurrent: cfg.occMaxConcurrent,
@@ -212,7 +214,14 @@ func run(cfg *config, log *logrus.Entry) error {
 			log.WithError(err).Warn("retiring the proxy's incarnations")
 		}
 	}()
+	var loop *evloop.Loop
+	if cfg.eventLoop {
+		if loop, err = evloop.New(evloopMaxBatch); err != nil {
+			return fmt.Errorf("event loop: %w", err)
+		}
+	}
 	srv := frontend.NewServer(frontend.Config{
+		EventLoop:      loop,
 		Handler:        handler{px},
 		TLS:            tlsConfig,
 		Auth:           auth,
@@ -342,6 +351,10 @@ func startBackend(ctx context.Context, cfg *config, log *logrus.Entry) (*pgconn.
 // handler adapts the proxy to the frontend's Handler interface, so that
 // neither package imports the other.
 type handler struct{ p *proxy.Proxy }
+
+// evloopMaxBatch bounds a client batch the event loop forwards itself;
+// larger ones take the connection's own path.
+const evloopMaxBatch = 64 << 10
 
 func (h handler) Connect(ctx context.Context, start wire.Startup, relay wire.AuthRelay, w *wire.Writer) (frontend.Session, error) {
 	s, err := h.p.Connect(ctx, start, relay, w)

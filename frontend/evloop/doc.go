@@ -1,0 +1,23 @@
+// Package evloop is an event loop for mzproxy's pass-through read path.
+//
+// Go reads a socket before it waits on it: each wait for a client's next
+// statement or for the backend's answer costs a read that finds nothing,
+// a netpoller wake-up and the scheduler's work, more than the proxy's own
+// code for a point read. A session idle in a plain state (no transaction,
+// nothing queued, no COPY, no LISTEN, no holds, no TLS, no statement
+// timeout: the proxy's Session.LoopReady) can instead be driven by a Loop:
+// one goroutine locked to its thread with its own epoll set, which takes
+// the session's two sockets out of Go's netpoller (Conn.detach) and, for
+// each client batch the session admits (a Query, or Parse/Bind/Describe/
+// Execute/Sync of a plain read), does one read and one write each way.
+//
+// Anything else gives the sockets back to the session's goroutine (Run
+// returns) with the client bytes read and not forwarded, and the normal
+// path goes on as if the loop had never been involved: a batch the
+// session does not admit, a pipeline, a partial frame that grows past the
+// batch limit, something the backend sends unasked, a drain or a close
+// (a deadline set or Close called on a detached Conn). A client that goes
+// away while its batch is at the backend gets the backend's work stopped
+// (Peer.Abandon); a client that reads slowly makes the loop stop reading
+// the backend until it has caught up.
+package evloop

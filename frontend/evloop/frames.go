@@ -1,0 +1,95 @@
+package evloop
+
+import "encoding/binary"
+
+// batchState is what a client's bytes are, read from the start.
+type batchState uint8
+
+const (
+	batchPartial batchState = iota // whole frames so far, no end yet, or a frame cut short
+	batchWhole                     // whole frames ending with the batch's only Query or Sync
+	batchOther                     // anything else: for the connection's own goroutine
+)
+
+// judgeBatch looks at a client's bytes: one batch is whole frames of which
+// the last, and only it, is a Query or a Sync. A length the frontend would
+// refuse (below 4 or above max), more than one batch (a pipeline), or a
+// batch longer than max, goes back to the connection's goroutine, which
+// answers it as it always does.
+func judgeBatch(b []byte, max int) batchState {
+	for off := 0; ; {
+		if len(b)-off < 5 {
+			return partialOr(len(b), max)
+		}
+		n := int(binary.BigEndian.Uint32(b[off+1:]))
+		if n < 4 || n > max {
+			return batchOther
+		}
+		end := off + 1 + n
+		if end > len(b) {
+			return partialOr(end, max)
+		}
+		if typ := b[off]; typ == 'Q' || typ == 'S' {
+			if end == len(b) {
+				return batchWhole
+			}
+			return batchOther
+		}
+		off = end
+	}
+}
+
+func partialOr(need, max int) batchState {
+	if need > max {
+		return batchOther
+	}
+	return batchPartial
+}
+
+// answerScanner follows the frames of the backend's answers as they
+// stream through, in pieces of any size: DataRows are only counted past,
+// every other frame is kept whole for the session to follow.
+type answerScanner struct {
+	hdr  [5]byte
+	nhdr int
+	left int    // bytes of the current frame's body still to come
+	keep []byte // the current frame, if it is kept
+	typ  byte
+}
+
+// feed scans p and calls frame for each kept frame completed in it; it
+// stops early, with false, when frame does.
+func (s *answerScanner) feed(p []byte, frame func(typ byte, f []byte) bool) bool {
+	for len(p) > 0 {
+		if s.nhdr < 5 {
+			n := copy(s.hdr[s.nhdr:], p)
+			s.nhdr += n
+			p = p[n:]
+			if s.nhdr < 5 {
+				return true
+			}
+			s.typ = s.hdr[0]
+			s.left = int(binary.BigEndian.Uint32(s.hdr[1:])) - 4
+			if s.left < 0 {
+				return frame(0, nil) // malformed: the session decides
+			}
+			s.keep = s.keep[:0]
+			if s.typ != 'D' {
+				s.keep = append(s.keep, s.hdr[:]...)
+			}
+		}
+		n := min(s.left, len(p))
+		if s.typ != 'D' {
+			s.keep = append(s.keep, p[:n]...)
+		}
+		s.left -= n
+		p = p[n:]
+		if s.left == 0 {
+			s.nhdr = 0
+			if s.typ != 'D' && !frame(s.typ, s.keep) {
+				return false
+			}
+		}
+	}
+	return true
+}

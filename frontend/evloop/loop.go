@@ -1,0 +1,173 @@
+//go:build linux
+
+package evloop
+
+import (
+	"errors"
+	"runtime"
+	"sync"
+	"syscall"
+)
+
+// Loop is one event loop: a goroutine locked to its thread, waiting in its
+// own epoll set on the sockets of the sessions it drives.
+type Loop struct {
+	epfd         int
+	wakeR, wakeW int
+	maxBatch     int
+
+	mu      sync.Mutex
+	joining []*member
+	wanted  []wantBack
+
+	members map[int32]*member // by socket; the loop's goroutine only
+}
+
+type wantBack struct {
+	m       *member
+	closing bool
+}
+
+// New starts a loop; maxBatch bounds a client batch it forwards (larger
+// ones go back to the session's goroutine).
+func New(maxBatch int) (*Loop, error) {
+	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	var p [2]int
+	if err := syscall.Pipe2(p[:], syscall.O_NONBLOCK|syscall.O_CLOEXEC); err != nil {
+		syscall.Close(epfd)
+		return nil, err
+	}
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(p[0])}
+	if err := syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, p[0], &ev); err != nil {
+		syscall.Close(epfd)
+		return nil, err
+	}
+	l := &Loop{epfd: epfd, wakeR: p[0], wakeW: p[1], maxBatch: maxBatch, members: map[int32]*member{}}
+	go l.run()
+	return l, nil
+}
+
+// Run hands a session's client and backend sockets to the loop and waits
+// until the loop gives them back: when the client sends what the loop
+// does not forward, the backend sends something unasked, either socket is
+// closed, or a deadline is set on either (a drain).
+func (l *Loop) Run(client, backend *Conn, peer Peer) (Result, error) {
+	m := &member{peer: peer, done: make(chan struct{}), client: -1, backend: -1}
+	want := func(closing bool) { l.want(m, closing) }
+	var err error
+	if m.client, err = client.detach(want); err != nil {
+		return Result{}, err
+	}
+	if m.backend, err = backend.detach(want); err != nil {
+		return Result{}, errors.Join(err, client.attach())
+	}
+	l.mu.Lock()
+	l.joining = append(l.joining, m)
+	l.mu.Unlock()
+	l.wake()
+	<-m.done
+	err = errors.Join(client.attach(), backend.attach())
+	return Result{Leftover: m.in, Over: m.over, Forwarded: m.forwarded}, err
+}
+
+func (l *Loop) want(m *member, closing bool) {
+	l.mu.Lock()
+	l.wanted = append(l.wanted, wantBack{m, closing})
+	l.mu.Unlock()
+	l.wake()
+}
+
+func (l *Loop) wake() {
+	_, _ = syscall.Write(l.wakeW, []byte{0})
+}
+
+func (l *Loop) run() {
+	runtime.LockOSThread()
+	events := make([]syscall.EpollEvent, 128)
+	for {
+		n, err := syscall.EpollWait(l.epfd, events, -1)
+		if err != nil {
+			continue // EINTR
+		}
+		for _, ev := range events[:n] {
+			if int(ev.Fd) == l.wakeR {
+				l.takeRequests()
+				continue
+			}
+			if m := l.members[ev.Fd]; m != nil {
+				m.note(int(ev.Fd), ev.Events)
+				l.progress(m)
+			}
+		}
+	}
+}
+
+// takeRequests admits the sessions joining and acts on sockets wanted back.
+func (l *Loop) takeRequests() {
+	var buf [64]byte
+	for {
+		if n, _ := syscall.Read(l.wakeR, buf[:]); n <= 0 {
+			break
+		}
+	}
+	l.mu.Lock()
+	joining, wanted := l.joining, l.wanted
+	l.joining, l.wanted = nil, nil
+	l.mu.Unlock()
+	for _, m := range joining {
+		l.join(m)
+	}
+	for _, w := range wanted {
+		if w.m.gone {
+			continue
+		}
+		if w.closing {
+			w.m.closing = true
+		}
+		w.m.wanted = true
+		l.progress(w.m)
+	}
+}
+
+// join adds a session's sockets to the epoll set, edge-triggered: the loop
+// keeps each socket's readiness itself and reads only what is known to
+// be there (a read that finds nothing is a wasted system call).
+func (l *Loop) join(m *member) {
+	m.cr, m.cw, m.bw = false, true, true
+	m.buf = bufPool.Get().([]byte)
+	for _, fd := range []int{m.client, m.backend} {
+		ev := syscall.EpollEvent{
+			Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | -syscall.EPOLLET,
+			Fd:     int32(fd),
+		}
+		if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+			l.leave(m, nil)
+			return
+		}
+		l.members[int32(fd)] = m
+	}
+	l.progress(m)
+}
+
+// leave takes the session's sockets out of the epoll set and lets Run
+// return.
+func (l *Loop) leave(m *member, over error) {
+	if m.gone {
+		return
+	}
+	m.gone, m.over = true, over
+	for _, fd := range []int{m.client, m.backend} {
+		if l.members[int32(fd)] == m {
+			delete(l.members, int32(fd))
+			_ = syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_DEL, fd, nil)
+		}
+	}
+	bufPool.Put(m.buf[:cap(m.buf)])
+	m.buf, m.out = nil, nil
+	close(m.done)
+}
+
+var bufPool = sync.Pool{New: func() any { return make([]byte, 32<<10) }}

@@ -1,0 +1,208 @@
+//go:build linux
+
+package evloop
+
+import "syscall"
+
+// member is a session in the loop: its two sockets (duplicates, out of
+// Go's netpoller), their readiness as the edge-triggered events told it,
+// and the bytes on their way.
+type member struct {
+	peer            Peer
+	client, backend int
+	done            chan struct{}
+
+	cr, cw, br, bw bool // client/backend readable, writable
+	chup           bool // the client hung up (or its socket failed)
+
+	in        []byte // client bytes not yet forwarded (a batch being read)
+	toBackend []byte // the batch, not yet all written to the backend
+	buf       []byte // backend read buffer
+	out       []byte // backend bytes not yet written to the client (in buf)
+	scan      answerScanner
+
+	inFlight  bool // a batch is with the backend, its ReadyForQuery not relayed
+	answered  bool // its ReadyForQuery has been read
+	stopAfter bool // the peer wants its sockets back after this answer
+	wanted    bool // the session's goroutine wants its sockets back
+	closing   bool // ... because a socket was closed: at once
+	forwarded int
+	gone      bool
+	over      error
+}
+
+// note records what an event says of a socket.
+func (m *member) note(fd int, events uint32) {
+	readable := events&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0
+	writable := events&(syscall.EPOLLOUT|syscall.EPOLLHUP|syscall.EPOLLERR) != 0
+	if fd == m.client {
+		m.cr = m.cr || readable
+		m.cw = m.cw || writable
+		m.chup = m.chup || events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0
+		return
+	}
+	m.br = m.br || readable
+	m.bw = m.bw || writable
+}
+
+// progress moves a session on as far as its sockets' readiness allows.
+func (l *Loop) progress(m *member) {
+	for !m.gone {
+		switch {
+		case m.closing:
+			if m.inFlight {
+				m.peer.Abandon()
+			}
+			l.leave(m, ErrClientGone)
+		case m.chup && m.inFlight:
+			// Gone mid-statement: the backend's work must stop, as the
+			// connection's watchdog would have it.
+			m.peer.Abandon()
+			l.leave(m, ErrClientGone)
+		case len(m.toBackend) > 0:
+			if !m.bw {
+				return
+			}
+			l.writeBackend(m)
+		case len(m.out) > 0:
+			if !m.cw {
+				return
+			}
+			l.writeClient(m)
+		case m.inFlight && m.answered:
+			m.inFlight, m.answered = false, false
+			if m.stopAfter {
+				l.leave(m, ErrPeerStopped)
+			}
+		case m.inFlight:
+			if !m.br {
+				return
+			}
+			l.readBackend(m)
+		case m.br || m.wanted:
+			// Idle: the backend speaks unasked (a notice, its FATAL
+			// error, its end), or a drain wants the session: its own
+			// goroutine takes over.
+			l.leave(m, nil)
+		case m.cr:
+			l.readClient(m)
+		default:
+			return
+		}
+	}
+}
+
+// readClient reads the client's next bytes and forwards them when they
+// make a batch the peer admits; anything else goes back to the session.
+func (l *Loop) readClient(m *member) {
+	if cap(m.in)-len(m.in) < 4<<10 {
+		m.in = append(make([]byte, 0, 2*cap(m.in)+16<<10), m.in...)
+	}
+	n, err := syscall.Read(m.client, m.in[len(m.in):cap(m.in)])
+	switch {
+	case err == syscall.EAGAIN:
+		m.cr = false
+		return
+	case err != nil || n == 0:
+		// End of file or a failed socket: the session's goroutine reads
+		// it again and ends the connection its usual way.
+		l.leave(m, nil)
+		return
+	}
+	m.in = m.in[:len(m.in)+n]
+	if len(m.in) < cap(m.in) {
+		// A short read emptied the socket: the next edge says when more
+		// is there.
+		m.cr = false
+	}
+	switch judgeBatch(m.in, l.maxBatch) {
+	case batchPartial:
+		return
+	case batchOther:
+		l.leave(m, nil)
+		return
+	}
+	if !m.peer.Admit(m.in) {
+		l.leave(m, nil)
+		return
+	}
+	// m.in stays the batch's buffer until the backend has it all.
+	m.toBackend = m.in
+	m.inFlight = true
+	m.forwarded++
+}
+
+func (l *Loop) writeBackend(m *member) {
+	n, err := syscall.Write(m.backend, m.toBackend)
+	if err == syscall.EAGAIN {
+		m.bw = false
+		return
+	}
+	if err != nil {
+		l.leave(m, ErrBackendGone)
+		return
+	}
+	m.toBackend = m.toBackend[n:]
+	if len(m.toBackend) > 0 {
+		m.bw = false
+		return
+	}
+	m.toBackend = nil
+	// The batch's buffer is free again.
+	m.in = m.in[:0]
+}
+
+// readBackend reads the backend's answers and hands them to the client;
+// the next read waits until they are all written (the backend is made to
+// wait by a client that reads slowly, as it would be without the loop).
+func (l *Loop) readBackend(m *member) {
+	n, err := syscall.Read(m.backend, m.buf)
+	switch {
+	case err == syscall.EAGAIN:
+		m.br = false
+		return
+	case err != nil || n == 0:
+		l.leave(m, ErrBackendGone)
+		return
+	}
+	if n < len(m.buf) {
+		m.br = false
+	}
+	m.out = m.buf[:n]
+	ok := m.scan.feed(m.out, func(typ byte, frame []byte) bool {
+		if !m.peer.Answer(typ, frame) {
+			m.stopAfter = true
+		}
+		if typ == 'Z' {
+			m.answered = true
+		} else if m.answered {
+			// Something after the ReadyForQuery: not an answer of this
+			// batch; the session's goroutine follows what comes next.
+			m.stopAfter = true
+		}
+		return typ != 0
+	})
+	if !ok {
+		m.stopAfter, m.answered = true, true
+	}
+}
+
+func (l *Loop) writeClient(m *member) {
+	n, err := syscall.Write(m.client, m.out)
+	if err == syscall.EAGAIN {
+		m.cw = false
+		return
+	}
+	if err != nil {
+		m.chup = true
+		if !m.inFlight {
+			l.leave(m, ErrClientGone)
+		}
+		m.out = nil
+		return
+	}
+	m.out = m.out[n:]
+	if len(m.out) > 0 {
+		m.cw = false
+	}
+}

@@ -1,0 +1,25 @@
+//go:build !linux
+
+package evloop
+
+import (
+	"errors"
+	"net"
+)
+
+// Conn is a detachable socket; only Linux has the event loop.
+type Conn struct{ net.Conn }
+
+// Wrap returns nil: no socket leaves Go's netpoller here.
+func Wrap(net.Conn) *Conn { return nil }
+
+// Loop is the event loop; not available here.
+type Loop struct{}
+
+// New fails: the event loop needs Linux's epoll.
+func New(int) (*Loop, error) { return nil, errors.New("evloop: the event loop needs Linux") }
+
+// Run is never called: Wrap made no Conn.
+func (l *Loop) Run(client, backend *Conn, peer Peer) (Result, error) {
+	return Result{}, errors.New("evloop: the event loop needs Linux")
+}

@@ -1,0 +1,39 @@
+package evloop
+
+import "errors"
+
+// Peer is a session the loop drives. Its methods run on the loop's
+// goroutine while the session's own goroutine waits in Run, so the session
+// needs no lock for what they touch (Run's channel orders the two).
+type Peer interface {
+	// Admit reports whether a client batch (whole frames, its last and
+	// only Query or Sync at the end) may be forwarded as it is, and when
+	// it may, follows it as the session's own path would have.
+	Admit(batch []byte) bool
+	// Answer follows one frame of the backend's answer (never a DataRow;
+	// typ 0 for a malformed one). false: the session must have its
+	// sockets back once this answer is relayed.
+	Answer(typ byte, frame []byte) bool
+	// Abandon stops the backend's work on a batch whose client is gone.
+	Abandon()
+}
+
+// Result is how a session left the loop.
+type Result struct {
+	// Leftover are client bytes read and not forwarded: the session's
+	// goroutine reads them first.
+	Leftover []byte
+	// Over: the session ended in the loop (its client went away with a
+	// batch at the backend, the backend closed, or the session asked to
+	// stop after a FATAL error it relayed).
+	Over error
+	// Forwarded counts the batches the loop forwarded.
+	Forwarded int
+}
+
+// Errors of Result.Over.
+var (
+	ErrClientGone  = errors.New("evloop: client disconnected during a statement")
+	ErrBackendGone = errors.New("evloop: backend closed the connection")
+	ErrPeerStopped = errors.New("evloop: the session stopped after its answer")
+)

@@ -1,0 +1,85 @@
+package frontend
+
+import (
+	"errors"
+	"io"
+
+	"github.com/mzproxy/mzproxy/frontend/evloop"
+	"github.com/mzproxy/mzproxy/pgerr"
+)
+
+// maxLoopBackoff bounds how many messages a connection reads itself after
+// a turn in the event loop that forwarded nothing (its client sends what
+// the loop does not forward): joining and leaving costs system calls of
+// its own.
+const maxLoopBackoff = 64
+
+// runLoop lets the event loop drive the session until it gives the
+// sockets back, and reports whether the connection goes on. The client
+// bytes the loop read and did not forward are read first from then on.
+func (c *conn) runLoop() bool {
+	loop := c.srv.cfg.EventLoop
+	if loop == nil || c.tls || c.loopSkip > 0 || c.w.Buffered() > 0 || c.prefix.Len() > 0 {
+		c.loopSkip = max(c.loopSkip-1, 0)
+		return true
+	}
+	client, ok := c.nc.(*evloop.Conn)
+	ls, ok2 := c.sess.(LoopSession)
+	if !ok || !ok2 {
+		return true
+	}
+	be := ls.LoopBackend()
+	if be == nil {
+		return true
+	}
+	res, err := loop.Run(client, be, ls)
+	if errors.Is(err, evloop.ErrDeadlineSet) {
+		return true
+	}
+	if res.Forwarded == 0 {
+		c.loopBackoff = min(max(2*c.loopBackoff, 1), maxLoopBackoff)
+		c.loopSkip = c.loopBackoff
+	} else {
+		c.loopBackoff = 0
+	}
+	if len(res.Leftover) > 0 {
+		c.prefix.Reset(res.Leftover)
+		c.r.Reset(&c.prefix)
+	}
+	switch {
+	case err != nil:
+		c.closeWhy = "event loop: " + err.Error()
+		return false
+	case errors.Is(res.Over, evloop.ErrClientGone):
+		c.closeWhy = "client disconnected"
+		return false
+	case errors.Is(res.Over, evloop.ErrBackendGone):
+		c.closeWhy = "backend connection ended"
+		c.fatal(pgerr.Fatal(pgerr.ConnectionFailure, "server closed the connection unexpectedly"))
+		return false
+	case res.Over != nil:
+		// The session relayed the backend's FATAL error: it is over.
+		c.closeWhy = "backend connection ended"
+		return false
+	}
+	return true
+}
+
+// prefixReader reads the bytes the event loop left, then the socket.
+type prefixReader struct {
+	rest []byte
+	src  io.Reader
+}
+
+func (p *prefixReader) Reset(b []byte) { p.rest = append(p.rest[:0], b...) }
+
+func (p *prefixReader) Len() int { return len(p.rest) }
+
+func (p *prefixReader) Read(b []byte) (int, error) {
+	if len(p.rest) == 0 {
+		return p.src.Read(b)
+	}
+	n := copy(b, p.rest)
+	p.rest = p.rest[n:]
+	return n, nil
+}
