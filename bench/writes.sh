@@ -2,7 +2,8 @@
 # Writes (issue 14): mzproxy with its DEFAULT flags on managed tables
 # against PostgreSQL directly on plain tables of another database, and
 # against mzproxy built from BASELINE (its own database), interleaved in one
-# run: each workload runs on every target back to back.
+# run: each workload runs on every target back to back. Two more mzproxy
+# processes serve only section 5 (one of this tree, one of BASELINE).
 #
 #   1. 1 client, single-row UPDATE of random rows of 10,000: latency p50 and
 #      p95 from pgbench's per-transaction log, -M simple and -M prepared.
@@ -29,11 +30,15 @@
 #   env: DURATION=12 (seconds per pgbench -T run; about 30 runs in all)
 #        BASELINE=310ec21 (git revision; BASELINE= measures without it)
 #        SCALE=10 FSYNC="on off" SECTIONS=12345
+#        VARIANT_FLAGS="--occ-max-concurrent 64"  also this tree's mzproxy with
+#                 these flags (target "variant", on database managed too), in
+#                 sections 1-4: what a flag would change, in the same run
 #        SRC=tree (build the working tree instead of the last commit)
 set -euo pipefail
 
 DURATION=${DURATION:-12}
 BASELINE=${BASELINE-310ec21}
+VARIANT_FLAGS=${VARIANT_FLAGS:-}
 SCALE=${SCALE:-10}
 FSYNC=${FSYNC:-"on off"}
 SECTIONS=${SECTIONS:-12345}
@@ -44,7 +49,7 @@ bench_postgres
 
 declare -A port pid db
 port[direct]=$pg_port
-db[direct]=plain db[mz]=managed db[mz2]=managed db[base]=baseline db[base2]=baseline
+db[direct]=plain db[mz]=managed db[mz2]=managed db[base]=baseline db[base2]=baseline db[variant]=managed
 targets="direct mz"
 
 sql() { # target sql: run on the target's database through the target
@@ -63,6 +68,11 @@ start_proxies() {
 	for t in mz mz2; do
 		bench_mzproxy "$t" "$work/mzproxy" -- --backend "${backend/\/postgres\?//managed?}"
 	done
+	if [ -n "$VARIANT_FLAGS" ]; then
+		# shellcheck disable=SC2086 # the flags are words
+		bench_mzproxy variant "$work/mzproxy" -- --backend "${backend/\/postgres\?//managed?}" $VARIANT_FLAGS
+		targets="$targets variant"
+	fi
 	[ -n "$BASELINE" ] || return 0
 	echo "building mzproxy $BASELINE" >&2
 	mkdir -p "$work/baseline"
@@ -83,11 +93,16 @@ CREATE TABLE ins (x int);
 CREATE TABLE acct (id int PRIMARY KEY, v bigint NOT NULL);
 INSERT INTO acct SELECT g, 0 FROM generate_series(1, 10000) g;'
 	for t in $targets; do
+		[ "$t" = variant ] && continue # it shares mz's tables
 		echo "tables and pgbench -i -s $SCALE on $t" >&2
 		sql "$t" "$setup"
 		pgbench -i -q -s "$SCALE" -h 127.0.0.1 -p "${port[$t]}" -U postgres "${db[$t]}" >"$work/init.$t.log" 2>&1 ||
 			{ echo "pgbench -i on $t failed:" >&2; cat "$work/init.$t.log" >&2; exit 1; }
 	done
+	# Settle what the loading left behind (autovacuum of the freshly loaded
+	# pgbench tables would otherwise land in whichever run comes first).
+	for t in plain managed baseline; do direct_sql "$t" 'VACUUM ANALYZE'; done
+	direct_sql postgres CHECKPOINT
 	printf '\\set id random(1, 10000)\nUPDATE acct SET v = v + 1 WHERE id = :id;\n' >"$work/upd.sql"
 	printf 'UPDATE counter SET v = v + 1 WHERE id = 1;\n' >"$work/inc.sql"
 	printf 'INSERT INTO ins VALUES (1);\n' >"$work/ins.sql"
@@ -191,6 +206,7 @@ section_two_proxies() {
 	local mode=$1 t second before after start secs landed ser dl failed a b
 	echo "## 5. two proxies, 8 clients (4 per proxy) x 50 increments of one row"
 	for t in $targets; do
+		[ "$t" = variant ] && continue # no second proxy with its flags
 		second=$t
 		[ "$t" = direct ] || second=${t}2
 		before=$(counter "$t" 2)
@@ -223,7 +239,7 @@ set_fsync() { # on|off, by reload
 
 start_proxies
 load_tables
-echo "run of $(git -C "$root" rev-parse --short HEAD)${BASELINE:+ against $BASELINE}; DURATION=$DURATION; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "run of $(git -C "$root" rev-parse --short HEAD)${BASELINE:+ against $BASELINE}${VARIANT_FLAGS:+; variant: mzproxy $VARIANT_FLAGS}; DURATION=$DURATION; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for mode in $FSYNC; do
 	set_fsync "$mode"
 	echo
@@ -267,7 +283,7 @@ rows = [
     ("two_proxies", "e40001", "two proxies: 40001s clients saw"),
 ]
 ratios = {"p50_us", "p95_us", "tps"}
-names = {"direct": "direct", "mz": "mzproxy", "base": "baseline"}
+names = {"direct": "direct", "mz": "mzproxy", "base": "baseline", "variant": "variant"}
 head = ["workload", "fsync"]
 for t in targets:
     head.append(names[t])
