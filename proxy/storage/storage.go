@@ -31,29 +31,22 @@ const WriteTSSetting = "mzproxy.write_ts"
 
 // SQL the proxy runs per statement. Each returns one bigint (or nothing).
 const (
-	// BeginWriteSQL takes the commit slot of the current backend
-	// transaction: it locks the txns row, picks T, sets upper = T+1 and
-	// read_ts = T, and returns T. Idempotent within a transaction.
+	// BeginWriteSQL takes the write slot of the current backend
+	// transaction with its T chosen at once (the writers' gate in shared
+	// mode until the transaction ends) and returns T. Idempotent within a
+	// transaction.
 	BeginWriteSQL = "SELECT " + Schema + ".begin_write()"
-	// BeginWriteAtSQL ($1 = T) is the compare-and-append of the optimistic
-	// loop: it succeeds only if upper <= T, else fails with
-	// CodeUpperConflict (see UpperConflict).
+	// BeginWriteAtSQL ($1 = T) takes the write slot at exactly T: it fails
+	// with CodeUpperConflict (see UpperConflict) when T is below the
+	// upper, and with 22008 when T is ahead of the clock.
 	BeginWriteAtSQL = "SELECT " + Schema + ".begin_write_at($1)"
 	// ReadTSSQL pins a read of the present: it returns a timestamp at or
 	// above every commit, below every write to come, and moves the upper
 	// just past it (in a transaction that writes: its own T).
 	ReadTSSQL = "SELECT " + Schema + ".pin()"
-	// WriteTSSQL allocates a write timestamp: GREATEST(write_ts+1, now_ms,
-	// upper, read_ts+1).
-	WriteTSSQL = "SELECT " + Schema + ".write_ts()"
-	// ApplyWriteSQL ($1 = T) raises read_ts and write_ts to at least T.
-	ApplyWriteSQL = "SELECT " + Schema + ".apply_write($1)"
 	// CatalogRevisionSQL returns the catalog revision, bumped by every DDL
 	// through the proxy.
 	CatalogRevisionSQL = "SELECT revision FROM " + Schema + ".catalog_revision"
-	// AwaitSlotSQL returns once no transaction holds the commit slot; run
-	// it in a transaction holding no other lock.
-	AwaitSlotSQL = "SELECT " + Schema + ".await_slot()"
 	// PinSQL pins a read of the present, with the gate held (see
 	// PinSnapshotSQL), and returns its timestamp t (the upper is t+1).
 	PinSQL = "SELECT " + Schema + ".pin_held()"
@@ -78,8 +71,8 @@ var PinSnapshotSQL = []string{
 // used by PostgreSQL (classes starting with I-Z are implementation-defined
 // and PostgreSQL only uses XX there).
 const (
-	// CodeUpperConflict: begin_write_at(T) found upper > T (or read_ts >= T).
-	// The error's DETAIL is the actual upper, a decimal number.
+	// CodeUpperConflict: begin_write_at(T) found T below the upper. The
+	// error's DETAIL is the least T it would take, a decimal number.
 	CodeUpperConflict pgerr.Code = "MZ001"
 	// CodeWriteOutsideProxy: INSERT/UPDATE/DELETE/TRUNCATE/COPY on a managed
 	// table in a transaction that did not call begin_write.
@@ -87,9 +80,6 @@ const (
 	// CodeDDLOutsideProxy: ALTER/DROP/... of a managed relation outside a
 	// proxy write transaction, or dropping a history trigger.
 	CodeDDLOutsideProxy pgerr.Code = "MZ003"
-	// CodeSlotBusy: commit_write found the commit slot held by another
-	// transaction; DETAIL is T+1. Roll back, AwaitSlotSQL, try again.
-	CodeSlotBusy pgerr.Code = "MZ004"
 )
 
 // UpperConflict reports whether err is begin_write_at's conflict, and if so
@@ -140,33 +130,33 @@ func OpenWriteAfterReadFor(inc int64, writes int64) string {
 	return "SELECT " + Schema + ".open_write_deferred(" + incLiteral(inc) + ", " + strconv.FormatInt(writes, 10) + ")"
 }
 
-// OpenWriteFor is the write slot mzproxy takes for a client's writes, for
-// incarnation inc (< 0: unfenced): as BeginWriteFor, but T is chosen when
-// the transaction first writes history, once its statement holds its row
-// locks (so a statement that waited for another writer's row commits
-// after it in T order). It returns 0.
+// OpenWriteFor is the write slot mzproxy takes for a client's autocommit
+// writes, for incarnation inc (< 0: unfenced): as BeginWriteFor, but T is
+// chosen when the transaction first writes history, once its statement
+// holds its row locks (so a statement that waited for another writer's row
+// commits after it in T order). It returns 0.
 func OpenWriteFor(inc int64) string {
-	return "SELECT " + Schema + ".begin_write_occ(" + incLiteral(inc) + ", 0)"
+	return BeginWriteOCCFor(inc, 0)
 }
 
-// BeginWriteOCCFor is the optimistic counterpart of BeginWriteFor: it picks
-// the transaction's T, at least floor, and remembers the expected upper
-// without taking a lock. inc < 0 means no incarnation (unfenced).
+// BeginWriteOCCFor is begin_write_occ(inc, floor), the function behind
+// OpenWriteFor (floor is ignored since version 7). inc < 0 means no
+// incarnation (unfenced).
 func BeginWriteOCCFor(inc int64, floor uint64) string {
 	return "SELECT " + Schema + ".begin_write_occ(" + incLiteral(inc) + ", " + strconv.FormatInt(ts(floor), 10) + ")"
 }
 
-// CommitWriteFor is the compare-and-append of an optimistic write
-// transaction for incarnation inc (< 0: unfenced): it fails with
-// CodeUpperConflict (UpperConflict gives the actual upper), or with the
-// fenced error (IsFenced), and the transaction must then roll back.
+// CommitWriteFor returns the transaction's T, choosing it now if it is
+// still pending (NULL without a slot); run just before COMMIT. inc is
+// kept for the function's signature.
 func CommitWriteFor(inc int64) string {
 	return "SELECT " + Schema + ".commit_write(" + incLiteral(inc) + ")"
 }
 
 // CommitWriteTxFor chooses the T of a transaction block's deferred slot
-// (OpenWriteDeferredFor) and stamps its history with it; run before the
-// client's COMMIT, and before DDL in the block.
+// now (OpenWriteDeferredFor) and stamps its history with it. COMMIT does
+// so by itself (a deferred constraint trigger); this is for tests and
+// clients that want the T.
 func CommitWriteTxFor(inc int64) string {
 	return "SELECT " + Schema + ".commit_write_tx(" + incLiteral(inc) + ")"
 }
