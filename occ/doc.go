@@ -98,15 +98,15 @@
 //
 // # In the proxy
 //
-// An attempt in the proxy is one backend transaction whose statement is
-// the read (PostgreSQL's snapshot and row locks) and whose commit_write
-// is the compare-and-append, sent in one round trip. The machine decides
-// everything a loop decides; the proxy only does the I/O. It answers
-// ActAllocate with the T begin_write_occ chose, starting at the action's
-// Floor, after waiting for the lock's holder when the action says Wait
-// (the last append lost to a writer holding the slot: AppendResult.Busy);
-// ActRefold always with "cannot" (the proxy does not know the statement's
-// reads; it re-executes it); ActRead with the statement's row count (the
-// payload's rows are the answers the proxy keeps); and ActApply at once
-// (read_ts moves in the commit's own transaction).
+// An attempt in the proxy is one backend transaction: the write slot, the
+// client's statement (under PostgreSQL's row locks; its T is chosen once
+// it holds them) and commit_write and COMMIT, sent in one round trip.
+// Nothing is validated at the end, so the only conflicts are PostgreSQL's
+// own transient errors of the statement or COMMIT (40001, 40P01), which
+// the proxy reports as an append that lost; the machine decides retry or
+// 40001. It answers ActAllocate after the round trip with the T
+// commit_write reported; ActRefold always with "cannot" (the proxy
+// re-executes the statement); ActRead with the statement's row count; and
+// ActApply at once. The timestamp rules themselves are Frontier's
+// (frontier.go), a model of package storage's SQL.
 package occ

@@ -1,7 +1,7 @@
 // Package proxy is mzproxy's adapter core: it opens a backend connection for
 // each client session and sequences the session's statements against it,
 // giving the backend Materialize's consistency model (timestamp oracle,
-// read holds, managed history tables, optimistic writes, leases).
+// read holds, managed history tables, writes timestamped at commit, leases).
 //
 // # A message's path
 //
@@ -27,12 +27,13 @@
 //     planner, cached): answered by the proxy (SHOW, EXPLAIN TIMESTAMP,
 //     SET of mzproxy's settings), the explicit-timestamp path (reads AS OF
 //     or of history: timestamp.go, explicit_extended.go, a read hold taken
-//     and the read rewritten to that timestamp), a write (the commit slot
-//     or the optimistic loop, relay.go writeQuery and write.go), or
+//     and the read rewritten to that timestamp), a write (its write slot,
+//     and for an autocommit statement the retry loop, relay.go writeQuery
+//     and write.go), or
 //     forwarded as it is. Parse and Bind make the statement's and the
 //     portal's records here (statements.go), so that Execute knows its
 //     path without parsing again.
-//  5. Forward. The client's message and any of the proxy's own (begin_write
+//  5. Forward. The client's message and any of the proxy's own (the write slot
 //     and commit_write around a write, the timestamp parameter of a
 //     rewritten read) are queued as units (relay.go): one per request
 //     whose answers are awaited, with its disposition (the client's answers
@@ -48,7 +49,7 @@
 //     in.
 //
 // Every read of the session's backend goes through backend.next, on every
-// path (the exchange, the optimistic loop, the proxy's own value queries,
+// path (the exchange, the write loop, the proxy's own value queries,
 // the idle reader): asynchronous messages (NotificationResponse,
 // ParameterStatus) are relayed to the client as they arrive and never
 // dropped. A NoticeResponse belongs to the statement that raised it: the

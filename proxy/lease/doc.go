@@ -65,36 +65,30 @@
 // # The tick
 //
 // Materialize advances its tables' uppers with the clock; here the upper
-// and the oracle's read_ts move only with commits. So whichever proxy holds
-// a database's tick lock (claim('tick'), a claim of its own, not
-// compaction's) commits an empty write there (begin_write_occ and
-// commit_write with no data, one round trip, the incarnation's own fencing
-// applied) when no write has committed for half a TickInterval (default
-// 1 s), and looks again when the newest commit will be nine tenths of a
-// TickInterval old: mz_now(), reads of the present and EXPLAIN TIMESTAMP's
-// upper trail the clock by at most about a TickInterval while nothing is
-// written, and a database written more often than twice per interval gets
-// no empty write. The tick never waits for the commit slot (MZ004) and an
-// empty write that loses to a commit (MZ001) is simply not needed. It
-// stands aside while a client backend of the database is in a transaction
-// that has written (has a transaction id; every write slot gives one): an
-// empty write would fail that transaction's append however long it ran
-// before. Only a write whose snapshot falls inside the tick's own short
-// transaction still fails its append once (retried; 40001 at a
-// transaction block's COMMIT). Each
-// database the proxy has a lease in is ticked (those no session used are
-// not); only the lock holder's Config.TickInterval counts. Because the
-// upper moves, so does every since (upper - 1 - retention): idle history
-// is compacted as it is in Materialize.
+// moves with pins (reads of the present, see package storage). So
+// whichever proxy holds a database's tick claim (claim('tick'), a claim of
+// its own, not compaction's) pins there (storage's tick(20), one round
+// trip) every nine tenths of a TickInterval (default 1 s): EXPLAIN
+// TIMESTAMP's upper, the sinces and AS OF reads of recent times trail the
+// clock by at most about a TickInterval whatever is written or read. A
+// pin waits for the writes in progress, and writes that begin meanwhile
+// queue behind it, so the tick gives up after 20 ms and looks again a
+// quarter interval later. It also records the upper durably
+// (txns_durable), the floor of the oracle after a crash. Each database the
+// proxy has a lease in is ticked (those no session used are not); only the
+// claim holder's Config.TickInterval counts. Because the upper moves, so
+// does every since (upper - 1 - retention): idle history is compacted as it
+// is in Materialize.
 //
 // # Fencing
 //
 // Register with a Generation above the newest fences every incarnation of
-// a lower generation at once (it updates the txns row, so the fence is
-// ordered with commits); a lower one fails to register. Write transactions
-// say which incarnation they write for with storage.BeginWriteFor(id) (a
-// literal argument: no extra round trip); begin_write checks the
-// incarnation after taking the commit slot and fails with XX000 "mzproxy
+// a lower generation at once (it takes the writers' gate exclusively, so
+// the fence is ordered with commits); a lower one fails to register. Write
+// transactions say which incarnation they write for with
+// storage.BeginWriteFor(id) or OpenWriteFor(id) (a literal argument: no
+// extra round trip); the slot checks the incarnation with the gate held (a
+// deferred slot again when its T is chosen) and fails with XX000 "mzproxy
 // incarnation N (generation G) fenced by new generation H ...", aborting
 // the transaction before anything was written. begin_write() without an
 // argument stays unfenced, for callers that do not register.
