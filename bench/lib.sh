@@ -87,7 +87,7 @@ bench_mzproxy() {
 # front of it on $mz_port.
 bench_setup() {
 	bench_postgres
-	declare -gA port pid
+	declare -gA port pid db
 	bench_mzproxy mzproxy "$work/mzproxy" -- "$@"
 	mz_port=${port[mzproxy]} mz_pid=${pid[mzproxy]}
 }
