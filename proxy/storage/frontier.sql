@@ -201,6 +201,23 @@ BEGIN
 END
 $$;
 
+-- Fails with raise_fenced unless incarnation p_inc (NULL: none, unfenced)
+-- may write: not retired, its lease not expired. Without the generation
+-- check: registering a newer generation retires every live incarnation of
+-- an older one in the transaction that raises the fence.
+CREATE FUNCTION @SCHEMA@.check_incarnation(p_inc bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF p_inc IS NOT NULL AND NOT coalesce((
+            SELECT i.retired_at IS NULL
+                   AND i.heartbeat_at >= clock_timestamp() - i.grace_ms * interval '1 millisecond'
+              FROM @SCHEMA@.incarnations i WHERE i.id = p_inc), false) THEN
+        PERFORM @SCHEMA@.raise_fenced(p_inc);
+    END IF;
+END
+$$;
+
 -- The write slot: the gate in ROW SHARE mode, the incarnation checked with
 -- the gate held (a fence takes the gate in EXCLUSIVE mode, so a write
 -- either began before the fence and commits before it completes, or sees
@@ -221,12 +238,7 @@ BEGIN
             USING ERRCODE = '25000';
     END IF;
     LOCK TABLE @SCHEMA@.gate IN ROW SHARE MODE;
-    IF p_inc IS NOT NULL AND NOT coalesce((
-            SELECT i.retired_at IS NULL
-                   AND i.heartbeat_at >= clock_timestamp() - i.grace_ms * interval '1 millisecond'
-              FROM @SCHEMA@.incarnations i WHERE i.id = p_inc), false) THEN
-        PERFORM @SCHEMA@.raise_fenced(p_inc);
-    END IF;
+    PERFORM @SCHEMA@.check_incarnation(p_inc);
     PERFORM nextval('@SCHEMA@.writes');
     IF p_ts IS NOT NULL THEN
         least_t := @SCHEMA@.pinned_ts() + 1;
@@ -324,12 +336,7 @@ BEGIN
         RETURN 0;
     END IF;
     -- Fenced now or at fix_write, which checks again with the gate held.
-    IF p_inc IS NOT NULL AND NOT coalesce((
-            SELECT i.retired_at IS NULL
-                   AND i.heartbeat_at >= clock_timestamp() - i.grace_ms * interval '1 millisecond'
-              FROM @SCHEMA@.incarnations i WHERE i.id = p_inc), false) THEN
-        PERFORM @SCHEMA@.raise_fenced(p_inc);
-    END IF;
+    PERFORM @SCHEMA@.check_incarnation(p_inc);
     PERFORM @SCHEMA@.set_slot(-1, p_inc);
     PERFORM set_config('mzproxy.touched', ' ' || @SCHEMA@.tag('touched '), true);
     -- A READ ONLY transaction writes no history (PostgreSQL refuses its
@@ -403,12 +410,7 @@ DECLARE
     t bigint;
 BEGIN
     LOCK TABLE @SCHEMA@.gate IN ROW SHARE MODE;
-    IF inc IS NOT NULL AND NOT coalesce((
-            SELECT i.retired_at IS NULL
-                   AND i.heartbeat_at >= clock_timestamp() - i.grace_ms * interval '1 millisecond'
-              FROM @SCHEMA@.incarnations i WHERE i.id = inc), false) THEN
-        PERFORM @SCHEMA@.raise_fenced(inc);
-    END IF;
+    PERFORM @SCHEMA@.check_incarnation(inc);
     read_writes := coalesce(current_setting('mzproxy.read_writes', true), '');
     IF read_writes <> '' THEN
         IF split_part(read_writes, ' ', 2) IS DISTINCT FROM @SCHEMA@.tag('read_writes ' || split_part(read_writes, ' ', 1)) THEN
