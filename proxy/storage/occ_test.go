@@ -279,3 +279,30 @@ func TestDeferredSlot(t *testing.T) {
 		t.Fatalf("%d placeholder versions committed", n)
 	}
 }
+
+// After a crash the unlogged sequence behind P starts over (as ALTER
+// SEQUENCE ... RESTART leaves it). Until a pin repairs it, writers and pins
+// take a floor no timestamp handed out before can exceed: the clock plus a
+// second, or the upper the tick recorded durably. Nothing goes back.
+func TestPinnedAfterReset(t *testing.T) {
+	_, conn := installedDB(t)
+	ctx := context.Background()
+	inWrite(t, conn, "CREATE TABLE c (x int)")
+	before := queryInt(t, conn, ReadTSSQL)
+	if _, err := conn.Exec(ctx, "SELECT mzproxy.tick(1000)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "ALTER SEQUENCE mzproxy.pinned RESTART"); err != nil {
+		t.Fatal(err)
+	}
+	if u := queryInt(t, conn, UpperSQL); u <= before+1000 {
+		t.Fatalf("upper %d after the reset, want past %d + 1 s", u, before)
+	}
+	w := inWrite(t, conn, "INSERT INTO c VALUES (1)")
+	if int64(w) <= before+1000 {
+		t.Fatalf("a write after the reset at %d, want past %d + 1 s", w, before)
+	}
+	if p := queryInt(t, conn, ReadTSSQL); p < int64(w) {
+		t.Fatalf("a pin after the reset at %d, below the write at %d", p, w)
+	}
+}
