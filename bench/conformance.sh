@@ -12,6 +12,9 @@
 #                                CORPUS=<dir of select*.test and evidence/>,
 #                                by default $MZPROXY_SLT_DIR as for the tests,
 #                                else ../shared/slt/sqlite beside the clone)
+#        VARIANT_FLAGS="--history-reads"  also a second mzproxy with these
+#                 flags (target "variant") in the same rounds, reported
+#                 against direct and against the default mzproxy
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -20,21 +23,31 @@ PROTOCOLS=${PROTOCOLS:-"simple extended"}
 CORPUS=${CORPUS:-${MZPROXY_SLT_DIR:-$root/../shared/slt/sqlite}}
 [ -f "$CORPUS/select1.test" ] || { echo "no corpus at $CORPUS (set CORPUS or MZPROXY_SLT_DIR)" >&2; exit 1; }
 
+VARIANT_FLAGS=${VARIANT_FLAGS:-}
 bench_setup
 (cd "$src" && go build -o "$work/mzslt" ./cmd/mzslt)
+targets="direct mzproxy"
+if [ -n "$VARIANT_FLAGS" ]; then
+	# shellcheck disable=SC2086 # the flags are words
+	bench_mzproxy variant "$work/mzproxy" -- $VARIANT_FLAGS
+	targets="$targets variant"
+fi
 files=($(cd "$CORPUS" && ls select*.test evidence/*.test))
 expect=$src/cmd/mzslt/testdata/sqlite-expected.txt
 
 declare -A url
 url[direct]="postgres://postgres@127.0.0.1:$pg_port/postgres?sslmode=disable"
 url[mzproxy]="postgres://postgres@127.0.0.1:$mz_port/postgres?sslmode=disable"
+url[variant]="postgres://postgres@127.0.0.1:${port[variant]:-0}/postgres?sslmode=disable"
 
 results="$work/results.txt"
 : >"$results"
 for round in $(seq "$ROUNDS"); do
 	for proto in $PROTOCOLS; do
-		for t in direct mzproxy; do
-			c0=$(cpu_ticks "$mz_pid")
+		for t in $targets; do
+			cpu_pid=$mz_pid
+			[ "$t" = variant ] && cpu_pid=${pid[variant]}
+			c0=$(cpu_ticks "$cpu_pid")
 			t0=$(now)
 			# --expect checks the per-file counts against the committed
 			# ones, so a timing is never of a run that went wrong (the
@@ -43,7 +56,7 @@ for round in $(seq "$ROUNDS"); do
 			(cd "$CORPUS" && "$work/mzslt" --url "${url[$t]}" --protocol "$proto" \
 				--expect "$expect" "${files[@]}") >"$work/mzslt.out" 2>&1 || status=mismatch
 			t1=$(now)
-			c1=$(cpu_ticks "$mz_pid")
+			c1=$(cpu_ticks "$cpu_pid")
 			secs=$(python3 -c "print(f'{$t1 - $t0:.2f}')")
 			cpu=$(python3 -c "print(f'{($c1 - $c0) / $hz:.2f}')")
 			echo "$t $proto $secs $cpu $status" >>"$results"
@@ -55,9 +68,9 @@ for round in $(seq "$ROUNDS"); do
 	done
 done
 
-python3 - "$results" "$PROTOCOLS" "$ROUNDS" "${#files[@]}" <<'EOF'
+python3 - "$results" "$PROTOCOLS" "$ROUNDS" "${#files[@]}" "$VARIANT_FLAGS" <<'EOF'
 import statistics, sys
-path, protocols, rounds, nfiles = sys.argv[1:]
+path, protocols, rounds, nfiles, variant = sys.argv[1:]
 secs, cpu, bad = {}, {}, set()
 for line in open(path):
     t, p, s, c, status = line.split()
@@ -77,6 +90,18 @@ for p in protocols.split():
     per = statistics.median(b / a for a, b in zip(ds, ms))
     c = statistics.median(cpu[("mzproxy", p)])
     print(f"| {p} | {d:.1f} | {m:.1f} | {m / d:.2f}x | {per:.2f}x | {c:.1f} |")
+if variant:
+    print()
+    print(f"mzproxy {variant} (target variant), same rounds:")
+    print()
+    print("| protocol | variant | variant/direct | variant/mzproxy | per-round variant/mzproxy | variant CPU s |")
+    print("|---|---|---|---|---|---|")
+    for p in protocols.split():
+        ds, ms, vs = secs[("direct", p)], secs[("mzproxy", p)], secs[("variant", p)]
+        v = statistics.median(vs)
+        per = statistics.median(b / a for a, b in zip(ms, vs))
+        c = statistics.median(cpu[("variant", p)])
+        print(f"| {p} | {v:.1f} | {v / statistics.median(ds):.2f}x | {v / statistics.median(ms):.2f}x | {per:.2f}x | {c:.1f} |")
 if bad:
     print()
     print("counts differing from cmd/mzslt/testdata/sqlite-expected.txt in: " + ", ".join(f"{t}/{p}" for t, p in sorted(bad)))
