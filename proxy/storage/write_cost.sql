@@ -18,6 +18,18 @@
 --    the tag as tag() makes it): every other reader is unchanged, and a
 --    value that is not exactly the pending slot this transaction was given
 --    takes the general path, which fails with 42501 as before.
+--  * The history trigger of a table with a non-deferrable primary key
+--    retracts with one UPDATE that closes the version of each old row
+--    (found by key through the lookup index, checked by whole-row text),
+--    and its UPDATE trigger inserts the new versions in the same statement.
+--    Before, a materialized CTE chose the version, two more deleted or
+--    closed it, and three subqueries counted. The rare cases keep their
+--    meaning: a version written at this T is preferred (NOT EXISTS keeps
+--    an older one of the same key and text open, as when a statement's
+--    writable CTEs delete and insert the same key), and one written and
+--    retracted at T, closed to the empty [T, T), is deleted outright by a
+--    second statement that runs only then. Tables without a key (or with a
+--    deferrable one) keep the multiset retraction.
 --
 -- The hot functions keep SET search_path: without it, every name in them
 -- (functions, operators, casts, types) would resolve through the caller's
@@ -115,6 +127,99 @@ BEGIN
     RETURN t;
 END
 $$;
+
+-- The history triggers of tables with a non-deferrable primary key: one
+-- statement retracts (and, for UPDATE, inserts), see the header. Edits to
+-- gen_triggers as version 8 left it; each must apply as often as given.
+DO $edit$
+DECLARE
+    edits text[][] := ARRAY[
+        [$$    triggers_ok bool;
+$$, $$    triggers_ok bool;
+    retract_cte text;
+    retract_end text;
+    retract_check text;
+    upd_sql text;
+$$, '1'],
+        [$$DECLARE _t bigint; _k bigint; _n bigint; _m bigint;$$,
+         $$DECLARE _t bigint; _k bigint; _n bigint; _m bigint; _z bigint;$$, '3'],
+        [$$        retract_sql := format($r$
+    WITH c AS MATERIALIZED (
+        SELECT x.tid, x.mz_from FROM mz_old d CROSS JOIN LATERAL (
+            SELECT h.ctid AS tid, h.mz_from FROM %s h
+             WHERE %s h.mz_to = 9223372036854775807 AND %s = %s
+             ORDER BY h.mz_from = _t DESC LIMIT 1) x
+    ), del AS (
+        DELETE FROM %s h USING c WHERE h.ctid = c.tid AND c.mz_from = _t RETURNING 1
+    ), upd AS (
+        UPDATE %s h SET mz_to = _t FROM c WHERE h.ctid = c.tid AND c.mz_from <> _t RETURNING c.mz_from
+    )
+    SELECT (SELECT count(*) FROM del) + (SELECT count(*) FROM upd), (SELECT count(*) FROM mz_old), (SELECT max(mz_from) FROM upd)
+      INTO _k, _n, _m;$r$, h, kjoin, htext, otext, h, h);
+$$, $$        -- (Version 9: one statement, see write_cost.sql.) An older
+        -- version of the key with the same text stays open when one
+        -- written at _t is there; versions closed at their own _t are
+        -- deleted after the statement.
+        retract_cte := format($r$
+    WITH u AS (
+        UPDATE %1$s h SET mz_to = _t FROM mz_old d
+         WHERE %2$s h.mz_to = 9223372036854775807 AND %3$s = %4$s
+           AND (h.mz_from = _t OR NOT EXISTS (
+                SELECT 1 FROM %1$s x
+                 WHERE %5$s x.mz_to = 9223372036854775807 AND x.mz_from = _t AND %6$s = %4$s))
+        RETURNING h.mz_from
+    )$r$, h, kjoin, htext, otext,
+            (SELECT string_agg(format('x.%I %s d.%I AND ', k, kop[i], k), '' ORDER BY i) FROM unnest(pk) WITH ORDINALITY AS u(k, i)),
+            @SCHEMA@.row_text(p_id, 'x.'));
+        retract_end := format($r$
+    SELECT count(*), (SELECT count(*) FROM mz_old), max(u.mz_from), count(*) FILTER (WHERE u.mz_from = _t)
+      INTO _k, _n, _m, _z FROM u;
+    IF _z > 0 THEN
+        DELETE FROM %s h USING mz_old d WHERE %s h.mz_to = _t AND h.mz_from = _t;
+    END IF;$r$, h, kjoin);
+        retract_sql := retract_cte || retract_end;
+        upd_sql := retract_cte || E', i AS (' || left(insert_sql, -1) || E'\n    )' || retract_end;
+$$, '1'],
+        [$$    retract_sql := retract_sql || $r$
+    IF _k <> _n THEN$$, $$    retract_check := $r$
+    IF _k <> _n THEN$$, '1'],
+        [$$    END IF;$r$;
+
+    triggers_ok := $$, $$    END IF;$r$;
+    retract_sql := retract_sql || retract_check;
+    upd_sql := coalesce(upd_sql || retract_check, retract_sql || insert_sql);
+
+    triggers_ok := $$, '1'],
+        -- The _upd function is upd_sql (retraction and insertion).
+        [$$check_sql, retract_sql, insert_sql)$$, $$check_sql, upd_sql, '')$$, '2']];
+    i int;
+    def text := pg_get_functiondef('@SCHEMA@.gen_triggers(bigint)'::regprocedure);
+BEGIN
+    FOR i IN 1 .. array_length(edits, 1) LOOP
+        IF (length(def) - length(replace(def, edits[i][1], ''))) / length(edits[i][1]) <> edits[i][3]::int THEN
+            RAISE EXCEPTION 'storage version 9: edit % of gen_triggers does not apply % time(s)', i, edits[i][3];
+        END IF;
+        def := replace(def, edits[i][1], edits[i][2]);
+    END LOOP;
+    EXECUTE def;
+END
+$edit$;
+
+-- The trigger functions of every managed table made again (the triggers,
+-- which name them by oid, stay), as mzproxy's own DDL.
+DO $regen$
+DECLARE
+    k record;
+BEGIN
+    PERFORM set_config('mzproxy.in_ddl', @SCHEMA@.ddl_mark(), true);
+    FOR k IN SELECT c.id FROM @SCHEMA@.catalog c
+              WHERE c.kind = 'table' AND c.dropped_ts IS NULL AND to_regclass(c.history) IS NOT NULL
+                AND EXISTS (SELECT 1 FROM pg_class r WHERE r.oid = c.oid) LOOP
+        PERFORM @SCHEMA@.gen_triggers(k.id);
+    END LOOP;
+    PERFORM set_config('mzproxy.in_ddl', '', true);
+END
+$regen$;
 
 REVOKE ALL ON FUNCTION @SCHEMA@.key_tag(text, text) FROM PUBLIC;
 
