@@ -2,6 +2,8 @@ package storage
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -171,4 +173,86 @@ func BenchmarkBeginWriteIncarnation(b *testing.B) {
 		slices.Sort(times[k])
 		b.ReportMetric(float64(times[k][len(times[k])/2].Microseconds()), name)
 	}
+}
+
+// BenchmarkAutocommitWriteRatio times the transaction mzproxy sends for an
+// autocommit write, OpenWriteFor(inc) and the client's statement as one
+// implicit transaction (one pipelined batch, one Sync, no BEGIN or COMMIT),
+// against the same statement on a plain table of the same shape,
+// interleaved so load from elsewhere on the machine hits both alike.
+// Reports median latencies and their ratio for an UPDATE of a random row
+// of 1,000, an INSERT of a new row, and an UPDATE of a one-row counter.
+//
+//	go test ./proxy/storage/ -run '^$' -bench AutocommitWriteRatio -benchtime 3000x
+func BenchmarkAutocommitWriteRatio(b *testing.B) {
+	_, conn := installedDB(b)
+	ctx := context.Background()
+	var inc int64
+	if err := conn.QueryRow(ctx, "SELECT r_id FROM "+Schema+".register(0, 3600000, 'bench', 0)").Scan(&inc); err != nil {
+		b.Fatal(err)
+	}
+	for _, prefix := range []string{"plain", "managed"} {
+		sql := fmt.Sprintf(`CREATE TABLE %[1]s_rows (id int PRIMARY KEY, v int);
+			INSERT INTO %[1]s_rows SELECT g, 0 FROM generate_series(1, 1000) g;
+			CREATE TABLE %[1]s_new (id int PRIMARY KEY, v int);
+			CREATE TABLE %[1]s_counter (id int PRIMARY KEY, v int);
+			INSERT INTO %[1]s_counter VALUES (1, 0)`, prefix)
+		if prefix == "plain" {
+			if _, err := conn.Exec(ctx, sql); err != nil {
+				b.Fatal(err)
+			}
+		} else {
+			inWrite(b, conn, sql)
+		}
+	}
+	if _, err := conn.Exec(ctx, "VACUUM ANALYZE"); err != nil {
+		b.Fatal(err)
+	}
+	exec := func(managed bool, sql string, args ...any) time.Duration {
+		start := time.Now()
+		batch := &pgx.Batch{}
+		if managed {
+			batch.Queue(OpenWriteFor(inc))
+		}
+		batch.Queue(sql, args...)
+		if err := conn.SendBatch(ctx, batch).Close(); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	ops := []struct {
+		name string
+		sql  func(table string, i int) (string, []any)
+	}{
+		{"update", func(p string, i int) (string, []any) {
+			return "UPDATE " + p + "_rows SET v = v + 1 WHERE id = $1", []any{1 + rand.IntN(1000)}
+		}},
+		{"insert", func(p string, i int) (string, []any) { return "INSERT INTO " + p + "_new VALUES ($1, 0)", []any{i} }},
+		{"counter", func(p string, i int) (string, []any) {
+			return "UPDATE " + p + "_counter SET v = v + 1 WHERE id = 1", nil
+		}},
+	}
+	next := 0 // new ids stay distinct over the benchmark's repeated runs
+	for _, op := range ops {
+		b.Run(op.name, func(b *testing.B) {
+			var plain, managed []time.Duration
+			for i := 0; i < b.N; i++ {
+				next++
+				sql, args := op.sql("plain", next)
+				plain = append(plain, exec(false, sql, args...))
+				sql, args = op.sql("managed", next)
+				managed = append(managed, exec(true, sql, args...))
+			}
+			p, m := medianNs(plain), medianNs(managed)
+			b.ReportMetric(p/1000, "plain-µs")
+			b.ReportMetric(m/1000, "managed-µs")
+			b.ReportMetric(m/p, "ratio")
+		})
+	}
+}
+
+// medianNs is the median of d in nanoseconds (d is sorted in place).
+func medianNs(d []time.Duration) float64 {
+	slices.Sort(d)
+	return float64(d[len(d)/2].Nanoseconds())
 }

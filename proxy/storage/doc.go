@@ -9,7 +9,7 @@
 // transaction under a lock on pg_event_trigger (superusers only), so proxies starting together do
 // not race: install.sql creates version 1, lease.sql upgrades 1 to 2, occ.sql 2
 // to 3, lease_holds.sql 3 to 4, ddl.sql 4 to 5, trust.sql 5 to 6, frontier.sql
-// 6 to 7, ddl_speed.sql 7 to 8 (a database at an older
+// 6 to 7, ddl_speed.sql 7 to 8, write_cost.sql 8 to 9 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -60,7 +60,10 @@
 //     ...", IsFenced), counts the write and leaves T pending (returns 0):
 //     T is chosen when first asked for (current_write_ts: the first history
 //     row, a DDL, a read of the transaction's own writes, commit_write), as
-//     GREATEST(clock, P + 1). floor is ignored.
+//     GREATEST(clock, P + 1). floor is ignored. An autocommit write needs
+//     nothing else: SELECT begin_write_occ(inc, 0); <statement> as one
+//     implicit transaction (the slot is taken with one query, the history
+//     trigger's stamp_ts checks it, chooses T and tags it with another).
 //   - begin_write(inc) / begin_write_at(T, inc) (BeginWriteFor,
 //     BeginWriteAtFor, BeginWriteSQL, BeginWriteAtSQL without an
 //     incarnation): the same slot with T chosen at once, or exactly T when
@@ -87,7 +90,8 @@
 //     STATEMENT with transition tables, so COPY and multi-row statements
 //     cost one call. INSERT adds versions at T; DELETE retracts one current
 //     version per deleted row (by key when the table has a non-deferrable
-//     primary key, otherwise as a multiset by whole-row text found through
+//     primary key, in one statement that UPDATE's trigger also inserts
+//     with; otherwise as a multiset by whole-row text found through
 //     mz_hash); UPDATE retracts and inserts; TRUNCATE retracts everything;
 //     a version both written and retracted at T is deleted outright. A
 //     statement that would close a version written at a later T (a write
@@ -159,8 +163,11 @@
 //
 // Measured with BenchmarkWriteRatio (single-row write transactions sent as
 // one pipelined batch, interleaved with the plain ones, medians, on a
-// loaded 2-core machine): see docs/BENCHMARKS.md for the figures of each
-// version. Bulk statements pay per row (each updated row closes one
+// loaded 2-core machine) and BenchmarkAutocommitWriteRatio (the implicit
+// transaction of an autocommit write: update, insert, one-row counter):
+// see docs/BENCHMARKS.md for the figures of each version.
+// TestAutocommitWriteCalls pins which of the schema's functions such a
+// write runs. Bulk statements pay per row (each updated row closes one
 // version and writes another, neither a HOT update).
 
 // # pg_dump

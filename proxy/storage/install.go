@@ -56,8 +56,15 @@ var frontierSQL string
 //go:embed ddl_speed.sql
 var ddlSpeedSQL string
 
+// writeCostSQL upgrades version 8 to 9: a managed write's backend cost (the
+// slot taken and stamped with one query each, one retraction statement
+// for tables with a primary key).
+//
+//go:embed write_cost.sql
+var writeCostSQL string
+
 // migrations[v] upgrades a database at version v to v+1.
-var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL}
+var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL}
 
 // InstallScript returns the SQL that Install runs on an empty database for
 // SchemaVersion, with the schema name filled in. Exposed for inspection and

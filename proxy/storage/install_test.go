@@ -91,6 +91,15 @@ func TestUpgradeFromVersion1(t *testing.T) {
 	if got := queryInt(t, conn, "SELECT count(*) FROM mzproxy.h1 WHERE mz_to = $1", Infinity); got != 2 {
 		t.Errorf("current versions after upgrade: %d", got)
 	}
+	// Version 9 made the trigger functions of the table managed before it
+	// again, with the one-statement retraction.
+	if got := queryInt(t, conn, "SELECT count(*) FROM pg_proc WHERE oid = 'mzproxy.h1_upd'::regproc AND prosrc LIKE '%MATERIALIZED%'"); got != 0 {
+		t.Errorf("h1_upd kept the retraction of version 8")
+	}
+	inWrite(t, conn, "UPDATE t SET k = 3 WHERE k = 2")
+	if got := queryInt(t, conn, "SELECT count(*) FROM mzproxy.h1 WHERE mz_to = $1", Infinity); got != 2 {
+		t.Errorf("current versions after an update: %d", got)
+	}
 	// The primary key's mirror, made at version 1, is recorded by the
 	// upgrade, so that dropping the key finds it.
 	if got := queryInt(t, conn, "SELECT count(*) FROM mzproxy.index_mirrors WHERE index_oid = 't_pkey'::regclass AND mirror = format('h1_k%s', 't_pkey'::regclass::oid)"); got != 1 {

@@ -1,0 +1,164 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// writeCalls runs stmts after OpenWriteFor(inc) in one transaction, as
+// mzproxy runs an autocommit write, on a new connection to cs, and returns
+// the functions of the schema that ran, with their call counts ("name×n",
+// sorted), from track_functions. (A session's counts of earlier
+// transactions may still be pending, and shown as the current one's.)
+func writeCalls(t *testing.T, cs string, inc int64, stmts ...string) []string {
+	t.Helper()
+	ctx := context.Background()
+	conn := connect(t, cs)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	for _, s := range append([]string{"SET LOCAL track_functions = 'all'", OpenWriteFor(inc)}, stmts...) {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	calls, err := collectText(ctx, tx, `SELECT funcname || '×' || calls FROM pg_stat_xact_user_functions
+		WHERE schemaname = $1 ORDER BY funcname`, Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return calls
+}
+
+// An autocommit write to a table with a primary key runs three functions of
+// mzproxy's: begin_write_occ (the slot), stamp_ts (T, once, from the history
+// trigger) and the trigger itself; none of the helpers that read or tag the
+// slot with a query of their own (tag, write_slot, set_slot, choose_ts, ...).
+// Version 8 ran ten functions, tag three times.
+func TestAutocommitWriteCalls(t *testing.T) {
+	cs, conn := installedDB(t)
+	inc := queryInt(t, conn, "SELECT r_id FROM "+Schema+".register(0, 60000, 'test', 0)")
+	inWrite(t, conn, "CREATE TABLE k (id int PRIMARY KEY, v int)", "INSERT INTO k VALUES (1, 0)")
+	hist := queryText(t, conn, "SELECT history FROM "+Schema+".catalog WHERE oid = 'k'::regclass")
+	fn := strings.TrimPrefix(hist, Schema+".")
+
+	for _, tc := range []struct {
+		stmt string
+		want []string
+	}{
+		{"UPDATE k SET v = v + 1 WHERE id = 1", []string{"begin_write_occ×1", fn + "_upd×1", "stamp_ts×1"}},
+		{"INSERT INTO k VALUES (2, 0)", []string{"begin_write_occ×1", fn + "_ins×1", "stamp_ts×1"}},
+		{"DELETE FROM k WHERE id = 2", []string{"begin_write_occ×1", fn + "_del×1", "stamp_ts×1"}},
+	} {
+		if got := writeCalls(t, cs, inc, tc.stmt); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: functions run %v, want %v", tc.stmt, got, tc.want)
+		}
+	}
+	if got := queryInt(t, conn, "SELECT count(*) FROM "+hist+" WHERE id = 1"); got != 2 {
+		t.Errorf("history of id 1 has %d versions, want 2 (the insert's, closed, and the update's)", got)
+	}
+}
+
+// The one-statement retraction keeps the rare cases of the version it
+// replaced: a row written and changed again at the same T leaves no empty
+// version behind; a statement whose CTEs delete a key and insert it again
+// keeps exactly one current version per key (TestOvertakenStatementFails
+// has the version written after T, TestHistoryRandom the mixes).
+func TestRetractionSameTimestamp(t *testing.T) {
+	_, conn := installedDB(t)
+	ctx := context.Background()
+	inWrite(t, conn, "CREATE TABLE k (id int PRIMARY KEY, v text)", "INSERT INTO k VALUES (1, 'a'), (2, 'b')")
+	hist := queryText(t, conn, "SELECT history FROM "+Schema+".catalog WHERE oid = 'k'::regclass")
+
+	tx := beginLazy(t, conn)
+	for _, s := range []string{
+		"UPDATE k SET v = 'a1' WHERE id = 1",
+		"UPDATE k SET v = 'a2' WHERE id = 1",
+		"INSERT INTO k VALUES (3, 'c')",
+		"DELETE FROM k WHERE id = 3",
+		// Same text deleted and inserted again, then a new value.
+		"WITH d AS (DELETE FROM k WHERE id = 2 RETURNING *) INSERT INTO k SELECT id, v FROM d",
+		"WITH d AS (DELETE FROM k WHERE id = 2 RETURNING *) INSERT INTO k SELECT id, 'b1' FROM d",
+	} {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	ts := commitLazy(t, tx)
+	got, err := collectText(ctx, conn, fmt.Sprintf(`SELECT id || ' ' || v || ' ' || (mz_from = %[1]d) || ' ' || (mz_to = %[1]d)
+		FROM %[2]s ORDER BY id, mz_from, mz_to`, ts, hist))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// id 1: the first version closed at T and the last written at T; id 2
+	// likewise; id 3 came and went at T: no version.
+	want := []string{"1 a false true", "1 a2 true false", "2 b false true", "2 b1 true false"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("history after writes at one T:\n%v\nwant\n%v", got, want)
+	}
+	if n := queryInt(t, conn, "SELECT count(*) FROM "+hist+" WHERE mz_from >= mz_to"); n != 0 {
+		t.Fatalf("%d empty versions left", n)
+	}
+}
+
+func queryText(t *testing.T, q Querier, sql string, args ...any) string {
+	t.Helper()
+	var v string
+	if err := q.QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return v
+}
+
+// A pending slot is taken on trust by stamp_ts only when it is exactly the
+// one begin_write_occ made in this transaction: one copied from another
+// transaction, or with a made-up tag, fails the write with 42501 (also when
+// begin_write_occ finds it already set), and writes no history.
+func TestForgedPendingSlot(t *testing.T) {
+	_, conn := installedDB(t)
+	ctx := context.Background()
+	inWrite(t, conn, "CREATE TABLE k (id int PRIMARY KEY, v int)", "INSERT INTO k VALUES (1, 0)")
+	hist := queryText(t, conn, "SELECT history FROM "+Schema+".catalog WHERE oid = 'k'::regclass")
+	before := queryInt(t, conn, "SELECT count(*) FROM "+hist)
+
+	tx := beginLazy(t, conn)
+	copied := queryText(t, tx, "SELECT current_setting($1)", WriteTSSetting)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(copied, "0 - ") {
+		t.Fatalf("pending slot %q", copied)
+	}
+	for _, value := range []string{copied, "0 - " + strings.Repeat("0", 64), "0 - ", "0 - " + strings.TrimPrefix(copied, "0 - ") + " x"} {
+		for _, stmts := range [][]string{
+			{"UPDATE k SET v = v + 1"},
+			{OpenWriteFor(-1), "UPDATE k SET v = v + 1"},
+		} {
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, "SELECT set_config($1, $2, true)", WriteTSSetting, value); err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range stmts {
+				if _, err = tx.Exec(ctx, s); err != nil {
+					break
+				}
+			}
+			wantCode(t, err, "42501", fmt.Sprintf("%v with %s = %q", stmts, WriteTSSetting, value))
+			tx.Rollback(ctx)
+		}
+	}
+	if after := queryInt(t, conn, "SELECT count(*) FROM "+hist); after != before {
+		t.Fatalf("history went from %d to %d versions", before, after)
+	}
+}
