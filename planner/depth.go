@@ -5,8 +5,11 @@ import (
 	"strings"
 	"sync/atomic"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/mzproxy/mzproxy/pgerr"
 	pg "github.com/pganalyze/pg_query_go/v6"
+	"github.com/pganalyze/pg_query_go/v6/parser"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
@@ -85,17 +88,45 @@ func checkNesting(sql string) error {
 
 // parse is pg.Parse behind checkNesting: the planner parses only through
 // it, so no text reaches pg_query's C code unchecked.
+//
+// The serialized trees of recent texts are kept: a read at an explicit
+// timestamp, or any read with --history-reads, is planned twice in a row
+// on a plan-cache miss (without the catalog, to learn that it needs one,
+// then with it), and the C parse is the larger part of parsing. Each call
+// still decodes a tree of its own, since planning mutates it.
 func parse(sql string) (*pg.ParseResult, error) {
 	parseCalls.Add(1)
-	if err := checkNesting(sql); err != nil {
+	tree, ok := recentParses.Get(sql)
+	if !ok {
+		if err := checkNesting(sql); err != nil {
+			return nil, err
+		}
+		var err error
+		if tree, err = parser.ParseToProtobuf(sql); err != nil {
+			if isStackDepth(err) {
+				return nil, errStackDepth()
+			}
+			return nil, err
+		}
+		if len(sql) <= maxRecentParseText {
+			recentParses.Add(sql, tree)
+		}
+	}
+	r := &pg.ParseResult{}
+	if err := proto.Unmarshal(tree, r); err != nil {
+		if isStackDepth(err) {
+			return nil, errStackDepth()
+		}
 		return nil, err
 	}
-	r, err := pg.Parse(sql)
-	if isStackDepth(err) {
-		return nil, errStackDepth()
-	}
-	return r, err
+	return r, nil
 }
+
+// recentParses maps recently parsed texts (up to maxRecentParseText bytes)
+// to their serialized trees.
+var recentParses, _ = lru.New[string, []byte](64)
+
+const maxRecentParseText = 16 << 10
 
 // parseCalls counts calls of parse, for tests that check what the plan
 // cache saves.

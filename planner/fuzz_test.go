@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -193,4 +194,60 @@ func FuzzPlanNesting(f *testing.F) {
 		}
 		checkDepthBound(t, sql)
 	})
+}
+
+// FuzzParamTokens checks the Go lexing of a rewritten statement's
+// timestamp parameter against pg_query's scanner: wherever paramTokens
+// answers, it finds exactly the PARAM tokens the scanner finds.
+//
+//	go test ./planner -run XXX -fuzz FuzzParamTokens -fuzztime 30s
+func FuzzParamTokens(f *testing.F) {
+	for _, s := range paramTokenSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, sql string) {
+		checkParamTokens(t, sql, "$1")
+		checkParamTokens(t, sql, "$2")
+	})
+}
+
+var paramTokenSeeds = []string{
+	"SELECT $1",
+	"SELECT * FROM (SELECT a FROM h WHERE mz_from <= $2 AND mz_to > $2) x WHERE b = $1",
+	"SELECT '$2', \"$2\", $$ $2 $$, $q$ $2 $q$, E'\\' $2', x$2, $2 -- $2\n /* $2 /* $2 */ */",
+	"SELECT 'it''s $2', e'\\\\', $20, $2::int8, 1$2",
+	"SELECT U&'\\0024' UESCAPE '!', B'01', X'1f', N'$2', $21",
+	"SELECT $2abc",
+	"SELECT 'unterminated $2",
+}
+
+func checkParamTokens(t *testing.T, sql, want string) {
+	t.Helper()
+	got, ok := paramTokens(sql, want)
+	if !ok {
+		return
+	}
+	toks, err := scanTokens(sql)
+	if err != nil {
+		return
+	}
+	var exp []int
+	for _, tk := range toks {
+		if tk.tok == pg.Token_PARAM && sql[tk.start:tk.end] == want {
+			exp = append(exp, tk.start)
+		}
+	}
+	if !slices.Equal(got, exp) {
+		t.Fatalf("%q in %q: Go lexing %v, pg_query %v", want, sql, got, exp)
+	}
+}
+
+func TestParamTokens(t *testing.T) {
+	for _, s := range paramTokenSeeds {
+		checkParamTokens(t, s, "$1")
+		checkParamTokens(t, s, "$2")
+	}
+	if got, ok := paramTokens(paramTokenSeeds[2], "$2"); !ok || len(got) != 1 {
+		t.Fatalf("only the bare $2 is a parameter: %v %v", got, ok)
+	}
 }

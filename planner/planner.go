@@ -2,6 +2,7 @@ package planner
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -204,7 +205,9 @@ func rewritable(st *Statement) bool {
 
 // rewriteStatement makes st.Template. n is mutated.
 func rewriteStatement(st *Statement, n *pg.Node, cat Catalog, opts Options) error {
-	nameMzNowColumns(n)
+	if mayMention(st.SQL, "mz_now") {
+		nameMzNowColumns(n)
+	}
 	a := &analyzer{cat: cat, path: opts.SearchPath, rewrite: true, param: st.Params + 1}
 	a.statement(n)
 	if a.err != nil {
@@ -217,8 +220,16 @@ func rewriteStatement(st *Statement, n *pg.Node, cat Catalog, opts Options) erro
 	if a.locking && len(st.Inputs) > 0 {
 		return pgerr.New(pgerr.FeatureNotSupported, "FOR UPDATE/SHARE is not supported at an explicit timestamp")
 	}
-	fixQualified(n, a.qualified)
-	out, err := deparse(n)
+	if slices.ContainsFunc(a.qualified, func(q string) bool { return mayMention(st.SQL, q[:strings.IndexByte(q, 0)]) }) {
+		fixQualified(n, a.qualified)
+	}
+	var out string
+	var err error
+	if a.expandedView {
+		out, err = deparse(n)
+	} else {
+		out, err = deparseParsed(n, st.SQL)
+	}
 	if pgerr.Of(err) == pgerr.StatementTooComplex {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	pg "github.com/pganalyze/pg_query_go/v6"
 )
 
@@ -74,7 +75,23 @@ type stmtText struct {
 // splitStatements splits a query string at top-level semicolons. A
 // semicolon inside parentheses or inside a BEGIN ATOMIC ... END function
 // body does not end a statement.
+//
+// The parts of recent texts are kept (read-only for every caller), for the
+// same reason as recentParses.
 func splitStatements(sql string) ([]stmtText, error) {
+	if parts, ok := recentSplits.Get(sql); ok {
+		return parts, nil
+	}
+	parts, err := scanAndSplit(sql)
+	if err == nil && len(sql) <= maxRecentParseText {
+		recentSplits.Add(sql, parts)
+	}
+	return parts, err
+}
+
+var recentSplits, _ = lru.New[string, []stmtText](64)
+
+func scanAndSplit(sql string) ([]stmtText, error) {
 	toks, err := scanTokens(sql)
 	if err != nil {
 		return nil, err

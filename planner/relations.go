@@ -57,7 +57,10 @@ type analyzer struct {
 	qualified []string // "schema\x00table" of rewritten references without alias
 	viewDepth int      // > 0 inside an expanded view definition
 	viewStack []uint64
-	err       error
+	// expandedView: a view's definition was put into the tree, which is
+	// then deeper than its statement's text says.
+	expandedView bool
+	err          error
 }
 
 func (a *analyzer) fail(err error) {
@@ -399,6 +402,7 @@ func (a *analyzer) expandView(n *pg.Node, rv *pg.RangeVar, o *Object) {
 	}
 	a.viewStack = append(a.viewStack, o.ID)
 	a.viewDepth++
+	a.expandedView = true
 	before := a.rewrote
 	a.rewrote = false
 	a.node(body, nil)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/mzproxy/mzproxy/pgerr"
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -101,6 +102,41 @@ func deparse(n *pg.Node) (string, error) {
 	return pg.Deparse(&pg.ParseResult{Version: 170007, Stmts: []*pg.RawStmt{{Stmt: n}}})
 }
 
+// rewriteLevels bounds what the rewrite adds to the depth of a statement's
+// tree, in protobuf messages: a table reference becomes a subquery
+// (RangeSubselect, SelectStmt, BoolExpr, A_Expr, ColumnRef, String, each
+// under a Node: 12), mz_now() a cast of a parameter (fewer).
+const rewriteLevels = 16
+
+// deparseParsed is deparse for n, a tree parsed from sql and rewritten (no
+// view definition put in): the lexical estimate of sql's depth, which
+// bounds its tree at twice as many messages (TestNestingDepthBoundsTrees,
+// FuzzPlanNesting), spares walking the tree when it is far from the
+// deparser's limit.
+func deparseParsed(n *pg.Node, sql string) (string, error) {
+	if 2*nestingDepth(sql, maxNestingLevels)+rewriteLevels > maxDeparseMessages {
+		return deparse(n)
+	}
+	return pg.Deparse(&pg.ParseResult{Version: 170007, Stmts: []*pg.RawStmt{{Stmt: n}}})
+}
+
+// mayMention reports whether word (an identifier) may be spelled in sql:
+// false only when sql cannot name it, case-insensitively, nor spell any
+// name with Unicode escapes (U&"...").
+func mayMention(sql, word string) bool {
+	return containsFold(sql, word) || containsFold(sql, `u&"`)
+}
+
+// containsFold is strings.Contains, ASCII case-insensitively.
+func containsFold(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if strings.EqualFold(s[i:i+len(sub)], sub) {
+			return true
+		}
+	}
+	return false
+}
+
 // Template is a rewritten statement with holes for the timestamp. The
 // proxy splices the timestamp into every hole: "$N" under the extended
 // protocol (the timestamp then travels as an extra int8 parameter), or a
@@ -115,24 +151,95 @@ type Template struct {
 // from pg_query's scanner, so a "$3" inside a string literal, a comment or
 // a dollar-quoted body is never a hole.
 func newTemplate(sql string, param int) (*Template, error) {
-	toks, err := scanTokens(sql)
-	if err != nil {
-		return nil, err
-	}
 	want := "$" + strconv.Itoa(param)
+	holes, ok := paramTokens(sql, want)
+	if !ok {
+		toks, err := scanTokens(sql)
+		if err != nil {
+			return nil, err
+		}
+		holes = holes[:0]
+		for _, tk := range toks {
+			if tk.tok == pg.Token_PARAM && sql[tk.start:tk.end] == want {
+				holes = append(holes, tk.start)
+			}
+		}
+	}
 	t := &Template{param: param}
 	last := 0
-	for _, tk := range toks {
-		if tk.tok == pg.Token_PARAM && sql[tk.start:tk.end] == want {
-			t.segs = append(t.segs, sql[last:tk.start])
-			last = tk.end
-		}
+	for _, at := range holes {
+		t.segs = append(t.segs, sql[last:at])
+		last = at + len(want)
 	}
 	t.segs = append(t.segs, sql[last:])
 	for _, s := range t.segs {
 		t.size += len(s)
 	}
 	return t, nil
+}
+
+// paramTokens returns the offsets of the parameter tokens want ("$3") in
+// sql, deparser output, lexed in Go (pg_query's scanner is a cgo call):
+// string literals (escape strings too), quoted identifiers, dollar quotes
+// and comments are skipped whole, and a '$' inside an identifier or
+// number is part of it. ok is false on anything unterminated or unusual
+// ($1abc); the caller then asks pg_query's scanner.
+func paramTokens(sql, want string) (at []int, ok bool) {
+	if strings.IndexByte(sql, 0) >= 0 || !utf8.ValidString(sql) {
+		return nil, false // the C scanner stops at NUL
+	}
+	for i := 0; i < len(sql); {
+		c := sql[i]
+		switch {
+		case c == '\'':
+			i, ok = quotedEnd(sql, i+1, '\'', false)
+		case c == '"':
+			i, ok = quotedEnd(sql, i+1, '"', false)
+		case (c == 'e' || c == 'E') && i+1 < len(sql) && sql[i+1] == '\'':
+			i, ok = quotedEnd(sql, i+2, '\'', true)
+		case c == '-' && strings.HasPrefix(sql[i:], "--"):
+			i, ok = lineCommentEnd(sql, i), true
+		case c == '/' && strings.HasPrefix(sql[i:], "/*"):
+			i, ok = blockCommentEnd(sql, i)
+		case isIdentStart(c):
+			i, ok = identEnd(sql, i), true
+		case isDigit(c):
+			// 1$2 is a number and a parameter; odder numbers go to the
+			// scanner.
+			j := i
+			for j < len(sql) && (isDigit(sql[j]) || sql[j] == '.') {
+				j++
+			}
+			i, ok = j, j == len(sql) || !isIdentStart(sql[j]) && sql[j] != '_'
+		case c == '.' && i+1 < len(sql) && isDigit(sql[i+1]):
+			return nil, false
+		case c == '$' && i+1 < len(sql) && isDigit(sql[i+1]):
+			j := i + 1
+			for j < len(sql) && isDigit(sql[j]) {
+				j++
+			}
+			if j < len(sql) && (isIdentStart(sql[j]) || sql[j] == '$') {
+				return nil, false
+			}
+			if sql[i:j] == want {
+				at = append(at, i)
+			}
+			i, ok = j, true
+		case c == '$':
+			tag := dollarTag(sql, i)
+			if tag == "" {
+				i, ok = i+1, true
+				break
+			}
+			i, ok = dollarQuotedEnd(sql, i, tag)
+		default:
+			i, ok = i+1, true
+		}
+		if !ok {
+			return nil, false
+		}
+	}
+	return at, true
 }
 
 // Param is the number of the timestamp parameter: the statement's own
