@@ -699,7 +699,7 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 		return s.exchange(ctx)
 	}
 	if r.replayable && s.tx == txIdle && s.units.len() == 0 && after == "" {
-		return s.optimisticWrite(ctx, sql, inc, func() error { return s.forward(frame) })
+		return s.optimisticWrite(ctx, sql, inc, occRequest{query: sql, frames: [][]byte{frame}})
 	}
 	if err := s.internal("BEGIN; "+storage.OpenWriteFor(inc), false); err != nil {
 		return err
