@@ -701,6 +701,11 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 	if r.replayable && s.tx == txIdle && s.units.len() == 0 && after == "" {
 		return s.optimisticWrite(ctx, sql, inc, occRequest{query: sql, frames: [][]byte{frame}})
 	}
+	// Anything else is three Queries sent in one flush (one network round
+	// trip, three ReadyForQuery). Not folded into one Query as the
+	// optimistic write is: a COPY's COMMIT must wait for its data, and
+	// the relay would have to drop the slot's answers from inside the
+	// client's unit, whose statements are several and of any kind.
 	if err := s.internal("BEGIN; "+storage.OpenWriteFor(inc), false); err != nil {
 		return err
 	}
