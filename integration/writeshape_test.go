@@ -93,6 +93,18 @@ func TestWritesOneRoundTrip(t *testing.T) {
 		t.Errorf("row 2 after two increments: %d, %v", v, err)
 	}
 
+	// A client that deallocates the proxy's prepared slot statement gets
+	// one error for it (PostgreSQL's 26000), and the next write prepares
+	// it again.
+	if _, err := execSimple(ctx, conn, "DEALLOCATE mzproxy_begin_write"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := conn.Exec(ctx, "shape_update", 3)
+	wantCode(t, err, "26000")
+	if tag, err := conn.Exec(ctx, "shape_update", 3); err != nil || tag.String() != "UPDATE 1" {
+		t.Fatalf("the write after: %q, %v", tag, err)
+	}
+
 	// An error in the client's text points where PostgreSQL points.
 	const bad = "UPDATE shape SET v = v + nosuch WHERE id = 1"
 	_, direct := execSimple(ctx, connectTo(t, ctx, directURL("postgres", db)), bad)

@@ -770,11 +770,11 @@ func (s *Session) writeSlotSQL(inc int64) string {
 // unless *prepared says it is, for inc).
 func (s *Session) injectExtended(name, sql string, prepared *int64, inc int64) error {
 	if *prepared != inc {
-		if *prepared != 0 {
-			// Prepared for an incarnation that was lost.
-			if err := s.internalMsg(&pgproto3.Close{ObjectType: 'S', Name: name}, uClose); err != nil {
-				return err
-			}
+		// Closed first: it may exist for an incarnation that was lost, or
+		// after the optimistic write's failed attempt reset writeSlotPrepared
+		// (closing one that does not exist is no error).
+		if err := s.internalMsg(&pgproto3.Close{ObjectType: 'S', Name: name}, uClose); err != nil {
+			return err
 		}
 		if err := s.internalMsg(&pgproto3.Parse{Name: name, Query: sql}, uParse); err != nil {
 			return err

@@ -264,6 +264,9 @@ func (s *Session) oneTripAttempt(ctx context.Context, req occRequest, inc int64)
 			slotDone = true
 		case typ == 'E':
 			at.failed = cloneFrame(f)
+			// Whatever failed, the slot's statement is prepared again
+			// next time (a client's DEALLOCATE of it costs one error).
+			s.writeSlotPrepared = 0
 		}
 	})
 	return at, err
@@ -298,16 +301,16 @@ func slotQueryPrefix(inc int64) string {
 // statement (writeSlotStatement, shared with takeWriteSlotExtended),
 // parsed first unless it is for inc already. No Sync: the client's batch
 // that follows ends the implicit transaction. writeSlotPrepared is set
-// only once the ParseComplete arrives (oneTripAttempt).
+// only once the ParseComplete arrives, and reset when the slot's part
+// fails (oneTripAttempt).
 func (s *Session) sendSlotBind(inc int64) error {
 	var msgs []pgproto3.FrontendMessage
 	if s.writeSlotPrepared != inc {
-		if s.writeSlotPrepared != 0 {
-			// Prepared for an incarnation that was lost.
-			msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: writeSlotStatement})
-		}
-		s.writeSlotPrepared = 0
-		msgs = append(msgs, &pgproto3.Parse{Name: writeSlotStatement, Query: storage.OpenWriteFor(inc)})
+		// Closed first: it may exist for an incarnation that was lost, or
+		// after a failed attempt (closing one that does not is no error).
+		msgs = append(msgs,
+			&pgproto3.Close{ObjectType: 'S', Name: writeSlotStatement},
+			&pgproto3.Parse{Name: writeSlotStatement, Query: storage.OpenWriteFor(inc)})
 	}
 	msgs = append(msgs,
 		&pgproto3.Bind{DestinationPortal: writeSlotStatement, PreparedStatement: writeSlotStatement},
