@@ -98,15 +98,17 @@
 //
 // # In the proxy
 //
-// An attempt in the proxy is one backend transaction: the write slot, the
-// client's statement (under PostgreSQL's row locks; its T is chosen once
-// it holds them) and commit_write and COMMIT, sent in one round trip.
-// Nothing is validated at the end, so the only conflicts are PostgreSQL's
-// own transient errors of the statement or COMMIT (40001, 40P01), which
-// the proxy reports as an append that lost; the machine decides retry or
-// 40001. It answers ActAllocate after the round trip with the T
-// commit_write reported; ActRefold always with "cannot" (the proxy
-// re-executes the statement); ActRead with the statement's row count; and
+// An attempt in the proxy is one implicit backend transaction, sent in one
+// round trip with one ReadyForQuery: the write slot and the client's
+// statement (under PostgreSQL's row locks; its T is chosen once it holds
+// them, inside the backend), committed by the backend at the end of the
+// client's Query or at its Sync. Nothing is validated at the end, so the
+// only conflicts are PostgreSQL's own transient errors of the statement
+// (40001, 40P01), which the proxy reports as an append that lost; the
+// machine decides retry or 40001. The proxy does not ask for T: it
+// answers ActAllocate after the round trip with the machine's floor;
+// ActRefold always with "cannot" (the proxy re-executes the statement);
+// ActRead with the statement's row count; and
 // ActApply at once. The timestamp rules themselves are Frontier's
 // (frontier.go), a model of package storage's SQL.
 package occ

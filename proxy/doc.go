@@ -34,7 +34,7 @@
 //     portal's records here (statements.go), so that Execute knows its
 //     path without parsing again.
 //  5. Forward. The client's message and any of the proxy's own (the write slot
-//     and commit_write around a write, the timestamp parameter of a
+//     before a write, the timestamp parameter of a
 //     rewritten read) are queued as units (relay.go): one per request
 //     whose answers are awaited, with its disposition (the client's answers
 //     are relayed, the proxy's swallowed, but for an error the client must

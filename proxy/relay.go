@@ -699,8 +699,13 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 		return s.exchange(ctx)
 	}
 	if r.replayable && s.tx == txIdle && s.units.len() == 0 && after == "" {
-		return s.optimisticWrite(ctx, sql, inc, func() error { return s.forward(frame) })
+		return s.optimisticWrite(ctx, sql, inc, occRequest{query: sql, frames: [][]byte{frame}})
 	}
+	// Anything else is three Queries sent in one flush (one network round
+	// trip, three ReadyForQuery). Not folded into one Query as the
+	// optimistic write is: a COPY's COMMIT must wait for its data, and
+	// the relay would have to drop the slot's answers from inside the
+	// client's unit, whose statements are several and of any kind.
 	if err := s.internal("BEGIN; "+storage.OpenWriteFor(inc), false); err != nil {
 		return err
 	}
@@ -765,11 +770,11 @@ func (s *Session) writeSlotSQL(inc int64) string {
 // unless *prepared says it is, for inc).
 func (s *Session) injectExtended(name, sql string, prepared *int64, inc int64) error {
 	if *prepared != inc {
-		if *prepared != 0 {
-			// Prepared for an incarnation that was lost.
-			if err := s.internalMsg(&pgproto3.Close{ObjectType: 'S', Name: name}, uClose); err != nil {
-				return err
-			}
+		// Closed first: it may exist for an incarnation that was lost, or
+		// after the optimistic write's failed attempt reset writeSlotPrepared
+		// (closing one that does not exist is no error).
+		if err := s.internalMsg(&pgproto3.Close{ObjectType: 'S', Name: name}, uClose); err != nil {
+			return err
 		}
 		if err := s.internalMsg(&pgproto3.Parse{Name: name, Query: sql}, uParse); err != nil {
 			return err

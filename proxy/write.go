@@ -25,39 +25,58 @@ const OCCPauseMarker = "/*mzproxy:occ-pause*/"
 
 // An optimistic write is one client Query (or Bind ... Sync batch),
 // outside a transaction block, of a single statement that can be run again
-// (route.replayable). Each attempt is one backend transaction, sent in one
-// round trip (two when the test-only failpoint stops between payload and
-// append):
+// (route.replayable). Each attempt is one backend round trip with one
+// ReadyForQuery: the write slot (begin_write_occ, T pending) and the
+// client's statement in one implicit transaction, which the backend
+// commits at the end of the Query (or at the client's Sync) and rolls back
+// whole at an error:
 //
-//	payload: BEGIN; SELECT begin_write_occ(inc, 0)   -- the slot, T pending
-//	         <the client's Query or batch>           -- answers buffered
-//	append:  SELECT commit_write(inc)                -- T
-//	         COMMIT
+//	simple:   Query "SELECT begin_write_occ(inc, 0);\n<the client's text>"
+//	extended: Bind/Execute mzproxy_begin_write (parsed once per backend
+//	          connection and incarnation), then the client's Bind ... Sync
 //
-// The proxy's own statements go as extended-protocol messages, each line
-// above ended by a Sync (sendOwn), never as a simple Query, which would
-// destroy the client's unnamed statement that its batch binds.
+// No BEGIN, no COMMIT, no Close: the slot's portal ends with the
+// transaction. The client's Query destroys its unnamed statement anyway,
+// so sending ours instead changes nothing for it; in a batch the proxy's
+// messages name only its own statement and portal.
+//
+// A write's T is chosen inside the backend (storage/frontier.sql) and is
+// not asked for: it would cost a statement per write, for the trace span
+// only. The statement's span and slow-statement line carry no timestamp.
 //
 // The statement runs under PostgreSQL's row locks, and T is chosen once it
-// holds them (storage/frontier.sql), so nothing is validated at the end.
-// What is retried is what PostgreSQL itself reports as a transient
-// conflict: a serialization failure (40001: also a statement that would
-// close a version newer than its T, possible when it writes history more
-// than once) or a deadlock (40P01). The attempt rolls back, its answers
+// holds them, so nothing is validated at the end. What is retried is what
+// PostgreSQL itself reports as a transient conflict: a serialization
+// failure (40001: also a statement that would close a version newer than
+// its T, possible when it writes history more than once) or a deadlock
+// (40P01). The implicit transaction rolled back at the error, its answers
 // are dropped, and occ.Machine decides: another attempt, or 40001 once its
 // budget is spent. Any other error of the statement is the client's
-// answer. The client sees the answers of the attempt that committed only,
-// after its COMMIT.
+// answer; an error of the slot (a fenced incarnation) skips the client's
+// statement and is the client's answer. The client sees the answers of the
+// attempt that committed only.
+//
+// The test-only failpoint (Config.OCCPauseFile, a statement carrying
+// OCCPauseMarker) needs a transaction that stays open between the
+// statement and its commit: that first attempt takes two round trips,
+// BEGIN and the slot with the client's request, then COMMIT after the
+// pause (explicitAttempt).
 //
 // Cancellation: the statement's context ends at the client's cancel or the
 // deadline (deadline.go), and the backend is sent a CancelRequest, so a
 // running statement fails and the attempt writes nothing; a context that
-// ends between attempts stops the loop (at the failpoint, before the
-// append: the attempt is rolled back). Once the append is sent the outcome
-// the backend reports is what the client gets, whatever happened to ctx: a
-// COMMIT that succeeded is reported as success.
+// ends between attempts stops the loop (at the failpoint, before COMMIT:
+// the attempt is rolled back). Once the attempt is sent the outcome the
+// backend reports is what the client gets, whatever happened to ctx: a
+// commit that succeeded is reported as success.
 
-// attempt is what one attempt's payload round trip left.
+// occRequest is the client's request an optimistic write runs.
+type occRequest struct {
+	query  string   // a simple Query's text; "" for a batch
+	frames [][]byte // the client's frames as it sent them (Query, or Bind ... Sync)
+}
+
+// attempt is what one attempt's round trip left.
 type attempt struct {
 	answers [][]byte // the client statement's answers, copied
 	rows    int64
@@ -67,15 +86,31 @@ type attempt struct {
 	// conflict: failed is a transient conflict (40001, 40P01) of the
 	// statement, retried.
 	conflict bool
+	// interrupted: the context ended at the failpoint, before COMMIT; the
+	// attempt was rolled back.
+	interrupted bool
+	ready       []byte // the ReadyForQuery that ended the attempt
+}
+
+// take records an answer of the client's statement.
+func (at *attempt) take(ctx context.Context, typ byte, f []byte) {
+	at.answers = append(at.answers, cloneFrame(f))
+	switch typ {
+	case 'E':
+		if at.failed == nil {
+			at.failed = at.answers[len(at.answers)-1]
+			at.conflict = transientConflict(pgerr.Code(errorCode(wire.Body(f)))) && ctx.Err() == nil
+		}
+	case 'C':
+		at.rows += tagRows(f)
+	}
 }
 
 // optimisticWrite runs a replayable write outside a transaction block
-// through the optimistic loop; send forwards the client's messages of it
-// (a Query, or a Bind ... Sync batch), again for each attempt. It writes
-// for incarnation inc. occ.Machine decides everything the loop decides
-// (the floor and the wait of each attempt, retry or 40001, the counts);
-// this side does the I/O.
-func (s *Session) optimisticWrite(ctx context.Context, sql string, inc int64, send func() error) error {
+// through the optimistic loop; req is sent again for each attempt. It
+// writes for incarnation inc. occ.Machine decides everything the loop
+// decides (retry or 40001, the counts); this side does the I/O.
+func (s *Session) optimisticWrite(ctx context.Context, sql string, inc int64, req occRequest) error {
 	px := s.proxy
 	release, err := px.occStats.Admit(ctx, px.occSem, s.budget, s.enter)
 	if err != nil {
@@ -88,7 +123,7 @@ func (s *Session) optimisticWrite(ctx context.Context, sql string, inc int64, se
 	s.midRequest = true
 
 	w := &occWrite{
-		s: s, ctx: ctx, send: send, inc: inc,
+		s: s, ctx: ctx, req: req, inc: inc,
 		pause: px.cfg.OCCPauseFile != "" && strings.Contains(sql, OCCPauseMarker),
 		m:     occ.NewMachine(occ.Config{MaxAttempts: px.OCCMaxAttempts()}, occ.Write[struct{}]{}),
 	}
@@ -101,7 +136,7 @@ func (s *Session) optimisticWrite(ctx context.Context, sql string, inc int64, se
 type occWrite struct {
 	s     *Session
 	ctx   context.Context
-	send  func() error
+	req   occRequest
 	inc   int64
 	pause bool // stop at the test-only failpoint in the first attempt
 	m     *occ.Machine[struct{}]
@@ -147,39 +182,37 @@ func (w *occWrite) finish() {
 	}
 }
 
-// attempt runs one attempt for the machine's ActAllocate a: the payload
-// and the append, in one round trip but at the failpoint. answered: the
-// client has its answer (the error of a statement or of the slot), and the
-// loop is over.
+// attempt runs one attempt for the machine's ActAllocate a and reports its
+// outcome. answered: the client has its answer (the error of a statement
+// or of the slot), and the loop is over.
 func (w *occWrite) attempt(a occ.Action[struct{}]) (next occ.Action[struct{}], answered bool, err error) {
 	s := w.s
 	s.obs.Phase(observe.PhaseOCCAttempt)
-	pipelined := !(w.pause && w.m.Result().Attempts == 0)
-	at, err := s.occPayload(w.ctx, w.send, w.inc, pipelined)
+	var at attempt
+	if w.pause && w.m.Result().Attempts == 0 {
+		at, err = s.explicitAttempt(w.ctx, w.req, w.inc)
+	} else {
+		at, err = s.oneTripAttempt(w.ctx, w.req, w.inc)
+	}
 	if err != nil {
 		return a, true, err
 	}
-	if at.conflict {
-		// Rolled back: commit_write failed with 25P02, COMMIT with it.
-		if _, err := s.occAppend(w.ctx, w.inc, pipelined); err != nil {
-			return a, true, err
-		}
+	// The write's T is not known (see the header): the machine is given
+	// its floor, which it only uses to order its own attempts.
+	switch {
+	case at.interrupted:
+		return w.m.Step(occ.Event[struct{}]{Kind: occ.EvError, Err: occ.Interrupted(w.ctx, s.budget)}), false, nil
+	case at.conflict:
 		return w.step(a.Floor, at.rows, occ.AppendResult{}), false, nil
-	}
-	if at.failed != nil {
-		return a, true, w.payloadFailed(at, pipelined)
-	}
-	if !pipelined {
-		waitForFailpoint(w.ctx, s.proxy.cfg.OCCPauseFile)
-		if w.ctx.Err() != nil {
-			// The append was not sent: roll back, nothing is written.
-			if err := s.occRollback(w.ctx, nil); err != nil {
-				return a, true, err
-			}
-			return w.m.Step(occ.Event[struct{}]{Kind: occ.EvError, Err: occ.Interrupted(w.ctx, s.budget)}), false, nil
+	case at.failed != nil:
+		if at.answers == nil {
+			at.answers = [][]byte{at.failed}
 		}
+		return a, true, s.occFinish(at.answers, at.ready)
 	}
-	return w.appendAttempt(at, pipelined)
+	w.step(a.Floor, at.rows, occ.AppendResult{OK: true})
+	w.answers, w.ready = at.answers, at.ready
+	return w.m.Step(occ.Event[struct{}]{Kind: occ.EvApplied}), false, nil
 }
 
 // step reports an attempt at T whose statement read rows to the machine,
@@ -202,63 +235,134 @@ func (w *occWrite) step(t uint64, rows int64, r occ.AppendResult) occ.Action[str
 	return w.m.Step(occ.Event[struct{}]{Kind: occ.EvAppended, Append: r})
 }
 
-// payloadFailed ends the write whose payload failed: an ErrorResponse of
-// the slot or of the statement ended it, and nothing was written.
-func (w *occWrite) payloadFailed(at attempt, pipelined bool) error {
-	s := w.s
-	if at.answers == nil {
-		at.answers = [][]byte{at.failed}
-	}
-	if !pipelined {
-		// The client sees the error as PostgreSQL sent it.
-		return s.occRollback(w.ctx, at.answers)
-	}
-	// The append that followed failed with 25P02 and COMMIT rolled back.
-	out, err := s.occAppend(w.ctx, w.inc, true)
+// oneTripAttempt sends an attempt as one implicit transaction (see the
+// header) and reads its answers: the slot's are dropped up to its
+// CommandComplete (an error before it is the slot's, and the backend
+// skipped the client's statement), the client's are kept.
+func (s *Session) oneTripAttempt(ctx context.Context, req occRequest, inc int64) (attempt, error) {
+	var at attempt
+	shift, err := s.sendOneTrip(req, inc)
 	if err != nil {
-		return err
+		return at, err
 	}
-	return s.occFinish(at.answers, out.ready)
+	if err := s.be.w.Flush(); err != nil {
+		return at, s.lostWrite(err)
+	}
+	slotDone := false
+	err = s.occRead(ctx, func(typ byte, f []byte) {
+		if typ == 'E' {
+			f = shiftErrorPosition(f, shift)
+		}
+		switch {
+		case typ == 'Z':
+			at.ready = cloneFrame(f)
+		case slotDone:
+			at.take(ctx, typ, f)
+		case typ == '1':
+			s.writeSlotPrepared = inc
+		case typ == 'C':
+			slotDone = true
+		case typ == 'E':
+			at.failed = cloneFrame(f)
+			// Whatever failed, the slot's statement is prepared again
+			// next time (a client's DEALLOCATE of it costs one error).
+			s.writeSlotPrepared = 0
+		}
+	})
+	return at, err
 }
 
-// appendAttempt reads (sends, unless pipelined) the append of attempt at
-// and reports its outcome to the machine.
-func (w *occWrite) appendAttempt(at attempt, pipelined bool) (next occ.Action[struct{}], answered bool, err error) {
-	s := w.s
-	s.obs.Phase(observe.PhaseCommit)
-	out, err := s.occAppend(w.ctx, w.inc, pipelined)
-	if err != nil {
-		s.midRequest = false
-		return w.m.Action(), true, err
+// sendOneTrip queues an attempt's messages. shift is how many characters
+// of the proxy's own precede the client's text in the Query (error
+// positions count from the Query's start).
+func (s *Session) sendOneTrip(req occRequest, inc int64) (shift int, err error) {
+	if req.query != "" {
+		prefix := slotQueryPrefix(inc)
+		if err := s.be.w.Send(&pgproto3.Query{String: prefix + req.query}); err != nil {
+			return 0, s.lost(err)
+		}
+		return len(prefix), nil
 	}
-	// From here the outcome decides, whatever happened to ctx (a conflict
-	// is not retried once ctx has ended: run checks it first).
-	switch {
-	case out.failed != nil:
-		return w.m.Action(), true, s.occFinish([][]byte{out.failed}, out.ready)
-	case out.conflict:
-		return w.step(w.m.Action().Floor, at.rows, occ.AppendResult{}), false, nil
+	if err := s.sendSlotBind(inc); err != nil {
+		return 0, err
 	}
-	s.obs.Timestamp(out.t)
-	w.step(out.t, at.rows, occ.AppendResult{OK: true})
-	w.answers, w.ready = at.answers, out.ready
-	return w.m.Step(occ.Event[struct{}]{Kind: occ.EvApplied}), false, nil
+	return 0, s.forwardAll(req.frames)
 }
 
-// occPayload sends an attempt's first round trip and reads its answers.
-// withAppend sends the append too (occAppend then only reads its answers).
-func (s *Session) occPayload(ctx context.Context, send func() error, inc int64, withAppend bool) (attempt, error) {
+// slotQueryPrefix is the slot statement a simple Query of the client's
+// is sent after. The client's text is one statement the planner parsed:
+// whatever it ends with (a ';', a "--" comment) ends the Query, and
+// nothing in it can reach back across the ';' and newline.
+func slotQueryPrefix(inc int64) string {
+	return storage.OpenWriteFor(inc) + ";\n"
+}
+
+// sendSlotBind queues the Bind and Execute of the write slot's named
+// statement (writeSlotStatement, shared with takeWriteSlotExtended),
+// parsed first unless it is for inc already. No Sync: the client's batch
+// that follows ends the implicit transaction. writeSlotPrepared is set
+// only once the ParseComplete arrives, and reset when the slot's part
+// fails (oneTripAttempt).
+func (s *Session) sendSlotBind(inc int64) error {
+	var msgs []pgproto3.FrontendMessage
+	if s.writeSlotPrepared != inc {
+		// Closed first: it may exist for an incarnation that was lost, or
+		// after a failed attempt (closing one that does not is no error).
+		msgs = append(msgs,
+			&pgproto3.Close{ObjectType: 'S', Name: writeSlotStatement},
+			&pgproto3.Parse{Name: writeSlotStatement, Query: storage.OpenWriteFor(inc)})
+	}
+	msgs = append(msgs,
+		&pgproto3.Bind{DestinationPortal: writeSlotStatement, PreparedStatement: writeSlotStatement},
+		&pgproto3.Execute{Portal: writeSlotStatement})
+	for _, m := range msgs {
+		if err := s.be.w.Send(m); err != nil {
+			return s.lost(err)
+		}
+	}
+	return nil
+}
+
+// forwardAll forwards the client's frames as they came.
+func (s *Session) forwardAll(frames [][]byte) error {
+	for _, f := range frames {
+		if err := s.forward(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shiftErrorPosition makes the position of an ErrorResponse to a Query
+// the proxy prefixed with shift characters (ASCII) of its own count from
+// the start of the client's text again.
+func shiftErrorPosition(frame []byte, shift int) []byte {
+	if shift == 0 {
+		return frame
+	}
+	var er pgproto3.ErrorResponse
+	if err := er.Decode(wire.Body(frame)); err != nil || er.Position <= int32(shift) {
+		return frame
+	}
+	er.Position -= int32(shift)
+	out, err := er.Encode(nil)
+	if err != nil {
+		return frame
+	}
+	return out
+}
+
+// explicitAttempt is the first attempt of a write stopped at the test-only
+// failpoint: BEGIN and the slot, then the client's request as it came, in
+// one round trip; the pause; then COMMIT in a second one (or ROLLBACK, if
+// the statement failed or the context ended at the pause).
+func (s *Session) explicitAttempt(ctx context.Context, req occRequest, inc int64) (attempt, error) {
 	var at attempt
 	if err := s.sendOwn("BEGIN", storage.OpenWriteFor(inc)); err != nil {
 		return at, err
 	}
-	if err := send(); err != nil {
+	if err := s.forwardAll(req.frames); err != nil {
 		return at, err
-	}
-	if withAppend {
-		if err := s.sendAppend(inc); err != nil {
-			return at, err
-		}
 	}
 	if err := s.be.w.Flush(); err != nil {
 		return at, s.lostWrite(err)
@@ -271,51 +375,75 @@ func (s *Session) occPayload(ctx context.Context, send func() error, inc int64, 
 	if err != nil {
 		return at, err
 	}
-	beginFailed := at.failed != nil
+	slotFailed := at.failed != nil
 	err = s.occRead(ctx, func(typ byte, f []byte) {
-		if beginFailed || typ == 'Z' {
-			// After a failed begin_write_occ only 25P02 comes; the
-			// client gets the ReadyForQuery of the transaction's end.
-			return
-		}
-		at.answers = append(at.answers, cloneFrame(f))
-		switch typ {
-		case 'E':
-			if at.failed == nil {
-				at.failed = at.answers[len(at.answers)-1]
-				at.conflict = transientConflict(pgerr.Code(errorCode(wire.Body(f)))) && ctx.Err() == nil
-			}
-		case 'C':
-			at.rows += tagRows(f)
+		// After a failed slot only 25P02 comes.
+		if !slotFailed && typ != 'Z' {
+			at.take(ctx, typ, f)
 		}
 	})
-	if beginFailed {
+	if err != nil {
+		return at, err
+	}
+	if slotFailed {
 		at.answers = nil
 	}
-	return at, err
+	if at.failed != nil {
+		at.ready, err = s.occRollback(ctx)
+		return at, err
+	}
+	waitForFailpoint(ctx, s.proxy.cfg.OCCPauseFile)
+	if ctx.Err() != nil {
+		// COMMIT was not sent: roll back, nothing is written.
+		at.interrupted = true
+		_, err = s.occRollback(ctx)
+		return at, err
+	}
+	return s.occCommit(ctx, at)
+}
+
+// occCommit commits the explicit attempt at, whatever happens to the
+// statement's context meanwhile.
+func (s *Session) occCommit(ctx context.Context, at attempt) (attempt, error) {
+	s.obs.Phase(observe.PhaseCommit)
+	if err := s.sendOwn("COMMIT"); err != nil {
+		return at, err
+	}
+	if err := s.be.w.Flush(); err != nil {
+		return at, s.lostWrite(err)
+	}
+	var committed bool
+	var failed []byte
+	err := s.occRead(ctx, func(typ byte, f []byte) {
+		switch typ {
+		case 'C':
+			committed = string(f[5:len(f)-1]) == "COMMIT"
+		case 'E':
+			if failed == nil {
+				failed = cloneFrame(f)
+			}
+		case 'Z':
+			at.ready = cloneFrame(f)
+		}
+	})
+	if err != nil {
+		return at, err
+	}
+	if failed != nil {
+		at.failed, at.answers = failed, nil
+		at.conflict = transientConflict(pgerr.Code(errorCode(wire.Body(failed))))
+		return at, nil
+	}
+	if !committed {
+		return at, pgerr.New(pgerr.InternalError, "optimistic write: COMMIT did not commit, and no error said why")
+	}
+	return at, nil
 }
 
 // transientConflict reports whether code is a conflict PostgreSQL says may
 // succeed if retried: a serialization failure or a deadlock.
 func transientConflict(code pgerr.Code) bool {
 	return code == pgerr.SerializationFailure || code == deadlockDetected
-}
-
-// appendOutcome is what an attempt's append round trip left.
-type appendOutcome struct {
-	t        uint64 // the write's T (0 when it wrote no history)
-	conflict bool   // COMMIT failed with a transient conflict: retried
-	failed   []byte // an ErrorResponse that ends the write (nothing written)
-	ready    []byte // the ReadyForQuery after COMMIT
-}
-
-// sendAppend queues commit_write and COMMIT for incarnation inc, each
-// ended by its own Sync (so each has its ReadyForQuery).
-func (s *Session) sendAppend(inc int64) error {
-	if err := s.sendOwn(storage.CommitWriteFor(inc)); err != nil {
-		return err
-	}
-	return s.sendOwn("COMMIT")
 }
 
 // ownStatement names the statement and portal under which the optimistic
@@ -351,64 +479,6 @@ func (s *Session) sendOwn(sqls ...string) error {
 	return nil
 }
 
-// occAppend sends commit_write and COMMIT (unless sent, with the payload)
-// and waits for their outcome, whatever happens to the statement's context
-// meanwhile.
-func (s *Session) occAppend(ctx context.Context, inc int64, sent bool) (appendOutcome, error) {
-	var out appendOutcome
-	if !sent {
-		if err := s.sendAppend(inc); err != nil {
-			return out, err
-		}
-		if err := s.be.w.Flush(); err != nil {
-			return out, s.lostWrite(err)
-		}
-	}
-	var appendErr []byte
-	var tText string
-	var seen bool
-	if err := s.occRead(ctx, func(typ byte, f []byte) {
-		switch typ {
-		case 'D':
-			firstValue(f, &tText, &seen)
-		case 'E':
-			appendErr = cloneFrame(f)
-		}
-	}); err != nil {
-		return out, err
-	}
-	var committed bool
-	err := s.occRead(ctx, func(typ byte, f []byte) {
-		switch typ {
-		case 'C':
-			committed = string(f[5:len(f)-1]) == "COMMIT"
-		case 'E':
-			if out.failed == nil {
-				out.failed = cloneFrame(f)
-			}
-		case 'Z':
-			out.ready = cloneFrame(f)
-		}
-	})
-	if err != nil {
-		return out, err
-	}
-	if appendErr != nil && out.failed == nil {
-		out.failed = appendErr
-	}
-	if out.failed != nil {
-		if transientConflict(pgerr.Code(errorCode(wire.Body(out.failed)))) {
-			out.conflict, out.failed = true, nil
-		}
-		return out, nil
-	}
-	if !committed {
-		return out, pgerr.New(pgerr.InternalError, "optimistic write: COMMIT did not commit, and no error said why")
-	}
-	out.t, _ = strconv.ParseUint(tText, 10, 64)
-	return out, nil
-}
-
 // occRead reads the backend's answers to one Query or Sync-ended batch up
 // to its ReadyForQuery, handing each to f. Asynchronous messages go straight to
 // the client; a FATAL error ends the session.
@@ -438,34 +508,30 @@ func (s *Session) occRead(ctx context.Context, f func(typ byte, frame []byte)) e
 	}
 }
 
-// occRollback ends a failed attempt's transaction and, when answers is not
-// nil, relays them and the ReadyForQuery to the client.
-func (s *Session) occRollback(ctx context.Context, answers [][]byte) error {
-	var ready []byte
+// occRollback ends a failed explicit attempt's transaction and returns
+// the ReadyForQuery that ended it.
+func (s *Session) occRollback(ctx context.Context) (ready []byte, err error) {
 	// A CancelRequest the statement's end sent the backend may still
 	// land on the ROLLBACK itself; then the transaction is still open.
 	for attempt := 0; attempt < 3 && (ready == nil || s.tx != txIdle); attempt++ {
 		if err := s.sendOwn("ROLLBACK"); err != nil {
-			return err
+			return nil, err
 		}
 		if err := s.be.w.Flush(); err != nil {
-			return s.lostWrite(err)
+			return nil, s.lostWrite(err)
 		}
 		if err := s.occRead(ctx, func(typ byte, f []byte) {
 			if typ == 'Z' {
 				ready = cloneFrame(f)
 			}
 		}); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if s.tx != txIdle {
-		return pgerr.Fatal(pgerr.InternalError, "optimistic write: could not roll back its attempt")
+		return nil, pgerr.Fatal(pgerr.InternalError, "optimistic write: could not roll back its attempt")
 	}
-	if answers == nil {
-		return nil
-	}
-	return s.occFinish(answers, ready)
+	return ready, nil
 }
 
 // occFinish relays an optimistic write's answers and ReadyForQuery.
@@ -546,17 +612,12 @@ func (s *Session) holdBatch(ctx context.Context, msg pgproto3.FrontendMessage, f
 			if err != nil {
 				return true, err
 			}
-			return true, s.optimisticWrite(ctx, b.sql, inc, func() error {
-				for _, f := range [][]byte{b.bind, b.describe, b.execute, sync} {
-					if f == nil {
-						continue
-					}
-					if err := s.forward(f); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
+			frames := [][]byte{b.bind}
+			if b.describe != nil {
+				frames = append(frames, b.describe)
+			}
+			frames = append(frames, b.execute, sync)
+			return true, s.optimisticWrite(ctx, b.sql, inc, occRequest{frames: frames})
 		}
 	}
 	return false, s.releaseBatch(ctx)

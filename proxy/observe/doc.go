@@ -19,8 +19,10 @@
 //	holds       acquiring read holds
 //	backend     the backend executing and the answers streaming back
 //	occ_wait    waiting for a slot to run an optimistic write loop in
-//	occ_attempt an optimistic write attempt: its payload statement
-//	commit      an optimistic write's compare-and-append and COMMIT
+//	occ_attempt an optimistic write attempt: the slot, the statement and
+//	            the backend's commit of them, one round trip
+//	commit      an optimistic write's separate COMMIT (the test-only
+//	            failpoint's attempt only)
 //
 // # Cost
 //

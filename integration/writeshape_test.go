@@ -1,0 +1,261 @@
+package integration
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// TestWritesOneRoundTrip (issue 14): an autocommit write that takes the
+// optimistic loop is one backend round trip with one ReadyForQuery, in
+// both protocols, with no BEGIN, COMMIT or commit_write: a tap between
+// mzproxy and PostgreSQL counts what the client's backend connection
+// carries. A write's answers and an error's position are still
+// PostgreSQL's own.
+func TestWritesOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	tap := startBackendTap(t)
+	p := startProxy(t, "--backend", tap.url())
+	conn := connectTo(t, ctx, p.URL("postgres", db))
+	for _, sql := range []string{
+		"CREATE TABLE shape (id int PRIMARY KEY, v int NOT NULL)",
+		"INSERT INTO shape SELECT g, 0 FROM generate_series(1, 10) g",
+	} {
+		if _, err := execSimple(ctx, conn, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	const update = "UPDATE shape SET v = v + 1 WHERE id = $1"
+	if _, err := conn.Prepare(ctx, "shape_update", update); err != nil {
+		t.Fatal(err)
+	}
+	// Whatever a session does once (the first write's own statement) is
+	// done before the window the tap looks at.
+	if _, err := conn.Exec(ctx, "shape_update", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execSimple(ctx, conn, "UPDATE shape SET v = v + 1 WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+
+	const writes = 3
+	if _, err := execSimple(ctx, conn, "SELECT 'shape-start'"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < writes; i++ {
+		// Ends with a comment and a ';', as psql may send it.
+		tag, err := execSimple(ctx, conn, fmt.Sprintf("UPDATE shape SET v = v + 1 WHERE id = %d -- simple;", i+2))
+		if err != nil || tag.String() != "UPDATE 1" {
+			t.Fatalf("simple-protocol write: %q, %v", tag, err)
+		}
+		tag, err = conn.Exec(ctx, "shape_update", i+2)
+		if err != nil || tag.String() != "UPDATE 1" {
+			t.Fatalf("extended-protocol write: %q, %v", tag, err)
+		}
+	}
+	if _, err := execSimple(ctx, conn, "SELECT 'shape-end'"); err != nil {
+		t.Fatal(err)
+	}
+
+	window := tap.between("shape-start", "shape-end")
+	var readies, requests int
+	for _, e := range window {
+		switch {
+		case e == "Z":
+			readies++
+		case e == "S" || strings.HasPrefix(e, "Q "):
+			requests++
+		}
+		for _, own := range []string{"BEGIN", "COMMIT", "commit_write"} {
+			if strings.Contains(e, own) {
+				t.Errorf("the backend was sent %q", e)
+			}
+		}
+	}
+	if readies != 2*writes || requests != 2*writes {
+		t.Errorf("%d writes: %d ReadyForQuery, %d Query or Sync; want one each per write; the backend connection carried:\n%s",
+			2*writes, readies, requests, strings.Join(window, "\n"))
+	}
+	var v int
+	if err := conn.QueryRow(ctx, "SELECT v FROM shape WHERE id = 2", pgx.QueryExecModeSimpleProtocol).Scan(&v); err != nil || v != 2 {
+		t.Errorf("row 2 after two increments: %d, %v", v, err)
+	}
+
+	// A client that deallocates the proxy's prepared slot statement gets
+	// one error for it (PostgreSQL's 26000), and the next write prepares
+	// it again.
+	if _, err := execSimple(ctx, conn, "DEALLOCATE mzproxy_begin_write"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := conn.Exec(ctx, "shape_update", 3)
+	wantCode(t, err, "26000")
+	if tag, err := conn.Exec(ctx, "shape_update", 3); err != nil || tag.String() != "UPDATE 1" {
+		t.Fatalf("the write after: %q, %v", tag, err)
+	}
+
+	// An error in the client's text points where PostgreSQL points.
+	const bad = "UPDATE shape SET v = v + nosuch WHERE id = 1"
+	_, direct := execSimple(ctx, connectTo(t, ctx, directURL("postgres", db)), bad)
+	_, proxied := execSimple(ctx, conn, bad)
+	var dpe, ppe *pgconn.PgError
+	if !errors.As(direct, &dpe) || !errors.As(proxied, &ppe) {
+		t.Fatalf("%s: directly %v, through mzproxy %v", bad, direct, proxied)
+	}
+	if ppe.Code != dpe.Code || ppe.Position != dpe.Position || ppe.Message != dpe.Message {
+		t.Errorf("%s: through mzproxy %s %q at %d, directly %s %q at %d",
+			bad, ppe.Code, ppe.Message, ppe.Position, dpe.Code, dpe.Message, dpe.Position)
+	}
+}
+
+// backendTap relays TCP connections to the test PostgreSQL and records,
+// per connection, what each carries: "Q <text>" and "P <text>" for a Query
+// or a Parse, "S" for a Sync the frontend sent, "Z" for a ReadyForQuery
+// the backend sent, in the order the tap saw them.
+type backendTap struct {
+	l     net.Listener
+	mu    sync.Mutex
+	conns [][]string
+	open  []net.Conn
+	wg    sync.WaitGroup
+}
+
+// startBackendTap starts a tap, stopped when the test ends (after the
+// proxies the test starts later, which stop first).
+func startBackendTap(t *testing.T) *backendTap {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tap := &backendTap{l: l}
+	tap.wg.Add(1)
+	go tap.accept()
+	t.Cleanup(func() {
+		l.Close()
+		tap.mu.Lock()
+		for _, c := range tap.open {
+			c.Close()
+		}
+		tap.mu.Unlock()
+		tap.wg.Wait()
+	})
+	return tap
+}
+
+// url is a backend URL for mzproxy that goes through the tap.
+func (tap *backendTap) url() string {
+	return fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", tap.l.Addr())
+}
+
+func (tap *backendTap) accept() {
+	defer tap.wg.Done()
+	socket := filepath.Join(env.pg.SocketDir(), fmt.Sprintf(".s.PGSQL.%d", env.pg.Port()))
+	for {
+		client, err := tap.l.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.DialTimeout("unix", socket, 10*time.Second)
+		if err != nil {
+			client.Close()
+			continue
+		}
+		tap.mu.Lock()
+		i := len(tap.conns)
+		tap.conns = append(tap.conns, nil)
+		tap.open = append(tap.open, client, server)
+		tap.mu.Unlock()
+		tap.wg.Add(2)
+		go tap.relay(i, client, server, true)
+		go tap.relay(i, server, client, false)
+	}
+}
+
+// relay copies src to dst message by message, recording them; frontend:
+// src is mzproxy (whose first message, the startup packet, has no type).
+func (tap *backendTap) relay(i int, src, dst net.Conn, frontend bool) {
+	defer tap.wg.Done()
+	defer dst.Close()
+	defer src.Close()
+	if frontend {
+		var n [4]byte
+		if _, err := io.ReadFull(src, n[:]); err != nil {
+			return
+		}
+		rest := make([]byte, binary.BigEndian.Uint32(n[:])-4)
+		if _, err := io.ReadFull(src, rest); err != nil {
+			return
+		}
+		if _, err := dst.Write(append(n[:], rest...)); err != nil {
+			return
+		}
+	}
+	for {
+		var head [5]byte
+		if _, err := io.ReadFull(src, head[:]); err != nil {
+			return
+		}
+		body := make([]byte, binary.BigEndian.Uint32(head[1:])-4)
+		if _, err := io.ReadFull(src, body); err != nil {
+			return
+		}
+		tap.record(i, frontend, head[0], body)
+		if _, err := dst.Write(append(head[:], body...)); err != nil {
+			return
+		}
+	}
+}
+
+func (tap *backendTap) record(i int, frontend bool, typ byte, body []byte) {
+	var e string
+	switch {
+	case frontend && typ == 'Q':
+		e = "Q " + strings.TrimRight(string(body), "\x00")
+	case frontend && typ == 'P':
+		// Name, then the query text.
+		name, text, _ := strings.Cut(string(body), "\x00")
+		text, _, _ = strings.Cut(text, "\x00")
+		e = "P " + name + ": " + text
+	case frontend && typ == 'S':
+		e = "S"
+	case !frontend && typ == 'Z':
+		e = "Z"
+	default:
+		return
+	}
+	tap.mu.Lock()
+	tap.conns[i] = append(tap.conns[i], e)
+	tap.mu.Unlock()
+}
+
+// between is what the connection that carried a Query containing start
+// recorded after that Query's ReadyForQuery and before the Query
+// containing end.
+func (tap *backendTap) between(start, end string) []string {
+	tap.mu.Lock()
+	defer tap.mu.Unlock()
+	for _, events := range tap.conns {
+		from := -1
+		for j, e := range events {
+			switch {
+			case from < 0 && strings.HasPrefix(e, "Q ") && strings.Contains(e, start):
+				from = j
+			case from >= 0 && strings.HasPrefix(e, "Q ") && strings.Contains(e, end):
+				return append([]string(nil), events[from+2:j]...)
+			}
+		}
+	}
+	return nil
+}
