@@ -73,13 +73,19 @@ func (s *Session) explicitPlan(ctx context.Context, sql string) (*planner.Statem
 	return stmts[0], fr, nil
 }
 
-// searchPath reads the session's search_path from its backend connection.
+// searchPath is the session's search_path: as the proxy knows it (see
+// known.go), or read from the backend connection.
 func (s *Session) searchPath(ctx context.Context) ([]string, error) {
+	if path := s.known.searchPath; path != nil {
+		return path, nil
+	}
 	v, err := s.be.internalValue(ctx, "SHOW search_path")
 	if err != nil {
 		return nil, err
 	}
-	return parseSearchPath(v), nil
+	path := parseSearchPath(v)
+	s.learnSearchPath(path)
+	return path, nil
 }
 
 // parseSearchPath splits SHOW search_path's answer into schema names.
