@@ -29,6 +29,13 @@ import (
 // explicitPlan plans sql when it needs the explicit-timestamp path; nil
 // otherwise.
 func (s *Session) explicitPlan(ctx context.Context, sql string) (*planner.Statement, *storage.FrontierState, error) {
+	return s.planExplicit(ctx, sql, true)
+}
+
+// planExplicit is explicitPlan; seen allows the catalog the proxy saw last
+// (see explicitSnapshot).
+func (s *Session) planExplicit(ctx context.Context, sql string, seen bool) (*planner.Statement, *storage.FrontierState, error) {
+	s.seenPlan = nil
 	cheap, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
 	if errors.Is(err, planner.ErrAsOf) {
 		return nil, nil, err
@@ -55,7 +62,13 @@ func (s *Session) explicitPlan(ctx context.Context, sql string) (*planner.Statem
 		return nil, nil, pgerr.New(pgerr.FeatureNotSupported,
 			"AS OF, mz_now() and EXPLAIN TIMESTAMP must be the only statement of a query string")
 	}
-	cat, fr, err := s.db.snapshot(ctx, s.proxy)
+	var cat *catalogSnapshot
+	var fr *storage.FrontierState
+	if seen {
+		cat, fr, err = s.explicitSnapshot(ctx, sql)
+	} else {
+		cat, fr, err = s.db.snapshot(ctx, s.proxy)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -360,6 +373,21 @@ func (s *Session) endImplicitTxn() error {
 
 // explicitQuery runs a simple Query on the explicit-timestamp path.
 func (s *Session) explicitQuery(ctx context.Context, st *planner.Statement, fr *storage.FrontierState) error {
+	if seen := s.seenPlan; seen != nil {
+		s.seenPlan = nil
+		if st.ExplainTimestamp == nil && st.Kind == planner.KindRead {
+			stale, err := s.guardedQuery(ctx, st, fr, seen.revision)
+			if !stale {
+				return err
+			}
+		}
+		// The catalog changed since it was seen, or the statement needs
+		// the current frontiers (EXPLAIN TIMESTAMP shows them).
+		var err error
+		if st, fr, err = s.planExplicit(ctx, seen.sql, false); err != nil || st == nil {
+			return err
+		}
+	}
 	target := st
 	if st.ExplainTimestamp != nil {
 		target = st.ExplainTimestamp.Inner
