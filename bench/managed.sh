@@ -53,6 +53,10 @@ declare -A port db pid
 port[direct]=$pg_port db[direct]=plain
 db[mzproxy]=managed
 targets="direct mzproxy"
+# The databases first: a variant is up once it answers in managed.
+for db in managed plain ddl_mz ddl_direct; do
+	psql -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -qAtc "CREATE DATABASE $db" >/dev/null
+done
 start_variant() { # name binary env...
 	db[$1]=managed
 	bench_mzproxy "$@"
@@ -66,9 +70,6 @@ if [ -n "$BASELINE" ]; then
 fi
 for v in $VARIANTS; do
 	start_variant "mz-${v%%:*}" "$work/mzproxy" $(echo "${v#*:}" | tr , ' ')
-done
-for db in managed plain ddl_mz ddl_direct; do
-	psql -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -qAtc "CREATE DATABASE $db" >/dev/null
 done
 
 # The read part (its body is not indented: it holds here-documents).

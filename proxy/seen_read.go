@@ -126,7 +126,9 @@ func (s *Session) guardedQuery(ctx context.Context, st *planner.Statement, fr *s
 	if err != nil {
 		return false, err
 	}
-	if hold != nil {
+	// Without a hold, the read is checked in its own snapshot.
+	inSnapshot := hold == nil
+	if !inSnapshot {
 		defer s.release(*hold)
 	}
 	sql := st.SQL
@@ -138,16 +140,16 @@ func (s *Session) guardedQuery(ctx context.Context, st *planner.Statement, fr *s
 		}
 	}
 	own := []string{readGuardSQL(rev, present, 0, nil)}
-	if hold == nil {
+	if inSnapshot {
 		own = []string{"BEGIN ISOLATION LEVEL REPEATABLE READ", readGuardSQL(rev, false, c.ts, st.Inputs)}
 	}
 	if present {
 		s.enter(timeouts.PhaseTimestamp)
 		s.proxy.obs.OracleRoundTrip(ctx, "read_ts")
 	}
-	values, err := s.sendGuarded(own, sql, hold == nil)
+	values, err := s.sendGuarded(own, sql, inSnapshot)
 	if err != nil {
-		if hold == nil && !pgerr.As(err).IsFatal() {
+		if inSnapshot && !pgerr.As(err).IsFatal() {
 			// The backend skipped the rest: end the proxy's transaction.
 			if _, rerr := s.be.internalValue(ctx, "ROLLBACK"); rerr != nil {
 				return false, rerr
@@ -167,8 +169,10 @@ func (s *Session) guardedQuery(ctx context.Context, st *planner.Statement, fr *s
 		c.ts, c.upper, c.oracle = t, t+1, &t
 	}
 	s.obs.Timestamp(c.ts)
-	s.units.push(unit{kind: uQuery, relayZ: hold != nil})
-	if hold == nil {
+	// In the proxy's transaction, the client sees its COMMIT's
+	// ReadyForQuery, not its own Query's.
+	s.units.push(unit{kind: uQuery, relayZ: !inSnapshot})
+	if inSnapshot {
 		s.units.push(unit{kind: uQuery, disp: swallow, relayZ: true})
 	}
 	return false, s.exchange(ctx)
@@ -205,7 +209,7 @@ func (s *Session) guardedChoice(ctx context.Context, st *planner.Statement, fr *
 		return nil, nil, err
 	}
 	if st.AsOf == nil {
-		s.enter(timeouts.PhaseHold)
+		// In memory: at the floor.
 		h, err := s.holdRead(ctx, &choice{ts: l.Floor(), inputs: st.Inputs}, true)
 		if err != nil {
 			return nil, nil, err
