@@ -83,10 +83,10 @@ func TestSeenCatalogRead(t *testing.T) {
 	p.awaitHolds(t, 0, "after the slow read")
 }
 
-// TestSeenCatalogReadAsOfOld: AS OF a time below the lease's floor is read
-// in one snapshot with the guard that checks the inputs' sinces, without a
-// published hold; a time compaction has passed fails as before, with
-// Materialize's error.
+// TestSeenCatalogReadAsOfOld: AS OF a time below the lease's floor (its
+// hold published first) is read behind the guard, again and again; a time
+// compaction has passed fails as before, with Materialize's error, and the
+// session goes on.
 func TestSeenCatalogReadAsOfOld(t *testing.T) {
 	ctx := testContext(t)
 	db := freshDatabase(t, ctx)

@@ -63,26 +63,16 @@ const readTSExpr = "(current_setting('mzproxy.read_ts')::int8)"
 const staleMarker = "mzproxy: plan of a changed catalog"
 
 // readGuardSQL is the guard of a read planned at catalog revision rev,
-// which pins the oracle when pin is set, and checks in its snapshot that
-// no input's since passed ts when since lists the inputs (see
-// guardedQuery). A failing cast is the only way a plain SQL statement can
-// fail on a condition (no function of the proxy's may be added for it);
-// the CASE is not constant (it reads a table), so it is evaluated when the
-// statement runs, not when it is planned.
-func readGuardSQL(rev int64, pin bool, ts uint64, since []*planner.Object) string {
+// which pins the oracle when pin is set. A failing cast is the only way a
+// plain SQL statement can fail on a condition (no function of the proxy's
+// may be added for it); the CASE is not constant (it reads a table), so
+// it is evaluated when the statement runs, not when it is planned.
+func readGuardSQL(rev int64, pin bool) string {
 	ok := "(SELECT revision FROM " + storage.Schema + ".catalog_revision) = " + strconv.FormatInt(rev, 10)
 	value := "'0'"
 	if pin {
 		ok += " AND current_setting('transaction_isolation') IN ('read committed', 'read uncommitted')"
 		value = storage.Schema + ".pin()::text"
-	}
-	if len(since) > 0 {
-		ids := make([]string, len(since))
-		for i, in := range since {
-			ids[i] = strconv.FormatUint(in.ID, 10)
-		}
-		ok += " AND NOT EXISTS (SELECT FROM " + storage.Schema + ".collections c WHERE c.id IN (" +
-			strings.Join(ids, ", ") + ") AND c.since > " + strconv.FormatUint(ts, 10) + ")"
 	}
 	guarded := "(CASE WHEN " + ok + " THEN " + value + " ELSE '" + staleMarker + "' END)::int8::text"
 	if !pin {
@@ -108,29 +98,14 @@ func (s *Session) explicitSnapshot(ctx context.Context, sql string) (*catalogSna
 
 // guardedQuery runs st, planned with the catalog seen at revision rev, in
 // one round trip (see seenPlan). stale reports that the catalog changed
-// since, or that an input's since passed the read's time: nothing ran,
-// and the read must be planned again.
-//
-// An AS OF below the lease's floor would need a hold published in a round
-// trip of its own (Lease.Acquire). Instead the read and its guard share
-// one REPEATABLE READ snapshot, in a transaction of the proxy's
-// own around the client's Query, and the guard checks in it that no
-// input's since passed ts. Compaction raises a since in one transaction
-// and deletes the versions below it in later ones (lease.sql: compact,
-// compact_batch), so a snapshot that sees every since at or below ts
-// keeps every version at ts visible until it ends, whatever compaction
-// deletes meanwhile: the read needs no hold.
+// since: nothing ran, and the read must be planned again.
 func (s *Session) guardedQuery(ctx context.Context, st *planner.Statement, fr *storage.FrontierState, rev int64) (stale bool, err error) {
 	present := st.AsOf == nil
 	c, hold, err := s.guardedChoice(ctx, st, fr)
 	if err != nil {
 		return false, err
 	}
-	// Without a hold, the read is checked in its own snapshot.
-	inSnapshot := hold == nil
-	if !inSnapshot {
-		defer s.release(*hold)
-	}
+	defer s.release(hold)
 	sql := st.SQL
 	if st.Template != nil {
 		if present {
@@ -139,22 +114,12 @@ func (s *Session) guardedQuery(ctx context.Context, st *planner.Statement, fr *s
 			sql = st.Template.RenderLiteral(c.ts)
 		}
 	}
-	own := []string{readGuardSQL(rev, present, 0, nil)}
-	if inSnapshot {
-		own = []string{"BEGIN ISOLATION LEVEL REPEATABLE READ", readGuardSQL(rev, false, c.ts, st.Inputs)}
-	}
 	if present {
 		s.enter(timeouts.PhaseTimestamp)
 		s.proxy.obs.OracleRoundTrip(ctx, "read_ts")
 	}
-	values, err := s.sendGuarded(own, sql, inSnapshot)
+	values, err := s.sendGuarded(readGuardSQL(rev, present), sql)
 	if err != nil {
-		if inSnapshot && !pgerr.As(err).IsFatal() {
-			// The backend skipped the rest: end the proxy's transaction.
-			if _, rerr := s.be.internalValue(ctx, "ROLLBACK"); rerr != nil {
-				return false, rerr
-			}
-		}
 		// The backend skipped the client's Query: it did not run.
 		if pe := pgerr.As(err); pe.Code == "22P02" && strings.Contains(pe.Message, staleMarker) {
 			return true, nil
@@ -169,67 +134,50 @@ func (s *Session) guardedQuery(ctx context.Context, st *planner.Statement, fr *s
 		c.ts, c.upper, c.oracle = t, t+1, &t
 	}
 	s.obs.Timestamp(c.ts)
-	// In the proxy's transaction, the client sees its COMMIT's
-	// ReadyForQuery, not its own Query's.
-	s.units.push(unit{kind: uQuery, relayZ: !inSnapshot})
-	if inSnapshot {
-		s.units.push(unit{kind: uQuery, disp: swallow, relayZ: true})
-	}
+	s.units.push(unit{kind: uQuery, relayZ: true})
 	return false, s.exchange(ctx)
 }
 
-// sendGuarded sends the proxy's own statements own, then the client's
-// Query sql, then, when commit is set, a COMMIT of the transaction own
-// began; and returns the values of own.
-func (s *Session) sendGuarded(own []string, sql string, commit bool) ([]string, error) {
-	closes, err := s.be.sendValues(own)
+// sendGuarded sends the guard, then the client's Query sql, and returns
+// the guard's value.
+func (s *Session) sendGuarded(guard, sql string) ([]string, error) {
+	closes, err := s.be.sendValues([]string{guard})
 	if err != nil {
 		return nil, s.lost(err)
 	}
 	if err := s.be.w.Send(&pgproto3.Query{String: sql}); err != nil {
 		return nil, s.lost(err)
 	}
-	if commit {
-		if err := s.be.w.Send(&pgproto3.Query{String: "COMMIT"}); err != nil {
-			return nil, s.lost(err)
-		}
-	}
 	if err := s.be.w.Flush(); err != nil {
 		return nil, s.lostWrite(err)
 	}
-	return s.be.readValues(len(own), closes)
+	return s.be.readValues(1, closes)
 }
 
 // guardedChoice chooses a guarded read's timestamp (a read of the present:
-// left for the guard) and holds its inputs; no hold for an AS OF below
-// the lease's floor (see guardedQuery).
-func (s *Session) guardedChoice(ctx context.Context, st *planner.Statement, fr *storage.FrontierState) (*choice, *heldRead, error) {
-	l, err := s.currentLease(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
+// left for the guard) and holds its inputs.
+func (s *Session) guardedChoice(ctx context.Context, st *planner.Statement, fr *storage.FrontierState) (*choice, heldRead, error) {
 	if st.AsOf == nil {
+		l, err := s.currentLease(ctx)
+		if err != nil {
+			return nil, heldRead{}, err
+		}
 		// In memory: at the floor.
 		h, err := s.holdRead(ctx, &choice{ts: l.Floor(), inputs: st.Inputs}, true)
-		if err != nil {
-			return nil, nil, err
-		}
-		return &choice{inputs: st.Inputs}, &h, nil
+		return &choice{inputs: st.Inputs}, h, err
 	}
 	c, err := s.chooseTimestamp(ctx, st, fr)
 	if err != nil {
-		return nil, nil, err
-	}
-	if err := s.awaitUpper(ctx, c); err != nil {
-		return nil, nil, err
-	}
-	if c.ts < l.Floor() {
-		return c, nil, nil
+		return nil, heldRead{}, err
 	}
 	s.enter(timeouts.PhaseHold)
 	h, err := s.holdRead(ctx, c, exactTimestamp(st, false))
 	if err != nil {
-		return nil, nil, err
+		return nil, heldRead{}, err
 	}
-	return c, &h, nil
+	if err := s.awaitUpper(ctx, c); err != nil {
+		s.release(h)
+		return nil, heldRead{}, err
+	}
+	return c, h, nil
 }

@@ -384,8 +384,12 @@ func (s *Session) explicitQuery(ctx context.Context, st *planner.Statement, fr *
 		// The catalog changed since it was seen, or the statement needs
 		// the current frontiers (EXPLAIN TIMESTAMP shows them).
 		var err error
-		if st, fr, err = s.planExplicit(ctx, seen.sql, false); err != nil || st == nil {
+		if st, fr, err = s.planExplicit(ctx, seen.sql, false); err != nil {
 			return err
+		}
+		if st == nil {
+			// Whether a read names its time depends on its text alone.
+			return pgerr.New(pgerr.InternalError, "a read planned again left the explicit-timestamp path")
 		}
 	}
 	target := st
