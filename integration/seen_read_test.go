@@ -120,3 +120,30 @@ func TestSeenCatalogReadAsOfOld(t *testing.T) {
 		t.Fatalf("AS OF AT LEAST %s: %q, %v; want new", at, v, err)
 	}
 }
+
+// TestSeenReadSearchPathChangedUnseen: a function that SETs search_path
+// changes the session's name resolution without any statement text saying
+// so; the next mz_now() read, planned with the search_path the proxy knew,
+// is refused by its guard and planned again: it reads the table the new
+// search_path names, as PostgreSQL resolves it.
+func TestSeenReadSearchPathChangedUnseen(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	a := connectTo(t, ctx, p.URL("postgres", db))
+	mustExec(t, ctx, a, "CREATE SCHEMA other", "CREATE TABLE public.st (v text)", "CREATE TABLE other.st (v text)",
+		"INSERT INTO public.st VALUES ('public')", "INSERT INTO other.st VALUES ('other')",
+		`CREATE FUNCTION hop() RETURNS void LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_catalog.set_config('search_path', 'other, public', false); END $$`)
+	read := func(want string) {
+		t.Helper()
+		var v string
+		var ts int64
+		if err := a.QueryRow(ctx, "SELECT v, mz_now() FROM st", pgx.QueryExecModeSimpleProtocol).Scan(&v, &ts); err != nil || v != want {
+			t.Fatalf("read: %q, %v; want %q", v, err, want)
+		}
+	}
+	read("public")
+	// The call's text names neither search_path nor set_config.
+	mustExec(t, ctx, a, "SELECT hop()")
+	read("other")
+}

@@ -25,6 +25,9 @@ type knownSession struct {
 	// searchPath is the backend's search_path as SHOW answered it; nil
 	// when unknown.
 	searchPath []string
+	// searchPathShown is searchPath as SHOW spelled it: a read planned
+	// with it checks it in its guard (readGuardSQL).
+	searchPathShown string
 	// pathProvisional: searchPath was read in a transaction block after a
 	// statement of that block that may have set it (SET LOCAL, or a SET
 	// that a ROLLBACK undoes): it holds until the block ends.
@@ -59,19 +62,21 @@ func (s *Session) noteStatementText(sql string) {
 	if !containsAnyFold(sql, forgetWords) {
 		return
 	}
-	s.known.searchPath = nil
+	s.known.searchPath, s.known.searchPathShown = nil, ""
 	s.known.defaults = txnCharacteristics{}
 	// Until the block ends (a later BEGIN, or the end of the block sql
 	// may begin), what is read may be undone by its end.
 	s.known.dirtyInBlock = true
 }
 
-// learnSearchPath keeps the search_path the backend just reported.
-func (s *Session) learnSearchPath(path []string) {
+// learnSearchPath keeps the search_path the backend just reported, as SHOW
+// spelled it.
+func (s *Session) learnSearchPath(shown string) {
+	path := parseSearchPath(shown)
 	if path == nil {
 		path = []string{}
 	}
-	s.known.searchPath = path
+	s.known.searchPath, s.known.searchPathShown = path, shown
 	s.known.pathProvisional = s.tx != txIdle && s.known.dirtyInBlock
 }
 
@@ -79,7 +84,7 @@ func (s *Session) learnSearchPath(path []string) {
 // in it after it may have changed a setting can be undone by its end.
 func (s *Session) endBlockKnowledge() {
 	if s.known.pathProvisional {
-		s.known.searchPath = nil
+		s.known.searchPath, s.known.searchPathShown = nil, ""
 		s.known.pathProvisional = false
 	}
 	s.known.dirtyInBlock = false

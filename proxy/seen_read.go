@@ -21,7 +21,8 @@ import (
 // (readGuardSQL), in the implicit transaction the Query then ends:
 //
 //   - The guard checks that the catalog is still at the revision the read
-//     was planned at. If not, it fails, the backend skips the client's
+//     was planned at, and the search_path still the one its names were
+//     resolved with (a function may have SET it unseen, see known.go). If not, it fails, the backend skips the client's
 //     Query (until Sync), and the proxy plans again with the current
 //     catalog and runs the read the ordinary way: the read never runs
 //     with a plan the catalog no longer matches, and never runs twice.
@@ -62,13 +63,17 @@ const readTSExpr = "(current_setting('mzproxy.read_ts')::int8)"
 // bigint, so the guard fails with 22P02 and this text in its message.
 const staleMarker = "mzproxy: plan of a changed catalog"
 
-// readGuardSQL is the guard of a read planned at catalog revision rev,
-// which pins the oracle when pin is set. A failing cast is the only way a
+// readGuardSQL is the guard of a read planned at catalog revision rev with
+// search_path path (as SHOW spells it; "" when not known), which pins the
+// oracle when pin is set. A failing cast is the only way a
 // plain SQL statement can fail on a condition (no function of the proxy's
 // may be added for it); the CASE is not constant (it reads a table), so
 // it is evaluated when the statement runs, not when it is planned.
-func readGuardSQL(rev int64, pin bool) string {
+func readGuardSQL(rev int64, path string, pin bool) string {
 	ok := "(SELECT revision FROM " + storage.Schema + ".catalog_revision) = " + strconv.FormatInt(rev, 10)
+	if path != "" {
+		ok += " AND current_setting('search_path') = " + quoteLiteral(path)
+	}
 	value := "'0'"
 	if pin {
 		ok += " AND current_setting('transaction_isolation') IN ('read committed', 'read uncommitted')"
@@ -118,7 +123,7 @@ func (s *Session) guardedQuery(ctx context.Context, st *planner.Statement, fr *s
 		s.enter(timeouts.PhaseTimestamp)
 		s.proxy.obs.OracleRoundTrip(ctx, "read_ts")
 	}
-	values, err := s.sendGuarded(readGuardSQL(rev, present), sql)
+	values, err := s.sendGuarded(readGuardSQL(rev, s.known.searchPathShown, present), sql)
 	if err != nil {
 		// The backend skipped the client's Query: it did not run.
 		if pe := pgerr.As(err); pe.Code == "22P02" && strings.Contains(pe.Message, staleMarker) {

@@ -96,9 +96,8 @@ func (s *Session) searchPath(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	path := parseSearchPath(v)
-	s.learnSearchPath(path)
-	return path, nil
+	s.learnSearchPath(v)
+	return s.known.searchPath, nil
 }
 
 // parseSearchPath splits SHOW search_path's answer into schema names.
@@ -381,8 +380,10 @@ func (s *Session) explicitQuery(ctx context.Context, st *planner.Statement, fr *
 				return err
 			}
 		}
-		// The catalog changed since it was seen, or the statement needs
-		// the current frontiers (EXPLAIN TIMESTAMP shows them).
+		// The catalog or the search_path changed since they were seen, or
+		// the statement needs the current frontiers (EXPLAIN TIMESTAMP
+		// shows them). The search_path is asked again.
+		s.known.searchPath, s.known.searchPathShown = nil, ""
 		var err error
 		if st, fr, err = s.planExplicit(ctx, seen.sql, false); err != nil {
 			return err

@@ -368,7 +368,7 @@ func (s *Session) pin(ctx context.Context) error {
 // plain BEGIN's characteristics as the defaults.
 func (s *Session) learnAsked(shown []string) {
 	if len(shown) == 3 {
-		s.learnSearchPath(parseSearchPath(shown[1]))
+		s.learnSearchPath(shown[1])
 	}
 	s.learnDefaults(characteristicsOf(shown))
 }
