@@ -10,6 +10,13 @@
 #   join3: pgbench_accounts JOIN pgbench_branches JOIN pgbench_tellers, one aid
 #   rotxn: a read-only transaction: BEGIN, two point SELECTs, COMMIT (through
 #          mzproxy: pinned at one timestamp, REPEATABLE READ, timedomain checked)
+#   tsread: a timestamped point read, SELECT abalance, mz_now() ... WHERE aid =
+#          :aid (through mzproxy: pinned by the oracle, read from history)
+#   asof:  the point read AS OF an old time, the end of the load (through
+#          mzproxy: a read hold below the floor, read from history); the
+#          managed pgbench_accounts retains an hour of history for it
+#   tsread and asof run the plain point read on direct: they are measured
+#   against PostgreSQL's own point read.
 # plus the CPU time of the mzproxy process per statement.
 #
 # More mzproxy processes on the same PostgreSQL, measured in the same
@@ -22,7 +29,8 @@
 #
 # usage: bench/managed.sh
 #   env: ROUNDS=3 DURATION=10 CLIENTS=8 JOBS=2 SCALE=1 MODES="simple prepared"
-#        SCRIPTS="point join3 rotxn" (SCRIPTS= skips the read part)
+#        SCRIPTS="point join3 rotxn" (also: tsread asof; SCRIPTS= skips the
+#        read part)
 #        DDL_COUNTS=100,1000 DDL_PAIRS=40 (DDL_COUNTS= skips the DDL part)
 #        VARIANTS= BASELINE=
 set -euo pipefail
@@ -45,6 +53,10 @@ declare -A port db pid
 port[direct]=$pg_port db[direct]=plain
 db[mzproxy]=managed
 targets="direct mzproxy"
+# The databases first: a variant is up once it answers in managed.
+for db in managed plain ddl_mz ddl_direct; do
+	psql -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -qAtc "CREATE DATABASE $db" >/dev/null
+done
 start_variant() { # name binary env...
 	db[$1]=managed
 	bench_mzproxy "$@"
@@ -58,9 +70,6 @@ if [ -n "$BASELINE" ]; then
 fi
 for v in $VARIANTS; do
 	start_variant "mz-${v%%:*}" "$work/mzproxy" $(echo "${v#*:}" | tr , ' ')
-done
-for db in managed plain ddl_mz ddl_direct; do
-	psql -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -qAtc "CREATE DATABASE $db" >/dev/null
 done
 
 # The read part (its body is not indented: it holds here-documents).
@@ -78,6 +87,11 @@ managed=$(psql -h 127.0.0.1 -p "$pg_port" -U postgres -d managed -Atc \
 	"SELECT count(*) FROM mzproxy.catalog WHERE name LIKE 'pgbench%'" 2>/dev/null || echo "?")
 echo "pgbench_* tables in mzproxy's catalog of the managed database: $managed (4 expected)" >&2
 
+if [[ " $SCRIPTS " == *" asof "* ]]; then
+	psql -h 127.0.0.1 -p "$mz_port" -U postgres -d managed -qAtc \
+		"ALTER TABLE pgbench_accounts SET (RETAIN HISTORY FOR '1h')" >/dev/null
+	asof_t=$(psql -h 127.0.0.1 -p "$mz_port" -U postgres -d managed -qAtc "SELECT mz_now()")
+fi
 cat >"$work/point.sql" <<EOF
 \set aid random(1, 100000 * $SCALE)
 SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
@@ -97,6 +111,16 @@ SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
 SELECT abalance FROM pgbench_accounts WHERE aid = :aid + 1;
 COMMIT;
 EOF
+cat >"$work/tsread.sql" <<EOF
+\set aid random(1, 100000 * $SCALE)
+SELECT abalance, mz_now() FROM pgbench_accounts WHERE aid = :aid;
+EOF
+cat >"$work/asof.sql" <<EOF
+\set aid random(1, 100000 * $SCALE)
+SELECT abalance FROM pgbench_accounts WHERE aid = :aid AS OF ${asof_t:-0};
+EOF
+cp "$work/point.sql" "$work/tsread.direct.sql"
+cp "$work/point.sql" "$work/asof.direct.sql"
 
 for t in $targets; do
 	for _ in $(seq 50); do
@@ -114,7 +138,11 @@ for round in $(seq "$ROUNDS"); do
 				p=${pid[$t]:-}
 				c0=0
 				[ -n "$p" ] && c0=$(cpu_ticks "$p")
-				out=$(pgbench -n -f "$work/$script.sql" -M "$mode" -c "$CLIENTS" -j "$JOBS" -T "$DURATION" \
+				file=$work/$script.sql
+				if [ "$t" = direct ] && [ -f "$work/$script.direct.sql" ]; then
+					file=$work/$script.direct.sql
+				fi
+				out=$(pgbench -n -f "$file" -M "$mode" -c "$CLIENTS" -j "$JOBS" -T "$DURATION" \
 					-h 127.0.0.1 -p "${port[$t]}" -U postgres "${db[$t]}" 2>&1) || true
 				c1=0
 				[ -n "$p" ] && c1=$(cpu_ticks "$p")

@@ -21,6 +21,7 @@ const (
 	FeatureNotSupported          Code = "0A000"
 	InvalidParameterValue        Code = "22023"
 	InvalidTransactionState      Code = "25000"
+	ReadOnlySQLTransaction       Code = "25006"
 	InFailedSQLTransaction       Code = "25P02"
 	IdleInTransactionTimeout     Code = "25P03"
 	InvalidAuthorizationSpec     Code = "28000"

@@ -27,7 +27,9 @@
 //     planner, cached): answered by the proxy (SHOW, EXPLAIN TIMESTAMP,
 //     SET of mzproxy's settings), the explicit-timestamp path (reads AS OF
 //     or of history: timestamp.go, explicit_extended.go, a read hold taken
-//     and the read rewritten to that timestamp), a write (its write slot,
+//     and the read rewritten to that timestamp; a simple Query outside a
+//     block goes in one round trip behind a guard of the proxy's own,
+//     seen_read.go), a write (its write slot,
 //     and for an autocommit statement the retry loop, relay.go writeQuery
 //     and write.go), or
 //     forwarded as it is. Parse and Bind make the statement's and the
@@ -70,6 +72,9 @@
 //   - txnState: the backend's transaction status (txStatus, from the last
 //     ReadyForQuery), the write slot held, the read-only transaction's
 //     timestamp and holds (txn.go), and the portals' read holds.
+//   - knownSession: what the proxy knows of the backend session's
+//     settings without asking (the search_path, the transaction defaults;
+//     known.go), forgotten when a statement's text may change them.
 //   - statementState: the tracked settings, the statement's budget and
 //     context. Cancel runs on the frontend's cancel goroutine: it calls
 //     stmtCancel, under stmtMu; the context's end then sends the

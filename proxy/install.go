@@ -138,13 +138,27 @@ func (b *backend) internalValues(ctx context.Context, sqls ...string) ([]string,
 	if ctx.Err() != nil {
 		return nil, pgerr.Wrap(pgerr.QueryCanceled, context.Cause(ctx))
 	}
-	// closes counts the CloseCompletes read, from -1 when the statement a
-	// failed call left is closed first (closing what does not exist is no
-	// error, and answers CloseComplete all the same).
-	closes := 0
+	closes, err := b.sendValues(sqls)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.w.Send(&pgproto3.Flush{}); err != nil {
+		return nil, err
+	}
+	if err := b.w.Flush(); err != nil {
+		return nil, err
+	}
+	return b.readValues(len(sqls), closes)
+}
+
+// sendValues queues internalValues' messages for sqls, unflushed. closes
+// is where readValues starts counting CloseCompletes: -1 when the
+// statement a failed call left is closed first (closing what does not
+// exist is no error, and answers CloseComplete all the same).
+func (b *backend) sendValues(sqls []string) (closes int, err error) {
 	if b.valueLeft {
 		if err := b.w.Send(&pgproto3.Close{ObjectType: 'S', Name: valueStatement}); err != nil {
-			return nil, err
+			return 0, err
 		}
 		b.valueLeft, closes = false, -1
 	}
@@ -157,19 +171,18 @@ func (b *backend) internalValues(ctx context.Context, sqls ...string) ([]string,
 			&pgproto3.Close{ObjectType: 'S', Name: valueStatement},
 		} {
 			if err := b.w.Send(m); err != nil {
-				return nil, err
+				return 0, err
 			}
 		}
 	}
-	if err := b.w.Send(&pgproto3.Flush{}); err != nil {
-		return nil, err
-	}
-	if err := b.w.Flush(); err != nil {
-		return nil, err
-	}
-	values := make([]string, len(sqls))
-	gotRow := make([]bool, len(sqls))
-	for closes < 2*len(sqls) {
+	return closes, nil
+}
+
+// readValues reads the answers to n queries sendValues sent.
+func (b *backend) readValues(n, closes int) ([]string, error) {
+	values := make([]string, n)
+	gotRow := make([]bool, n)
+	for closes < 2*n {
 		typ, frame, err := b.next()
 		if err != nil {
 			return nil, connectionLost(err)

@@ -62,6 +62,12 @@ type Session struct {
 	dump bool
 	// lastPlain: plainRead's last answer.
 	lastPlain plainMemo
+	// seenPlan: explicitPlan planned the Query with the catalog seen last
+	// (seen_read.go).
+	seenPlan *seenPlan
+	// known: what the proxy knows of the backend session's settings
+	// without asking (known.go).
+	known knownSession
 
 	// stmts and portals are the client's prepared statements and portals
 	// (statements.go); occBatch holds the client's messages of an

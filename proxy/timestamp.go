@@ -29,6 +29,13 @@ import (
 // explicitPlan plans sql when it needs the explicit-timestamp path; nil
 // otherwise.
 func (s *Session) explicitPlan(ctx context.Context, sql string) (*planner.Statement, *storage.FrontierState, error) {
+	return s.planExplicit(ctx, sql, true)
+}
+
+// planExplicit is explicitPlan; seen allows the catalog the proxy saw last
+// (see explicitSnapshot).
+func (s *Session) planExplicit(ctx context.Context, sql string, seen bool) (*planner.Statement, *storage.FrontierState, error) {
+	s.seenPlan = nil
 	cheap, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
 	if errors.Is(err, planner.ErrAsOf) {
 		return nil, nil, err
@@ -55,7 +62,13 @@ func (s *Session) explicitPlan(ctx context.Context, sql string) (*planner.Statem
 		return nil, nil, pgerr.New(pgerr.FeatureNotSupported,
 			"AS OF, mz_now() and EXPLAIN TIMESTAMP must be the only statement of a query string")
 	}
-	cat, fr, err := s.db.snapshot(ctx, s.proxy)
+	var cat *catalogSnapshot
+	var fr *storage.FrontierState
+	if seen {
+		cat, fr, err = s.explicitSnapshot(ctx, sql)
+	} else {
+		cat, fr, err = s.db.snapshot(ctx, s.proxy)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -73,13 +86,18 @@ func (s *Session) explicitPlan(ctx context.Context, sql string) (*planner.Statem
 	return stmts[0], fr, nil
 }
 
-// searchPath reads the session's search_path from its backend connection.
+// searchPath is the session's search_path: as the proxy knows it (see
+// known.go), or read from the backend connection.
 func (s *Session) searchPath(ctx context.Context) ([]string, error) {
+	if path := s.known.searchPath; path != nil {
+		return path, nil
+	}
 	v, err := s.be.internalValue(ctx, "SHOW search_path")
 	if err != nil {
 		return nil, err
 	}
-	return parseSearchPath(v), nil
+	s.learnSearchPath(v)
+	return s.known.searchPath, nil
 }
 
 // parseSearchPath splits SHOW search_path's answer into schema names.
@@ -354,6 +372,27 @@ func (s *Session) endImplicitTxn() error {
 
 // explicitQuery runs a simple Query on the explicit-timestamp path.
 func (s *Session) explicitQuery(ctx context.Context, st *planner.Statement, fr *storage.FrontierState) error {
+	if seen := s.seenPlan; seen != nil {
+		s.seenPlan = nil
+		if st.ExplainTimestamp == nil && st.Kind == planner.KindRead {
+			stale, err := s.guardedQuery(ctx, st, fr, seen.revision)
+			if !stale {
+				return err
+			}
+		}
+		// The catalog or the search_path changed since they were seen, or
+		// the statement needs the current frontiers (EXPLAIN TIMESTAMP
+		// shows them). The search_path is asked again.
+		s.known.searchPath, s.known.searchPathShown = nil, ""
+		var err error
+		if st, fr, err = s.planExplicit(ctx, seen.sql, false); err != nil {
+			return err
+		}
+		if st == nil {
+			// Whether a read names its time depends on its text alone.
+			return pgerr.New(pgerr.InternalError, "a read planned again left the explicit-timestamp path")
+		}
+	}
 	target := st
 	if st.ExplainTimestamp != nil {
 		target = st.ExplainTimestamp.Inner

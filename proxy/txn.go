@@ -78,6 +78,12 @@ type readTxn struct {
 	// SET of it).
 	catalog    *catalogSnapshot
 	searchPath []string
+	// begin is what the BEGIN of the transaction named (isolation level,
+	// read-only mode), while the proxy can tell the transaction's
+	// characteristics from it and the session's defaults: nil once
+	// another statement ran before the first read (SET TRANSACTION,
+	// SAVEPOINT, ...), or when the block did not begin with one BEGIN.
+	begin *planner.TxnOptions
 }
 
 // pinned reports whether the session's reads use the transaction's
@@ -88,6 +94,7 @@ func (s *Session) pinned() bool { return s.txn.phase == txnPinned && !s.writeSlo
 // BEGIN, pins the timestamp at the first read, and refuses a read outside
 // the timedomain.
 func (s *Session) txnQuery(ctx context.Context, sql string) error {
+	s.noteStatementText(sql)
 	switch {
 	case s.tx == txFailed:
 	case s.txn.phase == txnFresh || s.pinned():
@@ -146,6 +153,7 @@ func (s *Session) orLost(err error) error {
 // the backend transaction's snapshot, so a read-only transaction is pinned
 // here when this is its first read.
 func (s *Session) txnParse(ctx context.Context, m *pgproto3.Parse) error {
+	s.noteStatementText(m.Query)
 	if s.tx == txFailed || s.txn.phase != txnFresh {
 		return nil
 	}
@@ -161,6 +169,7 @@ func (s *Session) txnBind(ctx context.Context, m *pgproto3.Bind) error {
 	var sql string
 	if ok {
 		sql = st.sql
+		s.noteStatementText(sql)
 	}
 	switch {
 	case !ok || s.tx == txFailed:
@@ -186,17 +195,15 @@ func (s *Session) txnExtended(ctx context.Context, sql string) error {
 // noteBegin starts following a transaction block when sql is BEGIN or
 // START TRANSACTION alone.
 func (s *Session) noteBegin(sql string) {
-	if isBegin(s.proxy.planner, sql) {
+	if opts := beginOptions(s.proxy.planner, sql); opts != nil {
 		s.endTxn()
 		s.txn.phase = txnFresh
+		s.txn.begin = opts
 	}
 }
 
 // isBegin reports whether sql is BEGIN or START TRANSACTION alone.
-func isBegin(p *planner.Planner, sql string) bool {
-	stmts, err := p.Plan(sql, emptyCatalog{}, planner.Options{})
-	return err == nil && len(stmts) == 1 && stmts[0].Kind == planner.KindTransaction && stmts[0].Txn.Kind == planner.TxnBegin
-}
+func isBegin(p *planner.Planner, sql string) bool { return beginOptions(p, sql) != nil }
 
 // txnStatements pins a fresh transaction whose first statement in sql
 // reads, and checks the reads in sql against the timedomain. ready is
@@ -209,6 +216,8 @@ func isBegin(p *planner.Planner, sql string) bool {
 func (s *Session) txnStatements(ctx context.Context, sql string, ready func() (bool, error)) error {
 	if s.txn.phase == txnFresh {
 		if !s.beginsReadOnly(sql) {
+			// What ran may have changed the transaction's characteristics.
+			s.txn.begin = nil
 			return nil
 		}
 		if ok, err := ready(); err != nil || !ok {
@@ -312,22 +321,88 @@ func takesNoSnapshot(st *planner.Statement) bool {
 // and reads the catalog and the search_path the transaction's reads are
 // planned with. A READ ONLY transaction is made READ WRITE for the pin,
 // which moves the oracle's sequences, and READ ONLY again after it.
+//
+// Which of those statements to send depends on the transaction's
+// isolation level and read-only mode. When the proxy can tell them (see
+// expectedCharacteristics) the pin is one round trip: the SHOWs that
+// check the guess ride in front of it (no SHOW takes a snapshot), and a
+// wrong guess fails the transaction with 40001 (knownTxnMismatch).
+// Otherwise the SHOWs are a round trip of their own first.
 func (s *Session) pin(ctx context.Context) error {
-	// No SHOW takes a snapshot.
-	shown, err := s.be.internalValues(ctx, "SHOW transaction_isolation", "SHOW search_path", "SHOW transaction_read_only")
-	if err != nil {
-		return err
+	asks := []string{"SHOW transaction_isolation", "SHOW transaction_read_only"}
+	if s.known.searchPath == nil {
+		asks = []string{asks[0], "SHOW search_path", asks[1]}
 	}
-	s.txn.searchPath = planner.EffectiveSearchPath(parseSearchPath(shown[1]), s.user)
+	expected, guessed := s.expectedCharacteristics()
 	var queries []string
-	if level := shown[0]; level != "repeatable read" && level != "serializable" {
+	if guessed {
+		queries = asks
+	} else {
+		shown, err := s.be.internalValues(ctx, asks...)
+		if err != nil {
+			return err
+		}
+		s.learnAsked(shown)
+		expected = characteristicsOf(shown)
+	}
+	queries, pinAt := pinQueries(queries, expected)
+	values, err := s.be.internalValues(ctx, queries...)
+	if err != nil {
+		return s.pinFailed(err, guessed, expected)
+	}
+	if guessed {
+		asked := values[:len(asks)]
+		if shown := characteristicsOf(asked); !sameEffect(shown, expected) {
+			s.known.defaults = txnCharacteristics{}
+			s.learnAsked(asked)
+			return s.refuse(ctx, knownTxnMismatch(expected, shown))
+		}
+		s.learnAsked(asked)
+	}
+	s.txn.searchPath = planner.EffectiveSearchPath(s.known.searchPath, s.user)
+	return s.notePin(ctx, values[pinAt])
+}
+
+// learnAsked keeps what the SHOWs of pin answered (transaction_isolation,
+// search_path if asked, transaction_read_only): the search_path, and a
+// plain BEGIN's characteristics as the defaults.
+func (s *Session) learnAsked(shown []string) {
+	if len(shown) == 3 {
+		s.learnSearchPath(shown[1])
+	}
+	s.learnDefaults(characteristicsOf(shown))
+}
+
+// characteristicsOf reads the answers of pin's SHOWs.
+func characteristicsOf(shown []string) txnCharacteristics {
+	return txnCharacteristics{known: true, isolation: shown[0], readOnly: shown[len(shown)-1] == "on"}
+}
+
+// sameEffect reports whether the pin sent for expected did to a
+// transaction with the characteristics shown what it would have sent for
+// them: the same read-only mode, and a snapshot level left alone or a
+// weaker one raised to REPEATABLE READ.
+func sameEffect(shown, expected txnCharacteristics) bool {
+	raised := !snapshotIsolation(expected.isolation)
+	if shown.readOnly != expected.readOnly {
+		return false
+	}
+	if raised {
+		return shown.isolation != serializable
+	}
+	return snapshotIsolation(shown.isolation)
+}
+
+// pinQueries appends to queries the statements that pin a transaction
+// with characteristics c; pinAt is the index of the one whose value is the
+// pin (timestamp, writes and catalog revision).
+func pinQueries(queries []string, c txnCharacteristics) (_ []string, pinAt int) {
+	if !snapshotIsolation(c.isolation) {
 		queries = append(queries, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
 	}
-	readOnly := shown[2] == "on"
-	if readOnly {
+	if c.readOnly {
 		queries = append(queries, "SET TRANSACTION READ WRITE")
 	}
-	pinAt := -1
 	for _, q := range storage.PinSnapshotSQL {
 		if q == storage.PinSQL {
 			pinAt = len(queries)
@@ -338,14 +413,48 @@ func (s *Session) pin(ctx context.Context) error {
 		}
 		queries = append(queries, q)
 	}
-	if readOnly {
+	if c.readOnly {
 		queries = append(queries, "SET TRANSACTION READ ONLY")
 	}
-	values, err := s.be.internalValues(ctx, queries...)
-	if err != nil {
+	return queries, pinAt
+}
+
+// pinFailed passes on the error of the pin's statements. A guess of READ
+// WRITE for a transaction that is READ ONLY fails at the gate's LOCK
+// (25006): the guess was wrong, and the transaction fails as any wrong
+// guess does. Either way the backend transaction failed.
+func (s *Session) pinFailed(err error, guessed bool, expected txnCharacteristics) error {
+	pe := pgerr.As(err)
+	if pe.IsFatal() {
 		return err
 	}
-	v := values[pinAt]
+	if s.tx == txBlock && !s.be.clientBatch {
+		// internalFailed read the ReadyForQuery that says so.
+		s.tx = txFailed
+		s.releaseTxnHolds()
+	}
+	if guessed && pe.Code == pgerr.ReadOnlySQLTransaction {
+		s.known.defaults = txnCharacteristics{}
+		return knownTxnMismatch(expected, txnCharacteristics{known: true, isolation: expected.isolation, readOnly: true})
+	}
+	return err
+}
+
+// knownTxnMismatch is the error of a pin whose guess of the transaction's
+// characteristics was wrong: something the proxy did not see (a function
+// that ran SET) changed the session's defaults. The transaction cannot
+// go on at the level the client chose; run again, it is pinned right.
+func knownTxnMismatch(expected, shown txnCharacteristics) *pgerr.Error {
+	return pgerr.New(pgerr.SerializationFailure,
+		"could not serialize access: the transaction's characteristics changed unseen by mzproxy").
+		WithDetail("mzproxy expected isolation level %q (read only: %v), the backend had %q (read only: %v).",
+			expected.isolation, expected.readOnly, shown.isolation, shown.readOnly).
+		WithHint("The transaction might succeed if retried.")
+}
+
+// notePin follows the pin's value v: the transaction's timestamp, the
+// writes seen at it and the catalog revision in its snapshot.
+func (s *Session) notePin(ctx context.Context, v string) error {
 	var read uint64
 	var writes, revision int64
 	if _, err := fmt.Sscan(v, &read, &writes, &revision); err != nil {
@@ -357,6 +466,7 @@ func (s *Session) pin(ctx context.Context) error {
 	s.txn.phase, s.txn.oracle, s.txn.upper, s.txn.ts = txnPinned, read, read+1, read
 	// The catalog as of the snapshot, unless the proxy has not loaded it
 	// (then the newest).
+	var err error
 	if s.txn.catalog = s.db.catalogAt(revision); s.txn.catalog == nil {
 		if s.txn.catalog, _, err = s.db.snapshot(ctx, s.proxy); err != nil {
 			// The snapshot is taken, but no read can be checked.
@@ -488,6 +598,7 @@ func (s *Session) releaseTxnHolds() {
 
 // endTxn forgets the transaction block: it ended.
 func (s *Session) endTxn() {
+	s.endBlockKnowledge()
 	s.releaseTxnHolds()
 	s.txn = readTxn{holds: s.txn.holds, held: s.txn.held}
 }

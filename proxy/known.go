@@ -1,0 +1,163 @@
+package proxy
+
+import (
+	"strings"
+
+	"github.com/mzproxy/mzproxy/planner"
+)
+
+// What the proxy knows of its backend session without asking it. A read
+// that needs the session's search_path (to resolve names) or a read-only
+// transaction that needs its isolation level and read-only mode (to pin
+// it) would otherwise ask with a round trip of its own each time.
+//
+// Knowledge is learned from the backend's own answers (a SHOW the proxy
+// had to run anyway) and forgotten as soon as a statement passes through
+// whose text could change it: it names the setting, calls set_config,
+// RESETs or DISCARDs, or ends a transaction in a rollback (which undoes a
+// SET made in it). The scan is textual and so errs towards forgetting. A
+// change no text shows (a PL/pgSQL function that runs SET) is not seen:
+// for the search_path the proxy then resolves names as before it (the same
+// trust the transaction's own search_path already had); for a pin, the
+// backend's answers in the pin's own round trip check the guess, and a
+// wrong one fails the transaction with 40001 (knownTxnMismatch).
+type knownSession struct {
+	// searchPath is the backend's search_path as SHOW answered it; nil
+	// when unknown.
+	searchPath []string
+	// searchPathShown is searchPath as SHOW spelled it: a read planned
+	// with it checks it in its guard (readGuardSQL).
+	searchPathShown string
+	// pathProvisional: searchPath was read in a transaction block after a
+	// statement of that block that may have set it (SET LOCAL, or a SET
+	// that a ROLLBACK undoes): it holds until the block ends.
+	pathProvisional bool
+	// dirtyInBlock: a statement of the current block may have changed a
+	// setting the proxy follows.
+	dirtyInBlock bool
+	// defaults are the characteristics a transaction begun by a plain
+	// BEGIN has: default_transaction_isolation and
+	// default_transaction_read_only, learned at such a transaction's pin.
+	defaults txnCharacteristics
+}
+
+// txnCharacteristics are a backend transaction's isolation level and
+// read-only mode, as SHOW transaction_isolation and transaction_read_only
+// answer them.
+type txnCharacteristics struct {
+	known     bool
+	isolation string // PostgreSQL's name, lower case: "read committed", ...
+	readOnly  bool
+}
+
+// forgetWords are the words whose presence in a statement's text makes the
+// proxy forget what it knows of the session's settings. Lower case.
+var forgetWords = []string{
+	"search_path", "set_config", "reset", "discard", "rollback", "abort",
+	"default_transaction", "characteristics",
+}
+
+// noteStatementText forgets what sql may change, before it runs.
+func (s *Session) noteStatementText(sql string) {
+	if !containsAnyFold(sql, forgetWords) {
+		return
+	}
+	s.known.searchPath, s.known.searchPathShown = nil, ""
+	s.known.defaults = txnCharacteristics{}
+	// Until the block ends (a later BEGIN, or the end of the block sql
+	// may begin), what is read may be undone by its end.
+	s.known.dirtyInBlock = true
+}
+
+// learnSearchPath keeps the search_path the backend just reported, as SHOW
+// spelled it.
+func (s *Session) learnSearchPath(shown string) {
+	path := parseSearchPath(shown)
+	if path == nil {
+		path = []string{}
+	}
+	s.known.searchPath, s.known.searchPathShown = path, shown
+	s.known.pathProvisional = s.tx != txIdle && s.known.dirtyInBlock
+}
+
+// endBlockKnowledge follows the end of a transaction block: what was read
+// in it after it may have changed a setting can be undone by its end.
+func (s *Session) endBlockKnowledge() {
+	if s.known.pathProvisional {
+		s.known.searchPath, s.known.searchPathShown = nil, ""
+		s.known.pathProvisional = false
+	}
+	s.known.dirtyInBlock = false
+}
+
+// expectedCharacteristics is what the proxy expects the current fresh
+// transaction's characteristics to be: those its BEGIN named, the rest
+// the session's defaults. ok is false when it cannot tell (a statement
+// ran in the transaction before its first read, or the defaults are not
+// known), and the pin asks first.
+func (s *Session) expectedCharacteristics() (txnCharacteristics, bool) {
+	if s.txn.begin == nil || !s.known.defaults.known || s.known.dirtyInBlock {
+		return txnCharacteristics{}, false
+	}
+	c := s.known.defaults
+	if level := s.txn.begin.Isolation; level != "" {
+		if !isPostgresLevel(level) {
+			return txnCharacteristics{}, false
+		}
+		c.isolation = level
+	}
+	if ro := s.txn.begin.ReadOnly; ro != nil {
+		c.readOnly = *ro
+	}
+	return c, true
+}
+
+// learnDefaults keeps a plain BEGIN's transaction characteristics as the
+// session's defaults.
+func (s *Session) learnDefaults(shown txnCharacteristics) {
+	if b := s.txn.begin; b != nil && b.Isolation == "" && b.ReadOnly == nil && !s.known.dirtyInBlock {
+		s.known.defaults = shown
+	}
+}
+
+// isPostgresLevel reports whether level is one of PostgreSQL's isolation
+// levels (BEGIN may also name Materialize's strict serializable, which the
+// backend refuses).
+func isPostgresLevel(level string) bool {
+	switch level {
+	case "read uncommitted", "read committed", "repeatable read", serializable:
+		return true
+	}
+	return false
+}
+
+// snapshotIsolation reports whether a transaction at level keeps one
+// snapshot for all its statements.
+func snapshotIsolation(level string) bool {
+	return level == "repeatable read" || level == serializable
+}
+
+// beginOptions returns the characteristics a BEGIN names, nil when sql is
+// not one BEGIN or START TRANSACTION.
+func beginOptions(p *planner.Planner, sql string) *planner.TxnOptions {
+	stmts, err := p.Plan(sql, emptyCatalog{}, planner.Options{})
+	if err != nil || len(stmts) != 1 || stmts[0].Kind != planner.KindTransaction || stmts[0].Txn.Kind != planner.TxnBegin {
+		return nil
+	}
+	opts := stmts[0].Txn.Options
+	return &opts
+}
+
+// containsAnyFold reports whether s contains one of words (lower case),
+// ignoring ASCII case, without allocating.
+func containsAnyFold(s string, words []string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i] | 0x20 // ASCII lower case for letters
+		for _, w := range words {
+			if c == w[0] && len(s)-i >= len(w) && strings.EqualFold(s[i:i+len(w)], w) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,188 @@
+package proxy
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/mzproxy/mzproxy/pgerr"
+	"github.com/mzproxy/mzproxy/planner"
+	"github.com/mzproxy/mzproxy/proxy/storage"
+	"github.com/mzproxy/mzproxy/timeouts"
+)
+
+// A read on the explicit-timestamp path in one round trip. A simple Query
+// outside a transaction block (SELECT ..., mz_now() FROM ...; AS OF) is
+// planned with the catalog and frontiers the proxy saw last, not read
+// again for it (a round trip on the database's shared connection), and
+// sent in one batch behind a guard statement of the proxy's own
+// (readGuardSQL), in the implicit transaction the Query then ends:
+//
+//   - The guard checks that the catalog is still at the revision the read
+//     was planned at, and the search_path still the one its names were
+//     resolved with (a function may have SET it unseen, see known.go). If not, it fails, the backend skips the client's
+//     Query (until Sync), and the proxy plans again with the current
+//     catalog and runs the read the ordinary way: the read never runs
+//     with a plan the catalog no longer matches, and never runs twice.
+//   - A read of the present (no AS OF) needs the oracle: the guard pins
+//     it and keeps t in the transaction-local setting mzproxy.read_ts,
+//     which the read's timestamp holes name (readTSExpr). The read is a
+//     later statement of the same READ COMMITTED transaction, so its
+//     snapshot is taken after the pin returned, when every write at or
+//     below t has committed: it reads exactly the writes at or below t.
+//     Under a snapshot isolation level the snapshot would be the pin's
+//     own, older one: the guard fails then too.
+//   - The read's inputs are protected before anything is sent. For a read
+//     of the present, at the lease's floor (Lease.Floor), not at t, which
+//     is not known yet: the floor is a read timestamp the oracle handed out
+//     at an earlier heartbeat, so floor <= t, and holding it keeps every
+//     input's since at or below the floor, hence readable at t, until the
+//     read is done. (A table created since has its creation time as its
+//     since, and t is at or after every committed write, that DDL too.)
+//     For AS OF the timestamp is chosen from the sinces last seen, which
+//     may be behind: a hold below the floor checks the real sinces in its
+//     own round trip (Lease.Acquire), and a hold at or above it needs no
+//     check (every since is at or below the floor).
+//   - t is known, from the guard's answer, before the first of the read's
+//     answers is relayed.
+
+// seenPlan is an explicit read that explicitPlan planned with the catalog
+// the proxy saw last; explicitQuery runs it guarded.
+type seenPlan struct {
+	sql      string // the client's query string, to plan again
+	revision int64
+}
+
+// readTSExpr is what a guarded read of the present has in its timestamp
+// holes: the oracle's read timestamp the guard pinned.
+const readTSExpr = "(current_setting('mzproxy.read_ts')::int8)"
+
+// staleMarker is the text of the guard's refusal: it cannot be read as a
+// bigint, so the guard fails with 22P02 and this text in its message.
+const staleMarker = "mzproxy: plan of a changed catalog"
+
+// readGuardSQL is the guard of a read planned at catalog revision rev with
+// search_path path (as SHOW spells it; "" when not known), which pins the
+// oracle when pin is set. A failing cast is the only way a
+// plain SQL statement can fail on a condition (no function of the proxy's
+// may be added for it); the CASE is not constant (it reads a table), so
+// it is evaluated when the statement runs, not when it is planned.
+func readGuardSQL(rev int64, path string, pin bool) string {
+	ok := "(SELECT revision FROM " + storage.Schema + ".catalog_revision) = " + strconv.FormatInt(rev, 10)
+	if path != "" {
+		ok += " AND current_setting('search_path') = " + quoteLiteral(path)
+	}
+	value := "'0'"
+	if pin {
+		ok += " AND current_setting('transaction_isolation') IN ('read committed', 'read uncommitted')"
+		value = storage.Schema + ".pin()::text"
+	}
+	guarded := "(CASE WHEN " + ok + " THEN " + value + " ELSE '" + staleMarker + "' END)::int8::text"
+	if !pin {
+		return "SELECT " + guarded
+	}
+	return "SELECT set_config('mzproxy.read_ts', " + guarded + ", true)"
+}
+
+// explicitSnapshot returns the catalog and frontiers to plan an explicit
+// read with: for a simple Query outside a transaction block, those the
+// proxy saw last (the read is then guarded, see seenPlan); otherwise the
+// backend's current ones.
+func (s *Session) explicitSnapshot(ctx context.Context, sql string) (*catalogSnapshot, *storage.FrontierState, error) {
+	s.seenPlan = nil
+	if !s.be.clientBatch && s.tx == txIdle && s.isolation == strictSerializable {
+		if seen := s.db.seen.Load(); seen != nil {
+			s.seenPlan = &seenPlan{sql: sql, revision: seen.catalog.cat.Revision}
+			return seen.catalog, seen.frontiers, nil
+		}
+	}
+	return s.db.snapshot(ctx, s.proxy)
+}
+
+// guardedQuery runs st, planned with the catalog seen at revision rev, in
+// one round trip (see seenPlan). stale reports that the catalog changed
+// since: nothing ran, and the read must be planned again.
+func (s *Session) guardedQuery(ctx context.Context, st *planner.Statement, fr *storage.FrontierState, rev int64) (stale bool, err error) {
+	present := st.AsOf == nil
+	c, hold, err := s.guardedChoice(ctx, st, fr)
+	if err != nil {
+		return false, err
+	}
+	defer s.release(hold)
+	sql := st.SQL
+	if st.Template != nil {
+		if present {
+			sql = st.Template.Render(readTSExpr)
+		} else {
+			sql = st.Template.RenderLiteral(c.ts)
+		}
+	}
+	if present {
+		s.enter(timeouts.PhaseTimestamp)
+		s.proxy.obs.OracleRoundTrip(ctx, "read_ts")
+	}
+	values, err := s.sendGuarded(readGuardSQL(rev, s.known.searchPathShown, present), sql)
+	if err != nil {
+		// The backend skipped the client's Query: it did not run.
+		if pe := pgerr.As(err); pe.Code == "22P02" && strings.Contains(pe.Message, staleMarker) {
+			return true, nil
+		}
+		return false, err
+	}
+	if present {
+		t, perr := strconv.ParseUint(values[0], 10, 64)
+		if perr != nil {
+			return false, pgerr.New(pgerr.InternalError, "pinned read timestamp %q: %v", values[0], perr)
+		}
+		c.ts, c.upper, c.oracle = t, t+1, &t
+	}
+	s.obs.Timestamp(c.ts)
+	s.units.push(unit{kind: uQuery, relayZ: true})
+	return false, s.exchange(ctx)
+}
+
+// sendGuarded sends the guard, then the client's Query sql, and returns
+// the guard's value.
+func (s *Session) sendGuarded(guard, sql string) ([]string, error) {
+	closes, err := s.be.sendValues([]string{guard})
+	if err != nil {
+		return nil, s.lost(err)
+	}
+	if err := s.be.w.Send(&pgproto3.Query{String: sql}); err != nil {
+		return nil, s.lost(err)
+	}
+	if err := s.be.w.Flush(); err != nil {
+		return nil, s.lostWrite(err)
+	}
+	return s.be.readValues(1, closes)
+}
+
+// guardedChoice chooses a guarded read's timestamp (a read of the present:
+// left for the guard) and holds its inputs.
+func (s *Session) guardedChoice(ctx context.Context, st *planner.Statement, fr *storage.FrontierState) (*choice, heldRead, error) {
+	if st.AsOf == nil {
+		l, err := s.currentLease(ctx)
+		if err != nil {
+			return nil, heldRead{}, err
+		}
+		// In memory: at the floor.
+		h, err := s.holdRead(ctx, &choice{ts: l.Floor(), inputs: st.Inputs}, true)
+		return &choice{inputs: st.Inputs}, h, err
+	}
+	c, err := s.chooseTimestamp(ctx, st, fr)
+	if err != nil {
+		return nil, heldRead{}, err
+	}
+	s.enter(timeouts.PhaseHold)
+	h, err := s.holdRead(ctx, c, exactTimestamp(st, false))
+	if err != nil {
+		return nil, heldRead{}, err
+	}
+	if err := s.awaitUpper(ctx, c); err != nil {
+		s.release(h)
+		return nil, heldRead{}, err
+	}
+	return c, h, nil
+}
