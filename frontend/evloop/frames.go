@@ -15,9 +15,15 @@ const (
 // the last, and only it, is a Query or a Sync. A length the frontend would
 // refuse (below 4 or above max), more than one batch (a pipeline), or a
 // batch longer than max, goes back to the connection's goroutine, which
-// answers it as it always does.
+// answers it as it always does. So does, from its type byte on, a frame
+// after which no Sync may be waited for, because the client may be waiting
+// for its answer: a Flush (asyncpg's prepare is Parse, Describe, Flush), a
+// FunctionCall, a Terminate, COPY data, or a type the frontend refuses.
 func judgeBatch(b []byte, max int) batchState {
 	for off := 0; ; {
+		if off < len(b) && !batchType(b[off]) {
+			return batchOther
+		}
 		if len(b)-off < 5 {
 			return partialOr(len(b), max)
 		}
@@ -37,6 +43,16 @@ func judgeBatch(b []byte, max int) batchState {
 		}
 		off = end
 	}
+}
+
+// batchType: a message a batch the loop forwards can hold (Close is
+// never admitted, but a Sync ends its batch all the same).
+func batchType(typ byte) bool {
+	switch typ {
+	case 'Q', 'S', 'P', 'B', 'D', 'E', 'C':
+		return true
+	}
+	return false
 }
 
 func partialOr(need, max int) batchState {
