@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"encoding/binary"
 	"errors"
 	"io"
 
@@ -32,7 +33,7 @@ func (c *conn) runLoop() bool {
 	if be == nil {
 		return true
 	}
-	res, err := loop.Run(client, be, ls)
+	res, err := loop.Run(client, be, loopPeer{ls, c.srv.cfg.MaxMessageSize})
 	if errors.Is(err, evloop.ErrDeadlineSet) {
 		return true
 	}
@@ -82,4 +83,27 @@ func (p *prefixReader) Read(b []byte) (int, error) {
 	n := copy(b, p.rest)
 	p.rest = p.rest[n:]
 	return n, nil
+}
+
+// loopPeer is the evloop.Peer of a connection: its session follows the
+// batches, the connection judges their frames as its own reader and
+// decoder would.
+type loopPeer struct {
+	LoopSession
+	maxMessageSize int
+}
+
+func (p loopPeer) MaxMessageSize() int { return p.maxMessageSize }
+
+// Readable decodes whole frames as serve does: a message it would answer
+// with an error at once is not left waiting for the rest of its batch.
+func (p loopPeer) Readable(frames []byte) bool {
+	for len(frames) > 0 {
+		n := 1 + int(binary.BigEndian.Uint32(frames[1:5]))
+		if _, err := decodeFrontend(frames[0], frames[:n]); err != nil {
+			return false
+		}
+		frames = frames[n:]
+	}
+	return true
 }

@@ -4,6 +4,7 @@ package evloop
 
 import (
 	"bytes"
+	"encoding/binary"
 	"net"
 	"os"
 	"sync"
@@ -70,6 +71,21 @@ func (p *fakePeer) Answer(typ byte, frame []byte) bool {
 }
 
 func (p *fakePeer) Abandon() {}
+
+func (p *fakePeer) MaxMessageSize() int { return 1024 }
+
+// Readable refuses frames whose body is the single byte 'x' (a stand-in
+// for a message the connection cannot decode).
+func (p *fakePeer) Readable(frames []byte) bool {
+	for len(frames) > 0 {
+		n := 1 + int(binary.BigEndian.Uint32(frames[1:5]))
+		if n == 6 && frames[5] == 'x' {
+			return false
+		}
+		frames = frames[n:]
+	}
+	return true
+}
 
 var (
 	testLoopOnce sync.Once
@@ -171,5 +187,42 @@ func TestNonBatchTypesGoBack(t *testing.T) {
 		if r.err != nil || !bytes.Equal(r.res.Leftover, in) {
 			t.Fatalf("%q: Run %+v, %v; want it all back", in, r.res, r.err)
 		}
+	}
+}
+
+// TestMalformedGoesBack: a message the connection refuses at once goes
+// back to it without waiting for the rest of its batch, whose Sync its
+// client may never send: a body it cannot decode, a frame longer than
+// the connection reads (at its header).
+func TestMalformedGoesBack(t *testing.T) {
+	parse := encode(t, &pgproto3.Parse{Query: "SELECT 1"})
+	for name, in := range map[string][]byte{
+		"malformed Bind":         {'B', 0, 0, 0, 5, 'x'},
+		"after a Parse":          append(bytes.Clone(parse), 'B', 0, 0, 0, 5, 'x'),
+		"oversized, header only": {'Q', 0, 0, 4, 0},
+		"oversized Parse, begun": append([]byte{'P', 0, 0, 8, 0}, make([]byte, 100)...),
+	} {
+		s := startSession(t)
+		if _, err := s.client.Write(in); err != nil {
+			t.Fatal(err)
+		}
+		r := s.waitReturn(t, name)
+		if r.err != nil || !bytes.Equal(r.res.Leftover, in) {
+			t.Fatalf("%s: Run %+v, %v; want it all back", name, r.res, r.err)
+		}
+	}
+	// A good Parse in pieces, then a bad Bind: only the Bind is judged
+	// when it comes, and all of it goes back.
+	s := startSession(t)
+	bad := []byte{'B', 0, 0, 0, 5, 'x'}
+	for _, piece := range [][]byte{parse[:3], parse[3:], bad[:2], bad[2:]} {
+		if _, err := s.client.Write(piece); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r := s.waitReturn(t, "a Parse, then a malformed Bind")
+	if want := append(bytes.Clone(parse), bad...); r.err != nil || !bytes.Equal(r.res.Leftover, want) {
+		t.Fatalf("Run %+v, %v; want it all back", r.res, r.err)
 	}
 }

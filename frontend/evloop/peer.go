@@ -16,6 +16,15 @@ type Peer interface {
 	Answer(typ byte, frame []byte) bool
 	// Abandon stops the backend's work on a batch whose client is gone.
 	Abandon()
+	// MaxMessageSize is the longest client frame the connection reads:
+	// a longer one goes back to it at its header.
+	MaxMessageSize() int
+	// Readable reports whether whole client frames of a batch not yet
+	// ended decode as the connection's own path reads them. The loop
+	// asks before it waits for the rest of the batch: a message that
+	// path refuses at once goes back to it, its client may be waiting for
+	// the error.
+	Readable(frames []byte) bool
 }
 
 // Result is how a session left the loop.
