@@ -72,6 +72,8 @@ func (s *Session) Admit(batch []byte) bool {
 		s.observeMessage(msg)
 		s.admitted(msg)
 	}
+	// At the backend, as relay's exchange would say (SHOW mzproxy_sessions).
+	s.enter(timeouts.PhaseExecute)
 	s.loopFlight.Store(true)
 	return true
 }

@@ -37,3 +37,21 @@ func TestAdmitWaitsForCancel(t *testing.T) {
 		t.Fatal("a plain read was not admitted once the Cancel was done")
 	}
 }
+
+// TestAdmitShowsBackendPhase: a batch the loop forwards is at the backend
+// for SHOW mzproxy_sessions, as on the session's own path, and idle once
+// its ReadyForQuery has been followed.
+func TestAdmitShowsBackendPhase(t *testing.T) {
+	obs, err := observe.New(observe.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Session{obs: obs.OpenSession(observe.SessionInfo{ID: 1}, logrus.NewEntry(logrus.New()))}
+	batch, _ := (&pgproto3.Query{String: "SELECT pg_sleep(1)"}).Encode(nil)
+	if !s.Admit(batch) {
+		t.Fatal("a plain read was not admitted")
+	}
+	if st := obs.Sessions()[0]; st.State != "active" || st.Phase != observe.PhaseBackend || st.Kind != "read" {
+		t.Fatalf("forwarded read: %+v, want active at the backend", st)
+	}
+}
