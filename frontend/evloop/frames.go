@@ -34,8 +34,11 @@ func judgeBatch(b []byte, maxBatch, maxFrame int) (state batchState, whole int) 
 			return batchOther, off
 		}
 		end := off + 1 + n
+		if end > maxBatch {
+			return batchOther, off
+		}
 		if end > len(b) {
-			return partialOr(end, maxBatch), off
+			return batchPartial, off
 		}
 		if typ := b[off]; typ == 'Q' || typ == 'S' {
 			if end == len(b) {

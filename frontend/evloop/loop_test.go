@@ -5,6 +5,9 @@ package evloop
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
+	"io"
+	"math/rand"
 	"net"
 	"os"
 	"sync"
@@ -107,6 +110,7 @@ func sharedLoop(t *testing.T) *Loop {
 // session is one Run of the loop over fresh socket pairs.
 type session struct {
 	client, backend net.Conn // the test's ends
+	loopClient      *Conn    // the session's end of the client's socket
 	peer            *fakePeer
 	done            chan runResult
 }
@@ -120,7 +124,7 @@ func startSession(t *testing.T) *session {
 	t.Helper()
 	lc, client := socketPair(t)
 	lb, backend := socketPair(t)
-	s := &session{client: client, backend: backend, peer: &fakePeer{}, done: make(chan runResult, 1)}
+	s := &session{client: client, backend: backend, loopClient: lc, peer: &fakePeer{}, done: make(chan runResult, 1)}
 	loop := sharedLoop(t)
 	go func() {
 		res, err := loop.Run(lc, lb, s.peer)
@@ -225,4 +229,85 @@ func TestMalformedGoesBack(t *testing.T) {
 	if want := append(bytes.Clone(parse), bad...); r.err != nil || !bytes.Equal(r.res.Leftover, want) {
 		t.Fatalf("Run %+v, %v; want it all back", r.res, r.err)
 	}
+}
+
+// TestRandomSplitsThroughTheLoop: batches the client writes in pieces cut
+// anywhere, and answers the backend writes so (some larger than the
+// loop's buffer), each reach the other end whole and in order, every
+// batch forwarded by the loop; a Terminate then gives the session back.
+func TestRandomSplitsThroughTheLoop(t *testing.T) {
+	rng := rand.New(rand.NewSource(2))
+	s := startSession(t)
+	const rounds = 150
+	for round := range rounds {
+		batch := encode(t, &pgproto3.Query{String: "SELECT 1"})
+		if round%2 == 1 {
+			batch = encode(t, &pgproto3.Parse{Query: "SELECT $1"}, &pgproto3.Bind{Parameters: [][]byte{[]byte("7")}},
+				&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{})
+		}
+		answer := encode(t, &pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{Name: []byte("x")}}})
+		for range rng.Intn(4) {
+			answer = append(answer, encode(t, &pgproto3.DataRow{Values: [][]byte{make([]byte, rng.Intn(50<<10))}})...)
+		}
+		answer = append(answer, encode(t, &pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})...)
+		backendErr := make(chan error, 1)
+		go func() { backendErr <- playBackend(s.backend, batch, answer, rand.New(rand.NewSource(int64(round)))) }()
+		writePieces(t, s.client, batch, rng)
+		got := make([]byte, len(answer))
+		if _, err := io.ReadFull(s.client, got); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if err := <-backendErr; err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if !bytes.Equal(got, answer) {
+			t.Fatalf("round %d: the answer changed on its way", round)
+		}
+	}
+	terminate := encode(t, &pgproto3.Terminate{})
+	writePieces(t, s.client, terminate, rng)
+	r := s.waitReturn(t, "a Terminate")
+	if r.err != nil || r.res.Over != nil || r.res.Forwarded != rounds || !bytes.HasPrefix(terminate, r.res.Leftover) {
+		t.Fatalf("Run: %+v, %v; want %d forwarded and the Terminate back", r.res, r.err, rounds)
+	}
+	// What the loop did not read is still in the socket it gave back.
+	rest := make([]byte, len(terminate)-len(r.res.Leftover))
+	_ = s.loopClient.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(s.loopClient, rest); err != nil || !bytes.Equal(append(r.res.Leftover, rest...), terminate) {
+		t.Fatalf("the Terminate's rest: %q, %v", rest, err)
+	}
+}
+
+// writePieces writes b in random pieces, sometimes pausing between them
+// so that they reach the loop in separate reads.
+func writePieces(t *testing.T, c net.Conn, b []byte, rng *rand.Rand) {
+	t.Helper()
+	for _, piece := range randomSplit(rng, b) {
+		if _, err := c.Write(piece); err != nil {
+			t.Fatal(err)
+		}
+		if rng.Intn(3) == 0 {
+			time.Sleep(time.Duration(rng.Intn(300)) * time.Microsecond)
+		}
+	}
+}
+
+// playBackend reads the batch, checks it, and answers in random pieces.
+func playBackend(c net.Conn, batch, answer []byte, rng *rand.Rand) error {
+	got := make([]byte, len(batch))
+	if _, err := io.ReadFull(c, got); err != nil {
+		return err
+	}
+	if !bytes.Equal(got, batch) {
+		return fmt.Errorf("the backend got %q, want %q", got, batch)
+	}
+	for _, piece := range randomSplit(rng, answer) {
+		if _, err := c.Write(piece); err != nil {
+			return err
+		}
+		if rng.Intn(3) == 0 {
+			time.Sleep(time.Duration(rng.Intn(300)) * time.Microsecond)
+		}
+	}
+	return nil
 }
