@@ -205,7 +205,8 @@ func (s *Session) Answer(typ byte, frame []byte) bool {
 }
 
 // Abandon implements evloop.Peer: the client is gone with a batch at the
-// backend.
+// backend. It runs alongside the session's goroutine, which ends the
+// session: loopFlight is atomic, the backend's cancel key never changes.
 func (s *Session) Abandon() {
 	if s.loopFlight.Load() {
 		s.cancelBackend()

@@ -311,3 +311,67 @@ func playBackend(c net.Conn, batch, answer []byte, rng *rand.Rand) error {
 	}
 	return nil
 }
+
+// blockingPeer's Abandon waits until release is closed.
+type blockingPeer struct {
+	fakePeer
+	abandoned, release chan struct{}
+}
+
+func (p *blockingPeer) Abandon() {
+	close(p.abandoned)
+	<-p.release
+}
+
+// TestAbandonDoesNotStopTheLoop: a client gone with its batch at the
+// backend gets the backend's work stopped (a CancelRequest, which can
+// take seconds); the loop's other sessions go on meanwhile.
+func TestAbandonDoesNotStopTheLoop(t *testing.T) {
+	lc, client := socketPair(t)
+	lb, backend := socketPair(t)
+	peer := &blockingPeer{abandoned: make(chan struct{}), release: make(chan struct{})}
+	defer close(peer.release)
+	done := make(chan runResult, 1)
+	go func() {
+		res, err := sharedLoop(t).Run(lc, lb, peer)
+		done <- runResult{res, err}
+	}()
+	batch := encode(t, &pgproto3.Query{String: "SELECT pg_sleep(60)"})
+	if _, err := client.Write(batch); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(batch))
+	if _, err := io.ReadFull(backend, got); err != nil {
+		t.Fatal(err)
+	}
+	_ = client.Close()
+	select {
+	case <-peer.abandoned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the backend's work was not abandoned")
+	}
+	select {
+	case r := <-done:
+		if r.res.Over != ErrClientGone {
+			t.Fatalf("Run: %+v, %v; want ErrClientGone", r.res, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session whose client left was not given back")
+	}
+	// Another session's batch goes through while Abandon still waits.
+	s := startSession(t)
+	other := encode(t, &pgproto3.Query{String: "SELECT 1"})
+	answer := encode(t, &pgproto3.ReadyForQuery{TxStatus: 'I'})
+	backendErr := make(chan error, 1)
+	go func() { backendErr <- playBackend(s.backend, other, answer, rand.New(rand.NewSource(1))) }()
+	if _, err := s.client.Write(other); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.client.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(s.client, make([]byte, len(answer))); err != nil {
+		t.Fatalf("another session, while a client's batch is abandoned: %v", err)
+	}
+	if err := <-backendErr; err != nil {
+		t.Fatal(err)
+	}
+}

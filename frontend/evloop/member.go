@@ -52,13 +52,15 @@ func (l *Loop) progress(m *member) {
 		switch {
 		case m.closing:
 			if m.inFlight {
-				m.peer.Abandon()
+				go m.peer.Abandon()
 			}
 			l.leave(m, ErrClientGone)
 		case m.chup && m.inFlight:
 			// Gone mid-statement: the backend's work must stop, as the
-			// connection's watchdog would have it.
-			m.peer.Abandon()
+			// connection's watchdog would have it. On its own goroutine:
+			// a CancelRequest takes a connection to the backend, which
+			// the other sessions of the loop must not wait for.
+			go m.peer.Abandon()
 			l.leave(m, ErrClientGone)
 		case len(m.toBackend) > 0:
 			if !m.bw {
