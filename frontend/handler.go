@@ -71,6 +71,8 @@ type LoopSession interface {
 	Abandon()
 	// LoopBackend returns the backend's socket when the session is idle
 	// in a state the loop can follow (no transaction, nothing queued, no
-	// COPY, LISTEN, holds or statement timeout), nil otherwise.
+	// COPY, LISTEN, holds or statement timeout), nil otherwise. It is
+	// asked before the connection looks at its writer: while it would
+	// say nil, a goroutine of the session's may be writing to the client.
 	LoopBackend() *evloop.Conn
 }

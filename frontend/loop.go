@@ -20,7 +20,7 @@ const maxLoopBackoff = 64
 // bytes the loop read and did not forward are read first from then on.
 func (c *conn) runLoop() bool {
 	loop := c.srv.cfg.EventLoop
-	if loop == nil || c.tls || c.loopSkip > 0 || c.w.Buffered() > 0 || c.prefix.Len() > 0 {
+	if loop == nil || c.tls || c.loopSkip > 0 || c.prefix.Len() > 0 {
 		c.loopSkip = max(c.loopSkip-1, 0)
 		return true
 	}
@@ -29,8 +29,11 @@ func (c *conn) runLoop() bool {
 	if !ok || !ok2 {
 		return true
 	}
+	// The session first: while it relays what the backend sends unasked
+	// (LISTEN) its own goroutine writes to c.w, which may be looked at
+	// only once LoopBackend has said no such goroutine runs.
 	be := ls.LoopBackend()
-	if be == nil {
+	if be == nil || c.w.Buffered() > 0 {
 		return true
 	}
 	res, err := loop.Run(client, be, loopPeer{ls, c.srv.cfg.MaxMessageSize})
