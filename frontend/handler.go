@@ -64,9 +64,15 @@ type Session interface {
 // its own goroutine while the connection's goroutine waits.
 type LoopSession interface {
 	Session
-	evloop.Peer
+	// Admit, Answer and Abandon are the session's part of evloop.Peer
+	// (the connection adds the rest: loopPeer).
+	Admit(batch []byte) bool
+	Answer(typ byte, frame []byte) bool
+	Abandon()
 	// LoopBackend returns the backend's socket when the session is idle
 	// in a state the loop can follow (no transaction, nothing queued, no
-	// COPY, LISTEN, holds or statement timeout), nil otherwise.
+	// COPY, LISTEN, holds or statement timeout), nil otherwise. It is
+	// asked before the connection looks at its writer: while it would
+	// say nil, a goroutine of the session's may be writing to the client.
 	LoopBackend() *evloop.Conn
 }

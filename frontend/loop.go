@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"encoding/binary"
 	"errors"
 	"io"
 
@@ -19,7 +20,7 @@ const maxLoopBackoff = 64
 // bytes the loop read and did not forward are read first from then on.
 func (c *conn) runLoop() bool {
 	loop := c.srv.cfg.EventLoop
-	if loop == nil || c.tls || c.loopSkip > 0 || c.w.Buffered() > 0 || c.prefix.Len() > 0 {
+	if loop == nil || c.tls || c.loopSkip > 0 || c.prefix.Len() > 0 {
 		c.loopSkip = max(c.loopSkip-1, 0)
 		return true
 	}
@@ -28,11 +29,14 @@ func (c *conn) runLoop() bool {
 	if !ok || !ok2 {
 		return true
 	}
+	// The session first: while it relays what the backend sends unasked
+	// (LISTEN) its own goroutine writes to c.w, which may be looked at
+	// only once LoopBackend has said no such goroutine runs.
 	be := ls.LoopBackend()
-	if be == nil {
+	if be == nil || c.w.Buffered() > 0 {
 		return true
 	}
-	res, err := loop.Run(client, be, ls)
+	res, err := loop.Run(client, be, loopPeer{ls, c.srv.cfg.MaxMessageSize})
 	if errors.Is(err, evloop.ErrDeadlineSet) {
 		return true
 	}
@@ -82,4 +86,27 @@ func (p *prefixReader) Read(b []byte) (int, error) {
 	n := copy(b, p.rest)
 	p.rest = p.rest[n:]
 	return n, nil
+}
+
+// loopPeer is the evloop.Peer of a connection: its session follows the
+// batches, the connection judges their frames as its own reader and
+// decoder would.
+type loopPeer struct {
+	LoopSession
+	maxMessageSize int
+}
+
+func (p loopPeer) MaxMessageSize() int { return p.maxMessageSize }
+
+// Readable decodes whole frames as serve does: a message it would answer
+// with an error at once is not left waiting for the rest of its batch.
+func (p loopPeer) Readable(frames []byte) bool {
+	for len(frames) > 0 {
+		n := 1 + int(binary.BigEndian.Uint32(frames[1:5]))
+		if _, err := decodeFrontend(frames[0], frames[:n]); err != nil {
+			return false
+		}
+		frames = frames[n:]
+	}
+	return true
 }

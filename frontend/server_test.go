@@ -24,7 +24,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	// An event loop's goroutine lives as long as the process.
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/mzproxy/mzproxy/frontend/evloop.(*Loop).run"))
 }
 
 // scriptedHandler opens scriptedSessions: a stand-in for the proxy that

@@ -144,6 +144,9 @@ func startProxy(t testing.TB, args ...string) *proxyProc {
 func launchProxy(t testing.TB, environ []string, args []string) *proxyProc {
 	t.Helper()
 	p := &proxyProc{log: &syncBuffer{}, done: make(chan struct{})}
+	// MZPROXY_TEST_FLAGS (space-separated) is added to every proxy's
+	// flags: the whole suite can run with, e.g., --event-loop on.
+	args = append(args[:len(args):len(args)], strings.Fields(os.Getenv("MZPROXY_TEST_FLAGS"))...)
 	p.cmd = exec.Command(env.binary, args...)
 	p.cmd.Env = environ
 	tieToTest(p.cmd)

@@ -53,7 +53,17 @@ func (s *Session) LoopBackend() *evloop.Conn {
 // message in it is one the session would forward unchanged (a Query or
 // Parse of a plain read, Bind, Describe and Execute of one, the Sync);
 // then the session records it as handle would have.
+//
+// A Cancel under way (it holds stmtMu while its CancelRequest reaches the
+// backend) may be for the batch just answered: a batch forwarded now
+// could meet that cancel at the backend. Such a batch goes to the
+// session's goroutine, which waits for the Cancel as it does for any
+// message (setStatementCancel); the loop's goroutine must not wait.
 func (s *Session) Admit(batch []byte) bool {
+	if !s.stmtMu.TryLock() {
+		return false
+	}
+	defer s.stmtMu.Unlock()
 	msgs, ok := s.plainBatch(batch)
 	if !ok {
 		return false
@@ -62,6 +72,8 @@ func (s *Session) Admit(batch []byte) bool {
 		s.observeMessage(msg)
 		s.admitted(msg)
 	}
+	// At the backend, as relay's exchange would say (SHOW mzproxy_sessions).
+	s.enter(timeouts.PhaseExecute)
 	s.loopFlight.Store(true)
 	return true
 }
@@ -193,7 +205,8 @@ func (s *Session) Answer(typ byte, frame []byte) bool {
 }
 
 // Abandon implements evloop.Peer: the client is gone with a batch at the
-// backend.
+// backend. It runs alongside the session's goroutine, which ends the
+// session: loopFlight is atomic, the backend's cancel key never changes.
 func (s *Session) Abandon() {
 	if s.loopFlight.Load() {
 		s.cancelBackend()

@@ -14,10 +14,17 @@
 // Anything else gives the sockets back to the session's goroutine (Run
 // returns) with the client bytes read and not forwarded, and the normal
 // path goes on as if the loop had never been involved: a batch the
-// session does not admit, a pipeline, a partial frame that grows past the
-// batch limit, something the backend sends unasked, a drain or a close
-// (a deadline set or Close called on a detached Conn). A client that goes
-// away while its batch is at the backend gets the backend's work stopped
-// (Peer.Abandon); a client that reads slowly makes the loop stop reading
-// the backend until it has caught up.
+// session does not admit, a pipeline, a batch that grows past the batch
+// limit, something the backend sends unasked, a drain or a close (a
+// deadline set or Close called on a detached Conn). The loop never waits
+// for more of a batch when its client may be waiting for an answer: a
+// message that cannot be part of a forwarded batch goes back at its type
+// byte (a Flush, as in asyncpg's unsynced prepare, a FunctionCall, a
+// Terminate, an unknown type), and one the connection refuses at once
+// goes back as soon as that shows (a length over --max-message-size at
+// its header, a body it cannot decode when whole: Peer.Readable). A
+// client that goes away while its batch is at the backend gets the
+// backend's work stopped (Peer.Abandon, on its own goroutine so the other
+// sessions do not wait for its CancelRequest); a client that reads slowly
+// makes the loop stop reading the backend until it has caught up.
 package evloop

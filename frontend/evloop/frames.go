@@ -12,31 +12,52 @@ const (
 )
 
 // judgeBatch looks at a client's bytes: one batch is whole frames of which
-// the last, and only it, is a Query or a Sync. A length the frontend would
-// refuse (below 4 or above max), more than one batch (a pipeline), or a
-// batch longer than max, goes back to the connection's goroutine, which
-// answers it as it always does.
-func judgeBatch(b []byte, max int) batchState {
+// the last, and only it, is a Query or a Sync. What the connection's own
+// reader would refuse (a length below 4, a frame longer than maxFrame),
+// more than one batch (a pipeline), or a batch longer than maxBatch, goes
+// back to the connection's goroutine, which answers it as it always does.
+// So does, from its type byte on, a frame after which no Sync may be
+// waited for, because the client may be waiting for its answer: a Flush
+// (asyncpg's prepare is Parse, Describe, Flush), a FunctionCall, a
+// Terminate, COPY data, or a type the frontend refuses. whole is how many
+// bytes at the start are whole frames.
+func judgeBatch(b []byte, maxBatch, maxFrame int) (state batchState, whole int) {
 	for off := 0; ; {
+		if off < len(b) && !batchType(b[off]) {
+			return batchOther, off
+		}
 		if len(b)-off < 5 {
-			return partialOr(len(b), max)
+			return partialOr(len(b), maxBatch), off
 		}
 		n := int(binary.BigEndian.Uint32(b[off+1:]))
-		if n < 4 || n > max {
-			return batchOther
+		if n < 4 || 1+n > maxFrame {
+			return batchOther, off
 		}
 		end := off + 1 + n
+		if end > maxBatch {
+			return batchOther, off
+		}
 		if end > len(b) {
-			return partialOr(end, max)
+			return batchPartial, off
 		}
 		if typ := b[off]; typ == 'Q' || typ == 'S' {
 			if end == len(b) {
-				return batchWhole
+				return batchWhole, end
 			}
-			return batchOther
+			return batchOther, end
 		}
 		off = end
 	}
+}
+
+// batchType: a message a batch the loop forwards can hold (Close is
+// never admitted, but a Sync ends its batch all the same).
+func batchType(typ byte) bool {
+	switch typ {
+	case 'Q', 'S', 'P', 'B', 'D', 'E', 'C':
+		return true
+	}
+	return false
 }
 
 func partialOr(need, max int) batchState {

@@ -16,6 +16,7 @@ type member struct {
 	chup           bool // the client hung up (or its socket failed)
 
 	in        []byte // client bytes not yet forwarded (a batch being read)
+	readable  int    // bytes at the start of in that Peer.Readable passed
 	toBackend []byte // the batch, not yet all written to the backend
 	buf       []byte // backend read buffer
 	out       []byte // backend bytes not yet written to the client (in buf)
@@ -51,13 +52,15 @@ func (l *Loop) progress(m *member) {
 		switch {
 		case m.closing:
 			if m.inFlight {
-				m.peer.Abandon()
+				go m.peer.Abandon()
 			}
 			l.leave(m, ErrClientGone)
 		case m.chup && m.inFlight:
 			// Gone mid-statement: the backend's work must stop, as the
-			// connection's watchdog would have it.
-			m.peer.Abandon()
+			// connection's watchdog would have it. On its own goroutine:
+			// a CancelRequest takes a connection to the backend, which
+			// the other sessions of the loop must not wait for.
+			go m.peer.Abandon()
 			l.leave(m, ErrClientGone)
 		case len(m.toBackend) > 0:
 			if !m.bw {
@@ -115,8 +118,16 @@ func (l *Loop) readClient(m *member) {
 		// is there.
 		m.cr = false
 	}
-	switch judgeBatch(m.in, l.maxBatch) {
+	state, whole := judgeBatch(m.in, l.maxBatch, m.peer.MaxMessageSize())
+	switch state {
 	case batchPartial:
+		if whole > m.readable {
+			if !m.peer.Readable(m.in[m.readable:whole]) {
+				l.leave(m, nil)
+				return
+			}
+			m.readable = whole
+		}
 		return
 	case batchOther:
 		l.leave(m, nil)
@@ -149,7 +160,7 @@ func (l *Loop) writeBackend(m *member) {
 	}
 	m.toBackend = nil
 	// The batch's buffer is free again.
-	m.in = m.in[:0]
+	m.in, m.readable = m.in[:0], 0
 }
 
 // readBackend reads the backend's answers and hands them to the client;

@@ -2,9 +2,10 @@ package evloop
 
 import "errors"
 
-// Peer is a session the loop drives. Its methods run on the loop's
-// goroutine while the session's own goroutine waits in Run, so the session
-// needs no lock for what they touch (Run's channel orders the two).
+// Peer is a session the loop drives. Its methods but Abandon run on the
+// loop's goroutine while the session's own goroutine waits in Run, so the
+// session needs no lock for what they touch (Run's channel orders the
+// two).
 type Peer interface {
 	// Admit reports whether a client batch (whole frames, its last and
 	// only Query or Sync at the end) may be forwarded as it is, and when
@@ -15,7 +16,19 @@ type Peer interface {
 	// sockets back once this answer is relayed.
 	Answer(typ byte, frame []byte) bool
 	// Abandon stops the backend's work on a batch whose client is gone.
+	// It runs on a goroutine of its own (it may wait for the backend),
+	// alongside the session's goroutine, which has its sockets back: it
+	// must touch only what that goroutine leaves as it is.
 	Abandon()
+	// MaxMessageSize is the longest client frame the connection reads:
+	// a longer one goes back to it at its header.
+	MaxMessageSize() int
+	// Readable reports whether whole client frames of a batch not yet
+	// ended decode as the connection's own path reads them. The loop
+	// asks before it waits for the rest of the batch: a message that
+	// path refuses at once goes back to it, its client may be waiting for
+	// the error.
+	Readable(frames []byte) bool
 }
 
 // Result is how a session left the loop.

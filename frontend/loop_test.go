@@ -1,0 +1,97 @@
+//go:build linux
+
+package frontend
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/mzproxy/mzproxy/frontend/evloop"
+	"github.com/mzproxy/mzproxy/frontend/wire"
+)
+
+// listeningHandler opens listeningSessions.
+type listeningHandler struct{ scriptedHandler }
+
+func (h *listeningHandler) Connect(ctx context.Context, start wire.Startup, relay wire.AuthRelay, w *wire.Writer) (Session, error) {
+	return &listeningSession{scriptedSession: scriptedSession{w: w, h: &h.scriptedHandler, start: start}}, nil
+}
+
+// listeningSession is a LoopSession that, after its first Query, keeps
+// writing notices to its client from a goroutine of its own, as a session
+// relaying a LISTEN's notifications does; the loop never gets it.
+type listeningSession struct {
+	scriptedSession
+	mu      sync.Mutex // the client's writer, as the proxy's clientMu
+	started bool
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func (s *listeningSession) Handle(ctx context.Context, msg pgproto3.FrontendMessage, frame []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started {
+		s.started = true
+		s.stop, s.done = make(chan struct{}), make(chan struct{})
+		go s.notify()
+	}
+	_ = s.w.Send(&pgproto3.CommandComplete{CommandTag: []byte("SELECT 0")})
+	_ = s.w.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+	return s.w.Flush()
+}
+
+func (s *listeningSession) notify() {
+	defer close(s.done)
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-time.After(100 * time.Microsecond):
+		}
+		s.mu.Lock()
+		_ = s.w.Send(&pgproto3.NoticeResponse{Severity: "NOTICE", Code: "00000", Message: "n"})
+		_ = s.w.Flush()
+		s.mu.Unlock()
+	}
+}
+
+func (s *listeningSession) Close() error {
+	if s.started {
+		close(s.stop)
+		<-s.done
+	}
+	return nil
+}
+
+func (s *listeningSession) Admit([]byte) bool         { return false }
+func (s *listeningSession) Answer(byte, []byte) bool  { return false }
+func (s *listeningSession) Abandon()                  {}
+func (s *listeningSession) LoopBackend() *evloop.Conn { return nil }
+
+// TestLoopLeavesAListeningSessionsWriterAlone: between messages the
+// connection used to look at its writer's buffer before asking the
+// session whether the loop may have it, while the session's relay of
+// notifications wrote to that buffer: a data race (go test -race).
+func TestLoopLeavesAListeningSessionsWriterAlone(t *testing.T) {
+	loop, err := evloop.New(64 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := newTestServer(t, Config{EventLoop: loop, Handler: &listeningHandler{}})
+	c := dialRaw(t, ts.addr)
+	c.startup(nil)
+	for range 100 {
+		c.send(&pgproto3.Query{String: "SELECT 1"})
+		for {
+			if _, ok := c.receive().(*pgproto3.ReadyForQuery); ok {
+				break
+			}
+		}
+	}
+	c.send(&pgproto3.Terminate{})
+}
