@@ -78,10 +78,15 @@ func TestAlterAddColumnHistory(t *testing.T) {
 		{"ALTER TABLE k ADD COLUMN i int GENERATED ALWAYS AS IDENTITY", "a, b, n, d, dm, g, i"},
 		{"ALTER TABLE k DROP COLUMN n", "a, b, d, dm, g, i"},
 		{"ALTER TABLE k ADD COLUMN v timestamptz DEFAULT clock_timestamp()", "a, b, d, dm, g, i, v"},
+		{"ALTER TABLE k ADD COLUMN u int UNIQUE", "a, b, d, dm, g, i, v, u"},
+		{"CREATE UNIQUE INDEX k_g ON k (g)", "a, b, d, dm, g, i, v, u"},
 	} {
 		check("k", st.cols, inWrite(t, conn, st.sql), st.sql)
 	}
-	check("k", "a, b, d, dm, g, i, v", inWrite(t, conn, "UPDATE k SET b = 'w' WHERE a < 3", "DELETE FROM k WHERE a = 5"), "writes after the ALTERs")
+	check("k", "a, b, d, dm, g, i, v, u", inWrite(t, conn, "UPDATE k SET b = 'w', u = a WHERE a < 3", "DELETE FROM k WHERE a = 5"), "writes after the ALTERs")
+	if n := queryInt(t, conn, "SELECT count(*) FROM mzproxy.index_mirrors m JOIN pg_index x ON x.indexrelid = m.index_oid WHERE x.indrelid = 'k'::regclass"); n != 3 {
+		t.Errorf("lookup mirrors of k: %d, want 3 (primary key, u, k_g)", n)
+	}
 	for _, st := range []struct{ sql, cols string }{
 		{"ALTER TABLE bag ADD COLUMN n int", "a, b, n"},
 		{"DELETE FROM bag WHERE a = 1", "a, b, n"},
@@ -89,5 +94,30 @@ func TestAlterAddColumnHistory(t *testing.T) {
 		{"UPDATE bag SET n = a", "a, n"},
 	} {
 		check("bag", st.cols, inWrite(t, conn, st.sql), st.sql)
+	}
+}
+
+// TestCreateIndexCalls: CREATE INDEX on a managed table syncs its lookup
+// mirrors and nothing else (version 10 reconciled the table in full:
+// columns, names, the trigger functions compared with their text,
+// grants), and the event triggers' check of mzproxy's own DDL costs one
+// function call (ddl_mark), not two (tag).
+func TestCreateIndexCalls(t *testing.T) {
+	cs, conn := installedDB(t)
+	inWrite(t, conn, "CREATE TABLE k (a int PRIMARY KEY, b text, c int)")
+	for _, sql := range []string{"CREATE INDEX k_b ON k (b)", "CREATE UNIQUE INDEX k_c ON k (c)"} {
+		calls := writeCalls(t, cs, -1, sql)
+		for name, want := range map[string]int{"sync_indexes": 1, "reconcile": 0, "gen_triggers": 0, "user_columns": 0, "sync_grants": 0} {
+			if n := callCount(calls, name); n != want {
+				t.Errorf("%s: %s ran %d times, want %d (%v)", sql, name, n, want, calls)
+			}
+		}
+	}
+	if n := queryInt(t, conn, "SELECT count(*) FROM mzproxy.index_mirrors WHERE index_oid = 'k_c'::regclass"); n != 1 {
+		t.Errorf("mirror records of the unique index k_c: %d, want 1", n)
+	}
+	calls := writeCalls(t, cs, -1, "CREATE TABLE k2 (a int PRIMARY KEY, b text)")
+	if marks, tags := callCount(calls, "ddl_mark"), callCount(calls, "tag"); marks < 10 || tags >= marks {
+		t.Errorf("CREATE TABLE: ddl_mark ran %d times, tag %d: want ddl_mark not to call tag (%v)", marks, tags, calls)
 	}
 }
