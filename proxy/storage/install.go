@@ -66,9 +66,9 @@ var writeCostSQL string
 // (Version 10, block_cost.sql, is another branch's: it goes here.)
 
 // ddlCostSQL upgrades version 10 to 11: DDL's cost beyond PostgreSQL's own
-// (no fsync'd btree for pending rows, ALTER TABLE without repeated catalog
-// reads or a resync that cannot change anything). Registered as 9 to 10
-// until block_cost.sql is merged.
+// (ALTER TABLE without repeated catalog reads or a resync that cannot
+// change anything, CREATE INDEX without a full reconcile). Registered as 9
+// to 10 until block_cost.sql is merged.
 //
 //go:embed ddl_cost.sql
 var ddlCostSQL string
