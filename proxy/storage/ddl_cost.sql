@@ -1,4 +1,4 @@
--- mzproxy backend state, version 10 to 11: what DDL on a managed table
+-- mzproxy backend state, version 9 to 10: what DDL on a managed table
 -- costs beyond the same DDL on a plain one (issue 16).
 --
 -- Measured on PostgreSQL 15 (pg_stat_statements with track = all, backend
@@ -164,10 +164,10 @@ DECLARE
 $a$;
 BEGIN
     IF (length(def) - length(replace(def, full_sync, ''))) / length(full_sync) <> 1 THEN
-        RAISE EXCEPTION 'storage version 11: the reconcile of on_ddl_command_end was not found once';
+        RAISE EXCEPTION 'storage version 10: the reconcile of on_ddl_command_end was not found once';
     END IF;
     EXECUTE replace(def, full_sync, $a$            IF k.kind = 'table' AND TG_TAG = 'CREATE INDEX' THEN
-                -- (Version 11: only the lookup mirrors. The statement's
+                -- (Version 10: only the lookup mirrors. The statement's
                 -- tag, not the command's: ALTER TABLE ... ADD UNIQUE
                 -- reports an index of its own too.)
                 PERFORM @SCHEMA@.sync_indexes(k.id);
@@ -180,6 +180,4 @@ $edit$;
 
 REVOKE ALL ON FUNCTION @SCHEMA@.added_column_filled(oid, int2) FROM PUBLIC;
 
--- Version 11; registered as 9 to 10 in this branch until block_cost.sql
--- (version 10) is merged.
 INSERT INTO @SCHEMA@.schema_version (version) VALUES (10);

@@ -63,12 +63,9 @@ var ddlSpeedSQL string
 //go:embed write_cost.sql
 var writeCostSQL string
 
-// (Version 10, block_cost.sql, is another branch's: it goes here.)
-
-// ddlCostSQL upgrades version 10 to 11: DDL's cost beyond PostgreSQL's own
+// ddlCostSQL upgrades version 9 to 10: DDL's cost beyond PostgreSQL's own
 // (ALTER TABLE without repeated catalog reads or a resync that cannot
-// change anything, CREATE INDEX without a full reconcile). Registered as 9
-// to 10 until block_cost.sql is merged.
+// change anything, CREATE INDEX without a full reconcile).
 //
 //go:embed ddl_cost.sql
 var ddlCostSQL string
