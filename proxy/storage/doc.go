@@ -9,7 +9,8 @@
 // transaction under a lock on pg_event_trigger (superusers only), so proxies starting together do
 // not race: install.sql creates version 1, lease.sql upgrades 1 to 2, occ.sql 2
 // to 3, lease_holds.sql 3 to 4, ddl.sql 4 to 5, trust.sql 5 to 6, frontier.sql
-// 6 to 7, ddl_speed.sql 7 to 8, write_cost.sql 8 to 9 (a database at an older
+// 6 to 7, ddl_speed.sql 7 to 8, write_cost.sql 8 to 9, ddl_cost.sql 9 to
+// 10 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -104,7 +105,9 @@
 //     TABLE AS, SELECT INTO, LIKE) becomes managed at T (rows it already
 //     has are copied into history at T); CREATE VIEW is recorded with its
 //     pg_get_viewdef text; ALTER TABLE reconciles the history table (see
-//     reconcile in install.sql); DROP marks dropped_ts = T and keeps the
+//     reconcile in ddl_cost.sql: current versions are compared with the
+//     rows only when a value can have changed), CREATE INDEX syncs its
+//     lookup mirrors; DROP marks dropped_ts = T and keeps the
 //     history; every DDL bumps the revision. Outside the proxy: DDL that
 //     changes or drops a managed relation fails with MZ003 (index DDL,
 //     COMMENT, GRANT and REVOKE are allowed), other DDL passes untouched and

@@ -63,8 +63,15 @@ var ddlSpeedSQL string
 //go:embed write_cost.sql
 var writeCostSQL string
 
+// ddlCostSQL upgrades version 9 to 10: DDL's cost beyond PostgreSQL's own
+// (ALTER TABLE without repeated catalog reads or a resync that cannot
+// change anything, CREATE INDEX without a full reconcile).
+//
+//go:embed ddl_cost.sql
+var ddlCostSQL string
+
 // migrations[v] upgrades a database at version v to v+1.
-var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL}
+var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL, 9: ddlCostSQL}
 
 // InstallScript returns the SQL that Install runs on an empty database for
 // SchemaVersion, with the schema name filled in. Exposed for inspection and
