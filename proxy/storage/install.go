@@ -63,8 +63,14 @@ var ddlSpeedSQL string
 //go:embed write_cost.sql
 var writeCostSQL string
 
+// blockCostSQL upgrades version 9 to 10: a transaction block's write cost
+// (written tables kept where no tag is needed, restamped by static SQL).
+//
+//go:embed block_cost.sql
+var blockCostSQL string
+
 // migrations[v] upgrades a database at version v to v+1.
-var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL}
+var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL, 9: blockCostSQL}
 
 // InstallScript returns the SQL that Install runs on an empty database for
 // SchemaVersion, with the schema name filled in. Exposed for inspection and
