@@ -27,6 +27,15 @@
 --    in one statement for each step, instead of running three dynamic
 --    statements per table. gen_triggers makes them (one line); fix_write
 --    falls back to the dynamic statements when a table has none.
+--  * fix_write checks the slot against the row with one query (no
+--    write_slot), counts the write and chooses T with one more, and tags
+--    T inline (no set_slot); open_write_deferred tags its slot inline too.
+--
+-- Backend CPU time per block (/proc/<pid>/schedstat of the backend, 350
+-- blocks, the previous version in the same run): 2.35 ms -> 1.82 ms; the
+-- COMMIT 1.03 -> 0.74 ms, each UPDATE 0.28-0.30 -> 0.21-0.24 ms. What
+-- remains is mostly the history triggers' own statements and the
+-- restamp's row updates (two per updated row, each non-HOT).
 
 -- Taken first: the upgrade waits here for the blocks in progress (their
 -- row is locked), and blocks that start meanwhile wait for it, so none
@@ -122,13 +131,15 @@ END
 $$;
 
 -- A transaction block's write slot (see frontier.sql): the slot records
--- -1 and the incarnation; the transaction's row of deferred_slots, its
--- written tables (none yet) and the incarnation again, for fix_write.
+-- -1 and the incarnation (as set_slot would, inline); the transaction's
+-- row of deferred_slots its written tables (none yet) and the incarnation
+-- again, for fix_write.
 CREATE OR REPLACE FUNCTION @SCHEMA@.open_write_deferred(p_inc bigint, p_read_writes bigint DEFAULT NULL) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v text := p_read_writes::text;
+    slot text := '-1 ' || coalesce(p_inc::text, '-');
 BEGIN
     IF coalesce(current_setting('mzproxy.write_ts', true), '') <> ''
        AND (SELECT s.t FROM @SCHEMA@.write_slot() s) IS NOT NULL THEN
@@ -136,7 +147,7 @@ BEGIN
     END IF;
     -- Fenced now or at fix_write, which checks again with the gate held.
     PERFORM @SCHEMA@.check_incarnation(p_inc);
-    PERFORM @SCHEMA@.set_slot(-1, p_inc);
+    PERFORM set_config('mzproxy.write_ts', slot || ' ' || @SCHEMA@.key_tag(k.k, slot), true) FROM @SCHEMA@.write_key k;
     -- A READ ONLY transaction writes no history (PostgreSQL refuses its
     -- writes), and could not record itself either.
     IF current_setting('transaction_read_only') = 'off' THEN
@@ -161,23 +172,34 @@ AS $$
 DECLARE
     my_xid bigint := pg_current_xact_id()::text::bigint;
     p bigint := -my_xid;
+    v text := current_setting('mzproxy.write_ts', true);
+    slot_ok bool;
     slot_inc bigint;
     rels oid[];
     hist text[];
     static bool;
     closed bigint;
+    counted bigint;
     read_writes text;
     t bigint;
 BEGIN
-    SELECT s.t, s.e INTO t, slot_inc FROM @SCHEMA@.write_slot() s;
-    IF t IS DISTINCT FROM -1 THEN
-        -- The row says this transaction holds a deferred slot: the
-        -- setting was taken away or replaced.
+    -- The transaction's row, and the slot checked against the one
+    -- open_write_deferred made with it, in one query.
+    WITH d AS (DELETE FROM @SCHEMA@.deferred_slots d WHERE d.xid = my_xid RETURNING d.rels, d.inc)
+    SELECT d.rels, d.inc, v IS NOT DISTINCT FROM
+               '-1 ' || coalesce(d.inc::text, '-') || ' ' || @SCHEMA@.key_tag(k.k, '-1 ' || coalesce(d.inc::text, '-'))
+      INTO rels, slot_inc, slot_ok FROM d, @SCHEMA@.write_key k;
+    IF NOT FOUND THEN
+        -- No row: the slot of a READ ONLY transaction, which wrote nothing.
+        SELECT s.t, s.e INTO t, slot_inc FROM @SCHEMA@.write_slot() s;
+        slot_ok := t = -1;
+    END IF;
+    IF slot_ok IS NOT TRUE THEN
+        -- The setting was taken away or replaced.
         RAISE EXCEPTION 'mzproxy.write_ts was not set by mzproxy'
             USING ERRCODE = '42501',
                   DETAIL = 'A write''s timestamp is chosen by mzproxy''s oracle for that write alone.';
     END IF;
-    DELETE FROM @SCHEMA@.deferred_slots d WHERE d.xid = my_xid RETURNING d.rels INTO rels;
     LOCK TABLE @SCHEMA@.gate IN ROW SHARE MODE;
     PERFORM @SCHEMA@.check_incarnation(slot_inc);
     read_writes := coalesce(current_setting('mzproxy.read_writes', true), '');
@@ -193,8 +215,12 @@ BEGIN
                       HINT = 'The transaction might succeed if retried.';
         END IF;
     END IF;
-    PERFORM nextval('@SCHEMA@.writes');
-    t := GREATEST(@SCHEMA@.now_ms(), @SCHEMA@.pinned_ts() + 1);
+    -- The write counted and T chosen in one query; P read as pinned_ts
+    -- reads it (after a crash, its floor). With the gate held no pin runs
+    -- in between, so the order of the two does not matter.
+    SELECT GREATEST(@SCHEMA@.now_ms(), CASE WHEN s.is_called THEN s.last_value ELSE @SCHEMA@.pinned_ts() END + 1),
+           nextval('@SCHEMA@.writes')
+      INTO t, counted FROM @SCHEMA@.pinned s;
     SELECT array_agg(k.history), bool_and(to_regprocedure(k.history || '_restamp(bigint, bigint)') IS NOT NULL)
       INTO hist, static FROM @SCHEMA@.catalog k WHERE k.oid = ANY (coalesce(rels, '{}'));
     IF hist IS NULL THEN
@@ -208,7 +234,9 @@ BEGIN
     ELSE
         t := @SCHEMA@.restamp_dynamic(hist, p, t);
     END IF;
-    PERFORM @SCHEMA@.set_slot(t, NULL);
+    -- set_slot(t, NULL), inline.
+    PERFORM set_config('mzproxy.write_ts', t::text || ' - ' || @SCHEMA@.key_tag(k.k, t::text || ' -'), true)
+       FROM @SCHEMA@.write_key k;
     RETURN t;
 END
 $$;
