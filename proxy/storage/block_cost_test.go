@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -163,5 +164,60 @@ func TestBlockWrittenTables(t *testing.T) {
 	wantCode(t, err, "42501", fmt.Sprintf("a write with %s = %q copied from another transaction", WriteTSSetting, copied))
 	if got := queryInt(t, conn, "SELECT v FROM a"); got != 0 {
 		t.Fatalf("a.v = %d after writes rolled back or refused, want 0", got)
+	}
+}
+
+// A block's mix of writes over a table with a key and one without, some
+// rows written more than once, is restamped to one T: history at T is the
+// tables, history just before T what they were, and no placeholder or
+// empty version is left.
+func TestBlockHistoryMix(t *testing.T) {
+	_, conn := installedDB(t)
+	ctx := context.Background()
+	inWrite(t, conn, "CREATE TABLE k (id int PRIMARY KEY, v text)", "CREATE TABLE n (id int, v text)",
+		"INSERT INTO k VALUES (1, 'a'), (2, 'b'), (3, 'c')", "INSERT INTO n VALUES (1, 'x'), (1, 'x'), (2, 'y')")
+	hk := queryText(t, conn, "SELECT history FROM "+Schema+".catalog WHERE oid = 'k'::regclass")
+	hn := queryText(t, conn, "SELECT history FROM "+Schema+".catalog WHERE oid = 'n'::regclass")
+	rows := func(q Querier, sql string, args ...any) []string {
+		got, err := collectText(ctx, q, sql, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	const tableRows = "SELECT id || v FROM %s ORDER BY 1"
+	beforeK, beforeN := rows(conn, fmt.Sprintf(tableRows, "k")), rows(conn, fmt.Sprintf(tableRows, "n"))
+
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		queryInt(t, tx, OpenWriteDeferredFor(-1))
+		for _, s := range []string{
+			"UPDATE k SET v = 'a1' WHERE id = 1", "UPDATE k SET v = 'a2' WHERE id = 1",
+			"INSERT INTO k VALUES (4, 'd')", "DELETE FROM k WHERE id = 4", "DELETE FROM k WHERE id = 2",
+			"INSERT INTO k VALUES (5, 'e')", "UPDATE k SET v = v || '!' WHERE id >= 3",
+			"DELETE FROM n WHERE id = 1", "INSERT INTO n VALUES (1, 'x'), (3, 'z')", "UPDATE n SET v = 'y1' WHERE id = 2",
+		} {
+			if _, err := tx.Exec(ctx, s); err != nil {
+				return fmt.Errorf("%s: %w", s, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := queryInt(t, conn, fmt.Sprintf("SELECT greatest((SELECT max(mz_from) FROM %s), (SELECT max(mz_from) FROM %s))", hk, hn))
+	for _, c := range []struct {
+		table, hist string
+		before      []string
+	}{{"k", hk, beforeK}, {"n", hn, beforeN}} {
+		if n := queryInt(t, conn, "SELECT count(*) FROM "+c.hist+" WHERE mz_from < 0 OR mz_to < 0 OR mz_from >= mz_to"); n != 0 {
+			t.Fatalf("%s: %d placeholder or empty versions", c.table, n)
+		}
+		if got, want := rows(conn, "SELECT id || v FROM "+c.hist+" WHERE mz_from <= $1 AND mz_to > $1 ORDER BY 1", ts), rows(conn, fmt.Sprintf(tableRows, c.table)); !slices.Equal(got, want) {
+			t.Errorf("%s at the block's T: history %v, table %v", c.table, got, want)
+		}
+		if got := rows(conn, "SELECT id || v FROM "+c.hist+" WHERE mz_from <= $1 AND mz_to > $1 ORDER BY 1", ts-1); !slices.Equal(got, c.before) {
+			t.Errorf("%s just before the block's T: history %v, want %v", c.table, got, c.before)
+		}
 	}
 }
