@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -255,4 +256,81 @@ func BenchmarkAutocommitWriteRatio(b *testing.B) {
 func medianNs(d []time.Duration) float64 {
 	slices.Sort(d)
 	return float64(d[len(d)/2].Nanoseconds())
+}
+
+// BenchmarkBlockWriteRatio times a TPC-B-like transaction block as mzproxy
+// sends it (BEGIN; OpenWriteDeferredFor(inc); three UPDATEs by key, a read
+// and an INSERT over four managed tables, the last without a key; COMMIT,
+// whose deferred trigger stamps the history) against the same block on
+// plain tables of the same shape, and on managed tables of a database at
+// the previous schema version (what the last version changed), interleaved
+// so load from elsewhere on the machine hits all alike. Each block is one
+// pipelined batch. Reports median latencies and the ratios to plain.
+//
+//	go test ./proxy/storage/ -run '^$' -bench BlockWriteRatio -benchtime 2000x
+func BenchmarkBlockWriteRatio(b *testing.B) {
+	_, conn := installedDB(b)
+	prev := connect(b, newDB(b))
+	ctx := context.Background()
+	if _, err := prev.Exec(ctx, strings.ReplaceAll(strings.Join(migrations[:SchemaVersion-1], "\n"), "@SCHEMA@", Schema)); err != nil {
+		b.Fatal(err)
+	}
+	const accounts, tellers, branches = 10000, 10, 1
+	tables := func(prefix string) string {
+		return fmt.Sprintf(`CREATE TABLE %[1]s_accounts (aid int PRIMARY KEY, bid int, abalance int, filler char(84));
+			INSERT INTO %[1]s_accounts SELECT g, 1, 0, '' FROM generate_series(1, %[2]d) g;
+			CREATE TABLE %[1]s_tellers (tid int PRIMARY KEY, bid int, tbalance int, filler char(84));
+			INSERT INTO %[1]s_tellers SELECT g, 1, 0, '' FROM generate_series(1, %[3]d) g;
+			CREATE TABLE %[1]s_branches (bid int PRIMARY KEY, bbalance int, filler char(88));
+			INSERT INTO %[1]s_branches SELECT g, 0, '' FROM generate_series(1, %[4]d) g;
+			CREATE TABLE %[1]s_history (tid int, bid int, aid int, delta int, mtime timestamp, filler char(22))`,
+			prefix, accounts, tellers, branches)
+	}
+	if _, err := conn.Exec(ctx, tables("plain")); err != nil {
+		b.Fatal(err)
+	}
+	incs := map[*pgx.Conn]int64{}
+	for _, c := range []*pgx.Conn{conn, prev} {
+		var inc int64
+		if err := c.QueryRow(ctx, "SELECT r_id FROM "+Schema+".register(0, 3600000, 'bench', 0)").Scan(&inc); err != nil {
+			b.Fatal(err)
+		}
+		incs[c] = inc
+		inWrite(b, c, tables("managed"))
+		if _, err := c.Exec(ctx, "VACUUM ANALYZE"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	block := func(c *pgx.Conn, p string) time.Duration {
+		aid, tid, bid, delta := 1+rand.IntN(accounts), 1+rand.IntN(tellers), 1+rand.IntN(branches), rand.IntN(10001)-5000
+		start := time.Now()
+		batch := &pgx.Batch{}
+		batch.Queue("BEGIN")
+		if p == "managed" {
+			batch.Queue(OpenWriteDeferredFor(incs[c]))
+		}
+		batch.Queue("UPDATE "+p+"_accounts SET abalance = abalance + $1 WHERE aid = $2", delta, aid)
+		batch.Queue("SELECT abalance FROM "+p+"_accounts WHERE aid = $1", aid)
+		batch.Queue("UPDATE "+p+"_tellers SET tbalance = tbalance + $1 WHERE tid = $2", delta, tid)
+		batch.Queue("UPDATE "+p+"_branches SET bbalance = bbalance + $1 WHERE bid = $2", delta, bid)
+		batch.Queue("INSERT INTO "+p+"_history (tid, bid, aid, delta, mtime) VALUES ($1, $2, $3, $4, CURRENT_TIMESTAMP)",
+			tid, bid, aid, delta)
+		batch.Queue("COMMIT")
+		if err := c.SendBatch(ctx, batch).Close(); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	var plain, managed, before []time.Duration
+	for i := 0; i < b.N; i++ {
+		plain = append(plain, block(conn, "plain"))
+		managed = append(managed, block(conn, "managed"))
+		before = append(before, block(prev, "managed"))
+	}
+	p, m, v := medianNs(plain), medianNs(managed), medianNs(before)
+	b.ReportMetric(p/1000, "plain-µs")
+	b.ReportMetric(m/1000, "managed-µs")
+	b.ReportMetric(v/1000, "previous-version-µs")
+	b.ReportMetric(m/p, "ratio")
+	b.ReportMetric(v/p, "previous-ratio")
 }

@@ -10,7 +10,7 @@
 // not race: install.sql creates version 1, lease.sql upgrades 1 to 2, occ.sql 2
 // to 3, lease_holds.sql 3 to 4, ddl.sql 4 to 5, trust.sql 5 to 6, frontier.sql
 // 6 to 7, ddl_speed.sql 7 to 8, write_cost.sql 8 to 9, ddl_cost.sql 9 to
-// 10 (a database at an older
+// 10, block_cost.sql 10 to 11 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -161,6 +161,15 @@
 //     present, the tick gives up instead) wait for it, and writes that
 //     begin meanwhile wait behind the pin.
 //   - Any isolation level works: nothing is validated at COMMIT.
+//   - In a transaction block the slot is deferred (open_write_deferred,
+//     OpenWriteDeferredFor): history is written with the placeholder
+//     -(xid), the tables written are kept in the transaction's row of
+//     deferred_slots (which only the schema's functions can write), and
+//     fix_write (at COMMIT through a deferred constraint trigger, or when
+//     T is first needed) chooses T and restamps each table through its
+//     functions <history>_closed and <history>_restamp (static SQL, made
+//     by gen_restamp from gen_triggers). A slot taken away or replaced
+//     fails COMMIT with 42501.
 
 // # Cost
 //
@@ -170,7 +179,10 @@
 // transaction of an autocommit write: update, insert, one-row counter):
 // see docs/BENCHMARKS.md for the figures of each version.
 // TestAutocommitWriteCalls pins which of the schema's functions such a
-// write runs. Bulk statements pay per row (each updated row closes one
+// write runs. BenchmarkBlockWriteRatio times a TPC-B-like block with a
+// deferred slot (against plain tables and the previous schema version);
+// TestBlockWriteCalls pins that its history writes cost no tag and its
+// COMMIT no dynamic statement per table. Bulk statements pay per row (each updated row closes one
 // version and writes another, neither a HOT update).
 
 // # pg_dump
