@@ -16,11 +16,12 @@ import (
 // whose text could change it: it names the setting, calls set_config,
 // RESETs or DISCARDs, or ends a transaction in a rollback (which undoes a
 // SET made in it). The scan is textual and so errs towards forgetting. A
-// change no text shows (a PL/pgSQL function that runs SET) is not seen:
-// for the search_path the proxy then resolves names as before it (the same
-// trust the transaction's own search_path already had); for a pin, the
-// backend's answers in the pin's own round trip check the guess, and a
-// wrong one fails the transaction with 40001 (knownTxnMismatch).
+// change no text shows (a PL/pgSQL function that runs SET) is not seen
+// here, so nothing relies on this knowledge unchecked: a pin reads the
+// search_path and checks the guessed characteristics in its own round
+// trip (a wrong guess fails the transaction with 40001, knownTxnMismatch),
+// and a guarded read checks the search_path it was planned with
+// (seen_read.go).
 type knownSession struct {
 	// searchPath is the backend's search_path as SHOW answered it; nil
 	// when unknown.

@@ -329,10 +329,9 @@ func takesNoSnapshot(st *planner.Statement) bool {
 // wrong guess fails the transaction with 40001 (knownTxnMismatch).
 // Otherwise the SHOWs are a round trip of their own first.
 func (s *Session) pin(ctx context.Context) error {
-	asks := []string{"SHOW transaction_isolation", "SHOW transaction_read_only"}
-	if s.known.searchPath == nil {
-		asks = []string{asks[0], "SHOW search_path", asks[1]}
-	}
+	// The search_path is asked every time: it rides in the same batch, and
+	// a function may have SET it without any statement text showing it.
+	asks := []string{"SHOW transaction_isolation", "SHOW search_path", "SHOW transaction_read_only"}
 	expected, guessed := s.expectedCharacteristics()
 	var queries []string
 	if guessed {
