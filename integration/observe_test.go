@@ -289,9 +289,13 @@ func TestOpsShowSessions(t *testing.T) {
 		}
 		return out
 	}
-	eventually(t, 10*time.Second, "the busy session is active in the backend", func() bool {
-		r := read()["show_busy"]
-		return r.state == "active" && r.phase == "backend"
+	// A session's statement ends in SHOW mzproxy_sessions just after its
+	// client has the answer: the BEGIN may still show as running for a
+	// moment on a busy machine.
+	eventually(t, 10*time.Second, "the busy session is active in the backend, the other idle in its block", func() bool {
+		rows := read()
+		r := rows["show_busy"]
+		return r.state == "active" && r.phase == "backend" && rows["show_in_tx"].state == "idle in transaction"
 	})
 	got := read()
 	if r := got["show_busy"]; r.kind != "read" || r.user != "postgres" || r.db != "postgres" || r.phaseSince == nil {
