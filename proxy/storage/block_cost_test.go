@@ -10,46 +10,13 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// blockCalls runs stmts in a transaction block with a deferred slot for
-// incarnation inc, as mzproxy runs a client's block, fixes the slot as
-// COMMIT would (CommitWriteTxFor), and returns the calls of the schema's
-// functions ("name×n", sorted) before committing.
+// blockCalls is functionCalls of stmts in a transaction block with a
+// deferred slot for incarnation inc, as mzproxy runs a client's block, the
+// slot fixed as COMMIT would fix it (CommitWriteTxFor).
 func blockCalls(t *testing.T, cs string, inc int64, stmts ...string) []string {
 	t.Helper()
-	ctx := context.Background()
-	conn := connect(t, cs)
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	stmts = append([]string{"SET LOCAL track_functions = 'all'", OpenWriteDeferredFor(inc)}, stmts...)
-	for _, s := range append(stmts, CommitWriteTxFor(inc)) {
-		if _, err := tx.Exec(ctx, s); err != nil {
-			t.Fatalf("%s: %v", s, err)
-		}
-	}
-	calls, err := collectText(ctx, tx, `SELECT funcname || '×' || calls FROM pg_stat_xact_user_functions
-		WHERE schemaname = $1 ORDER BY funcname`, Schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return calls
-}
-
-// callsOf is the count blockCalls reported for function name, 0 if none.
-func callsOf(calls []string, name string) int {
-	for _, c := range calls {
-		if n, ok := strings.CutPrefix(c, name+"×"); ok {
-			var v int
-			fmt.Sscan(n, &v)
-			return v
-		}
-	}
-	return 0
+	block := append([]string{OpenWriteDeferredFor(inc)}, stmts...)
+	return functionCalls(t, cs, append(block, CommitWriteTxFor(inc))...)
 }
 
 // A block's history writes cost no tag (the written tables are kept in
@@ -69,17 +36,17 @@ func TestBlockWriteCalls(t *testing.T) {
 	many := blockCalls(t, cs, inc,
 		"UPDATE a SET v = v + 1 WHERE id = 1", "UPDATE a SET v = v + 1 WHERE id = 2",
 		"INSERT INTO b VALUES (1, 1)", "UPDATE a SET v = v + 1 WHERE id = 3", "INSERT INTO b VALUES (2, 2)")
-	if got := callsOf(many, "stamp_ts"); got != 5 {
+	if got := callCount(many, "stamp_ts"); got != 5 {
 		t.Fatalf("stamp_ts ran %d times for 5 history writes: %v", got, many)
 	}
-	if callsOf(many, "tag") != callsOf(one, "tag") {
+	if callCount(many, "tag") != callCount(one, "tag") {
 		t.Errorf("tags grow with a block's writes: one write %v, five %v", one, many)
 	}
-	if callsOf(many, "touched") != 0 {
+	if callCount(many, "touched") != 0 {
 		t.Errorf("the tagged list of written tables is still kept: %v", many)
 	}
 	for _, fn := range []string{ha + "_closed", ha + "_restamp", hb + "_closed", hb + "_restamp"} {
-		if got := callsOf(many, fn); got != 1 {
+		if got := callCount(many, fn); got != 1 {
 			t.Errorf("%s ran %d times, want once: %v", fn, got, many)
 		}
 	}

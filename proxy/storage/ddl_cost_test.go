@@ -4,21 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 )
-
-// callCount is n from writeCalls' "name×n" for function name, 0 if absent.
-func callCount(calls []string, name string) int {
-	for _, c := range calls {
-		if f, n, ok := strings.Cut(c, "×"); ok && f == name {
-			v, _ := strconv.Atoi(n)
-			return v
-		}
-	}
-	return 0
-}
 
 // TestAlterTableCatalogReads: ALTER TABLE ADD/DROP COLUMN on a table with a
 // primary key reads the user's columns once (version 10 read them six

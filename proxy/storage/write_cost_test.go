@@ -4,16 +4,16 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
 
-// writeCalls runs stmts after OpenWriteFor(inc) in one transaction, as
-// mzproxy runs an autocommit write, on a new connection to cs, and returns
-// the functions of the schema that ran, with their call counts ("name×n",
-// sorted), from track_functions. (A session's counts of earlier
+// functionCalls runs stmts in one transaction on a new connection to cs,
+// and returns the functions of the schema that ran, with their call counts
+// ("name×n", sorted), from track_functions. (A session's counts of earlier
 // transactions may still be pending, and shown as the current one's.)
-func writeCalls(t *testing.T, cs string, inc int64, stmts ...string) []string {
+func functionCalls(t *testing.T, cs string, stmts ...string) []string {
 	t.Helper()
 	ctx := context.Background()
 	conn := connect(t, cs)
@@ -22,7 +22,7 @@ func writeCalls(t *testing.T, cs string, inc int64, stmts ...string) []string {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	for _, s := range append([]string{"SET LOCAL track_functions = 'all'", OpenWriteFor(inc)}, stmts...) {
+	for _, s := range append([]string{"SET LOCAL track_functions = 'all'"}, stmts...) {
 		if _, err := tx.Exec(ctx, s); err != nil {
 			t.Fatalf("%s: %v", s, err)
 		}
@@ -36,6 +36,24 @@ func writeCalls(t *testing.T, cs string, inc int64, stmts ...string) []string {
 		t.Fatal(err)
 	}
 	return calls
+}
+
+// writeCalls is functionCalls of stmts after OpenWriteFor(inc), as mzproxy
+// runs an autocommit write.
+func writeCalls(t *testing.T, cs string, inc int64, stmts ...string) []string {
+	t.Helper()
+	return functionCalls(t, cs, append([]string{OpenWriteFor(inc)}, stmts...)...)
+}
+
+// callCount is n of functionCalls' "name×n" for function name, 0 if absent.
+func callCount(calls []string, name string) int {
+	for _, c := range calls {
+		if f, n, ok := strings.Cut(c, "×"); ok && f == name {
+			v, _ := strconv.Atoi(n)
+			return v
+		}
+	}
+	return 0
 }
 
 // An autocommit write to a table with a primary key runs three functions of
