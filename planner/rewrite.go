@@ -124,17 +124,38 @@ func deparseParsed(n *pg.Node, sql string) (string, error) {
 // false only when sql cannot name it, case-insensitively, nor spell any
 // name with Unicode escapes (U&"...").
 func mayMention(sql, word string) bool {
-	return containsFold(sql, word) || containsFold(sql, `u&"`)
+	return ContainsAnyFold(sql, asciiLower(word), `u&"`)
 }
 
-// containsFold is strings.Contains, ASCII case-insensitively.
-func containsFold(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if strings.EqualFold(s[i:i+len(sub)], sub) {
-			return true
+// ContainsAnyFold reports whether s contains one of words,
+// case-insensitively (strings.EqualFold): words' ASCII letters must be
+// lower case. It looks at each
+// byte of s once against the words' first bytes, so it is cheap enough
+// for every statement's text.
+func ContainsAnyFold(s string, words ...string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		for _, w := range words {
+			if w != "" && c == w[0] && len(s)-i >= len(w) && strings.EqualFold(s[i:i+len(w)], w) {
+				return true
+			}
 		}
 	}
 	return false
+}
+
+// asciiLower lower-cases the ASCII letters of s (PostgreSQL folds only
+// those in unquoted names).
+func asciiLower(s string) string {
+	return strings.Map(func(r rune) rune {
+		if 'A' <= r && r <= 'Z' {
+			return r + 'a' - 'A'
+		}
+		return r
+	}, s)
 }
 
 // Template is a rewritten statement with holes for the timestamp. The

@@ -1,10 +1,6 @@
 package proxy
 
-import (
-	"strings"
-
-	"github.com/mzproxy/mzproxy/planner"
-)
+import "github.com/mzproxy/mzproxy/planner"
 
 // What the proxy knows of its backend session without asking it. A read
 // that needs the session's search_path (to resolve names) or a read-only
@@ -60,7 +56,7 @@ var forgetWords = []string{
 
 // noteStatementText forgets what sql may change, before it runs.
 func (s *Session) noteStatementText(sql string) {
-	if !containsAnyFold(sql, forgetWords) {
+	if !planner.ContainsAnyFold(sql, forgetWords...) {
 		return
 	}
 	s.known.searchPath, s.known.searchPathShown = nil, ""
@@ -147,18 +143,4 @@ func beginOptions(p *planner.Planner, sql string) *planner.TxnOptions {
 	}
 	opts := stmts[0].Txn.Options
 	return &opts
-}
-
-// containsAnyFold reports whether s contains one of words (lower case),
-// ignoring ASCII case, without allocating.
-func containsAnyFold(s string, words []string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i] | 0x20 // ASCII lower case for letters
-		for _, w := range words {
-			if c == w[0] && len(s)-i >= len(w) && strings.EqualFold(s[i:i+len(w)], w) {
-				return true
-			}
-		}
-	}
-	return false
 }
