@@ -51,9 +51,32 @@ type span struct{ start, end int }
 // fingerprint is a query string's fingerprint (key) and the range of each
 // of its statements, cut as splitStatements cuts them.
 type fingerprint struct {
-	key      string
-	stmts    []span
-	literals int // how many literals were replaced
+	key   string
+	stmts []span
+	lits  []literal // the literals replaced, in the order of the text
+}
+
+// literal is a literal token of a query string and its class (litInteger,
+// ...).
+type literal struct {
+	span
+	class string
+}
+
+// skeleton is sql, whose literals are lits, with each literal replaced by
+// its class's placeholder and nothing else changed: two texts with the same
+// skeleton are byte for byte the same between their literals.
+func skeleton(sql string, lits []literal) string {
+	var b strings.Builder
+	b.Grow(len(sql))
+	last := 0
+	for _, l := range lits {
+		b.WriteString(sql[last:l.start])
+		b.WriteString(l.class)
+		last = l.end
+	}
+	b.WriteString(sql[last:])
+	return b.String()
 }
 
 // Placeholder bytes: NUL never occurs in a fingerprinted text.
@@ -76,7 +99,7 @@ type fingerprinter struct {
 	depth      int  // parentheses, as splitStatements counts them
 	start, end int  // the current statement's range; start < 0 before its first token
 	stmts      []span
-	literals   int
+	lits       []literal
 }
 
 // fingerprintOf returns the fingerprint of sql, or false when sql has
@@ -94,7 +117,7 @@ func fingerprintOf(sql string) (fingerprint, bool) {
 		i = j
 	}
 	f.endStatement()
-	return fingerprint{key: string(f.buf), stmts: f.stmts, literals: f.literals}, true
+	return fingerprint{key: string(f.buf), stmts: f.stmts, lits: f.lits}, true
 }
 
 // next consumes the token, whitespace or comment at sql[i] and returns the
@@ -176,7 +199,7 @@ func (f *fingerprinter) begin(start, end int, glue bool) {
 // literal appends a placeholder for the literal sql[start:end].
 func (f *fingerprinter) literal(start, end int, class string) {
 	f.token(start, end, class, false)
-	f.literals++
+	f.lits = append(f.lits, literal{span{start, end}, class})
 	f.afterStr = class != litInteger && class != litNumeric
 }
 
