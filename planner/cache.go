@@ -27,10 +27,18 @@ type cacheKey struct {
 	sql     string
 	path    string // search_path joined by NUL
 	history bool
-	// literals is true when sql is a fingerprint (fingerprint.go), a
-	// key of its own: no query text can name a fingerprint's plan.
-	literals bool
+	kind    keyKind
 }
+
+// keyKind is what a cache key's sql is: keys of different kinds never
+// name the same plan.
+type keyKind uint8
+
+const (
+	exactKey       keyKind = iota // the query string
+	fingerprintKey                // its fingerprint (fingerprint.go)
+	skeletonKey                   // its skeleton (literals.go)
+)
 
 type cached struct {
 	stmts    []*Statement
@@ -39,6 +47,9 @@ type cached struct {
 	// text is the query string planned, for a plan cached under its
 	// fingerprint: another text gets copies with its own SQL.
 	text string
+	// literals makes the plan of another text of the skeleton, for a plan
+	// cached under its skeleton.
+	literals *literalPlan
 }
 
 // New returns a Planner caching up to cacheSize plans (no cache if
@@ -64,7 +75,10 @@ func New(cacheSize int) *Planner {
 // when nothing in it depends on the literals but each statement's SQL
 // (literalFree): then a query that differs only in its literals is a hit,
 // found without parsing, and gets copies of the statements with its own
-// SQL.
+// SQL. A plan whose AS OF or Template depends on the literals (a
+// timestamped read) is cached under the query's skeleton when its
+// literals' places are known (literals.go): a text that differs only in
+// its literals is a hit too, without parsing.
 func (p *Planner) Plan(sql string, cat Catalog, opts Options) ([]*Statement, error) {
 	if p.cache == nil {
 		p.misses.Add(1)
@@ -80,13 +94,25 @@ func (p *Planner) Plan(sql string, cat Catalog, opts Options) ([]*Statement, err
 	// A text without literals stays under its exact key: its next hit is
 	// the one above, without lexing.
 	fp, fpOK := fingerprintOf(sql)
-	fpOK = fpOK && fp.literals > 0
-	fpKey := key
-	fpKey.sql, fpKey.literals = fp.key, true
+	fpOK = fpOK && len(fp.lits) > 0
+	fpKey, skKey := key, key
+	// skeletonKnown: the skeleton has an entry, which this text cannot use
+	// (its plan cannot be cached under the skeleton, or a literal of this
+	// text is spelled by its value): keep it, plan this text on its own.
+	var skeletonKnown bool
 	if fpOK {
+		fpKey.sql, fpKey.kind = fp.key, fingerprintKey
 		if c := p.lookup(fpKey, cat, opts.SearchPath, rev); c != nil && len(c.stmts) == len(fp.stmts) {
 			p.hits.Add(1)
 			return c.withText(sql, fp.stmts), nil
+		}
+		skKey.sql, skKey.kind = skeleton(sql, fp.lits), skeletonKey
+		if c := p.lookup(skKey, cat, opts.SearchPath, rev); c != nil {
+			if stmts, ok := c.withLiterals(sql, fp.lits); ok {
+				p.hits.Add(1)
+				return stmts, nil
+			}
+			skeletonKnown = true
 		}
 	}
 	p.misses.Add(1)
@@ -94,11 +120,21 @@ func (p *Planner) Plan(sql string, cat Catalog, opts Options) ([]*Statement, err
 	if err != nil {
 		return nil, err // errors are not cached: they are rare and cheap to repeat
 	}
-	if fpOK && literalFree(stmts, sql, fp.stmts) {
+	switch {
+	case fpOK && literalFree(stmts, sql, fp.stmts):
 		p.cache.Add(fpKey, &cached{stmts: stmts, deps: deps, revision: rev, text: sql})
-	} else {
-		p.cache.Add(key, &cached{stmts: stmts, deps: deps, revision: rev})
+		return stmts, nil
+	case fpOK && !skeletonKnown && literalPlannable(stmts):
+		lp := newLiteralPlan(sql, fp, stmts, cat, opts)
+		if lp != nil {
+			p.cache.Add(skKey, &cached{stmts: stmts, deps: deps, revision: rev, text: sql, literals: lp})
+			return stmts, nil
+		}
+		// Remembered, so that the next text of the skeleton does not
+		// plan its marker text again.
+		p.cache.Add(skKey, &cached{deps: deps, revision: rev})
 	}
+	p.cache.Add(key, &cached{stmts: stmts, deps: deps, revision: rev})
 	return stmts, nil
 }
 
@@ -112,7 +148,7 @@ func (p *Planner) lookup(key cacheKey, cat Catalog, path []string, rev uint64) *
 	case c.revision == rev:
 		return c
 	case stillValid(c.deps, cat, path):
-		c = &cached{stmts: c.stmts, deps: c.deps, revision: rev, text: c.text}
+		c = &cached{stmts: c.stmts, deps: c.deps, revision: rev, text: c.text, literals: c.literals}
 		p.cache.Add(key, c)
 		return c
 	}
@@ -137,6 +173,19 @@ func (c *cached) withText(sql string, spans []span) []*Statement {
 	return out
 }
 
+// withLiterals returns the plan for sql, a query string with the skeleton
+// of the one planned whose literals are lits (see literalPlan); false
+// when there is none.
+func (c *cached) withLiterals(sql string, lits []literal) ([]*Statement, bool) {
+	switch {
+	case c.literals == nil:
+		return nil, false
+	case sql == c.text:
+		return c.stmts, true
+	}
+	return c.literals.statements(c.stmts, sql, lits)
+}
+
 // literalFree reports whether the plan of a query string depends on its
 // literals only through each statement's SQL, so that it may be reused for
 // a query string with the same fingerprint and other literals. That holds
@@ -145,7 +194,8 @@ func (c *cached) withText(sql string, spans []span) []*Statement {
 // does not hold for what keeps literals' values (AS OF, RETAIN HISTORY,
 // SET, transaction and cursor details, SUBSCRIBE, EXPLAIN TIMESTAMP) nor
 // for a rewritten read (Template holds the deparsed text, literals and
-// all): those are cached under their exact text. The SQL of each statement
+// all): those are cached under their skeleton (literals.go) or their exact
+// text. The SQL of each statement
 // must be its span of the text, unchanged, so that a copy's SQL can be
 // taken from the new text.
 func literalFree(stmts []*Statement, sql string, spans []span) bool {

@@ -176,6 +176,12 @@ func BenchmarkPlanRepeatedLiterals(b *testing.B) {
 		{"update", func(i int) string {
 			return fmt.Sprintf("UPDATE pgbench_accounts SET abalance = abalance + %d WHERE aid = %d;", i%5000-2500, i*7919%100000)
 		}},
+		{"tsread", func(i int) string {
+			return fmt.Sprintf("SELECT abalance, mz_now() FROM pgbench_accounts WHERE aid = %d;", i*7919%100000)
+		}},
+		{"asof", func(i int) string {
+			return fmt.Sprintf("SELECT abalance FROM pgbench_accounts WHERE aid = %d AS OF 1796137811143;", i*7919%100000)
+		}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			p := New(128)
