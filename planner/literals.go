@@ -23,15 +23,16 @@ import (
 //   - the marker text plans to the same statements but for their SQL, AS OF
 //     expression and Template (so nothing else depends on the literals);
 //   - each literal of a statement's SQL is found exactly once in its
-//     Template, as a constant (a string marker printed as an identifier,
-//     EXTRACT('year' ...), or not printed, is not);
+//     Template, as a constant (a string marker printed bare, as a name
+//     would be, or not printed at all, is not);
 //   - splicing the original literals back gives exactly the original plan.
 //
 // Where the deparser spells a constant by its value, rather than by a rule
 // of its token, the plan is not cached this way, or the new text is planned:
-// a string cast to boolean ('t'::bool is printed true) and an integer
-// 65535 (INTERVAL_FULL_PRECISION: interval(65535) is printed interval).
-// Bit strings, hex strings and national strings (N'...') give up too.
+// a string cast to boolean ('t'::boolean is printed true; ::bool, a type
+// name like any other, is not special) and the integer 65535
+// (INTERVAL_FULL_PRECISION: interval(65535) is printed interval). Bit
+// strings, hex strings and national strings (N'...') give up too.
 
 // literalPlan is how to make the statements of a text with a cached plan's
 // skeleton.
