@@ -30,9 +30,11 @@ import (
 // Where the deparser spells a constant by its value, rather than by a rule
 // of its token, the plan is not cached this way, or the new text is planned:
 // a string cast to boolean ('t'::boolean is printed true; ::bool, a type
-// name like any other, is not special) and the integer 65535
-// (INTERVAL_FULL_PRECISION: interval(65535) is printed interval). Bit
-// strings, hex strings and national strings (N'...') give up too.
+// name like any other, is not special), the integer 65535
+// (INTERVAL_FULL_PRECISION: interval(65535) is printed interval) and a
+// negated 0 ((-5)::int keeps its parentheses, (-0)::int is printed
+// 0::int). Bit strings, hex strings and national strings (N'...') give up
+// too.
 
 // literalPlan is how to make the statements of a text with a cached plan's
 // skeleton.
@@ -370,8 +372,8 @@ func spellConstant(b *strings.Builder, tok, class string, negated bool) bool {
 	switch class {
 	case litInteger:
 		v, err := strconv.ParseInt(tok, 10, 32)
-		if err != nil || v == intervalFullPrecision {
-			return false
+		if err != nil || v == intervalFullPrecision || negated && v == 0 {
+			return false // -0 is 0, which a cast does not parenthesize as it does -5
 		}
 		if negated {
 			v = -v
