@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"encoding/binary"
 	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -162,4 +164,79 @@ func BenchmarkLoopTransaction(b *testing.B) {
 			}
 		})
 	}
+}
+
+// FuzzReadPlain: the event loop's reader of a batch's frames is never more
+// lenient than the decoders of the session's own path (pgproto3's, and
+// PostgreSQL's rule that nothing follows a message's last field): a frame
+// it accepts decodes there too, to the same names and text. One it
+// refuses goes to the session's goroutine, which answers it as always.
+func FuzzReadPlain(f *testing.F) {
+	for _, m := range []pgproto3.FrontendMessage{
+		&pgproto3.Query{String: "SELECT 1"},
+		&pgproto3.Parse{Name: "s", Query: "SELECT $1", ParameterOIDs: []uint32{23}},
+		&pgproto3.Bind{DestinationPortal: "p", PreparedStatement: "s", ParameterFormatCodes: []int16{1},
+			Parameters: [][]byte{[]byte("1"), nil}, ResultFormatCodes: []int16{0, 1}},
+		&pgproto3.Describe{ObjectType: 'S', Name: "s"},
+		&pgproto3.Execute{Portal: "p", MaxRows: 5},
+		&pgproto3.Sync{},
+		&pgproto3.Close{ObjectType: 'S', Name: "s"},
+	} {
+		frame, err := m.Encode(nil)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(frame[0], frame[5:])
+		f.Add(frame[0], append(frame[5:], 0))
+		if len(frame) > 5 {
+			f.Add(frame[0], frame[5:len(frame)-1])
+		}
+	}
+	f.Fuzz(func(t *testing.T, typ byte, body []byte) {
+		frame := append([]byte{typ, 0, 0, 0, 0}, body...)
+		binary.BigEndian.PutUint32(frame[1:], uint32(4+len(body)))
+		m, ok := readPlain(frame)
+		if !ok {
+			return
+		}
+		var want pgproto3.FrontendMessage
+		switch typ {
+		case 'Q':
+			want = &pgproto3.Query{String: string(m.name)}
+		case 'P':
+			want = &pgproto3.Parse{Name: string(m.name), Query: string(m.stmt)}
+		case 'B':
+			want = &pgproto3.Bind{DestinationPortal: string(m.name), PreparedStatement: string(m.stmt)}
+		case 'D':
+			want = &pgproto3.Describe{ObjectType: m.objType, Name: string(m.name)}
+		case 'E':
+			want = &pgproto3.Execute{Portal: string(m.name)}
+		case 'S':
+			want = &pgproto3.Sync{}
+		default:
+			t.Fatalf("type %q read as plain", typ)
+		}
+		got := reflect.New(reflect.TypeOf(want).Elem()).Interface().(pgproto3.FrontendMessage)
+		if err := got.Decode(body); err != nil {
+			t.Fatalf("%q %x: read as plain, refused by pgproto3: %v", typ, body, err)
+		}
+		// Only the fields the session follows are compared.
+		switch g := got.(type) {
+		case *pgproto3.Parse:
+			g.ParameterOIDs = nil
+			if count := int(binary.BigEndian.Uint16(body[len(m.name)+len(m.stmt)+2:])); 2+count*4 != len(body)-len(m.name)-len(m.stmt)-2 {
+				t.Fatalf("%x: a Parse with bytes after its parameter types read as plain", body)
+			}
+		case *pgproto3.Bind:
+			g.ParameterFormatCodes, g.Parameters, g.ResultFormatCodes = nil, nil, nil
+		case *pgproto3.Execute:
+			g.MaxRows = 0
+			if len(body) != len(m.name)+5 {
+				t.Fatalf("%x: an Execute with bytes after its row limit read as plain", body)
+			}
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q %x: read as %+v, pgproto3 reads %+v", typ, body, want, got)
+		}
+	})
 }
