@@ -240,3 +240,46 @@ func FuzzReadPlain(f *testing.F) {
 		}
 	})
 }
+
+// TestAdmitBoundsBatchNames: a batch defining more statements than the
+// loop looks up one by one goes to the session's goroutine (which serves
+// it as any pipeline); one within the bound is admitted, each Bind
+// judged by the last Parse of its statement before it.
+func TestAdmitBoundsBatchNames(t *testing.T) {
+	obs, err := observe.New(observe.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batchOf := func(parses int, last string) []byte {
+		var batch []byte
+		for i := range parses {
+			sql := "SELECT 1"
+			if i == parses-1 {
+				sql = last
+			}
+			batch, _ = (&pgproto3.Parse{Name: "s", Query: sql}).Encode(batch)
+		}
+		batch, _ = (&pgproto3.Bind{PreparedStatement: "s"}).Encode(batch)
+		batch, _ = (&pgproto3.Execute{}).Encode(batch)
+		batch, _ = (&pgproto3.Sync{}).Encode(batch)
+		return batch
+	}
+	for _, c := range []struct {
+		parses int
+		last   string
+		want   bool
+	}{
+		{maxBatchNames, "SELECT 2", true},
+		{maxBatchNames + 1, "SELECT 2", false},
+		// The Bind is of the last Parse, a write: not plain.
+		{2, "INSERT INTO t VALUES (1)", false},
+	} {
+		s := &Session{obs: obs.OpenSession(observe.SessionInfo{}, logrus.NewEntry(logrus.New()))}
+		if got := s.Admit(batchOf(c.parses, c.last)); got != c.want {
+			t.Errorf("%d Parses, the last of %q: admitted %v, want %v", c.parses, c.last, got, c.want)
+		}
+		if st := s.stmts["s"]; c.want && (st == nil || st.sql != c.last) {
+			t.Errorf("%d Parses: statement s recorded as %+v, want the last Parse's", c.parses, st)
+		}
+	}
+}
