@@ -1,7 +1,8 @@
 package proxy
 
 import (
-	"github.com/jackc/pgx/v5/pgproto3"
+	"bytes"
+	"encoding/binary"
 
 	"github.com/mzproxy/mzproxy/frontend/evloop"
 	"github.com/mzproxy/mzproxy/frontend/wire"
@@ -68,113 +69,244 @@ func (s *Session) Admit(batch []byte) bool {
 	if !ok {
 		return false
 	}
-	for _, msg := range msgs {
-		s.observeMessage(msg)
-		s.admitted(msg)
+	began := !s.obs.Active()
+	for i := range msgs {
+		s.admitted(&msgs[i])
 	}
 	// At the backend, as relay's exchange would say (SHOW mzproxy_sessions).
-	s.enter(timeouts.PhaseExecute)
+	// A statement the batch began is there from its start: its admission
+	// is not worth a second clock read. (The loop drives no session with a
+	// deadline budget, which enter would tell too.)
+	if began {
+		s.obs.PhaseFromStart(observedPhase[timeouts.PhaseExecute])
+	} else {
+		s.enter(timeouts.PhaseExecute)
+	}
 	s.loopFlight.Store(true)
 	return true
 }
 
-// plainBatch decodes a batch and judges it without changing anything:
+// loopScratch is what Admit reuses from one batch to the next, so that a
+// point read's batch costs no allocation of its own.
+type loopScratch struct {
+	msgs   []plainMsg
+	parsed []named // statements parsed earlier in the batch: plain?
+	bound  []named // portals bound earlier in the batch: plain?
+}
+
+// named is whether the statement or portal name defined earlier in a
+// batch is plain.
+type named struct {
+	name  []byte
+	plain bool
+}
+
+// maxBatchNames bounds the statements or portals a batch the loop
+// forwards may define (looked up one by one; a client that defines more
+// in one batch pipelines, and its own goroutine serves it).
+const maxBatchNames = 8
+
+// lookupNamed finds the last definition of name in defs.
+func lookupNamed(defs []named, name []byte) (plain, found bool) {
+	for i := len(defs) - 1; i >= 0; i-- {
+		if bytes.Equal(defs[i].name, name) {
+			return defs[i].plain, true
+		}
+	}
+	return false, false
+}
+
+// plainMsg is one message of a batch the loop may forward, read only as
+// far as the session follows it (a Bind's parameters are skipped). Its
+// slices point into the batch.
+type plainMsg struct {
+	typ     byte
+	name    []byte // Parse, Describe: the statement or portal; Bind, Execute: the portal
+	stmt    []byte // Bind: the prepared statement
+	sql     string // Query, Parse (plainText's string)
+	objType byte   // Describe: 'S' or 'P'
+}
+
+// plainBatch reads a batch and judges it without changing anything:
 // names parsed and portals bound earlier in the batch count as recorded.
-func (s *Session) plainBatch(batch []byte) ([]pgproto3.FrontendMessage, bool) {
-	var msgs []pgproto3.FrontendMessage
-	parsed := map[string]bool{}
-	bound := map[string]bool{}
-	plainStmt := func(name string) bool {
-		if p, ok := parsed[name]; ok {
-			return p
-		}
-		st, ok := s.stmts[name]
-		return ok && st.explicit == nil && !st.tsParam && st.effect == nil && s.plainRead(st.sql)
-	}
-	plainPortal := func(name string) bool {
-		if b, ok := bound[name]; ok {
-			return b
-		}
-		p, ok := s.portals[name]
-		return ok && p.explain == nil && p.stmt.explicit == nil && s.plainRead(p.stmt.sql)
-	}
+func (s *Session) plainBatch(batch []byte) ([]plainMsg, bool) {
+	sc := &s.loop
+	msgs := sc.msgs[:0]
+	sc.parsed, sc.bound = sc.parsed[:0], sc.bound[:0]
 	for off := 0; off < len(batch); {
-		n := int(batch[off+1])<<24 | int(batch[off+2])<<16 | int(batch[off+3])<<8 | int(batch[off+4])
+		n := int(binary.BigEndian.Uint32(batch[off+1:]))
 		frame := batch[off : off+1+n]
 		off += 1 + n
-		msg, ok := decodePlain(frame)
+		m, ok := readPlain(frame)
 		if !ok {
 			return nil, false
 		}
-		switch m := msg.(type) {
-		case *pgproto3.Query:
-			ok = s.plainRead(m.String)
-		case *pgproto3.Parse:
-			ok = s.plainRead(m.Query)
-			parsed[m.Name] = ok
-		case *pgproto3.Bind:
-			ok = plainStmt(m.PreparedStatement)
-			bound[m.DestinationPortal] = ok
-		case *pgproto3.Describe:
-			ok = m.ObjectType == 'S' && plainStmt(m.Name) || m.ObjectType == 'P' && plainPortal(m.Name)
-		case *pgproto3.Execute:
-			ok = plainPortal(m.Portal)
+		switch m.typ {
+		case 'Q', 'P':
+			var sql []byte
+			if m.typ == 'Q' {
+				sql = m.name
+				m.name = nil
+			} else {
+				sql = m.stmt
+				m.stmt = nil
+			}
+			m.sql, ok = s.plainText(sql)
+			if m.typ == 'P' {
+				sc.parsed = append(sc.parsed, named{m.name, ok})
+				ok = ok && len(sc.parsed) <= maxBatchNames
+			}
+		case 'B':
+			ok = s.plainStmt(m.stmt)
+			sc.bound = append(sc.bound, named{m.name, ok})
+			ok = ok && len(sc.bound) <= maxBatchNames
+		case 'D':
+			ok = m.objType == 'S' && s.plainStmt(m.name) || m.objType == 'P' && s.plainPortal(m.name)
+		case 'E':
+			ok = s.plainPortal(m.name)
 		}
 		if !ok {
 			return nil, false
 		}
-		msgs = append(msgs, msg)
+		msgs = append(msgs, m)
 	}
+	sc.msgs = msgs
 	return msgs, true
 }
 
-// decodePlain decodes the messages a plain batch is made of; the frontend
-// reads a Query and a Parse as PostgreSQL does, the loop leaves anything
-// it cannot read to it.
-func decodePlain(frame []byte) (pgproto3.FrontendMessage, bool) {
-	var msg pgproto3.FrontendMessage
-	switch frame[0] {
-	case 'Q':
-		msg = &pgproto3.Query{}
-	case 'P':
-		msg = &pgproto3.Parse{}
-	case 'B':
-		msg = &pgproto3.Bind{}
-	case 'D':
-		msg = &pgproto3.Describe{}
-	case 'E':
-		msg = &pgproto3.Execute{}
-	case 'S':
-		msg = &pgproto3.Sync{}
-	default:
-		return nil, false
+// plainStmt: the prepared statement name (parsed earlier in the batch, or
+// recorded) is a plain read forwarded as written.
+func (s *Session) plainStmt(name []byte) bool {
+	if p, ok := lookupNamed(s.loop.parsed, name); ok {
+		return p
 	}
-	body := wire.Body(frame)
-	if (frame[0] == 'Q' || frame[0] == 'P') && !validText(body) {
-		return nil, false
-	}
-	return msg, msg.Decode(body) == nil
+	st, ok := s.stmts[string(name)]
+	return ok && st.explicit == nil && !st.tsParam && st.effect == nil && s.plainRead(st.sql)
 }
 
-// validText: the body's strings are what PostgreSQL reads without an
-// error of its own (no NUL inside a Query; valid UTF-8 is the backend's
-// to judge, as on the normal path for a plain read).
-func validText(body []byte) bool {
-	return len(body) > 0 && body[len(body)-1] == 0
+// plainPortal: the portal name (bound earlier in the batch, or recorded)
+// is of a plain read forwarded as written.
+func (s *Session) plainPortal(name []byte) bool {
+	if b, ok := lookupNamed(s.loop.bound, name); ok {
+		return b
+	}
+	p, ok := s.portals[string(name)]
+	return ok && p.explain == nil && p.stmt.explicit == nil && s.plainRead(p.stmt.sql)
+}
+
+// readPlain reads a frame of the types a plain batch is made of as
+// PostgreSQL reads them (pq_getmsgstring ... pq_getmsgend): anything it
+// would refuse, or that the frontend's own decoder refuses, is not plain
+// and goes to the session's goroutine, which answers it. A Query's text
+// comes back in name, a Parse's in stmt.
+func readPlain(frame []byte) (plainMsg, bool) {
+	m := plainMsg{typ: frame[0]}
+	r := msgReader{b: wire.Body(frame)}
+	switch m.typ {
+	case 'Q':
+		m.name = r.cstring()
+	case 'P':
+		m.name, m.stmt = r.cstring(), r.cstring()
+		r.skip(4 * r.uint16()) // parameter types
+	case 'B':
+		m.name, m.stmt = r.cstring(), r.cstring()
+		r.skip(2 * r.uint16()) // parameter formats
+		for range r.uint16() {
+			if n := r.int32(); n > 0 {
+				r.skip(int(n))
+			} else if n < -1 {
+				r.bad = true
+			}
+		}
+		r.skip(2 * r.uint16()) // result formats
+	case 'D':
+		m.objType = r.byte()
+		m.name = r.cstring()
+	case 'E':
+		m.name = r.cstring()
+		r.skip(4) // row limit
+	case 'S':
+	default:
+		return m, false
+	}
+	return m, !r.bad && len(r.b) == 0
+}
+
+// msgReader reads a message body's fields; reading past its end (or a
+// string without its NUL) makes it bad, and every later read empty.
+type msgReader struct {
+	b   []byte
+	bad bool
+}
+
+func (r *msgReader) cstring() []byte {
+	i := bytes.IndexByte(r.b, 0)
+	if i < 0 {
+		r.bad, r.b = true, nil
+		return nil
+	}
+	s := r.b[:i]
+	r.b = r.b[i+1:]
+	return s
+}
+
+func (r *msgReader) skip(n int) {
+	if n > len(r.b) {
+		r.bad, r.b = true, nil
+		return
+	}
+	r.b = r.b[n:]
+}
+
+func (r *msgReader) byte() byte {
+	if len(r.b) < 1 {
+		r.bad = true
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *msgReader) uint16() int {
+	if len(r.b) < 2 {
+		r.bad, r.b = true, nil
+		return 0
+	}
+	v := binary.BigEndian.Uint16(r.b)
+	r.b = r.b[2:]
+	return int(v)
+}
+
+func (r *msgReader) int32() int32 {
+	if len(r.b) < 4 {
+		r.bad, r.b = true, nil
+		return 0
+	}
+	v := int32(binary.BigEndian.Uint32(r.b))
+	r.b = r.b[4:]
+	return v
 }
 
 // admitted records an admitted message as handle does on the way to the
-// backend.
-func (s *Session) admitted(msg pgproto3.FrontendMessage) {
-	switch m := msg.(type) {
-	case *pgproto3.Query:
+// backend, and has the observer follow it.
+func (s *Session) admitted(m *plainMsg) {
+	switch m.typ {
+	case 'Q':
+		s.observeQuery(m.sql)
 		s.forgetStatement("")
 		s.forgetPortal("")
-	case *pgproto3.Parse:
-		s.forgetStatement(m.Name)
-		s.defineStatement(m.Name, &preparedStmt{sql: m.Query})
-	case *pgproto3.Bind:
-		s.definePortal(m.DestinationPortal, m.PreparedStatement)
+	case 'P':
+		name := string(m.name)
+		s.observeParse(name, m.sql)
+		s.forgetStatement(name)
+		s.defineStatement(name, &preparedStmt{sql: m.sql})
+	case 'B':
+		stmt := string(m.stmt)
+		s.observeBind(stmt)
+		s.definePortal(string(m.name), stmt)
+	case 'D', 'E':
+		s.observeStep()
 	}
 }
 

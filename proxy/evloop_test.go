@@ -1,6 +1,9 @@
 package proxy
 
 import (
+	"encoding/binary"
+	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -53,5 +56,230 @@ func TestAdmitShowsBackendPhase(t *testing.T) {
 	}
 	if st := obs.Sessions()[0]; st.State != "active" || st.Phase != observe.PhaseBackend || st.Kind != "read" {
 		t.Fatalf("forwarded read: %+v, want active at the backend", st)
+	}
+}
+
+// BenchmarkLoopTransaction is the session's part of a pgbench -S
+// transaction in the event loop, per protocol: Admit of the client's
+// batch, then Answer of each frame of the backend's answer the loop keeps
+// (DataRows are only counted past). Its allocations and time are what the
+// loop adds per transaction to its system calls.
+func BenchmarkLoopTransaction(b *testing.B) {
+	const sql = "SELECT abalance FROM pgbench_accounts WHERE aid = $1;"
+	param := [][]byte{[]byte("12345")}
+	answer := func(typs ...byte) [][]byte {
+		var frames [][]byte
+		for _, typ := range typs {
+			var msg pgproto3.BackendMessage
+			switch typ {
+			case '1':
+				msg = &pgproto3.ParseComplete{}
+			case '2':
+				msg = &pgproto3.BindComplete{}
+			case 'T':
+				msg = &pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{Name: []byte("abalance"), DataTypeOID: 23, DataTypeSize: 4, TypeModifier: -1}}}
+			case 'C':
+				msg = &pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}
+			case 'Z':
+				msg = &pgproto3.ReadyForQuery{TxStatus: 'I'}
+			}
+			frame, err := msg.Encode(nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			frames = append(frames, frame)
+		}
+		return frames
+	}
+	encode := func(msgs ...pgproto3.FrontendMessage) []byte {
+		var batch []byte
+		for _, m := range msgs {
+			var err error
+			if batch, err = m.Encode(batch); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return batch
+	}
+	// pgbench's simple protocol sends the key in the text: each
+	// transaction's text is new to the session.
+	var simpleBatches [][]byte
+	for aid := range 1000 {
+		simpleBatches = append(simpleBatches, encode(&pgproto3.Query{
+			String: fmt.Sprintf("SELECT abalance FROM pgbench_accounts WHERE aid = %d;", 1+aid*997)}))
+	}
+	cases := []struct {
+		name    string
+		prepare []byte   // sent once, through the loop too
+		batch   []byte   // sent each transaction
+		batches [][]byte // or one of these in turn: texts that differ
+		answer  [][]byte
+	}{
+		{
+			name:    "simple",
+			batches: simpleBatches,
+			answer:  answer('T', 'C', 'Z'),
+		},
+		{
+			name: "extended",
+			batch: encode(&pgproto3.Parse{Query: sql}, &pgproto3.Bind{Parameters: param},
+				&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{}),
+			answer: answer('1', '2', 'T', 'C', 'Z'),
+		},
+		{
+			name:    "prepared",
+			prepare: encode(&pgproto3.Parse{Name: "P_0", Query: sql}, &pgproto3.Sync{}),
+			batch: encode(&pgproto3.Bind{PreparedStatement: "P_0", Parameters: param},
+				&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{}),
+			answer: answer('2', 'T', 'C', 'Z'),
+		},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			obs, err := observe.New(observe.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			s := &Session{obs: obs.OpenSession(observe.SessionInfo{ID: 1}, logrus.NewEntry(logrus.New()))}
+			transaction := func(batch []byte, answer [][]byte) {
+				if !s.Admit(batch) {
+					b.Fatal("batch not admitted")
+				}
+				for _, frame := range answer {
+					if !s.Answer(frame[0], frame) {
+						b.Fatalf("answer %c ends the loop's turn", frame[0])
+					}
+				}
+			}
+			if c.prepare != nil {
+				transaction(c.prepare, answer('1', 'Z'))
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				batch := c.batch
+				if c.batches != nil {
+					batch = c.batches[i%len(c.batches)]
+				}
+				transaction(batch, c.answer)
+			}
+		})
+	}
+}
+
+// FuzzReadPlain: the event loop's reader of a batch's frames is never more
+// lenient than the decoders of the session's own path (pgproto3's, and
+// PostgreSQL's rule that nothing follows a message's last field): a frame
+// it accepts decodes there too, to the same names and text. One it
+// refuses goes to the session's goroutine, which answers it as always.
+func FuzzReadPlain(f *testing.F) {
+	for _, m := range []pgproto3.FrontendMessage{
+		&pgproto3.Query{String: "SELECT 1"},
+		&pgproto3.Parse{Name: "s", Query: "SELECT $1", ParameterOIDs: []uint32{23}},
+		&pgproto3.Bind{DestinationPortal: "p", PreparedStatement: "s", ParameterFormatCodes: []int16{1},
+			Parameters: [][]byte{[]byte("1"), nil}, ResultFormatCodes: []int16{0, 1}},
+		&pgproto3.Describe{ObjectType: 'S', Name: "s"},
+		&pgproto3.Execute{Portal: "p", MaxRows: 5},
+		&pgproto3.Sync{},
+		&pgproto3.Close{ObjectType: 'S', Name: "s"},
+	} {
+		frame, err := m.Encode(nil)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(frame[0], frame[5:])
+		f.Add(frame[0], append(frame[5:], 0))
+		if len(frame) > 5 {
+			f.Add(frame[0], frame[5:len(frame)-1])
+		}
+	}
+	f.Fuzz(func(t *testing.T, typ byte, body []byte) {
+		frame := append([]byte{typ, 0, 0, 0, 0}, body...)
+		binary.BigEndian.PutUint32(frame[1:], uint32(4+len(body)))
+		m, ok := readPlain(frame)
+		if !ok {
+			return
+		}
+		var want pgproto3.FrontendMessage
+		switch typ {
+		case 'Q':
+			want = &pgproto3.Query{String: string(m.name)}
+		case 'P':
+			want = &pgproto3.Parse{Name: string(m.name), Query: string(m.stmt)}
+		case 'B':
+			want = &pgproto3.Bind{DestinationPortal: string(m.name), PreparedStatement: string(m.stmt)}
+		case 'D':
+			want = &pgproto3.Describe{ObjectType: m.objType, Name: string(m.name)}
+		case 'E':
+			want = &pgproto3.Execute{Portal: string(m.name)}
+		case 'S':
+			want = &pgproto3.Sync{}
+		default:
+			t.Fatalf("type %q read as plain", typ)
+		}
+		got := reflect.New(reflect.TypeOf(want).Elem()).Interface().(pgproto3.FrontendMessage)
+		if err := got.Decode(body); err != nil {
+			t.Fatalf("%q %x: read as plain, refused by pgproto3: %v", typ, body, err)
+		}
+		// Only the fields the session follows are compared.
+		switch g := got.(type) {
+		case *pgproto3.Parse:
+			g.ParameterOIDs = nil
+			if count := int(binary.BigEndian.Uint16(body[len(m.name)+len(m.stmt)+2:])); 2+count*4 != len(body)-len(m.name)-len(m.stmt)-2 {
+				t.Fatalf("%x: a Parse with bytes after its parameter types read as plain", body)
+			}
+		case *pgproto3.Bind:
+			g.ParameterFormatCodes, g.Parameters, g.ResultFormatCodes = nil, nil, nil
+		case *pgproto3.Execute:
+			g.MaxRows = 0
+			if len(body) != len(m.name)+5 {
+				t.Fatalf("%x: an Execute with bytes after its row limit read as plain", body)
+			}
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q %x: read as %+v, pgproto3 reads %+v", typ, body, want, got)
+		}
+	})
+}
+
+// TestAdmitBoundsBatchNames: a batch defining more statements than the
+// loop looks up one by one goes to the session's goroutine (which serves
+// it as any pipeline); one within the bound is admitted, each Bind
+// judged by the last Parse of its statement before it.
+func TestAdmitBoundsBatchNames(t *testing.T) {
+	obs, err := observe.New(observe.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batchOf := func(parses int, last string) []byte {
+		var batch []byte
+		for i := range parses {
+			sql := "SELECT 1"
+			if i == parses-1 {
+				sql = last
+			}
+			batch, _ = (&pgproto3.Parse{Name: "s", Query: sql}).Encode(batch)
+		}
+		batch, _ = (&pgproto3.Bind{PreparedStatement: "s"}).Encode(batch)
+		batch, _ = (&pgproto3.Execute{}).Encode(batch)
+		batch, _ = (&pgproto3.Sync{}).Encode(batch)
+		return batch
+	}
+	for _, c := range []struct {
+		parses int
+		last   string
+		want   bool
+	}{
+		{maxBatchNames, "SELECT 2", true},
+		{maxBatchNames + 1, "SELECT 2", false},
+		// The Bind is of the last Parse, a write: not plain.
+		{2, "INSERT INTO t VALUES (1)", false},
+	} {
+		s := &Session{obs: obs.OpenSession(observe.SessionInfo{}, logrus.NewEntry(logrus.New()))}
+		if got := s.Admit(batchOf(c.parses, c.last)); got != c.want {
+			t.Errorf("%d Parses, the last of %q: admitted %v, want %v", c.parses, c.last, got, c.want)
+		}
+		if st := s.stmts["s"]; c.want && (st == nil || st.sql != c.last) {
+			t.Errorf("%d Parses: statement s recorded as %+v, want the last Parse's", c.parses, st)
+		}
 	}
 }

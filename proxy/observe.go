@@ -22,24 +22,13 @@ import (
 func (s *Session) observeMessage(msg pgproto3.FrontendMessage) {
 	switch m := msg.(type) {
 	case *pgproto3.Query:
-		if !s.obs.Active() {
-			s.obs.Begin(s.statementKind(m.String), m.String)
-		}
+		s.observeQuery(m.String)
 	case *pgproto3.Parse:
-		kind := s.statementKind(m.Query)
-		s.obs.Prepared(m.Name, kind, m.Query)
-		if !s.obs.Active() {
-			s.obs.Begin(kind, m.Query)
-		}
+		s.observeParse(m.Name, m.Query)
 	case *pgproto3.Bind:
-		if !s.obs.Active() {
-			s.obs.Begin(kindUnknown, "")
-		}
-		s.obs.Bound(m.PreparedStatement)
+		s.observeBind(m.PreparedStatement)
 	case *pgproto3.Describe, *pgproto3.Execute:
-		if !s.obs.Active() {
-			s.obs.Begin(kindUnknown, "")
-		}
+		s.observeStep()
 	case *pgproto3.FunctionCall:
 		if !s.obs.Active() {
 			s.obs.Begin("function-call", "")
@@ -48,6 +37,34 @@ func (s *Session) observeMessage(msg pgproto3.FrontendMessage) {
 		if m.ObjectType == 'S' {
 			s.obs.Unprepared(m.Name)
 		}
+	}
+}
+
+// observeQuery, observeParse, observeBind and observeStep are
+// observeMessage's parts for a Query, a Parse, a Bind, and a Describe or
+// Execute (the event loop's Admit follows its batches with them).
+func (s *Session) observeQuery(sql string) {
+	if !s.obs.Active() {
+		s.obs.Begin(s.statementKind(sql), sql)
+	}
+}
+
+func (s *Session) observeParse(name, sql string) {
+	kind := s.statementKind(sql)
+	s.obs.Prepared(name, kind, sql)
+	if !s.obs.Active() {
+		s.obs.Begin(kind, sql)
+	}
+}
+
+func (s *Session) observeBind(stmt string) {
+	s.observeStep()
+	s.obs.Bound(stmt)
+}
+
+func (s *Session) observeStep() {
+	if !s.obs.Active() {
+		s.obs.Begin(kindUnknown, "")
 	}
 }
 

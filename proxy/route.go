@@ -57,6 +57,18 @@ func (s *Session) plainRead(sql string) bool {
 	return plain
 }
 
+// plainText is plainRead of a text still in the client's bytes, and the
+// text as a string: the remembered one when it is the same text (an
+// extended-protocol client parses the same text again and again), so
+// that asking again costs no copy.
+func (s *Session) plainText(sql []byte) (string, bool) {
+	if m := &s.lastPlain; m.known && m.sql == string(sql) {
+		return m.sql, m.plain
+	}
+	text := string(sql)
+	return text, s.plainRead(text)
+}
+
 // plainMemo is the last answer of plainRead.
 type plainMemo struct {
 	sql   string

@@ -171,6 +171,9 @@ type statementState struct {
 	// loopFlight: the event loop has a batch of the session's at the
 	// backend (evloop.go): a Cancel sends the backend's CancelRequest.
 	loopFlight atomic.Bool
+	// loop is the scratch space of Admit, kept to be reused (the loop's
+	// goroutine only, while the session's own waits).
+	loop loopScratch
 	// canceledReply: the backend answered the statement with 57014 after
 	// the statement's context ended.
 	canceledReply bool

@@ -27,4 +27,11 @@
 // backend's work stopped (Peer.Abandon, on its own goroutine so the other
 // sessions do not wait for its CancelRequest); a client that reads slowly
 // makes the loop stop reading the backend until it has caught up.
+//
+// Per point read the loop makes the system calls PgBouncer makes (a read
+// and a write each way, and a share of an epoll_wait) and no others: its
+// sockets are non-blocking, so it reads and writes them without telling
+// Go's scheduler (RawSyscall), and it watches a socket for writability
+// only once a write to it came up short (a Unix socket reports it each
+// time its peer reads, which would wake the loop for nothing).
 package evloop

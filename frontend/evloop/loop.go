@@ -135,14 +135,17 @@ func (l *Loop) takeRequests() {
 // join adds a session's sockets to the epoll set, edge-triggered: the loop
 // keeps each socket's readiness itself and reads only what is known to
 // be there (a read that finds nothing is a wasted system call).
+//
+// A socket is watched for writability only once a write to it came up
+// short (waitWritable): a Unix socket signals writability each time its
+// peer reads, so the backend's socket would wake the loop for nothing at
+// every statement (as PgBouncer, the loop asks only when it must wait).
 func (l *Loop) join(m *member) {
 	m.cr, m.cw, m.bw = false, true, true
+	m.cwWatched, m.bwWatched = false, false
 	m.buf = bufPool.Get().([]byte)
 	for _, fd := range []int{m.client, m.backend} {
-		ev := syscall.EpollEvent{
-			Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | -syscall.EPOLLET,
-			Fd:     int32(fd),
-		}
+		ev := syscall.EpollEvent{Events: readEvents, Fd: int32(fd)}
 		if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 			l.leave(m, nil)
 			return
@@ -150,6 +153,33 @@ func (l *Loop) join(m *member) {
 		l.members[int32(fd)] = m
 	}
 	l.progress(m)
+}
+
+// readEvents are the events a member's socket is always watched for.
+const readEvents = syscall.EPOLLIN | syscall.EPOLLRDHUP | -syscall.EPOLLET
+
+// waitWritable records that a socket of m's cannot take more now and has
+// the loop told when it can: from then on the socket is watched for
+// writability too (a write that came up short once may well again).
+// Re-arming an edge-triggered socket reports it at once if it is
+// writable already, so no edge is missed in between.
+func (l *Loop) waitWritable(m *member, fd int) {
+	watched := &m.bwWatched
+	if fd == m.client {
+		watched, m.cw = &m.cwWatched, false
+	} else {
+		m.bw = false
+	}
+	if *watched {
+		return
+	}
+	ev := syscall.EpollEvent{Events: readEvents | syscall.EPOLLOUT, Fd: int32(fd)}
+	if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_MOD, fd, &ev); err != nil {
+		// Not watched: the session's goroutine takes the socket over.
+		l.leave(m, nil)
+		return
+	}
+	*watched = true
 }
 
 // leave takes the session's sockets out of the epoll set and lets Run

@@ -375,3 +375,96 @@ func TestAbandonDoesNotStopTheLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// shrinkSendBuffer makes c's socket take little at a time, so that the
+// loop's writes to it come up short and it must wait for writability.
+func shrinkSendBuffer(t *testing.T, c *Conn) {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, 4096)
+	}); err != nil || serr != nil {
+		t.Fatal(err, serr)
+	}
+}
+
+// TestShortWritesWaitForWritability: the loop watches a socket for
+// writability only after a write to it came up short. A batch larger
+// than the backend's socket takes at once and an answer larger than the
+// client's, read slowly, both arrive whole: each short write has the loop
+// woken when the socket can take more.
+func TestShortWritesWaitForWritability(t *testing.T) {
+	lc, client := socketPair(t)
+	lb, backend := socketPair(t)
+	shrinkSendBuffer(t, lc)
+	shrinkSendBuffer(t, lb)
+	peer := &fakePeer{}
+	done := make(chan runResult, 1)
+	go func() {
+		res, err := sharedLoop(t).Run(lc, lb, peer)
+		done <- runResult{res, err}
+	}()
+	s := &session{client: client, backend: backend, loopClient: lc, peer: peer, done: done}
+	for round := range 3 {
+		// Frames no longer than the peer's MaxMessageSize.
+		var batch []byte
+		for len(batch) < testMaxBatch-2048 {
+			batch = append(batch, encode(t, &pgproto3.Parse{Query: string(bytes.Repeat([]byte("x"), 1000))})...)
+		}
+		batch = append(batch, encode(t, &pgproto3.Sync{})...)
+		answer := encode(t, &pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{Name: []byte("x")}}})
+		for range 16 {
+			answer = append(answer, encode(t, &pgproto3.DataRow{Values: [][]byte{make([]byte, 64<<10)}})...)
+		}
+		answer = append(answer, encode(t, &pgproto3.CommandComplete{CommandTag: []byte("SELECT 16")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})...)
+		backendErr := make(chan error, 1)
+		go func() {
+			// The backend reads the batch slowly too.
+			got := make([]byte, 0, len(batch))
+			buf := make([]byte, 4096)
+			for len(got) < len(batch) {
+				n, err := s.backend.Read(buf)
+				if err != nil {
+					backendErr <- err
+					return
+				}
+				got = append(got, buf[:n]...)
+				time.Sleep(time.Millisecond)
+			}
+			if !bytes.Equal(got, batch) {
+				backendErr <- fmt.Errorf("the backend got %d bytes, not the batch", len(got))
+				return
+			}
+			_, err := s.backend.Write(answer)
+			backendErr <- err
+		}()
+		if _, err := s.client.Write(batch); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, 0, len(answer))
+		buf := make([]byte, 32<<10)
+		_ = s.client.SetReadDeadline(time.Now().Add(30 * time.Second))
+		for len(got) < len(answer) {
+			n, err := s.client.Read(buf)
+			if err != nil {
+				t.Fatalf("round %d: after %d of %d bytes: %v", round, len(got), len(answer), err)
+			}
+			got = append(got, buf[:n]...)
+			time.Sleep(time.Millisecond)
+		}
+		if err := <-backendErr; err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if !bytes.Equal(got, answer) {
+			t.Fatalf("round %d: the answer changed on its way", round)
+		}
+	}
+	_ = lc.Close()
+	if r := s.waitReturn(t, "Close"); r.res.Forwarded != 3 {
+		t.Fatalf("Run: %+v, %v; want 3 batches forwarded", r.res, r.err)
+	}
+}

@@ -2,7 +2,10 @@
 
 package evloop
 
-import "syscall"
+import (
+	"syscall"
+	"unsafe"
+)
 
 // member is a session in the loop: its two sockets (duplicates, out of
 // Go's netpoller), their readiness as the edge-triggered events told it,
@@ -13,7 +16,10 @@ type member struct {
 	done            chan struct{}
 
 	cr, cw, br, bw bool // client/backend readable, writable
-	chup           bool // the client hung up (or its socket failed)
+	// cwWatched, bwWatched: the epoll set watches the client's/backend's
+	// socket for writability (Loop.waitWritable).
+	cwWatched, bwWatched bool
+	chup                 bool // the client hung up (or its socket failed)
 
 	in        []byte // client bytes not yet forwarded (a batch being read)
 	readable  int    // bytes at the start of in that Peer.Readable passed
@@ -101,7 +107,7 @@ func (l *Loop) readClient(m *member) {
 	if cap(m.in)-len(m.in) < 4<<10 {
 		m.in = append(make([]byte, 0, 2*cap(m.in)+16<<10), m.in...)
 	}
-	n, err := syscall.Read(m.client, m.in[len(m.in):cap(m.in)])
+	n, err := rawRead(m.client, m.in[len(m.in):cap(m.in)])
 	switch {
 	case err == syscall.EAGAIN:
 		m.cr = false
@@ -144,9 +150,9 @@ func (l *Loop) readClient(m *member) {
 }
 
 func (l *Loop) writeBackend(m *member) {
-	n, err := syscall.Write(m.backend, m.toBackend)
+	n, err := rawWrite(m.backend, m.toBackend)
 	if err == syscall.EAGAIN {
-		m.bw = false
+		l.waitWritable(m, m.backend)
 		return
 	}
 	if err != nil {
@@ -155,7 +161,7 @@ func (l *Loop) writeBackend(m *member) {
 	}
 	m.toBackend = m.toBackend[n:]
 	if len(m.toBackend) > 0 {
-		m.bw = false
+		l.waitWritable(m, m.backend)
 		return
 	}
 	m.toBackend = nil
@@ -167,7 +173,7 @@ func (l *Loop) writeBackend(m *member) {
 // the next read waits until they are all written (the backend is made to
 // wait by a client that reads slowly, as it would be without the loop).
 func (l *Loop) readBackend(m *member) {
-	n, err := syscall.Read(m.backend, m.buf)
+	n, err := rawRead(m.backend, m.buf)
 	switch {
 	case err == syscall.EAGAIN:
 		m.br = false
@@ -199,9 +205,9 @@ func (l *Loop) readBackend(m *member) {
 }
 
 func (l *Loop) writeClient(m *member) {
-	n, err := syscall.Write(m.client, m.out)
+	n, err := rawWrite(m.client, m.out)
 	if err == syscall.EAGAIN {
-		m.cw = false
+		l.waitWritable(m, m.client)
 		return
 	}
 	if err != nil {
@@ -214,6 +220,30 @@ func (l *Loop) writeClient(m *member) {
 	}
 	m.out = m.out[n:]
 	if len(m.out) > 0 {
-		m.cw = false
+		l.waitWritable(m, m.client)
 	}
+}
+
+// rawRead and rawWrite are read(2) and write(2) on a non-blocking socket
+// without telling Go's scheduler (syscall.RawSyscall): they never block,
+// and handing the loop's P off and taking it back around each call costs
+// more than the call itself on a point read's path.
+func rawRead(fd int, p []byte) (int, error) {
+	return rawIO(syscall.SYS_READ, fd, p)
+}
+
+func rawWrite(fd int, p []byte) (int, error) {
+	return rawIO(syscall.SYS_WRITE, fd, p)
+}
+
+func rawIO(call uintptr, fd int, p []byte) (int, error) {
+	var ptr unsafe.Pointer
+	if len(p) > 0 {
+		ptr = unsafe.Pointer(&p[0])
+	}
+	n, _, errno := syscall.RawSyscall(call, uintptr(fd), uintptr(ptr), uintptr(len(p)))
+	if errno != 0 {
+		return -1, errno
+	}
+	return int(n), nil
 }

@@ -149,7 +149,20 @@ func (s *Session) Phase(p Phase) {
 	if !s.active || p == s.cur {
 		return
 	}
-	now := time.Now()
+	s.phaseAt(p, time.Now())
+}
+
+// PhaseFromStart enters phase p as of the statement's start: the phase
+// before took no time worth a clock read (the event loop's admission of a
+// plain read, which it forwards as it is; a clock read costs as much).
+func (s *Session) PhaseFromStart(p Phase) {
+	if !s.active || p == s.cur {
+		return
+	}
+	s.phaseAt(p, s.curStart)
+}
+
+func (s *Session) phaseAt(p Phase, now time.Time) {
 	s.closePhase(now)
 	s.cur, s.curStart = p, now
 	if s.span != nil {
