@@ -29,7 +29,12 @@
 // the floor (AS OF an older time) takes one round trip: acquire_hold
 // checks ts against the inputs' sinces and publishes a per-collection row
 // in read_holds, under the same transaction lock as compaction's since
-// advance, so no hold is ever granted below a since. Each heartbeat
+// advance, so no hold is ever granted below a since. Only the first hold
+// at an older point pays it: a hold at ts >= what this incarnation's rows
+// on every input are known to stay at or below (Lease.covered: lowered by
+// acquire_hold, raised or dropped by each heartbeat when it snapshots the
+// holds out, which it publishes later) is granted in memory; concurrent
+// acquirers at one ts share one round trip. Each heartbeat
 // publishes the oldest hold out per collection, those above the floor
 // included (only so that mz_read_holds shows them); releases are published
 // by the next heartbeat.

@@ -126,7 +126,20 @@ type Lease struct {
 	deadline  time.Time          // the lease is valid until then
 	fast      map[uint64]int     // holds at or above the floor, by ts
 	held      map[*Hold]struct{} // every hold out, published at each heartbeat
-	err       error              // set once lost
+	// covered bounds this incarnation's read_holds rows from above: while
+	// covered[c] is there, the row of c exists and is at or below it, so
+	// c's since stays at or below it too (an entry starts at a ts that
+	// acquire_hold checked against the since; compaction cannot pass the
+	// row). A hold below the floor at ts >= covered[c] on every input is
+	// therefore granted in memory. acquire_hold lowers an entry; the
+	// heartbeat raises or drops it when it takes its snapshot of the
+	// holds, before it publishes (see heartbeat).
+	covered map[int64]uint64
+	// flights are the acquire_hold round trips in progress, by ts: closed
+	// when done. Acquirers at the same ts wait for one rather than queue
+	// their own on connMu.
+	flights   map[uint64]chan struct{}
+	err       error // set once lost
 	done      chan struct{}
 	lastRound CompactStats
 
@@ -145,10 +158,12 @@ func Register(ctx context.Context, cfg Config) (*Lease, error) {
 		return nil, errors.New("lease: Config.Dial is nil")
 	}
 	l := &Lease{
-		cfg:  cfg,
-		fast: map[uint64]int{},
-		held: map[*Hold]struct{}{},
-		done: make(chan struct{}),
+		cfg:     cfg,
+		fast:    map[uint64]int{},
+		held:    map[*Hold]struct{}{},
+		covered: map[int64]uint64{},
+		flights: map[uint64]chan struct{}{},
+		done:    make(chan struct{}),
 	}
 	l.conn = internalconn.New(nil, cfg.Dial)
 	start := time.Now()
@@ -191,6 +206,8 @@ func Granted(id int64) *Lease {
 		id:       id,
 		fast:     map[uint64]int{},
 		held:     map[*Hold]struct{}{},
+		covered:  map[int64]uint64{},
+		flights:  map[uint64]chan struct{}{},
 		done:     make(chan struct{}),
 		deadline: time.Now().AddDate(100, 0, 0),
 	}
@@ -296,7 +313,7 @@ type Hold struct {
 	l      *Lease
 	ts     uint64
 	inputs []int64
-	slow   bool // published below the floor
+	slow   bool // below the floor: protected by the read_holds rows
 	once   sync.Once
 }
 
@@ -346,35 +363,86 @@ func (e *BelowSinceError) Error() string {
 
 // Acquire protects the history of inputs (catalog ids of managed tables)
 // at ts until the Hold is released. At or above Floor() it is granted in
-// memory. Below it, a backend round trip publishes the hold under the
-// lock compaction takes, after checking ts against the inputs' sinces
-// (*BelowSinceError if an input is compacted past ts). A lost lease fails
-// with Err().
+// memory, and so is a hold below it whose inputs this incarnation's
+// published holds already protect at ts (see covered). Otherwise a backend
+// round trip publishes the hold under the lock compaction takes, after
+// checking ts against the inputs' sinces (*BelowSinceError if an input is
+// compacted past ts); concurrent acquirers at the same ts share that round
+// trip. A lost lease fails with Err().
 //
 // The caller still chooses ts from the sinces it read (a new table's since
 // is its creation time, which may be above the floor); Acquire guarantees
 // that a since at or below ts when it was read stays so while held.
 func (l *Lease) Acquire(ctx context.Context, ts uint64, inputs []int64) (*Hold, error) {
 	ids := append([]int64(nil), inputs...)
-	l.mu.Lock()
-	if err := l.checkLocked(); err != nil {
+	for {
+		l.mu.Lock()
+		if h, err := l.grantLocked(ts, ids); h != nil || err != nil {
+			l.mu.Unlock()
+			return h, err
+		}
+		flight, waiting := l.flights[ts]
+		if !waiting {
+			flight = make(chan struct{})
+			l.flights[ts] = flight
+		}
 		l.mu.Unlock()
+		if !waiting {
+			return l.publishHold(ctx, ts, ids, flight)
+		}
+		// The round trip at ts in flight most likely covers these inputs
+		// too: look again once it is done.
+		select {
+		case <-flight:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("lease: acquiring a read hold at %d: %w", ts, ctx.Err())
+		}
+	}
+}
+
+// grantLocked grants a hold at ts in memory when it can (nil, nil when it
+// takes a round trip).
+func (l *Lease) grantLocked(ts uint64, ids []int64) (*Hold, error) {
+	if err := l.checkLocked(); err != nil {
 		return nil, err
 	}
 	if ts >= l.floor {
 		h := &Hold{l: l, ts: ts, inputs: ids}
 		l.fast[ts]++
 		l.held[h] = struct{}{}
-		l.mu.Unlock()
 		return h, nil
 	}
-	l.mu.Unlock()
+	for _, c := range ids {
+		if bound, ok := l.covered[c]; !ok || bound > ts {
+			return nil, nil
+		}
+	}
+	h := &Hold{l: l, ts: ts, inputs: ids, slow: true}
+	l.held[h] = struct{}{}
+	return h, nil
+}
 
+// publishHold is Acquire's round trip: acquire_hold publishes a hold at ts
+// on ids below the floor, then flight is closed for those waiting on it.
+func (l *Lease) publishHold(ctx context.Context, ts uint64, ids []int64, flight chan struct{}) (*Hold, error) {
+	defer func() {
+		l.mu.Lock()
+		delete(l.flights, ts)
+		l.mu.Unlock()
+		close(flight)
+	}()
 	l.connMu.Lock()
 	defer l.connMu.Unlock()
+	// What held connMu before (another ts's round trip) may cover ts now.
+	l.mu.Lock()
+	h, err := l.grantLocked(ts, ids)
+	l.mu.Unlock()
+	if h != nil || err != nil {
+		return h, err
+	}
 	since := map[int64]uint64{}
 	// Publishing a hold is a write: run once.
-	err := l.withConn(ctx, internalconn.Once, func(conn *pgx.Conn) error {
+	err = l.withConn(ctx, internalconn.Once, func(conn *pgx.Conn) error {
 		rows, err := conn.Query(ctx, "SELECT collection, since FROM "+storage.Schema+".acquire_hold($1, $2, $3)", l.id, int64(min(ts, math.MaxInt64)), ids)
 		if err != nil {
 			return err
@@ -401,13 +469,20 @@ func (l *Lease) Acquire(ctx context.Context, ts uint64, inputs []int64) (*Hold, 
 			return nil, &BelowSinceError{TS: ts, Since: since}
 		}
 	}
-	h := &Hold{l: l, ts: ts, inputs: ids, slow: true}
+	h = &Hold{l: l, ts: ts, inputs: ids, slow: true}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.checkLocked(); err != nil {
 		return nil, err
 	}
 	l.held[h] = struct{}{}
+	// connMu is still held: no heartbeat took its snapshot since the
+	// rows were lowered to ts.
+	for c := range since {
+		if bound, ok := l.covered[c]; !ok || ts < bound {
+			l.covered[c] = ts
+		}
+	}
 	return h, nil
 }
 
@@ -447,6 +522,18 @@ func (l *Lease) heartbeat(ctx context.Context) error {
 			if cur, ok := oldest[c]; !ok || h.ts < cur {
 				oldest[c] = h.ts
 			}
+		}
+	}
+	// The backend raises each row to oldest (or drops it when not listed)
+	// at some moment from now on, and a hold granted meanwhile is not in
+	// this snapshot: from here it may count only on what the row is both
+	// before and after, at most max(covered, oldest). This holds whether
+	// the heartbeat succeeds or not.
+	for c, bound := range l.covered {
+		if ts, ok := oldest[c]; ok {
+			l.covered[c] = max(bound, ts)
+		} else {
+			delete(l.covered, c)
 		}
 	}
 	l.mu.Unlock()

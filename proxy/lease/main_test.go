@@ -73,7 +73,9 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 func (d *db) register(cfg Config) *Lease {
 	d.t.Helper()
 	cs := d.cs
-	cfg.Dial = func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, cs) }
+	if cfg.Dial == nil {
+		cfg.Dial = func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, cs) }
+	}
 	if cfg.Interval == 0 {
 		cfg.Interval = time.Hour
 	}
