@@ -63,8 +63,9 @@
 //     row, a DDL, a read of the transaction's own writes, commit_write), as
 //     GREATEST(clock, P + 1). floor is ignored. An autocommit write needs
 //     nothing else: SELECT begin_write_occ(inc, 0); <statement> as one
-//     implicit transaction (the slot is taken with one query, the history
-//     trigger's stamp_ts checks it, chooses T and tags it with another).
+//     implicit transaction (the slot is taken and set with one query, the
+//     history trigger's stamp_ts checks it, chooses T, tags and sets it
+//     with another).
 //   - begin_write(inc) / begin_write_at(T, inc) (BeginWriteFor,
 //     BeginWriteAtFor, BeginWriteSQL, BeginWriteAtSQL without an
 //     incarnation): the same slot with T chosen at once, or exactly T when
@@ -92,7 +93,9 @@
 //     cost one call. INSERT adds versions at T; DELETE retracts one current
 //     version per deleted row (by key when the table has a non-deferrable
 //     primary key, in one statement that UPDATE's trigger also inserts
-//     with; otherwise as a multiset by whole-row text found through
+//     with; it prefers a version of the key written at T, a search it
+//     skips when its own stamp_ts chose T, the transaction having written
+//     none yet; otherwise as a multiset by whole-row text found through
 //     mz_hash); UPDATE retracts and inserts; TRUNCATE retracts everything;
 //     a version both written and retracted at T is deleted outright. A
 //     statement that would close a version written at a later T (a write
