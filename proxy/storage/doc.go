@@ -10,7 +10,7 @@
 // not race: install.sql creates version 1, lease.sql upgrades 1 to 2, occ.sql 2
 // to 3, lease_holds.sql 3 to 4, ddl.sql 4 to 5, trust.sql 5 to 6, frontier.sql
 // 6 to 7, ddl_speed.sql 7 to 8, write_cost.sql 8 to 9, ddl_cost.sql 9 to
-// 10, block_cost.sql 10 to 11 (a database at an older
+// 10, block_cost.sql 10 to 11, write_trim.sql 11 to 12 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -63,8 +63,9 @@
 //     row, a DDL, a read of the transaction's own writes, commit_write), as
 //     GREATEST(clock, P + 1). floor is ignored. An autocommit write needs
 //     nothing else: SELECT begin_write_occ(inc, 0); <statement> as one
-//     implicit transaction (the slot is taken with one query, the history
-//     trigger's stamp_ts checks it, chooses T and tags it with another).
+//     implicit transaction (the slot is taken and set with one query, the
+//     history trigger's stamp_ts checks it, chooses T, tags and sets it
+//     with another).
 //   - begin_write(inc) / begin_write_at(T, inc) (BeginWriteFor,
 //     BeginWriteAtFor, BeginWriteSQL, BeginWriteAtSQL without an
 //     incarnation): the same slot with T chosen at once, or exactly T when
@@ -92,7 +93,9 @@
 //     cost one call. INSERT adds versions at T; DELETE retracts one current
 //     version per deleted row (by key when the table has a non-deferrable
 //     primary key, in one statement that UPDATE's trigger also inserts
-//     with; otherwise as a multiset by whole-row text found through
+//     with; it prefers a version of the key written at T, a search it
+//     skips when its own stamp_ts chose T, the transaction having written
+//     none yet; otherwise as a multiset by whole-row text found through
 //     mz_hash); UPDATE retracts and inserts; TRUNCATE retracts everything;
 //     a version both written and retracted at T is deleted outright. A
 //     statement that would close a version written at a later T (a write

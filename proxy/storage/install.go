@@ -76,8 +76,15 @@ var ddlCostSQL string
 //go:embed block_cost.sql
 var blockCostSQL string
 
+// writeTrimSQL upgrades version 11 to 12: an autocommit write's backend
+// cost (no search for a version written at T when the trigger chose T,
+// the slot set and stamped with one query each).
+//
+//go:embed write_trim.sql
+var writeTrimSQL string
+
 // migrations[v] upgrades a database at version v to v+1.
-var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL, 9: ddlCostSQL, 10: blockCostSQL}
+var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL, 9: ddlCostSQL, 10: blockCostSQL, 11: writeTrimSQL}
 
 // InstallScript returns the SQL that Install runs on an empty database for
 // SchemaVersion, with the schema name filled in. Exposed for inspection and
