@@ -10,7 +10,7 @@
 // not race: install.sql creates version 1, lease.sql upgrades 1 to 2, occ.sql 2
 // to 3, lease_holds.sql 3 to 4, ddl.sql 4 to 5, trust.sql 5 to 6, frontier.sql
 // 6 to 7, ddl_speed.sql 7 to 8, write_cost.sql 8 to 9, ddl_cost.sql 9 to
-// 10, block_cost.sql 10 to 11 (a database at an older
+// 10, block_cost.sql 10 to 11, ddl_trim.sql 11 to 12 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -42,10 +42,13 @@
 //     floor published when granted, the others at the next heartbeat); fence(generation): the newest generation ever
 //     registered; compactor: the last compaction round. Package
 //     proxy/lease is their client; its doc has the model.
-//   - h<id>: the history relation of managed table <id>: the user's columns
-//     (same names, types and collations, no constraints) plus mz_from,
-//     mz_to (Infinity while current) and mz_hash. A version is visible at
-//     ts when mz_from <= ts AND mz_to > ts. Indexes: mz_to (compaction),
+//   - h<id>: the history relation of managed table <id>: mz_from, mz_to
+//     (Infinity while current) and mz_hash, then the user's columns (same
+//     names, types and collations, no constraints) in the user's order
+//     (made before version 12: the user's columns first). A version is
+//     visible at ts when mz_from <= ts AND mz_to > ts. Indexes: (mz_to,
+//     mz_from) (compaction, reads at a timestamp, a block's restamp; made
+//     before version 12: mz_to, and mz_from of pending versions),
 //     (key columns, mz_to) per primary key / unique index of the user table
 //     (lookups; named h<id>_k<index oid> and recorded in index_mirrors by
 //     the index's oid, so DROP INDEX finds its mirror without a scan of
@@ -87,7 +90,9 @@
 //     set_retention(regclass, ms) (SetRetentionQuery): RETAIN HISTORY, in
 //     the DDL's write transaction.
 //   - History triggers, generated per table as static SQL (no dynamic SQL
-//     on the hot path): AFTER INSERT/UPDATE/DELETE/TRUNCATE FOR EACH
+//     on the hot path; naming no user column while the history table's
+//     columns after the first three are the user's in order, so ADD/DROP
+//     COLUMN keeps them): AFTER INSERT/UPDATE/DELETE/TRUNCATE FOR EACH
 //     STATEMENT with transition tables, so COPY and multi-row statements
 //     cost one call. INSERT adds versions at T; DELETE retracts one current
 //     version per deleted row (by key when the table has a non-deferrable

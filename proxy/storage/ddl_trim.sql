@@ -1,0 +1,156 @@
+-- mzproxy backend state, version 12 to 13: managed DDL closer to
+-- PostgreSQL's own cost (issue 16). (Registered as 11 to 12 in the branch
+-- that wrote it, until write_trim.sql, version 12, is merged.)
+--
+-- Measured with track_functions = all (ALTER TABLE ADD/DROP COLUMN on a
+-- table (a int PRIMARY KEY, b text)) and bench/ddl.sh:
+--
+--  * ADD/DROP COLUMN made the table's trigger functions again: their text
+--    spelled out the column list (the insertion's target and values, the
+--    whole-row text the retraction checks), so each column change was
+--    three CREATE OR REPLACE FUNCTIONs (with their validation and the
+--    event triggers they fire), over half of reconcile's time. A history
+--    table made from this version on puts mz_from, mz_to and mz_hash
+--    first, so its remaining columns are the user's in the user's order
+--    for good (an added column goes last in both, a dropped one from
+--    both); its trigger functions name no column: versions are inserted
+--    as SELECT _t, ..., n.* (PL/pgSQL plans again when the history table
+--    changes, and every change to the user's columns changes it), and the
+--    whole-row texts are the rows' own ((d.*)::text; a history row's text with
+--    its three leading integers cut). Their text no longer changes with
+--    the columns, so gen_triggers keeps them (its comparison with the text
+--    in place, version 8). A history table whose columns are not in that
+--    order (made before this version, or whose column a type change
+--    dropped and added again) keeps the column lists.
+--  * PostgreSQL 15 fsyncs every btree it builds (smgrimmedsync at the end
+--    of _bt_load), also an empty one, and CREATE TABLE built four on the
+--    history table: its TOAST index, mz_to, the lookup mirror of the
+--    primary key, and the pending versions' (mz_from) WHERE mz_from < 0.
+--    A new history table has one index (mz_to, mz_from) in place of the
+--    last two but one: compaction (mz_to <= since), TRUNCATE and the
+--    restamp of closed versions (mz_to = p) use its first column as they
+--    used mz_to's index, reads of a timestamp both columns, and the
+--    restamp finds a block's new versions as mz_to = Infinity AND mz_from
+--    = p (a version a block both writes and closes is deleted by the
+--    trigger, so every version with mz_from = p is current). One fsync
+--    less per CREATE TABLE.
+--  * The functions the event triggers call plan their catalog queries (by
+--    oid and id, all through indexes) with PL/pgSQL's parameters, and
+--    custom plans were chosen for some every time: a quarter of an ALTER
+--    TABLE's backend time was planning. reconcile and manage_table (and
+--    what they call) now run with plan_cache_mode = force_generic_plan,
+--    so a session plans each of those queries once.
+
+-- Whether the history table of p_id has the column order of this version:
+-- mz_from, mz_to, mz_hash, then the user's columns in the user's order.
+CREATE FUNCTION @SCHEMA@.history_aligned(p_id bigint) RETURNS bool
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN (SELECT array_agg(a.attname ORDER BY a.attnum)
+              FROM @SCHEMA@.catalog k JOIN pg_attribute a ON a.attrelid = to_regclass(k.history)
+             WHERE k.id = p_id AND a.attnum > 0 AND NOT a.attisdropped)
+           = ARRAY['mz_from', 'mz_to', 'mz_hash']::name[]
+             || coalesce((SELECT array_agg(c.name ORDER BY c.attnum) FROM @SCHEMA@.columns c WHERE c.id = p_id), '{}');
+END
+$$;
+
+-- An expression for the text of the user's columns of history row p_alias
+-- in an aligned history table: what ROW(<p_alias>.<column>, ...)::text
+-- gives, with no column named. The row's own text is "(mz_from,mz_to,
+-- mz_hash,<columns>)", and integers are never quoted; a table without
+-- columns has the text "()" (which a one-column row of NULL has too, so
+-- the two cannot share an expression).
+CREATE FUNCTION @SCHEMA@.history_text(p_id bigint, p_alias text) RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM @SCHEMA@.columns c WHERE c.id = p_id) THEN
+        RETURN $t$'()'$t$;
+    END IF;
+    RETURN format($t$('(' || substr((%1$s.*)::text, length(%1$s.mz_from::text) + length(%1$s.mz_to::text) + length(%1$s.mz_hash::text) + 5))$t$,
+                  p_alias);
+END
+$$;
+
+-- Edits to the text of functions as version 11 (or 12) left them, so that
+-- each body stays in one place; each edit must apply exactly once, or the
+-- upgrade fails.
+DO $edit$
+DECLARE
+    edits text[][] := ARRAY[
+        -- A new history table: the validity columns first, and one index
+        -- for mz_to and the pending versions.
+        ['manage_table', $$    EXECUTE format('CREATE TABLE %s (%s mz_from int8 NOT NULL, mz_to int8 NOT NULL, mz_hash int4 NOT NULL)', hist, defs);
+$$, $$    -- (Version 13: the validity columns first, see ddl_trim.sql.)
+    EXECUTE format('CREATE TABLE %s (mz_from int8 NOT NULL, mz_to int8 NOT NULL, mz_hash int4 NOT NULL%s)', hist,
+                   CASE WHEN defs = '' THEN '' ELSE ', ' || left(defs, -2) END);
+$$],
+        ['manage_table', $$    EXECUTE format('CREATE INDEX %I ON %s (mz_to)', 'h' || new_id || '_mz_to', hist);
+    EXECUTE format('CREATE INDEX %I ON %s (mz_from) WHERE mz_from < 0', 'h' || new_id || '_pending', hist);
+$$, $$    EXECUTE format('CREATE INDEX %I ON %s (mz_to, mz_from)', 'h' || new_id || '_mz_to', hist);
+$$],
+        -- The restamp finds a block's new versions among the current ones.
+        ['gen_restamp', $$     WHERE (h.mz_to = p AND h.mz_to < 0) OR (h.mz_from = p AND h.mz_from < 0);$$,
+         $$     WHERE (h.mz_to = p AND h.mz_to < 0)
+        OR (h.mz_to = 9223372036854775807 AND h.mz_from = p AND h.mz_from < 0);$$],
+        -- Trigger functions of an aligned history table name no column.
+        ['gen_triggers', $$DECLARE
+    c record;
+$$, $$DECLARE
+    c record;
+    aligned bool;
+$$],
+        ['gen_triggers', $$    cols := @SCHEMA@.col_list(p_id, '');
+    ncols := @SCHEMA@.col_list(p_id, 'n.');
+    ntext := @SCHEMA@.row_text(p_id, 'n.');
+    otext := @SCHEMA@.row_text(p_id, 'd.');
+    htext := @SCHEMA@.row_text(p_id, 'h.');
+$$, $$    aligned := @SCHEMA@.history_aligned(p_id);
+    IF aligned THEN
+        -- (Version 13: the rows' own texts, see ddl_trim.sql.)
+        -- ("n.*": a bare "n" would be the user's column n, if any.)
+        ntext := '(n.*)::text';
+        otext := '(d.*)::text';
+        htext := @SCHEMA@.history_text(p_id, 'h');
+    ELSE
+        cols := @SCHEMA@.col_list(p_id, '');
+        ncols := @SCHEMA@.col_list(p_id, 'n.');
+        ntext := @SCHEMA@.row_text(p_id, 'n.');
+        otext := @SCHEMA@.row_text(p_id, 'd.');
+        htext := @SCHEMA@.row_text(p_id, 'h.');
+    END IF;
+$$],
+        ['gen_triggers', $$        CASE WHEN ncols = '' THEN '' ELSE ncols || ',' END, hash_expr);
+$$, $$        CASE WHEN ncols = '' THEN '' ELSE ncols || ',' END, hash_expr);
+    IF aligned THEN
+        -- The history table's columns are the new rows' after the first three.
+        insert_sql := format($i$
+    INSERT INTO %s
+    SELECT _t, 9223372036854775807, %s, n.* FROM mz_new n;$i$, h, hash_expr);
+    END IF;
+$$],
+        ['gen_triggers', $$@SCHEMA@.row_text(p_id, 'x.'))$$,
+         $$CASE WHEN aligned THEN @SCHEMA@.history_text(p_id, 'x') ELSE @SCHEMA@.row_text(p_id, 'x.') END)$$]];
+    i int;
+    def text;
+BEGIN
+    -- Edits apply one by one (each function is replaced after each edit).
+    FOR i IN 1 .. array_length(edits, 1) LOOP
+        def := pg_get_functiondef(('@SCHEMA@.' || edits[i][1])::regproc);
+        IF (length(def) - length(replace(def, edits[i][2], ''))) / length(edits[i][2]) <> 1 THEN
+            RAISE EXCEPTION 'ddl_trim.sql: edit % of % does not apply once', i, edits[i][1];
+        END IF;
+        EXECUTE replace(def, edits[i][2], edits[i][3]);
+    END LOOP;
+END
+$edit$;
+
+-- (Not the event triggers themselves: a generic plan of on_ddl_command_end's
+-- update of dependent views deparses every view before it filters.)
+ALTER FUNCTION @SCHEMA@.reconcile(bigint, bigint, bool) SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION @SCHEMA@.manage_table(oid, bigint, bigint) SET plan_cache_mode = force_generic_plan;
+
+REVOKE ALL ON FUNCTION @SCHEMA@.history_aligned(bigint), @SCHEMA@.history_text(bigint, text) FROM PUBLIC;
+
+INSERT INTO @SCHEMA@.schema_version (version) VALUES (12);
