@@ -127,6 +127,14 @@ func TestColumnChangesKeepTriggerFunctions(t *testing.T) {
 		}
 		writes(i + 1)
 	}
+	// A write, a column change and writes in one transaction (the plans
+	// PL/pgSQL made before the change are made again within it).
+	for _, tb := range tables {
+		historyMatches(t, conn, tb, inWrite(t, conn, "INSERT INTO "+tb+" (a) VALUES (500)",
+			"ALTER TABLE "+tb+" ADD COLUMN q int DEFAULT 4", "INSERT INTO "+tb+" (a, q) VALUES (501, 5)",
+			"UPDATE "+tb+" SET q = 6 WHERE a = 500", "ALTER TABLE "+tb+" DROP COLUMN n2",
+			"INSERT INTO "+tb+" (a) VALUES (502)", "DELETE FROM "+tb+" WHERE a = 501"), "column changes between writes in one transaction")
+	}
 	// No built-in conversion to an enum: history's column is dropped and
 	// added again, last, where the user's stays in the middle.
 	for _, tb := range tables {
