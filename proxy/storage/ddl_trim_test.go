@@ -259,3 +259,18 @@ func TestUpgradeKeepsHistoryLayout(t *testing.T) {
 		historyMatches(t, conn, tb, inBlock(t, conn, "DELETE FROM "+tb+" WHERE a = 20", "UPDATE "+tb+" SET c = 6 WHERE a = 21"), "block after drop")
 	}
 }
+
+// TestColumnChangeSeenByOtherSession: a session whose history trigger
+// plans were made before another session changed the table's columns
+// records its next writes with the new columns (the change to the history
+// table invalidates the plans that expand the new rows' columns).
+func TestColumnChangeSeenByOtherSession(t *testing.T) {
+	cs, conn := installedDB(t)
+	other := connect(t, cs)
+	inWrite(t, conn, "CREATE TABLE k (a int PRIMARY KEY, b text)", "CREATE TABLE bag (a int, b text)")
+	for _, tb := range []string{"k", "bag"} {
+		historyMatches(t, other, tb, inWrite(t, other, "INSERT INTO "+tb+" VALUES (1, 'x'), (2, 'y')", "UPDATE "+tb+" SET b = 'z' WHERE a = 1"), "writes before")
+		inWrite(t, conn, "ALTER TABLE "+tb+" ADD COLUMN c int DEFAULT 9", "ALTER TABLE "+tb+" DROP COLUMN b")
+		historyMatches(t, other, tb, inWrite(t, other, "INSERT INTO "+tb+" VALUES (3, 4)", "UPDATE "+tb+" SET c = 5 WHERE a = 1", "DELETE FROM "+tb+" WHERE a = 2"), "writes after another session's column change")
+	}
+}
