@@ -43,6 +43,10 @@
 --    relation, on_ddl_command_end planned its update of the dependent
 --    views anew each time (1.5 ms at 1,000 tables): it now finds them
 --    first (most relations have none) and updates only if there are any.
+--  * user_columns (the user's columns as history stores them, read once
+--    per ALTER TABLE and CREATE TABLE) called storage_type, a PL/pgSQL
+--    function with a query of its own, for every column: now only for
+--    domains and arrays, the types it may change.
 --  * The trigger and restamp functions CREATE TABLE makes (six) were
 --    compiled by PL/pgSQL's validator when made, and again when first
 --    called: they are made with check_function_bodies = off.
@@ -76,6 +80,39 @@ BEGIN
     END IF;
     RETURN format($t$('(' || substr((%1$s.*)::text, length(%1$s.mz_from::text) + length(%1$s.mz_to::text) + length(%1$s.mz_hash::text) + 5))$t$,
                   p_alias);
+END
+$$;
+
+-- The user's columns of table p_oid with the types their history columns
+-- have (see trust.sql), as in version 6, with storage_type (a PL/pgSQL
+-- call and a catalog query per column, recursive for arrays) called only
+-- for domains and arrays: every other type is stored as it is.
+CREATE OR REPLACE FUNCTION @SCHEMA@.user_columns(p_oid oid)
+RETURNS TABLE (attnum int2, name name, type text)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT a.attnum, a.attname,
+           format_type(s.typ, s.typmod) ||
+           CASE WHEN a.attcollation <> 0 AND a.attcollation <> t.typcollation
+                THEN ' COLLATE ' || quote_ident(cn.nspname) || '.' || quote_ident(co.collname)
+                ELSE '' END
+      FROM pg_attribute a
+      JOIN pg_type u ON u.oid = a.atttypid
+      CROSS JOIN LATERAL (
+          -- (Each condition is on the outer row only: the branch not
+          -- taken does not run.)
+          SELECT x.typ, x.typmod FROM @SCHEMA@.storage_type(a.atttypid, a.atttypmod) x
+           WHERE u.typtype = 'd' OR u.typcategory = 'A'
+          UNION ALL
+          SELECT a.atttypid, a.atttypmod
+           WHERE NOT (u.typtype = 'd' OR u.typcategory = 'A')) s
+      JOIN pg_type t ON t.oid = s.typ
+      LEFT JOIN pg_collation co ON co.oid = a.attcollation
+      LEFT JOIN pg_namespace cn ON cn.oid = co.collnamespace
+     WHERE a.attrelid = p_oid AND a.attnum > 0 AND NOT a.attisdropped
+     ORDER BY a.attnum;
 END
 $$;
 

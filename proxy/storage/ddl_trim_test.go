@@ -274,3 +274,23 @@ func TestColumnChangeSeenByOtherSession(t *testing.T) {
 		historyMatches(t, other, tb, inWrite(t, other, "INSERT INTO "+tb+" VALUES (3, 4)", "UPDATE "+tb+" SET c = 5 WHERE a = 1", "DELETE FROM "+tb+" WHERE a = 2"), "writes after another session's column change")
 	}
 }
+
+// TestUserColumnsStorageTypes: the user's columns as history stores them,
+// a domain as its base type (also as an array's element), with storage_type
+// called only for domains and arrays (it was called for every column: a
+// PL/pgSQL call and a catalog query each, per ALTER TABLE and CREATE TABLE).
+func TestUserColumnsStorageTypes(t *testing.T) {
+	cs, conn := installedDB(t)
+	inWrite(t, conn, "CREATE DOMAIN posint AS int CHECK (VALUE > 0)", "CREATE DOMAIN code AS varchar(5)",
+		`CREATE TABLE w (a int, b text COLLATE "C", c numeric(10, 2), d posint, e posint[], f code, g int[], h varchar(7)[])`)
+	got := queryText(t, conn, "SELECT string_agg(name || ' ' || type, ', ' ORDER BY attnum) FROM "+Schema+".user_columns('w'::regclass)")
+	const want = `a integer, b text COLLATE pg_catalog."C", c numeric(10,2), d integer, e integer[], f character varying(5), g integer[], h character varying(7)[]`
+	if got != want {
+		t.Errorf("user_columns(w):\n%s\nwant\n%s", got, want)
+	}
+	calls := functionCalls(t, cs, "SELECT count(*) FROM "+Schema+".user_columns('w'::regclass)")
+	// d, e, f, g, h and e's and g's and h's elements.
+	if n := callCount(calls, "storage_type"); n != 8 {
+		t.Errorf("storage_type ran %d times for five domain or array columns, want 8 (%v)", n, calls)
+	}
+}
