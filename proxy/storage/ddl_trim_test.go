@@ -294,3 +294,40 @@ func TestUserColumnsStorageTypes(t *testing.T) {
 		t.Errorf("storage_type ran %d times for five domain or array columns, want 8 (%v)", n, calls)
 	}
 }
+
+// TestAlterKeepsTriggersBySignature: reconcile makes the trigger functions'
+// text again (gen_triggers, a dozen catalog queries) only when what it
+// depends on changed: the primary key's columns, their names or operator
+// classes, whether the table has columns, or a trigger not in place; a
+// column change otherwise costs one signature query. History stays right
+// after each.
+func TestAlterKeepsTriggersBySignature(t *testing.T) {
+	cs, conn := installedDB(t)
+	inWrite(t, conn, "CREATE TABLE k (a int PRIMARY KEY, b text)", "INSERT INTO k VALUES (1, 'x'), (2, 'y'), (3, 'z')")
+	for _, st := range []struct {
+		sql  string
+		gens int
+		key  string // the key column's name after it
+	}{
+		{"ALTER TABLE k ADD COLUMN c int", 1, "a"}, // records the signature
+		{"ALTER TABLE k DROP COLUMN c", 0, "a"},
+		{"ALTER TABLE k ADD COLUMN d int DEFAULT 4", 0, "a"},
+		{"ALTER TABLE k RENAME COLUMN b TO b2", 0, "a"},
+		{"ALTER TABLE k RENAME COLUMN a TO a2", 1, "a2"},
+		{"ALTER TABLE k DROP CONSTRAINT k_pkey", 1, "a2"},
+		{"ALTER TABLE k ADD COLUMN e int", 0, "a2"},
+		{"ALTER TABLE k ADD PRIMARY KEY (a2)", 1, "a2"},
+		{"ALTER TABLE k ALTER COLUMN a2 TYPE bigint", 1, "a2"},
+		{"ALTER TABLE k DISABLE TRIGGER mzproxy_history_ins", 1, "a2"},
+		{"ALTER TABLE k DROP COLUMN e", 0, "a2"},
+	} {
+		calls := writeCalls(t, cs, -1, st.sql)
+		if n := callCount(calls, "gen_triggers"); n != st.gens {
+			t.Errorf("%s: gen_triggers ran %d times, want %d (%v)", st.sql, n, st.gens, calls)
+		}
+		k := st.key
+		historyMatches(t, conn, "k", inWrite(t, conn, fmt.Sprintf("INSERT INTO k (%[1]s) SELECT max(%[1]s) + 1 FROM k", k),
+			fmt.Sprintf("UPDATE k SET %[1]s = %[1]s + 1000 WHERE %[1]s = (SELECT min(%[1]s) FROM k)", k),
+			fmt.Sprintf("DELETE FROM k WHERE %[1]s = (SELECT min(%[1]s) FROM k)", k)), "writes after "+st.sql)
+	}
+}
