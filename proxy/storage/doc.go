@@ -221,6 +221,8 @@
 // (bench/ddl.sh): CREATE TABLE builds three btrees more than PostgreSQL
 // alone (the history table's TOAST index, (mz_to, mz_from) and the key's
 // lookup mirror), each fsynced when built, and every DDL on a managed
-// table runs the event triggers' catalog work (some thirty catalog
-// queries for an ALTER TABLE, none of them per table present).
+// table runs the event triggers' catalog work (some two dozen catalog
+// queries for an ALTER TABLE, none of them per table present; the trigger
+// functions' text is made again only when sync_triggers' signature of
+// what it depends on changed).
 package storage
