@@ -10,7 +10,8 @@
 // not race: install.sql creates version 1, lease.sql upgrades 1 to 2, occ.sql 2
 // to 3, lease_holds.sql 3 to 4, ddl.sql 4 to 5, trust.sql 5 to 6, frontier.sql
 // 6 to 7, ddl_speed.sql 7 to 8, write_cost.sql 8 to 9, ddl_cost.sql 9 to
-// 10, block_cost.sql 10 to 11, write_trim.sql 11 to 12 (a database at an older
+// 10, block_cost.sql 10 to 11, write_trim.sql 11 to 12,
+// ddl_trim.sql 12 to 13 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -42,10 +43,13 @@
 //     floor published when granted, the others at the next heartbeat); fence(generation): the newest generation ever
 //     registered; compactor: the last compaction round. Package
 //     proxy/lease is their client; its doc has the model.
-//   - h<id>: the history relation of managed table <id>: the user's columns
-//     (same names, types and collations, no constraints) plus mz_from,
-//     mz_to (Infinity while current) and mz_hash. A version is visible at
-//     ts when mz_from <= ts AND mz_to > ts. Indexes: mz_to (compaction),
+//   - h<id>: the history relation of managed table <id>: mz_from, mz_to
+//     (Infinity while current) and mz_hash, then the user's columns (same
+//     names, types and collations, no constraints) in the user's order
+//     (made before version 13: the user's columns first). A version is
+//     visible at ts when mz_from <= ts AND mz_to > ts. Indexes: (mz_to,
+//     mz_from) (compaction, reads at a timestamp, a block's restamp; made
+//     before version 13: mz_to, and mz_from of pending versions),
 //     (key columns, mz_to) per primary key / unique index of the user table
 //     (lookups; named h<id>_k<index oid> and recorded in index_mirrors by
 //     the index's oid, so DROP INDEX finds its mirror without a scan of
@@ -88,7 +92,9 @@
 //     set_retention(regclass, ms) (SetRetentionQuery): RETAIN HISTORY, in
 //     the DDL's write transaction.
 //   - History triggers, generated per table as static SQL (no dynamic SQL
-//     on the hot path): AFTER INSERT/UPDATE/DELETE/TRUNCATE FOR EACH
+//     on the hot path; naming no user column while the history table's
+//     columns after the first three are the user's in order, so ADD/DROP
+//     COLUMN keeps them): AFTER INSERT/UPDATE/DELETE/TRUNCATE FOR EACH
 //     STATEMENT with transition tables, so COPY and multi-row statements
 //     cost one call. INSERT adds versions at T; DELETE retracts one current
 //     version per deleted row (by key when the table has a non-deferrable
@@ -210,4 +216,17 @@
 // goes as a side effect of dropping something else (DROP OPERATOR CLASS
 // ... CASCADE) leaves its lookup mirror on the history table until the
 // table is next altered through the proxy: an unused index, nothing worse.
+// A history table made before version 13 keeps its layout (the user's
+// columns first) and its indexes (mz_to; mz_from of pending versions): the
+// upgrade does not rewrite history, so its trigger functions still spell
+// out the columns and are made again by each column change.
+//
+// Managed DDL still costs a multiple of the same statement directly
+// (bench/ddl.sh): CREATE TABLE builds three btrees more than PostgreSQL
+// alone (the history table's TOAST index, (mz_to, mz_from) and the key's
+// lookup mirror), each fsynced when built, and every DDL on a managed
+// table runs the event triggers' catalog work (some two dozen catalog
+// queries for an ALTER TABLE, none of them per table present; the trigger
+// functions' text is made again only when sync_triggers' signature of
+// what it depends on changed).
 package storage

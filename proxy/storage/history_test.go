@@ -609,7 +609,9 @@ func TestRetractionPlansAfterBulk(t *testing.T) {
 			continue
 		}
 		checked++
-		if strings.Contains(n, "Seq Scan on h") || strings.Contains(n, "_mz_to on h") || strings.Contains(n, "Hash Join") {
+		// (An index scan of (mz_to, mz_from) for versions written at _t
+		// reads only those; one of mz_to = Infinity alone reads them all.)
+		if strings.Contains(n, "Seq Scan on h") || strings.Contains(n, "Index Cond: (mz_to = '9223372036854775807'::bigint)") || strings.Contains(n, "Hash Join") {
 			t.Errorf("retraction plan scans current versions:\n%s", n)
 		}
 	}
