@@ -31,6 +31,11 @@ type unit struct {
 	// session's tracked settings non-nil, applied at their
 	// CommandComplete.
 	settings []*planner.Statement
+	// beforeBegin is set on the proxy's own statement pipelined before a
+	// client's BEGIN (txn.go, peekBeforeBegin): its first value is kept
+	// there, and its ReadyForQuery, the end of its own implicit
+	// transaction, ends nothing the session follows.
+	beforeBegin *string
 }
 
 type unitKind uint8
@@ -496,6 +501,10 @@ func (s *Session) answerUnit(ctx context.Context, u *unit, typ byte, frame []byt
 	case 'Z':
 		s.readyForQuery(u, frame)
 		done = true
+	case 'D':
+		if u.beforeBegin != nil {
+			keepFirstValue(frame, u.beforeBegin)
+		}
 	case '1', '2', '3':
 		done = true
 	case 'T', 'n':
@@ -526,13 +535,15 @@ func (s *Session) readyForQuery(u *unit, frame []byte) {
 	s.tx = txStatus(frame[5])
 	s.settleSettings(prev)
 	s.skipping = false
-	switch s.tx {
-	case txIdle:
+	switch {
+	case u.beforeBegin != nil:
+		// The end of the proxy's own statement before a BEGIN.
+	case s.tx == txIdle:
 		s.writeSlot = false
 		s.endPortals()
 		s.releasePortalHolds()
 		s.endTxn()
-	case txFailed:
+	case s.tx == txFailed:
 		s.releaseTxnHolds()
 	}
 	if u.relayZ {

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
 	"github.com/mzproxy/mzproxy/proxy/storage"
@@ -84,6 +86,11 @@ type readTxn struct {
 	// another statement ran before the first read (SET TRANSACTION,
 	// SAVEPOINT, ...), or when the block did not begin with one BEGIN.
 	begin *planner.TxnOptions
+	// beginSQL is the client's BEGIN, run again when the gate-less pin
+	// fails and the transaction must be begun anew; peek is what
+	// pin_peek answered before it ("" for NULL or not asked).
+	beginSQL string
+	peek     *string
 }
 
 // pinned reports whether the session's reads use the transaction's
@@ -110,8 +117,53 @@ func (s *Session) txnQuery(ctx context.Context, sql string) error {
 			}
 		}
 		s.noteBegin(sql)
+		return s.orLost(s.peekBeforeBegin(true))
 	}
 	return nil
+}
+
+// peekBeforeBegin queues pin_peek (storage.PinPeekSQL) in front of the
+// client's BEGIN, in the same round trip and in an implicit transaction of
+// its own, for the gate-less pin of the transaction's first read
+// (pinQuick). It runs only when nothing of the client's is outstanding: in
+// the extended protocol it ends with a Sync of the proxy's own, which
+// would end a batch of the client's.
+func (s *Session) peekBeforeBegin(simple bool) error {
+	if s.txn.phase != txnFresh || s.units.len() > 0 || s.be.unsynced || s.skipping {
+		return nil
+	}
+	peek := new(string)
+	s.txn.peek = peek
+	if simple {
+		if err := s.be.w.Send(&pgproto3.Query{String: storage.PinPeekSQL}); err != nil {
+			return err
+		}
+		s.units.push(unit{kind: uQuery, disp: swallow, beforeBegin: peek})
+		return nil
+	}
+	closes, err := s.be.sendValues([]string{storage.PinPeekSQL})
+	if err != nil {
+		return err
+	}
+	if closes < 0 {
+		s.units.push(unit{kind: uClose, disp: swallow})
+	}
+	for _, k := range []unitKind{uParse, uBind, uExecute, uClose, uClose} {
+		s.units.push(unit{kind: k, disp: swallow, beforeBegin: peek})
+	}
+	if err := s.be.w.Send(&pgproto3.Sync{}); err != nil {
+		return err
+	}
+	s.units.push(unit{kind: uSync, disp: swallow, beforeBegin: peek})
+	return nil
+}
+
+// keepFirstValue keeps the first column of a DataRow in v ("" for NULL).
+func keepFirstValue(frame []byte, v *string) {
+	var row pgproto3.DataRow
+	if row.Decode(wire.Body(frame)) == nil && len(row.Values) > 0 {
+		*v = string(row.Values[0])
+	}
 }
 
 // syncBeforeBegin ends, with a Sync of the proxy's own queued before the
@@ -177,6 +229,7 @@ func (s *Session) txnBind(ctx context.Context, m *pgproto3.Bind) error {
 		return s.txnExtended(ctx, sql)
 	case s.tx == txIdle && startsWithWord(sql, "begin", "start"):
 		s.noteBegin(sql)
+		return s.orLost(s.peekBeforeBegin(false))
 	}
 	return nil
 }
@@ -199,6 +252,7 @@ func (s *Session) noteBegin(sql string) {
 		s.endTxn()
 		s.txn.phase = txnFresh
 		s.txn.begin = opts
+		s.txn.beginSQL = sql
 	}
 }
 
@@ -329,10 +383,71 @@ func takesNoSnapshot(st *planner.Statement) bool {
 // wrong guess fails the transaction with 40001 (knownTxnMismatch).
 // Otherwise the SHOWs are a round trip of their own first.
 func (s *Session) pin(ctx context.Context) error {
-	// The search_path is asked every time: it rides in the same batch, and
-	// a function may have SET it without any statement text showing it.
-	asks := []string{"SHOW transaction_isolation", "SHOW search_path", "SHOW transaction_read_only"}
 	expected, guessed := s.expectedCharacteristics()
+	if guessed && s.txn.peek != nil && *s.txn.peek != "" {
+		return s.pinQuick(ctx, expected)
+	}
+	return s.pinGated(ctx, expected, guessed)
+}
+
+// pinAsks are the SHOWs in front of a pin. The search_path is asked every
+// time: it rides in the same batch, and a function may have SET it without
+// any statement text showing it.
+var pinAsks = []string{"SHOW transaction_isolation", "SHOW search_path", "SHOW transaction_read_only"}
+
+// pinQuick pins without the gate (storage.PinCheckSQL), when pin_peek
+// answered before the transaction's BEGIN and the proxy can tell the
+// transaction's characteristics (expected): one round trip, the SHOWs
+// that check the guess, the isolation level raised if needed, and the
+// check, which takes the snapshot. When the check fails (a write began
+// since the peek) the backend transaction is rolled back and begun again
+// with the client's BEGIN, and pinned with the gate in the same round
+// trip: nothing of the client's ran in it yet.
+func (s *Session) pinQuick(ctx context.Context, expected txnCharacteristics) error {
+	queries := append([]string(nil), pinAsks...)
+	if !snapshotIsolation(expected.isolation) {
+		queries = append(queries, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+	}
+	peek := peekValue(*s.txn.peek)
+	queries = append(queries, storage.PinCheckSQL(peek)+"::text || ' ' || "+strconv.FormatInt(peek, 10)+" || ' ' || "+catalogRevisionSubquery)
+	values, err := s.be.internalValues(ctx, queries...)
+	if err != nil {
+		return s.pinFailed(err, true, expected)
+	}
+	asked := values[:len(pinAsks)]
+	if shown := characteristicsOf(asked); !sameEffect(shown, expected) {
+		s.known.defaults = txnCharacteristics{}
+		s.learnAsked(asked)
+		return s.refuse(ctx, knownTxnMismatch(expected, shown))
+	}
+	s.learnAsked(asked)
+	s.txn.searchPath = planner.EffectiveSearchPath(s.known.searchPath, s.user)
+	if v := values[len(values)-1]; v != "" {
+		return s.notePin(ctx, v)
+	}
+	queries, pinAt := pinQueries([]string{"ROLLBACK", s.txn.beginSQL}, expected)
+	if values, err = s.be.internalValues(ctx, queries...); err != nil {
+		return s.pinFailed(err, false, expected)
+	}
+	return s.notePin(ctx, values[pinAt])
+}
+
+// peekValue is pin_peek's answer as a number (it is one, or empty).
+func peekValue(peek string) int64 {
+	v, _ := strconv.ParseInt(peek, 10, 64)
+	return v
+}
+
+// catalogRevisionSubquery reads the catalog revision in a pin's snapshot,
+// as a scalar subquery: a join of the unanalyzed one-row tables would be
+// estimated at millions of rows and JIT-compiled (hundreds of
+// milliseconds).
+const catalogRevisionSubquery = "(SELECT revision FROM " + storage.Schema + ".catalog_revision)"
+
+// pinGated pins with the writers' gate held while the snapshot is taken
+// (storage.PinSnapshotSQL); see pin.
+func (s *Session) pinGated(ctx context.Context, expected txnCharacteristics, guessed bool) error {
+	asks := pinAsks
 	var queries []string
 	if guessed {
 		queries = asks
@@ -405,10 +520,7 @@ func pinQueries(queries []string, c txnCharacteristics) (_ []string, pinAt int) 
 	for _, q := range storage.PinSnapshotSQL {
 		if q == storage.PinSQL {
 			pinAt = len(queries)
-			// A scalar subquery, not a join: PostgreSQL estimates a join of
-			// unanalyzed one-row tables at millions of rows, and
-			// JIT-compiles it (hundreds of milliseconds).
-			q += "::text || ' ' || " + storage.Schema + ".pinned_writes() || ' ' || (SELECT revision FROM " + storage.Schema + ".catalog_revision)"
+			q += "::text || ' ' || " + storage.Schema + ".pinned_writes() || ' ' || " + catalogRevisionSubquery
 		}
 		queries = append(queries, q)
 	}

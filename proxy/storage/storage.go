@@ -17,7 +17,7 @@ import (
 const Schema = "mzproxy"
 
 // SchemaVersion is the version of the backend layout this package installs.
-const SchemaVersion = 11
+const SchemaVersion = 12
 
 // Infinity is mz_to of a current version: a version is visible at ts when
 // mz_from <= ts AND mz_to > ts.
@@ -52,7 +52,21 @@ const (
 	PinSQL = "SELECT " + Schema + ".pin_held()"
 	// UpperSQL returns the shared transaction-log upper.
 	UpperSQL = "SELECT upper FROM " + Schema + ".txns"
+	// PinPeekSQL, run outside a transaction block before the BEGIN of a
+	// read-only transaction, returns what PinCheckSQL checks in its
+	// snapshot (NULL when the writes in progress rule the gate-less pin
+	// out).
+	PinPeekSQL = "SELECT " + Schema + ".pin_peek()"
 )
+
+// PinCheckSQL is the gate-less pin of a read-only transaction (see
+// pin_trim.sql), the first statement of its snapshot, for the value peek
+// that PinPeekSQL answered before its BEGIN: the timestamp t (the upper is
+// t+1), or NULL when no write slot may be taken since and the transaction
+// must pin again with PinSnapshotSQL in a new backend transaction.
+func PinCheckSQL(peek int64) string {
+	return "SELECT " + Schema + ".pin_check(" + strconv.FormatInt(peek, 10) + ")"
+}
 
 // PinSnapshotSQL, run in order as the first statements of a REPEATABLE READ
 // transaction, pins it: the gate is locked before the snapshot is taken (by
