@@ -24,11 +24,13 @@ import (
 //
 // The backend gives the snapshot: before the first read the proxy makes
 // the backend transaction REPEATABLE READ (unless the client already chose
-// REPEATABLE READ or SERIALIZABLE), then reads the oracle in it, which
-// takes the transaction's snapshot with the writers' gate held (see
-// proxy/storage: the pin), so the snapshot holds exactly the writes at or
-// below its timestamp, and every later statement of the transaction reads
-// the same data. Reads the proxy rewrites (AS OF-less
+// REPEATABLE READ or SERIALIZABLE), then reads the oracle in it, in the
+// statement that takes the transaction's snapshot, so the snapshot holds
+// exactly the writes at or below its timestamp, and every later statement
+// of the transaction reads the same data: without any lock when no write
+// slot was taken since pin_peek, which rides in front of the BEGIN
+// (pinQuick); else with the writers' gate held (pinGated; see
+// proxy/storage: the pin). Reads the proxy rewrites (AS OF-less
 // history reads, EXPLAIN TIMESTAMP) use that timestamp.
 //
 // The transaction's timedomain is Materialize's: the managed objects in the
@@ -369,12 +371,13 @@ func takesNoSnapshot(st *planner.Statement) bool {
 	return false
 }
 
-// pin makes the backend transaction REPEATABLE READ and pins it
-// (storage.PinSnapshotSQL: the snapshot is taken with the writers' gate
-// held, so it holds exactly the commits at or below the pinned timestamp);
+// pin makes the backend transaction REPEATABLE READ and pins it, so that
+// its snapshot holds exactly the commits at or below the pinned timestamp;
 // and reads the catalog and the search_path the transaction's reads are
-// planned with. A READ ONLY transaction is made READ WRITE for the pin,
-// which moves the oracle's sequences, and READ ONLY again after it.
+// planned with. pinQuick needs no lock (storage.PinCheckSQL); pinGated
+// takes the snapshot with the writers' gate held (storage.PinSnapshotSQL),
+// and makes a READ ONLY transaction READ WRITE for the pin, which moves
+// the oracle's sequences, and READ ONLY again after it.
 //
 // Which of those statements to send depends on the transaction's
 // isolation level and read-only mode. When the proxy can tell them (see
