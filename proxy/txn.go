@@ -400,24 +400,31 @@ var pinAsks = []string{"SHOW transaction_isolation", "SHOW search_path", "SHOW t
 
 // pinQuick pins without the gate (storage.PinCheckSQL), when pin_peek
 // answered before the transaction's BEGIN and the proxy can tell the
-// transaction's characteristics (expected): one round trip, the SHOWs
-// that check the guess, the isolation level raised if needed, and the
-// check, which takes the snapshot. When the check fails (a write began
-// since the peek) the backend transaction is rolled back and begun again
-// with the client's BEGIN, and pinned with the gate in the same round
-// trip: nothing of the client's ran in it yet.
+// transaction's characteristics (expected): one round trip of at most two
+// statements, the isolation level raised if needed, then the check, which
+// takes the snapshot and reads in it what checks the guess (see
+// quickPinSQL). When the check fails (a write began since the peek) the
+// backend transaction is rolled back and begun again with the client's
+// BEGIN, and pinned with the gate in the same round trip: nothing of the
+// client's ran in it yet.
 func (s *Session) pinQuick(ctx context.Context, expected txnCharacteristics) error {
-	queries := append([]string(nil), pinAsks...)
+	var queries []string
 	if !snapshotIsolation(expected.isolation) {
 		queries = append(queries, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
 	}
-	peek := peekValue(*s.txn.peek)
-	queries = append(queries, storage.PinCheckSQL(peek)+"::text || ' ' || "+strconv.FormatInt(peek, 10)+" || ' ' || "+catalogRevisionSubquery)
+	queries = append(queries, quickPinSQL(peekValue(*s.txn.peek)))
 	values, err := s.be.internalValues(ctx, queries...)
 	if err != nil {
 		return s.pinFailed(err, true, expected)
 	}
-	asked := values[:len(pinAsks)]
+	f := strings.SplitN(values[len(values)-1], "|", 6)
+	if len(f) != 6 {
+		return pgerr.New(pgerr.InternalError, "mzproxy's pin answered %q", values[len(values)-1])
+	}
+	// The transaction's level before the SET: its BEGIN's, or the
+	// default's (nothing ran since BEGIN).
+	isolation := cmp.Or(s.txn.begin.Isolation, f[0])
+	asked := []string{isolation, f[5], f[1]} // as pinAsks answer
 	if shown := characteristicsOf(asked); !sameEffect(shown, expected) {
 		s.known.defaults = txnCharacteristics{}
 		s.learnAsked(asked)
@@ -425,14 +432,24 @@ func (s *Session) pinQuick(ctx context.Context, expected txnCharacteristics) err
 	}
 	s.learnAsked(asked)
 	s.txn.searchPath = planner.EffectiveSearchPath(s.known.searchPath, s.user)
-	if v := values[len(values)-1]; v != "" {
-		return s.notePin(ctx, v)
+	if f[2] != "" {
+		return s.notePin(ctx, strings.Join(f[2:5], " "))
 	}
 	queries, pinAt := pinQueries([]string{"ROLLBACK", s.txn.beginSQL}, expected)
 	if values, err = s.be.internalValues(ctx, queries...); err != nil {
 		return s.pinFailed(err, false, expected)
 	}
 	return s.notePin(ctx, values[pinAt])
+}
+
+// quickPinSQL is pinQuick's check for pin_peek's answer peek, one text:
+// default_transaction_isolation|transaction_read_only|t|writes|catalog
+// revision|search_path (t empty when the check failed; the search_path
+// last, as it may hold any character).
+func quickPinSQL(peek int64) string {
+	return "SELECT current_setting('default_transaction_isolation') || '|' || current_setting('transaction_read_only') || '|' || " +
+		"coalesce(" + strings.TrimPrefix(storage.PinCheckSQL(peek), "SELECT ") + "::text, '') || '|' || " + strconv.FormatInt(peek, 10) +
+		" || '|' || " + catalogRevisionSubquery + " || '|' || current_setting('search_path')"
 }
 
 // peekValue is pin_peek's answer as a number (it is one, or empty).
