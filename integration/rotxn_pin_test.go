@@ -145,4 +145,15 @@ func TestReadOnlyTxnPinAfterWrite(t *testing.T) {
 			mustExec(t, ctx, reader, "COMMIT")
 		}
 	}
+
+	// The pin's prepared statements, deallocated by the client, are
+	// prepared again: the next transaction does not fail for it.
+	mustExec(t, ctx, reader, "DEALLOCATE mzproxy_pin_peek", "DEALLOCATE mzproxy_pin_check")
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		rotxnBegin(t, ctx, reader, mode)
+		if v, _ := rotxnRead(t, ctx, reader, mode, "rw"); v != want {
+			t.Errorf("%v after DEALLOCATE: read %d, want %d", mode, v, want)
+		}
+		mustExec(t, ctx, reader, "COMMIT")
+	}
 }

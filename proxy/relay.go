@@ -843,10 +843,15 @@ func (s *Session) noteCommand(frame []byte) {
 		s.settings.ResetAll()
 		s.writeSlotPrepared, s.deferredSlotPrepared = 0, 0
 		s.lostHoldPrepared = false
+		s.pinPeekPrepared, s.pinCheckPrepared = false, false
 	case "DEALLOCATE ALL":
 		// The proxy's prepared statements went with the client's.
 		s.writeSlotPrepared, s.deferredSlotPrepared = 0, 0
 		s.lostHoldPrepared = false
+		s.pinPeekPrepared, s.pinCheckPrepared = false, false
 		s.deallocate("")
+	case "DEALLOCATE":
+		// It may have named one of the pin's: prepared again.
+		s.pinPeekPrepared, s.pinCheckPrepared = false, false
 	}
 }

@@ -119,46 +119,52 @@ func (s *Session) txnQuery(ctx context.Context, sql string) error {
 			}
 		}
 		s.noteBegin(sql)
-		return s.orLost(s.peekBeforeBegin(true))
+		return s.orLost(s.peekBeforeBegin())
 	}
 	return nil
 }
 
-// peekBeforeBegin queues pin_peek (storage.PinPeekSQL) in front of the
-// client's BEGIN, in the same round trip and in an implicit transaction of
-// its own, for the gate-less pin of the transaction's first read
-// (pinQuick). It runs only when nothing of the client's is outstanding: in
-// the extended protocol it ends with a Sync of the proxy's own, which
-// would end a batch of the client's.
-func (s *Session) peekBeforeBegin(simple bool) error {
+// peekBeforeBegin queues pin_peek (storage.PinPeekSQL, prepared once per
+// session) in front of the client's BEGIN, in the same round trip and in
+// an implicit transaction of its own, ended by a Sync of the proxy's own,
+// for the gate-less pin of the transaction's first read (pinQuick). It
+// runs only when nothing of the client's is outstanding: that Sync would
+// end a batch of the client's.
+func (s *Session) peekBeforeBegin() error {
 	if s.txn.phase != txnFresh || s.units.len() > 0 || s.be.unsynced || s.skipping {
 		return nil
 	}
 	peek := new(string)
 	s.txn.peek = peek
-	if simple {
-		if err := s.be.w.Send(&pgproto3.Query{String: storage.PinPeekSQL}); err != nil {
+	type step struct {
+		msg  pgproto3.FrontendMessage
+		kind unitKind
+	}
+	var steps []step
+	if !s.pinPeekPrepared {
+		// Closed first: a client may have prepared the name.
+		steps = append(steps, step{&pgproto3.Close{ObjectType: 'S', Name: pinPeekStatement}, uClose},
+			step{&pgproto3.Parse{Name: pinPeekStatement, Query: storage.PinPeekSQL}, uParse})
+		s.pinPeekPrepared = true
+	}
+	steps = append(steps, step{&pgproto3.Bind{DestinationPortal: pinPeekStatement, PreparedStatement: pinPeekStatement}, uBind},
+		step{&pgproto3.Execute{Portal: pinPeekStatement}, uExecute},
+		step{&pgproto3.Close{ObjectType: 'P', Name: pinPeekStatement}, uClose},
+		step{&pgproto3.Sync{}, uSync})
+	for _, st := range steps {
+		if err := s.be.w.Send(st.msg); err != nil {
 			return err
 		}
-		s.units.push(unit{kind: uQuery, disp: swallow, beforeBegin: peek})
-		return nil
+		s.units.push(unit{kind: st.kind, disp: swallow, beforeBegin: peek})
 	}
-	closes, err := s.be.sendValues([]string{storage.PinPeekSQL})
-	if err != nil {
-		return err
-	}
-	if closes < 0 {
-		s.units.push(unit{kind: uClose, disp: swallow})
-	}
-	for _, k := range []unitKind{uParse, uBind, uExecute, uClose, uClose} {
-		s.units.push(unit{kind: k, disp: swallow, beforeBegin: peek})
-	}
-	if err := s.be.w.Send(&pgproto3.Sync{}); err != nil {
-		return err
-	}
-	s.units.push(unit{kind: uSync, disp: swallow, beforeBegin: peek})
 	return nil
 }
+
+// The proxy's prepared statements of the gate-less pin.
+const (
+	pinPeekStatement  = "mzproxy_pin_peek"
+	pinCheckStatement = "mzproxy_pin_check"
+)
 
 // keepFirstValue keeps the first column of a DataRow in v ("" for NULL).
 func keepFirstValue(frame []byte, v *string) {
@@ -231,7 +237,7 @@ func (s *Session) txnBind(ctx context.Context, m *pgproto3.Bind) error {
 		return s.txnExtended(ctx, sql)
 	case s.tx == txIdle && startsWithWord(sql, "begin", "start"):
 		s.noteBegin(sql)
-		return s.orLost(s.peekBeforeBegin(false))
+		return s.orLost(s.peekBeforeBegin())
 	}
 	return nil
 }
@@ -408,18 +414,13 @@ var pinAsks = []string{"SHOW transaction_isolation", "SHOW search_path", "SHOW t
 // BEGIN, and pinned with the gate in the same round trip: nothing of the
 // client's ran in it yet.
 func (s *Session) pinQuick(ctx context.Context, expected txnCharacteristics) error {
-	var queries []string
-	if !snapshotIsolation(expected.isolation) {
-		queries = append(queries, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-	}
-	queries = append(queries, quickPinSQL(peekValue(*s.txn.peek)))
-	values, err := s.be.internalValues(ctx, queries...)
+	v, err := s.quickPinValue(ctx, !snapshotIsolation(expected.isolation), peekValue(*s.txn.peek))
 	if err != nil {
 		return s.pinFailed(err, true, expected)
 	}
-	f := strings.SplitN(values[len(values)-1], "|", 6)
+	f := strings.SplitN(v, "|", 6)
 	if len(f) != 6 {
-		return pgerr.New(pgerr.InternalError, "mzproxy's pin answered %q", values[len(values)-1])
+		return pgerr.New(pgerr.InternalError, "mzproxy's pin answered %q", v)
 	}
 	// The transaction's level before the SET: its BEGIN's, or the
 	// default's (nothing ran since BEGIN).
@@ -436,21 +437,79 @@ func (s *Session) pinQuick(ctx context.Context, expected txnCharacteristics) err
 		return s.notePin(ctx, strings.Join(f[2:5], " "))
 	}
 	queries, pinAt := pinQueries([]string{"ROLLBACK", s.txn.beginSQL}, expected)
-	if values, err = s.be.internalValues(ctx, queries...); err != nil {
+	values, err := s.be.internalValues(ctx, queries...)
+	if err != nil {
 		return s.pinFailed(err, false, expected)
 	}
 	return s.notePin(ctx, values[pinAt])
 }
 
-// quickPinSQL is pinQuick's check for pin_peek's answer peek, one text:
+// quickPinValue runs pinQuick's statements in one round trip: the SET of
+// the isolation level if raise, then the check (quickPinSQL, prepared
+// once per session) for pin_peek's answer peek; it returns the check's
+// value. A failure is internalFailed's.
+func (s *Session) quickPinValue(ctx context.Context, raise bool, peek int64) (string, error) {
+	if ctx.Err() != nil {
+		return "", pgerr.Wrap(pgerr.QueryCanceled, context.Cause(ctx))
+	}
+	closes := 0 // the CloseCompletes to come
+	if raise {
+		c, err := s.be.sendValues([]string{"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"})
+		if err != nil {
+			return "", err
+		}
+		closes += 2 - c
+	}
+	var msgs []pgproto3.FrontendMessage
+	if !s.pinCheckPrepared {
+		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: pinCheckStatement},
+			&pgproto3.Parse{Name: pinCheckStatement, Query: quickPinSQL, ParameterOIDs: []uint32{int8OID}})
+		closes++
+		s.pinCheckPrepared = true
+	}
+	msgs = append(msgs, &pgproto3.Bind{DestinationPortal: pinCheckStatement, PreparedStatement: pinCheckStatement,
+		Parameters: [][]byte{strconv.AppendInt(nil, peek, 10)}},
+		&pgproto3.Execute{Portal: pinCheckStatement},
+		&pgproto3.Close{ObjectType: 'P', Name: pinCheckStatement},
+		&pgproto3.Flush{})
+	closes++
+	for _, m := range msgs {
+		if err := s.be.w.Send(m); err != nil {
+			return "", err
+		}
+	}
+	if err := s.be.w.Flush(); err != nil {
+		return "", err
+	}
+	var v string
+	for closes > 0 {
+		typ, frame, err := s.be.next()
+		if err != nil {
+			return "", connectionLost(err)
+		}
+		switch typ {
+		case 'D':
+			keepFirstValue(frame, &v)
+		case '3':
+			closes--
+		case 'E':
+			var er pgproto3.ErrorResponse
+			_ = er.Decode(wire.Body(frame))
+			// Prepared again next time (the Parse may be what failed).
+			s.pinCheckPrepared = false
+			return "", s.be.internalFailed(backendError(&er))
+		}
+	}
+	return v, nil
+}
+
+// quickPinSQL is pinQuick's check for pin_peek's answer ($1), one text:
 // default_transaction_isolation|transaction_read_only|t|writes|catalog
 // revision|search_path (t empty when the check failed; the search_path
 // last, as it may hold any character).
-func quickPinSQL(peek int64) string {
-	return "SELECT current_setting('default_transaction_isolation') || '|' || current_setting('transaction_read_only') || '|' || " +
-		"coalesce(" + strings.TrimPrefix(storage.PinCheckSQL(peek), "SELECT ") + "::text, '') || '|' || " + strconv.FormatInt(peek, 10) +
-		" || '|' || " + catalogRevisionSubquery + " || '|' || current_setting('search_path')"
-}
+var quickPinSQL = "SELECT current_setting('default_transaction_isolation') || '|' || current_setting('transaction_read_only') || '|' || " +
+	"coalesce(" + strings.TrimPrefix(storage.PinCheckSQL("$1"), "SELECT ") + "::text, '') || '|' || $1 || '|' || " +
+	catalogRevisionSubquery + " || '|' || current_setting('search_path')"
 
 // peekValue is pin_peek's answer as a number (it is one, or empty).
 func peekValue(peek string) int64 {

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"strconv"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -54,7 +55,7 @@ func TestPinPeekCheck(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tx.Rollback(ctx)
-		ts := nullableInt(t, tx, PinCheckSQL(peek))
+		ts := nullableInt(t, tx, PinCheckSQL(strconv.FormatInt(peek, 10)))
 		return ts, queryInt(t, tx, "SELECT count(*) FROM c")
 	}
 	ts, rows := check(*peek)

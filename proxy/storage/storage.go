@@ -60,12 +60,12 @@ const (
 )
 
 // PinCheckSQL is the gate-less pin of a read-only transaction (see
-// pin_trim.sql), the first statement of its snapshot, for the value peek
-// that PinPeekSQL answered before its BEGIN: the timestamp t (the upper is
+// pin_trim.sql), the first statement of its snapshot, for the value that
+// PinPeekSQL answered before its BEGIN (peek: a literal or a parameter): the timestamp t (the upper is
 // t+1), or NULL when no write slot may be taken since and the transaction
 // must pin again with PinSnapshotSQL in a new backend transaction.
-func PinCheckSQL(peek int64) string {
-	return "SELECT " + Schema + ".pin_check(" + strconv.FormatInt(peek, 10) + ")"
+func PinCheckSQL(peek string) string {
+	return "SELECT " + Schema + ".pin_check(" + peek + ")"
 }
 
 // PinSnapshotSQL, run in order as the first statements of a REPEATABLE READ
