@@ -157,3 +157,76 @@ func TestReadOnlyTxnPinAfterWrite(t *testing.T) {
 		mustExec(t, ctx, reader, "COMMIT")
 	}
 }
+
+// TestReadOnlyTxnBeginDeferred: a plain BEGIN over the simple protocol is
+// answered before the backend sees it, and sent with what follows: a
+// read's pin, a write, a SET LOCAL, an extended-protocol read, or a
+// COMMIT; every one of them runs in the block the client began.
+func TestReadOnlyTxnBeginDeferred(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	tap := startBackendTap(t)
+	p := startProxy(t, "--backend", tap.url())
+	conn := connectTo(t, ctx, p.URL("postgres", db))
+	other := connectTo(t, ctx, p.URL("postgres", db))
+	mustExec(t, ctx, conn, "CREATE TABLE bd (id int PRIMARY KEY, v int NOT NULL)", "INSERT INTO bd VALUES (1, 1)")
+	begins := func() int {
+		n := 0
+		for _, e := range tap.after("bd-start") {
+			if e == "Q BEGIN" {
+				n++
+			}
+		}
+		return n
+	}
+	if _, err := execSimple(ctx, conn, "SELECT 'bd-start'"); err != nil {
+		t.Fatal(err)
+	}
+	for i, next := range []string{"SELECT v FROM bd WHERE id = 1", "SELECT v FROM bd WHERE id = 1", "COMMIT",
+		"INSERT INTO bd VALUES (2, 2)", "SET LOCAL statement_timeout = '5s'"} {
+		if _, err := execSimple(ctx, conn, "BEGIN"); err != nil {
+			t.Fatal(err)
+		}
+		if n := begins(); n != i {
+			t.Fatalf("before %q: the backend was sent %d BEGINs for %d transactions: the BEGIN was not deferred", next, n, i+1)
+		}
+		if _, err := execSimple(ctx, conn, next); err != nil {
+			t.Fatalf("%s: %v", next, err)
+		}
+		var inBlock bool
+		if next != "COMMIT" {
+			// One backend transaction: its start is not this statement's.
+			var v int
+			if err := conn.QueryRow(ctx, "SELECT v, now() <> statement_timestamp() FROM bd WHERE id = 1",
+				pgx.QueryExecModeCacheStatement).Scan(&v, &inBlock); err != nil {
+				t.Fatalf("after %q: %v", next, err)
+			}
+			mustExec(t, ctx, conn, "COMMIT")
+		} else {
+			inBlock = true
+		}
+		if !inBlock {
+			t.Errorf("after %q: the statements did not run in one transaction", next)
+		}
+	}
+	var n int
+	if err := other.QueryRow(ctx, "SELECT count(*) FROM bd").Scan(&n); err != nil || n != 2 {
+		t.Errorf("rows after the write's block: %d, %v", n, err)
+	}
+}
+
+// after is what the connection that carried a Query containing start
+// recorded since.
+func (tap *backendTap) after(start string) []string {
+	tap.mu.Lock()
+	defer tap.mu.Unlock()
+	for _, events := range tap.conns {
+		for j, e := range events {
+			if strings.HasPrefix(e, "Q ") && strings.Contains(e, start) {
+				return append([]string(nil), events[j:]...)
+			}
+		}
+	}
+	return nil
+}
