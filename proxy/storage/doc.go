@@ -80,6 +80,14 @@
 //     the clock; and records P = t. In a transaction that holds a slot it
 //     is that transaction's T. pin_held() is the pin of a transaction that
 //     locked the gate itself, before its snapshot (PinSnapshotSQL).
+//   - pin_peek() / pin_check(peek) (PinPeekSQL, PinCheckSQL, PinPeeked):
+//     a read-only transaction's pin without the gate (pin_trim.sql).
+//     pin_peek, outside any block before the BEGIN, answers (and keeps in
+//     the session setting mzproxy.peek) the writes counted when a pin has
+//     settled them all, else NULL; pin_check in the transaction's first
+//     statement answers P when no write slot was taken since, so the
+//     snapshot holds exactly the writes at or below P; NULL otherwise
+//     (the transaction is begun again and pinned with the gate).
 //   - tick(wait_ms): a pin that gives up (NULL) after wait_ms of waiting for
 //     writers, and records the upper in txns_durable.
 //   - register, heartbeat, deregister, acquire_hold, compact,
