@@ -31,6 +31,11 @@ type unit struct {
 	// session's tracked settings non-nil, applied at their
 	// CommandComplete.
 	settings []*planner.Statement
+	// beforeBegin is set on the proxy's own statement pipelined before a
+	// client's BEGIN (txn.go, peekBeforeBegin): its first value is kept
+	// there, and its ReadyForQuery, the end of its own implicit
+	// transaction, ends nothing the session follows.
+	beforeBegin *string
 }
 
 type unitKind uint8
@@ -119,6 +124,12 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 	case *pgproto3.Query, *pgproto3.FunctionCall, *pgproto3.Sync:
 		s.be.clientBatch = false
 	}
+	if _, query := msg.(*pgproto3.Query); s.txn.deferredBegin && !query {
+		// Only a Query can be a read-only transaction's first read.
+		if err := s.flushDeferredBegin(ctx); err != nil {
+			return err
+		}
+	}
 	if s.occBatch != nil {
 		if held, err := s.holdBatch(ctx, msg, frame); held || err != nil {
 			return err
@@ -190,7 +201,7 @@ func (s *Session) handleQuery(ctx context.Context, m *pgproto3.Query, frame []by
 	// A simple Query replaces the unnamed statement and portal.
 	s.forgetStatement("")
 	s.forgetPortal("")
-	if err := s.txnQuery(ctx, m.String); err != nil {
+	if answered, err := s.txnQuery(ctx, m.String); answered || err != nil {
 		return err
 	}
 	plain := s.plainRead(m.String)
@@ -496,6 +507,10 @@ func (s *Session) answerUnit(ctx context.Context, u *unit, typ byte, frame []byt
 	case 'Z':
 		s.readyForQuery(u, frame)
 		done = true
+	case 'D':
+		if u.beforeBegin != nil {
+			keepFirstValue(frame, u.beforeBegin)
+		}
 	case '1', '2', '3':
 		done = true
 	case 'T', 'n':
@@ -526,13 +541,15 @@ func (s *Session) readyForQuery(u *unit, frame []byte) {
 	s.tx = txStatus(frame[5])
 	s.settleSettings(prev)
 	s.skipping = false
-	switch s.tx {
-	case txIdle:
+	switch {
+	case u.beforeBegin != nil:
+		// The end of the proxy's own statement before a BEGIN.
+	case s.tx == txIdle:
 		s.writeSlot = false
 		s.endPortals()
 		s.releasePortalHolds()
 		s.endTxn()
-	case txFailed:
+	case s.tx == txFailed:
 		s.releaseTxnHolds()
 	}
 	if u.relayZ {
@@ -832,10 +849,15 @@ func (s *Session) noteCommand(frame []byte) {
 		s.settings.ResetAll()
 		s.writeSlotPrepared, s.deferredSlotPrepared = 0, 0
 		s.lostHoldPrepared = false
+		s.pinPeekPrepared, s.pinCheckPrepared = false, false
 	case "DEALLOCATE ALL":
 		// The proxy's prepared statements went with the client's.
 		s.writeSlotPrepared, s.deferredSlotPrepared = 0, 0
 		s.lostHoldPrepared = false
+		s.pinPeekPrepared, s.pinCheckPrepared = false, false
 		s.deallocate("")
+	case "DEALLOCATE":
+		// It may have named one of the pin's: prepared again.
+		s.pinPeekPrepared, s.pinCheckPrepared = false, false
 	}
 }

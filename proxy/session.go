@@ -182,10 +182,12 @@ type statementState struct {
 // ownStatements are the proxy's own prepared statements on the backend
 // connection: each exists for the incarnation given (0: not prepared) and
 // writes for it; lostHoldPrepared: raise_fenced is prepared (see
-// failLostHold).
+// failLostHold); pinPeekPrepared, pinCheckPrepared: pin_peek and the
+// gate-less pin's check are (txn.go).
 type ownStatements struct {
 	writeSlotPrepared, deferredSlotPrepared int64
 	lostHoldPrepared                        bool
+	pinPeekPrepared, pinCheckPrepared       bool
 }
 
 func newSession(ctx context.Context, p *Proxy, be *backend, client *wire.Writer, log *logrus.Entry) *Session {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
 	"github.com/mzproxy/mzproxy/proxy/storage"
@@ -22,11 +23,13 @@ import (
 //
 // The backend gives the snapshot: before the first read the proxy makes
 // the backend transaction REPEATABLE READ (unless the client already chose
-// REPEATABLE READ or SERIALIZABLE), then reads the oracle in it, which
-// takes the transaction's snapshot with the writers' gate held (see
-// proxy/storage: the pin), so the snapshot holds exactly the writes at or
-// below its timestamp, and every later statement of the transaction reads
-// the same data. Reads the proxy rewrites (AS OF-less
+// REPEATABLE READ or SERIALIZABLE), then reads the oracle in it, in the
+// statement that takes the transaction's snapshot, so the snapshot holds
+// exactly the writes at or below its timestamp, and every later statement
+// of the transaction reads the same data: without any lock when no write
+// slot was taken since pin_peek, which rides in front of the BEGIN
+// (pinQuick); else with the writers' gate held (pinGated; see
+// proxy/storage: the pin). Reads the proxy rewrites (AS OF-less
 // history reads, EXPLAIN TIMESTAMP) use that timestamp.
 //
 // The transaction's timedomain is Materialize's: the managed objects in the
@@ -84,6 +87,14 @@ type readTxn struct {
 	// another statement ran before the first read (SET TRANSACTION,
 	// SAVEPOINT, ...), or when the block did not begin with one BEGIN.
 	begin *planner.TxnOptions
+	// beginSQL is the client's BEGIN, run again when the gate-less pin
+	// fails and the transaction must be begun anew; peek is what
+	// pin_peek answered before it ("" for NULL or not asked).
+	beginSQL string
+	peek     *string
+	// deferredBegin: the proxy answered the BEGIN, which the backend has
+	// not seen yet (deferred_begin.go).
+	deferredBegin bool
 }
 
 // pinned reports whether the session's reads use the transaction's
@@ -93,25 +104,81 @@ func (s *Session) pinned() bool { return s.txn.phase == txnPinned && !s.writeSlo
 // txnQuery follows a client Query through its transaction block: it notes
 // BEGIN, pins the timestamp at the first read, and refuses a read outside
 // the timedomain.
-func (s *Session) txnQuery(ctx context.Context, sql string) error {
+// It reports whether it answered the Query itself (a plain BEGIN, deferred:
+// deferred_begin.go).
+func (s *Session) txnQuery(ctx context.Context, sql string) (bool, error) {
 	s.noteStatementText(sql)
 	switch {
 	case s.tx == txFailed:
 	case s.txn.phase == txnFresh || s.pinned():
 		// Nothing is outstanding: a Query waits for its answers.
 		ready := func() (bool, error) { return true, nil }
-		return s.orLost(s.txnStatements(ctx, sql, ready))
+		return false, s.orLost(s.txnStatements(ctx, sql, ready))
 	case s.tx == txIdle && startsWithWord(sql, "begin", "start"):
 		// The Sync's ReadyForQuery ends the implicit transaction, and with
 		// it what the session follows of one: it comes first.
 		if isBegin(s.proxy.planner, sql) {
 			if err := s.orLost(s.syncBeforeBegin(ctx)); err != nil {
-				return err
+				return false, err
+			}
+			if deferred, err := s.deferBegin(sql); deferred || err != nil {
+				return deferred, err
 			}
 		}
 		s.noteBegin(sql)
+		return false, s.orLost(s.peekBeforeBegin())
+	}
+	return false, nil
+}
+
+// peekBeforeBegin queues pin_peek (storage.PinPeekSQL, prepared once per
+// session) in front of the client's BEGIN, in the same round trip and in
+// an implicit transaction of its own, ended by a Sync of the proxy's own,
+// for the gate-less pin of the transaction's first read (pinQuick). It
+// runs only when nothing of the client's is outstanding: that Sync would
+// end a batch of the client's.
+func (s *Session) peekBeforeBegin() error {
+	if s.txn.phase != txnFresh || s.units.len() > 0 || s.be.unsynced || s.skipping {
+		return nil
+	}
+	peek := new(string)
+	s.txn.peek = peek
+	type step struct {
+		msg  pgproto3.FrontendMessage
+		kind unitKind
+	}
+	var steps []step
+	if !s.pinPeekPrepared {
+		// Closed first: a client may have prepared the name.
+		steps = append(steps, step{&pgproto3.Close{ObjectType: 'S', Name: pinPeekStatement}, uClose},
+			step{&pgproto3.Parse{Name: pinPeekStatement, Query: storage.PinPeekSQL}, uParse})
+		s.pinPeekPrepared = true
+	}
+	steps = append(steps, step{&pgproto3.Bind{DestinationPortal: pinPeekStatement, PreparedStatement: pinPeekStatement}, uBind},
+		step{&pgproto3.Execute{Portal: pinPeekStatement}, uExecute},
+		step{&pgproto3.Close{ObjectType: 'P', Name: pinPeekStatement}, uClose},
+		step{&pgproto3.Sync{}, uSync})
+	for _, st := range steps {
+		if err := s.be.w.Send(st.msg); err != nil {
+			return err
+		}
+		s.units.push(unit{kind: st.kind, disp: swallow, beforeBegin: peek})
 	}
 	return nil
+}
+
+// The proxy's prepared statements of the gate-less pin.
+const (
+	pinPeekStatement  = "mzproxy_pin_peek"
+	pinCheckStatement = "mzproxy_pin_check"
+)
+
+// keepFirstValue keeps the first column of a DataRow in v ("" for NULL).
+func keepFirstValue(frame []byte, v *string) {
+	var row pgproto3.DataRow
+	if row.Decode(wire.Body(frame)) == nil && len(row.Values) > 0 {
+		*v = string(row.Values[0])
+	}
 }
 
 // syncBeforeBegin ends, with a Sync of the proxy's own queued before the
@@ -177,6 +244,7 @@ func (s *Session) txnBind(ctx context.Context, m *pgproto3.Bind) error {
 		return s.txnExtended(ctx, sql)
 	case s.tx == txIdle && startsWithWord(sql, "begin", "start"):
 		s.noteBegin(sql)
+		return s.orLost(s.peekBeforeBegin())
 	}
 	return nil
 }
@@ -199,6 +267,7 @@ func (s *Session) noteBegin(sql string) {
 		s.endTxn()
 		s.txn.phase = txnFresh
 		s.txn.begin = opts
+		s.txn.beginSQL = sql
 	}
 }
 
@@ -218,7 +287,7 @@ func (s *Session) txnStatements(ctx context.Context, sql string, ready func() (b
 		if !s.beginsReadOnly(sql) {
 			// What ran may have changed the transaction's characteristics.
 			s.txn.begin = nil
-			return nil
+			return s.flushDeferredBegin(ctx)
 		}
 		if ok, err := ready(); err != nil || !ok {
 			return err
@@ -315,12 +384,13 @@ func takesNoSnapshot(st *planner.Statement) bool {
 	return false
 }
 
-// pin makes the backend transaction REPEATABLE READ and pins it
-// (storage.PinSnapshotSQL: the snapshot is taken with the writers' gate
-// held, so it holds exactly the commits at or below the pinned timestamp);
+// pin makes the backend transaction REPEATABLE READ and pins it, so that
+// its snapshot holds exactly the commits at or below the pinned timestamp;
 // and reads the catalog and the search_path the transaction's reads are
-// planned with. A READ ONLY transaction is made READ WRITE for the pin,
-// which moves the oracle's sequences, and READ ONLY again after it.
+// planned with. pinQuick needs no lock (storage.PinCheckSQL); pinGated
+// takes the snapshot with the writers' gate held (storage.PinSnapshotSQL),
+// and makes a READ ONLY transaction READ WRITE for the pin, which moves
+// the oracle's sequences, and READ ONLY again after it.
 //
 // Which of those statements to send depends on the transaction's
 // isolation level and read-only mode. When the proxy can tell them (see
@@ -329,10 +399,149 @@ func takesNoSnapshot(st *planner.Statement) bool {
 // wrong guess fails the transaction with 40001 (knownTxnMismatch).
 // Otherwise the SHOWs are a round trip of their own first.
 func (s *Session) pin(ctx context.Context) error {
-	// The search_path is asked every time: it rides in the same batch, and
-	// a function may have SET it without any statement text showing it.
-	asks := []string{"SHOW transaction_isolation", "SHOW search_path", "SHOW transaction_read_only"}
 	expected, guessed := s.expectedCharacteristics()
+	peeked := s.txn.peek != nil && *s.txn.peek != ""
+	if guessed && (peeked || s.txn.deferredBegin) {
+		return s.pinQuick(ctx, expected)
+	}
+	if err := s.flushDeferredBegin(ctx); err != nil {
+		return err
+	}
+	return s.pinGated(ctx, expected, guessed)
+}
+
+// pinAsks are the SHOWs in front of a pin. The search_path is asked every
+// time: it rides in the same batch, and a function may have SET it without
+// any statement text showing it.
+var pinAsks = []string{"SHOW transaction_isolation", "SHOW search_path", "SHOW transaction_read_only"}
+
+// pinQuick pins without the gate (storage.PinCheckSQL), when pin_peek
+// answered before the transaction's BEGIN and the proxy can tell the
+// transaction's characteristics (expected): one round trip of at most two
+// statements, the isolation level raised if needed, then the check, which
+// takes the snapshot and reads in it what checks the guess (see
+// quickPinSQL). When the check fails (a write began since the peek) the
+// backend transaction is rolled back and begun again with the client's
+// BEGIN, and pinned with the gate in the same round trip: nothing of the
+// client's ran in it yet.
+func (s *Session) pinQuick(ctx context.Context, expected txnCharacteristics) error {
+	v, err := s.quickPinValue(ctx, !snapshotIsolation(expected.isolation))
+	if err != nil {
+		return s.pinFailed(err, true, expected)
+	}
+	f := strings.SplitN(v, "|", 6)
+	if len(f) != 6 {
+		return pgerr.New(pgerr.InternalError, "mzproxy's pin answered %q", v)
+	}
+	// The transaction's level before the SET: its BEGIN's, or the
+	// default's (nothing ran since BEGIN).
+	isolation := cmp.Or(s.txn.begin.Isolation, f[0])
+	asked := []string{isolation, f[5], f[1]} // as pinAsks answer
+	if shown := characteristicsOf(asked); !sameEffect(shown, expected) {
+		s.known.defaults = txnCharacteristics{}
+		s.learnAsked(asked)
+		return s.refuse(ctx, knownTxnMismatch(expected, shown))
+	}
+	s.learnAsked(asked)
+	s.txn.searchPath = planner.EffectiveSearchPath(s.known.searchPath, s.user)
+	if f[2] != "" {
+		return s.notePin(ctx, strings.Join(f[2:5], " "))
+	}
+	queries, pinAt := pinQueries([]string{"ROLLBACK", s.txn.beginSQL}, expected)
+	values, err := s.be.internalValues(ctx, queries...)
+	if err != nil {
+		return s.pinFailed(err, false, expected)
+	}
+	return s.notePin(ctx, values[pinAt])
+}
+
+// quickPinValue runs pinQuick's statements in one round trip: the SET of
+// the isolation level if raise, then the check (quickPinSQL, prepared
+// once per session) of the value pin_peek kept; it returns the check's
+// value. A failure is internalFailed's.
+func (s *Session) quickPinValue(ctx context.Context, raise bool) (string, error) {
+	if ctx.Err() != nil {
+		return "", pgerr.Wrap(pgerr.QueryCanceled, context.Cause(ctx))
+	}
+	deferred := s.txn.deferredBegin
+	if deferred {
+		if err := s.sendDeferredBegin(); err != nil {
+			return "", err
+		}
+	}
+	closes := 0 // the CloseCompletes to come
+	if raise {
+		c, err := s.be.sendValues([]string{"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"})
+		if err != nil {
+			return "", err
+		}
+		closes += 2 - c
+	}
+	var msgs []pgproto3.FrontendMessage
+	if !s.pinCheckPrepared {
+		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: pinCheckStatement},
+			&pgproto3.Parse{Name: pinCheckStatement, Query: quickPinSQL})
+		closes++
+		s.pinCheckPrepared = true
+	}
+	msgs = append(msgs, &pgproto3.Bind{DestinationPortal: pinCheckStatement, PreparedStatement: pinCheckStatement},
+		&pgproto3.Execute{Portal: pinCheckStatement},
+		&pgproto3.Close{ObjectType: 'P', Name: pinCheckStatement},
+		&pgproto3.Flush{})
+	closes++
+	for _, m := range msgs {
+		if err := s.be.w.Send(m); err != nil {
+			return "", err
+		}
+	}
+	if err := s.be.w.Flush(); err != nil {
+		return "", err
+	}
+	if deferred {
+		if err := s.readDeferredBegin(); err != nil {
+			return "", err
+		}
+	}
+	var v string
+	for closes > 0 {
+		typ, frame, err := s.be.next()
+		if err != nil {
+			return "", connectionLost(err)
+		}
+		switch typ {
+		case 'D':
+			keepFirstValue(frame, &v)
+		case '3':
+			closes--
+		case 'E':
+			var er pgproto3.ErrorResponse
+			_ = er.Decode(wire.Body(frame))
+			// Prepared again next time (the Parse may be what failed).
+			s.pinCheckPrepared = false
+			return "", s.be.internalFailed(backendError(&er))
+		}
+	}
+	return v, nil
+}
+
+// quickPinSQL is pinQuick's check of the value pin_peek kept, one text:
+// default_transaction_isolation|transaction_read_only|t|writes|catalog
+// revision|search_path (t empty when the check failed; the search_path
+// last, as it may hold any character).
+var quickPinSQL = "SELECT current_setting('default_transaction_isolation') || '|' || current_setting('transaction_read_only') || '|' || " +
+	"coalesce(" + strings.TrimPrefix(storage.PinCheckSQL(storage.PinPeeked), "SELECT ") + "::text, '') || '|' || " +
+	"coalesce(" + storage.PinPeeked + "::text, '') || '|' || " + catalogRevisionSubquery + " || '|' || current_setting('search_path')"
+
+// catalogRevisionSubquery reads the catalog revision in a pin's snapshot,
+// as a scalar subquery: a join of the unanalyzed one-row tables would be
+// estimated at millions of rows and JIT-compiled (hundreds of
+// milliseconds).
+const catalogRevisionSubquery = "(SELECT revision FROM " + storage.Schema + ".catalog_revision)"
+
+// pinGated pins with the writers' gate held while the snapshot is taken
+// (storage.PinSnapshotSQL); see pin.
+func (s *Session) pinGated(ctx context.Context, expected txnCharacteristics, guessed bool) error {
+	asks := pinAsks
 	var queries []string
 	if guessed {
 		queries = asks
@@ -405,10 +614,7 @@ func pinQueries(queries []string, c txnCharacteristics) (_ []string, pinAt int) 
 	for _, q := range storage.PinSnapshotSQL {
 		if q == storage.PinSQL {
 			pinAt = len(queries)
-			// A scalar subquery, not a join: PostgreSQL estimates a join of
-			// unanalyzed one-row tables at millions of rows, and
-			// JIT-compiles it (hundreds of milliseconds).
-			q += "::text || ' ' || " + storage.Schema + ".pinned_writes() || ' ' || (SELECT revision FROM " + storage.Schema + ".catalog_revision)"
+			q += "::text || ' ' || " + storage.Schema + ".pinned_writes() || ' ' || " + catalogRevisionSubquery
 		}
 		queries = append(queries, q)
 	}

@@ -17,7 +17,7 @@ import (
 const Schema = "mzproxy"
 
 // SchemaVersion is the version of the backend layout this package installs.
-const SchemaVersion = 13
+const SchemaVersion = 14
 
 // Infinity is mz_to of a current version: a version is visible at ts when
 // mz_from <= ts AND mz_to > ts.
@@ -52,7 +52,25 @@ const (
 	PinSQL = "SELECT " + Schema + ".pin_held()"
 	// UpperSQL returns the shared transaction-log upper.
 	UpperSQL = "SELECT upper FROM " + Schema + ".txns"
+	// PinPeekSQL, run outside a transaction block before the BEGIN of a
+	// read-only transaction, returns what PinCheckSQL checks in its
+	// snapshot (NULL when the writes in progress rule the gate-less pin
+	// out).
+	PinPeekSQL = "SELECT " + Schema + ".pin_peek()"
+	// PinPeeked is the value the session's last pin_peek answered (it
+	// keeps it in the setting mzproxy.peek), as an int8 expression, for
+	// PinCheckSQL.
+	PinPeeked = "nullif(current_setting('mzproxy.peek', true), '')::int8"
 )
+
+// PinCheckSQL is the gate-less pin of a read-only transaction (see
+// pin_trim.sql), the first statement of its snapshot, for the value that
+// PinPeekSQL answered before its BEGIN (peek: a literal or a parameter): the timestamp t (the upper is
+// t+1), or NULL when no write slot may be taken since and the transaction
+// must pin again with PinSnapshotSQL in a new backend transaction.
+func PinCheckSQL(peek string) string {
+	return "SELECT " + Schema + ".pin_check(" + peek + ")"
+}
 
 // PinSnapshotSQL, run in order as the first statements of a REPEATABLE READ
 // transaction, pins it: the gate is locked before the snapshot is taken (by
