@@ -53,40 +53,27 @@ func (s *Session) flushDeferredBegin(ctx context.Context) error {
 	return s.exchange(ctx)
 }
 
-// sendDeferredBegin queues, unflushed, pin_peek (prepared, in an implicit
-// transaction of its own that a Sync ends) and then the deferred BEGIN, in
-// front of the gate-less pin; readDeferredBegin reads their answers.
-// pin_peek keeps its answer in the session for the check
-// (storage.PinPeeked), which is sent before it answers.
+// sendDeferredBegin queues, unflushed, pin_peek and then the deferred
+// BEGIN as simple Queries (a simple Query of the client's follows them
+// anyway: the unnamed statement is not the client's to keep), in front of
+// the gate-less pin; readDeferredBegin reads their answers. pin_peek keeps
+// its answer in the session for the check (storage.PinPeeked).
 func (s *Session) sendDeferredBegin() error {
 	s.txn.deferredBegin = false
-	var msgs []pgproto3.FrontendMessage
-	if !s.pinPeekPrepared {
-		// Closed first: a client may have prepared the name.
-		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: pinPeekStatement},
-			&pgproto3.Parse{Name: pinPeekStatement, Query: storage.PinPeekSQL})
-		s.pinPeekPrepared = true
-	}
-	msgs = append(msgs, &pgproto3.Bind{DestinationPortal: pinPeekStatement, PreparedStatement: pinPeekStatement},
-		&pgproto3.Execute{Portal: pinPeekStatement},
-		&pgproto3.Close{ObjectType: 'P', Name: pinPeekStatement},
-		&pgproto3.Sync{},
-		&pgproto3.Query{String: s.txn.beginSQL})
-	for _, m := range msgs {
-		if err := s.be.w.Send(m); err != nil {
+	for _, sql := range []string{storage.PinPeekSQL, s.txn.beginSQL} {
+		if err := s.be.w.Send(&pgproto3.Query{String: sql}); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// readDeferredBegin reads the answers to sendDeferredBegin's messages, up
-// to the BEGIN's ReadyForQuery. A failed pin_peek leaves the session's
-// last answer, which is as good (see pin_trim.sql), and is prepared again
-// next time; the plain BEGIN fails only with the connection, and the
-// session then ends.
+// readDeferredBegin reads the answers to sendDeferredBegin's two Queries.
+// A failed pin_peek leaves the session's last answer, which is as good
+// (see pin_trim.sql); the plain BEGIN fails only with the connection, and
+// the session then ends.
 func (s *Session) readDeferredBegin() error {
-	for readies := 0; readies < 2; {
+	for readies, query := 0, 0; readies < 2; {
 		typ, frame, err := s.be.next()
 		if err != nil {
 			return connectionLost(err)
@@ -94,14 +81,14 @@ func (s *Session) readDeferredBegin() error {
 		switch typ {
 		case 'Z':
 			readies++
+			query++
 		case 'E':
 			if fatal, err := s.backendErrorIsFatal(frame); fatal {
 				return err
 			}
-			if readies == 1 {
+			if query == 1 {
 				return pgerr.Fatal(pgerr.InternalError, "mzproxy could not send the transaction's BEGIN")
 			}
-			s.pinPeekPrepared = false
 		}
 	}
 	return nil
