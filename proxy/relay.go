@@ -124,12 +124,6 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 	case *pgproto3.Query, *pgproto3.FunctionCall, *pgproto3.Sync:
 		s.be.clientBatch = false
 	}
-	if _, query := msg.(*pgproto3.Query); s.txn.deferredBegin && !query {
-		// Only a Query can be a read-only transaction's first read.
-		if err := s.flushDeferredBegin(ctx); err != nil {
-			return err
-		}
-	}
 	if s.occBatch != nil {
 		if held, err := s.holdBatch(ctx, msg, frame); held || err != nil {
 			return err
@@ -201,7 +195,7 @@ func (s *Session) handleQuery(ctx context.Context, m *pgproto3.Query, frame []by
 	// A simple Query replaces the unnamed statement and portal.
 	s.forgetStatement("")
 	s.forgetPortal("")
-	if answered, err := s.txnQuery(ctx, m.String); answered || err != nil {
+	if err := s.txnQuery(ctx, m.String); err != nil {
 		return err
 	}
 	plain := s.plainRead(m.String)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -92,9 +93,6 @@ type readTxn struct {
 	// pin_peek answered before it ("" for NULL or not asked).
 	beginSQL string
 	peek     *string
-	// deferredBegin: the proxy answered the BEGIN, which the backend has
-	// not seen yet (deferred_begin.go).
-	deferredBegin bool
 }
 
 // pinned reports whether the session's reads use the transaction's
@@ -104,31 +102,26 @@ func (s *Session) pinned() bool { return s.txn.phase == txnPinned && !s.writeSlo
 // txnQuery follows a client Query through its transaction block: it notes
 // BEGIN, pins the timestamp at the first read, and refuses a read outside
 // the timedomain.
-// It reports whether it answered the Query itself (a plain BEGIN, deferred:
-// deferred_begin.go).
-func (s *Session) txnQuery(ctx context.Context, sql string) (bool, error) {
+func (s *Session) txnQuery(ctx context.Context, sql string) error {
 	s.noteStatementText(sql)
 	switch {
 	case s.tx == txFailed:
 	case s.txn.phase == txnFresh || s.pinned():
 		// Nothing is outstanding: a Query waits for its answers.
 		ready := func() (bool, error) { return true, nil }
-		return false, s.orLost(s.txnStatements(ctx, sql, ready))
+		return s.orLost(s.txnStatements(ctx, sql, ready))
 	case s.tx == txIdle && startsWithWord(sql, "begin", "start"):
 		// The Sync's ReadyForQuery ends the implicit transaction, and with
 		// it what the session follows of one: it comes first.
 		if isBegin(s.proxy.planner, sql) {
 			if err := s.orLost(s.syncBeforeBegin(ctx)); err != nil {
-				return false, err
-			}
-			if deferred, err := s.deferBegin(sql); deferred || err != nil {
-				return deferred, err
+				return err
 			}
 		}
 		s.noteBegin(sql)
-		return false, s.orLost(s.peekBeforeBegin())
+		return s.orLost(s.peekBeforeBegin())
 	}
-	return false, nil
+	return nil
 }
 
 // peekBeforeBegin queues pin_peek (storage.PinPeekSQL, prepared once per
@@ -287,7 +280,7 @@ func (s *Session) txnStatements(ctx context.Context, sql string, ready func() (b
 		if !s.beginsReadOnly(sql) {
 			// What ran may have changed the transaction's characteristics.
 			s.txn.begin = nil
-			return s.flushDeferredBegin(ctx)
+			return nil
 		}
 		if ok, err := ready(); err != nil || !ok {
 			return err
@@ -400,12 +393,8 @@ func takesNoSnapshot(st *planner.Statement) bool {
 // Otherwise the SHOWs are a round trip of their own first.
 func (s *Session) pin(ctx context.Context) error {
 	expected, guessed := s.expectedCharacteristics()
-	peeked := s.txn.peek != nil && *s.txn.peek != ""
-	if guessed && (peeked || s.txn.deferredBegin) {
+	if guessed && s.txn.peek != nil && *s.txn.peek != "" {
 		return s.pinQuick(ctx, expected)
-	}
-	if err := s.flushDeferredBegin(ctx); err != nil {
-		return err
 	}
 	return s.pinGated(ctx, expected, guessed)
 }
@@ -425,7 +414,7 @@ var pinAsks = []string{"SHOW transaction_isolation", "SHOW search_path", "SHOW t
 // BEGIN, and pinned with the gate in the same round trip: nothing of the
 // client's ran in it yet.
 func (s *Session) pinQuick(ctx context.Context, expected txnCharacteristics) error {
-	v, err := s.quickPinValue(ctx, !snapshotIsolation(expected.isolation))
+	v, err := s.quickPinValue(ctx, !snapshotIsolation(expected.isolation), peekValue(*s.txn.peek))
 	if err != nil {
 		return s.pinFailed(err, true, expected)
 	}
@@ -457,17 +446,11 @@ func (s *Session) pinQuick(ctx context.Context, expected txnCharacteristics) err
 
 // quickPinValue runs pinQuick's statements in one round trip: the SET of
 // the isolation level if raise, then the check (quickPinSQL, prepared
-// once per session) of the value pin_peek kept; it returns the check's
+// once per session) for pin_peek's answer peek; it returns the check's
 // value. A failure is internalFailed's.
-func (s *Session) quickPinValue(ctx context.Context, raise bool) (string, error) {
+func (s *Session) quickPinValue(ctx context.Context, raise bool, peek int64) (string, error) {
 	if ctx.Err() != nil {
 		return "", pgerr.Wrap(pgerr.QueryCanceled, context.Cause(ctx))
-	}
-	deferred := s.txn.deferredBegin
-	if deferred {
-		if err := s.sendDeferredBegin(); err != nil {
-			return "", err
-		}
 	}
 	closes := 0 // the CloseCompletes to come
 	if raise {
@@ -480,11 +463,12 @@ func (s *Session) quickPinValue(ctx context.Context, raise bool) (string, error)
 	var msgs []pgproto3.FrontendMessage
 	if !s.pinCheckPrepared {
 		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: pinCheckStatement},
-			&pgproto3.Parse{Name: pinCheckStatement, Query: quickPinSQL})
+			&pgproto3.Parse{Name: pinCheckStatement, Query: quickPinSQL, ParameterOIDs: []uint32{int8OID}})
 		closes++
 		s.pinCheckPrepared = true
 	}
-	msgs = append(msgs, &pgproto3.Bind{DestinationPortal: pinCheckStatement, PreparedStatement: pinCheckStatement},
+	msgs = append(msgs, &pgproto3.Bind{DestinationPortal: pinCheckStatement, PreparedStatement: pinCheckStatement,
+		Parameters: [][]byte{strconv.AppendInt(nil, peek, 10)}},
 		&pgproto3.Execute{Portal: pinCheckStatement},
 		&pgproto3.Close{ObjectType: 'P', Name: pinCheckStatement},
 		&pgproto3.Flush{})
@@ -496,11 +480,6 @@ func (s *Session) quickPinValue(ctx context.Context, raise bool) (string, error)
 	}
 	if err := s.be.w.Flush(); err != nil {
 		return "", err
-	}
-	if deferred {
-		if err := s.readDeferredBegin(); err != nil {
-			return "", err
-		}
 	}
 	var v string
 	for closes > 0 {
@@ -524,13 +503,19 @@ func (s *Session) quickPinValue(ctx context.Context, raise bool) (string, error)
 	return v, nil
 }
 
-// quickPinSQL is pinQuick's check of the value pin_peek kept, one text:
+// quickPinSQL is pinQuick's check for pin_peek's answer ($1), one text:
 // default_transaction_isolation|transaction_read_only|t|writes|catalog
 // revision|search_path (t empty when the check failed; the search_path
 // last, as it may hold any character).
 var quickPinSQL = "SELECT current_setting('default_transaction_isolation') || '|' || current_setting('transaction_read_only') || '|' || " +
-	"coalesce(" + strings.TrimPrefix(storage.PinCheckSQL(storage.PinPeeked), "SELECT ") + "::text, '') || '|' || " +
-	"coalesce(" + storage.PinPeeked + "::text, '') || '|' || " + catalogRevisionSubquery + " || '|' || current_setting('search_path')"
+	"coalesce(" + strings.TrimPrefix(storage.PinCheckSQL("$1"), "SELECT ") + "::text, '') || '|' || $1 || '|' || " +
+	catalogRevisionSubquery + " || '|' || current_setting('search_path')"
+
+// peekValue is pin_peek's answer as a number (it is one, or empty).
+func peekValue(peek string) int64 {
+	v, _ := strconv.ParseInt(peek, 10, 64)
+	return v
+}
 
 // catalogRevisionSubquery reads the catalog revision in a pin's snapshot,
 // as a scalar subquery: a join of the unanalyzed one-row tables would be

@@ -11,8 +11,7 @@
 --    writes counted (the sequence writes) when every one of them is
 --    settled: no write slot was taken since the last pin, so every write
 --    counted committed before that pin got the gate (it waited for them),
---    at a T <= P. NULL otherwise. It also keeps the answer in the session
---    setting mzproxy.peek ('' for NULL).
+--    at a T <= P. NULL otherwise.
 --  * The transaction's first statement takes its snapshot and calls
 --    pin_check(peek): it reads P, then the writes counted. When the count
 --    is still the peek's, no slot was taken since the peek: every write
@@ -46,13 +45,8 @@ BEGIN
     SELECT s.last_value INTO seen FROM @SCHEMA@.writes_seen s;
     SELECT s.is_called INTO called FROM @SCHEMA@.pinned s;
     IF w <> seen OR NOT called THEN
-        w := NULL;
+        RETURN NULL;
     END IF;
-    -- Kept for the check, which may be sent before this answers (in the
-    -- same pipeline). Any value is safe there: it is a count of writes
-    -- that were all settled, unless a client set it, which weakens only
-    -- the reads of the session that did.
-    PERFORM set_config('mzproxy.peek', coalesce(w::text, ''), false);
     RETURN w;
 END
 $$;

@@ -57,10 +57,6 @@ const (
 	// snapshot (NULL when the writes in progress rule the gate-less pin
 	// out).
 	PinPeekSQL = "SELECT " + Schema + ".pin_peek()"
-	// PinPeeked is the value the session's last pin_peek answered (it
-	// keeps it in the setting mzproxy.peek), as an int8 expression, for
-	// PinCheckSQL.
-	PinPeeked = "nullif(current_setting('mzproxy.peek', true), '')::int8"
 )
 
 // PinCheckSQL is the gate-less pin of a read-only transaction (see
