@@ -86,7 +86,7 @@ func TestTrustInternalFunctions(t *testing.T) {
 		"mzproxy.now_ms()", "mzproxy.raise_fenced(bigint)", "mzproxy.read_ts()",
 		"mzproxy.set_retention(regclass,bigint)", "mzproxy.type_name(oid,integer)", "mzproxy.view_definition(oid)",
 		// Pins of reads of the present, and the write slot after a pinned read.
-		"mzproxy.pin()", "mzproxy.pin_held()", "mzproxy.pinned_writes()", "mzproxy.upper()",
+		"mzproxy.pin()", "mzproxy.pin_held()", "mzproxy.pin_peek()", "mzproxy.pin_check(bigint)", "mzproxy.pinned_writes()", "mzproxy.upper()",
 		"mzproxy.open_write_deferred(bigint,bigint)",
 	}
 	for _, f := range executable {
