@@ -150,7 +150,12 @@ func (db *database) snapshot(ctx context.Context, p *Proxy) (*catalogSnapshot, *
 	r := db.joinRound(p)
 	select {
 	case <-r.done:
-		return r.cat, r.fr, r.err
+		if r.err != nil {
+			// Each waiter its own error: a session may add to it.
+			e := *pgerr.As(r.err)
+			return nil, nil, &e
+		}
+		return r.cat, r.fr, nil
 	case <-ctx.Done():
 		// The round goes on for its other waiters.
 		return nil, nil, pgerr.As(fmt.Errorf("reading mzproxy's catalog: %w", ctx.Err()))
