@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -22,8 +23,10 @@ import (
 type database struct {
 	name string
 
-	mu   sync.Mutex         // serializes use of conn
-	conn *internalconn.Conn // nil until first use
+	mu sync.Mutex // serializes use of conn
+	// rounds shares snapshot round trips among concurrent requests.
+	rounds snapshotRounds
+	conn   *internalconn.Conn // nil until first use
 	// catalog was read over the current connection: a new connection may
 	// reach a database that was dropped and made again under the same
 	// name, whose catalog revisions start over.
@@ -109,13 +112,97 @@ SELECT (SELECT revision FROM ` + storage.Schema + `.catalog_revision), x.upper, 
   LEFT JOIN (` + storage.Schema + `.collections c
              JOIN ` + storage.Schema + `.catalog k ON k.id = c.id AND k.dropped_ts IS NULL) ON true`
 
+// snapshotRoundTimeout bounds one shared snapshot round trip: it runs for
+// all its waiters, on no one's context (each waiter stops waiting at its
+// own deadline or cancel).
+const snapshotRoundTimeout = time.Minute
+
+// snapshotRounds lets concurrent snapshot requests share one round trip
+// (issue 15: each Bind of a prepared AS OF or mz_now() read queued for a
+// round trip of its own on the one admin connection). A request joins the
+// round that has not started yet, never one already running: the round it
+// gets started after the request began, so its catalog and frontiers are
+// not older than the request (a catalog change committed before a Bind is
+// seen by it, as when each Bind read its own).
+type snapshotRounds struct {
+	mu      sync.Mutex
+	pending *snapshotRound // the next round, not started; nil: none asked for
+	running bool           // a runner goroutine is serving rounds
+}
+
+// snapshotRound is one shared round trip; done closes when its result is
+// set.
+type snapshotRound struct {
+	done chan struct{}
+	cat  *catalogSnapshot
+	fr   *storage.FrontierState
+	err  error
+}
+
 // snapshot returns the catalog at the backend's current revision and the
-// frontiers. The catalog is reloaded only when the revision moved.
+// frontiers, read by a round trip that started after the call. The catalog
+// is reloaded only when the revision moved.
 func (db *database) snapshot(ctx context.Context, p *Proxy) (*catalogSnapshot, *storage.FrontierState, error) {
 	if db.fixed != nil {
 		db.seen.Store(db.fixed)
 		return db.fixed.catalog, db.fixed.frontiers, nil
 	}
+	r := db.joinRound(p)
+	select {
+	case <-r.done:
+		if r.err != nil {
+			// Each waiter its own error: a session may add to it.
+			e := *pgerr.As(r.err)
+			return nil, nil, &e
+		}
+		return r.cat, r.fr, nil
+	case <-ctx.Done():
+		// The round goes on for its other waiters.
+		return nil, nil, pgerr.As(fmt.Errorf("reading mzproxy's catalog: %w", ctx.Err()))
+	}
+}
+
+// joinRound returns the pending round, asking for one (and a runner) when
+// there is none.
+func (db *database) joinRound(p *Proxy) *snapshotRound {
+	rs := &db.rounds
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.pending == nil {
+		rs.pending = &snapshotRound{done: make(chan struct{})}
+	}
+	r := rs.pending
+	if !rs.running {
+		rs.running = true
+		go db.runRounds(p)
+	}
+	return r
+}
+
+// runRounds serves pending rounds one after another until none is asked
+// for; requests arriving during a round join the next.
+func (db *database) runRounds(p *Proxy) {
+	rs := &db.rounds
+	for {
+		rs.mu.Lock()
+		r := rs.pending
+		rs.pending = nil
+		if r == nil {
+			rs.running = false
+			rs.mu.Unlock()
+			return
+		}
+		rs.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), snapshotRoundTimeout)
+		r.cat, r.fr, r.err = db.readSnapshot(ctx, p)
+		cancel()
+		close(r.done)
+	}
+}
+
+// readSnapshot reads the frontiers, and the catalog when its revision
+// moved, in a round trip of its own.
+func (db *database) readSnapshot(ctx context.Context, p *Proxy) (*catalogSnapshot, *storage.FrontierState, error) {
 	var cat *catalogSnapshot
 	fr := &storage.FrontierState{Since: map[int64]uint64{}}
 	err := db.with(ctx, p, internalconn.Idempotent, func(conn *pgx.Conn) error {
