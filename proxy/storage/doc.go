@@ -11,7 +11,8 @@
 // to 3, lease_holds.sql 3 to 4, ddl.sql 4 to 5, trust.sql 5 to 6, frontier.sql
 // 6 to 7, ddl_speed.sql 7 to 8, write_cost.sql 8 to 9, ddl_cost.sql 9 to
 // 10, block_cost.sql 10 to 11, write_trim.sql 11 to 12,
-// ddl_trim.sql 12 to 13, pin_trim.sql 13 to 14 (a database at an older
+// ddl_trim.sql 12 to 13, pin_trim.sql 13 to 14,
+// pin_fast.sql 14 to 15 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -78,18 +79,19 @@
 //   - commit_write(inc) returns the transaction's T (choosing it if still
 //     pending), NULL without a slot; commit_write_tx is the same.
 //   - pin() (ReadTSSQL, also read_ts()): the timestamp of a read of the
-//     present. It locks the gate in EXCLUSIVE mode, in a subtransaction it
+//     present. When every write slot taken so far was settled by a pin it
+//     answers P without any lock (pin_fast.sql). Otherwise it locks the
+//     gate in EXCLUSIVE mode, in a subtransaction it
 //     rolls back (so the lock is held only while it runs), which waits for
 //     the writes in progress; hands out t = GREATEST(clock, P, P + 1 when a
 //     write slot was taken since the last pin), capped at a second ahead of
 //     the clock; and records P = t. In a transaction that holds a slot it
 //     is that transaction's T. pin_held() is the pin of a transaction that
 //     locked the gate itself, before its snapshot (PinSnapshotSQL).
-//   - pin_peek() / pin_check(peek) (PinPeekSQL, PinCheckSQL, PinPeeked):
+//   - pin_peek() / pin_check(peek) (PinPeekSQL, PinCheckSQL):
 //     a read-only transaction's pin without the gate (pin_trim.sql).
-//     pin_peek, outside any block before the BEGIN, answers (and keeps in
-//     the session setting mzproxy.peek) the writes counted when a pin has
-//     settled them all, else NULL; pin_check in the transaction's first
+//     pin_peek, outside any block before the BEGIN, answers the writes
+//     counted when a pin has settled them all, else NULL; pin_check in the transaction's first
 //     statement answers P when no write slot was taken since, so the
 //     snapshot holds exactly the writes at or below P; NULL otherwise
 //     (the transaction is begun again and pinned with the gate).
