@@ -21,6 +21,9 @@ import (
 type Planner struct {
 	cache        *lru.Cache[cacheKey, *cached]
 	hits, misses atomic.Uint64
+	// literalsAtFirst makes a skeleton's literal plan at its first text
+	// instead of its second (for tests of literal plans).
+	literalsAtFirst bool
 }
 
 type cacheKey struct {
@@ -50,6 +53,11 @@ type cached struct {
 	// literals makes the plan of another text of the skeleton, for a plan
 	// cached under its skeleton.
 	literals *literalPlan
+	// seenOnce marks a skeleton seen in one text only: its literal plan
+	// (another plan of the text, with markers) is made at the second, so
+	// that texts that never repeat (a test corpus under --history-reads)
+	// do not pay for it.
+	seenOnce bool
 }
 
 // New returns a Planner caching up to cacheSize plans (no cache if
@@ -77,8 +85,9 @@ func New(cacheSize int) *Planner {
 // found without parsing, and gets copies of the statements with its own
 // SQL. A plan whose AS OF or Template depends on the literals (a
 // timestamped read) is cached under the query's skeleton when its
-// literals' places are known (literals.go): a text that differs only in
-// its literals is a hit too, without parsing.
+// literals' places are known (literals.go), from the skeleton's second
+// text on: a text that differs only in its literals is a hit too, without
+// parsing.
 func (p *Planner) Plan(sql string, cat Catalog, opts Options) ([]*Statement, error) {
 	if p.cache == nil {
 		p.misses.Add(1)
@@ -99,7 +108,8 @@ func (p *Planner) Plan(sql string, cat Catalog, opts Options) ([]*Statement, err
 	// skeletonKnown: the skeleton has an entry, which this text cannot use
 	// (its plan cannot be cached under the skeleton, or a literal of this
 	// text is spelled by its value): keep it, plan this text on its own.
-	var skeletonKnown bool
+	// skeletonSeen: another text of the skeleton was planned (seenOnce).
+	var skeletonKnown, skeletonSeen bool
 	if fpOK {
 		fpKey.sql, fpKey.kind = fp.key, fingerprintKey
 		if c := p.lookup(fpKey, cat, opts.SearchPath, rev); c != nil && len(c.stmts) == len(fp.stmts) {
@@ -112,7 +122,8 @@ func (p *Planner) Plan(sql string, cat Catalog, opts Options) ([]*Statement, err
 				p.hits.Add(1)
 				return stmts, nil
 			}
-			skeletonKnown = true
+			skeletonSeen = c.seenOnce
+			skeletonKnown = !skeletonSeen
 		}
 	}
 	p.misses.Add(1)
@@ -125,6 +136,10 @@ func (p *Planner) Plan(sql string, cat Catalog, opts Options) ([]*Statement, err
 		p.cache.Add(fpKey, &cached{stmts: stmts, deps: deps, revision: rev, text: sql})
 		return stmts, nil
 	case fpOK && !skeletonKnown && literalPlannable(stmts):
+		if !skeletonSeen && !p.literalsAtFirst {
+			p.cache.Add(skKey, &cached{deps: deps, revision: rev, seenOnce: true})
+			break
+		}
 		lp := newLiteralPlan(sql, fp, stmts, cat, opts)
 		if lp != nil {
 			p.cache.Add(skKey, &cached{stmts: stmts, deps: deps, revision: rev, text: sql, literals: lp})
@@ -148,7 +163,7 @@ func (p *Planner) lookup(key cacheKey, cat Catalog, path []string, rev uint64) *
 	case c.revision == rev:
 		return c
 	case stillValid(c.deps, cat, path):
-		c = &cached{stmts: c.stmts, deps: c.deps, revision: rev, text: c.text, literals: c.literals}
+		c = &cached{stmts: c.stmts, deps: c.deps, revision: rev, text: c.text, literals: c.literals, seenOnce: c.seenOnce}
 		p.cache.Add(key, c)
 		return c
 	}

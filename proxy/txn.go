@@ -426,12 +426,9 @@ func (s *Session) pinQuick(ctx context.Context, expected txnCharacteristics) err
 	// default's (nothing ran since BEGIN).
 	isolation := cmp.Or(s.txn.begin.Isolation, f[0])
 	asked := []string{isolation, f[5], f[1]} // as pinAsks answer
-	if shown := characteristicsOf(asked); !sameEffect(shown, expected) {
-		s.known.defaults = txnCharacteristics{}
-		s.learnAsked(asked)
-		return s.refuse(ctx, knownTxnMismatch(expected, shown))
+	if err := s.checkAsked(ctx, asked, expected); err != nil {
+		return err
 	}
-	s.learnAsked(asked)
 	s.txn.searchPath = planner.EffectiveSearchPath(s.known.searchPath, s.user)
 	if f[2] != "" {
 		return s.notePin(ctx, strings.Join(f[2:5], " "))
@@ -544,16 +541,27 @@ func (s *Session) pinGated(ctx context.Context, expected txnCharacteristics, gue
 		return s.pinFailed(err, guessed, expected)
 	}
 	if guessed {
-		asked := values[:len(asks)]
-		if shown := characteristicsOf(asked); !sameEffect(shown, expected) {
-			s.known.defaults = txnCharacteristics{}
-			s.learnAsked(asked)
-			return s.refuse(ctx, knownTxnMismatch(expected, shown))
+		if err := s.checkAsked(ctx, values[:len(asks)], expected); err != nil {
+			return err
 		}
-		s.learnAsked(asked)
 	}
 	s.txn.searchPath = planner.EffectiveSearchPath(s.known.searchPath, s.user)
 	return s.notePin(ctx, values[pinAt])
+}
+
+// checkAsked learns what the SHOWs of a pin sent for expected answered,
+// and refuses the transaction (40001) when they show characteristics to
+// other effect: a change the proxy did not see, after which it knows no
+// defaults.
+func (s *Session) checkAsked(ctx context.Context, asked []string, expected txnCharacteristics) error {
+	shown := characteristicsOf(asked)
+	if !sameEffect(shown, expected) {
+		s.known.defaults = txnCharacteristics{}
+		s.learnAsked(asked)
+		return s.refuse(ctx, knownTxnMismatch(expected, shown))
+	}
+	s.learnAsked(asked)
+	return nil
 }
 
 // learnAsked keeps what the SHOWs of pin answered (transaction_isolation,
