@@ -96,6 +96,7 @@ func TestSeenCatalogReadAsOfOld(t *testing.T) {
 		"CREATE TABLE short (v text)", "INSERT INTO kept VALUES ('old')", "INSERT INTO short VALUES ('old')")
 	old := readTS(t, ctx, a)
 	mustExec(t, ctx, a, "UPDATE kept SET v = 'new'", "UPDATE short SET v = 'new'")
+	updated := readTS(t, ctx, a)
 	// Past the floor (heartbeats publish a newer one) and past the
 	// default retention of short (one second).
 	time.Sleep(2 * time.Second)
@@ -107,10 +108,12 @@ func TestSeenCatalogReadAsOfOld(t *testing.T) {
 			t.Fatalf("AS OF %s: %q, %v; want old", at, v, err)
 		}
 	}
-	eventually(t, 10*time.Second, "short's history compacted past the old time", func() bool {
+	// Past the update too, so that AS OF AT LEAST the old time, read at the
+	// since, sees it.
+	eventually(t, 10*time.Second, "short's history compacted past the update", func() bool {
 		var since int64
 		err := a.QueryRow(ctx, "SELECT read_frontier FROM mz_internal.mz_frontiers WHERE name = 'short'").Scan(&since)
-		return err == nil && uint64(since) > old
+		return err == nil && uint64(since) > updated
 	})
 	var v string
 	err := a.QueryRow(ctx, "SELECT v FROM short AS OF "+at, pgx.QueryExecModeSimpleProtocol).Scan(&v)
