@@ -19,9 +19,12 @@
 --    (mz_from <= P AND mz_to > P), so a snapshot taken after such a commit
 --    still reads exactly the writes at or below P.
 --
--- P trails the clock by at most the tick's interval while nothing writes,
--- as a read-only transaction's lock-free pin does. Anything else (a write
--- since the last pin, P not set since a crash) takes the gate as before.
+-- P is used only while it is less than a second behind the clock (the
+-- tick moves it every 0.9 s by default): mz_now() stays within a second of
+-- the clock whether or not anything ticks. Anything else (a write since
+-- the last pin, an older P, P not set since a crash) takes the gate as
+-- before. pin_check, the read-only transaction's lock-free pin, gets the
+-- same bound.
 CREATE OR REPLACE FUNCTION @SCHEMA@.pin() RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
@@ -38,7 +41,7 @@ BEGIN
     SELECT s.last_value INTO seen FROM @SCHEMA@.writes_seen s;
     IF w = seen THEN
         t := pg_sequence_last_value('@SCHEMA@.pinned'::regclass);
-        IF t IS NOT NULL THEN
+        IF t >= @SCHEMA@.now_ms() - 1000 THEN
             RETURN t;
         END IF;
     END IF;
@@ -49,6 +52,27 @@ BEGIN
         NULL;
     END;
     RETURN t;
+END
+$$;
+
+-- pin_trim.sql's check, with P at most a second behind the clock.
+CREATE OR REPLACE FUNCTION @SCHEMA@.pin_check(p_peek bigint) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p bigint;
+    called bool;
+    w bigint;
+BEGIN
+    IF p_peek IS NULL THEN
+        RETURN NULL;
+    END IF;
+    SELECT s.last_value, s.is_called INTO p, called FROM @SCHEMA@.pinned s;
+    SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END INTO w FROM @SCHEMA@.writes s;
+    IF NOT called OR w <> p_peek OR p < @SCHEMA@.now_ms() - 1000 THEN
+        RETURN NULL;
+    END IF;
+    RETURN p;
 END
 $$;
 

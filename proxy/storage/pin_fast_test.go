@@ -3,7 +3,9 @@ package storage
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -30,9 +32,12 @@ func pinWithin(t *testing.T, c *pgx.Conn, ms string) (int64, bool) {
 }
 
 // A read of the present pins without the gate when every write counted was
-// settled by a pin: pin() answers P at once while another session holds
-// the gate in EXCLUSIVE mode. A write since the last pin makes it take the
-// gate (it waits), and its answer is then at or above the write's T.
+// settled by a pin and P is less than a second old: pin() answers P at once
+// while another session holds the gate in EXCLUSIVE mode. A write since the
+// last pin makes it take the gate (it waits), and its answer is then at or
+// above the write's T; so does a P a second behind the clock, which
+// pin_check refuses too (mz_now() within a second of the clock, ticking or
+// not).
 func TestPinFastPath(t *testing.T) {
 	cs, conn := installedDB(t)
 	ctx := context.Background()
@@ -71,4 +76,18 @@ func TestPinFastPath(t *testing.T) {
 	if ts := queryInt(t, reader, ReadTSSQL); ts < tw {
 		t.Fatalf("pin() after a write at %d = %d", tw, ts)
 	}
+
+	peek := nullableInt(t, reader, PinPeekSQL)
+	if peek == nil {
+		t.Fatal("pin_peek after a pin = NULL")
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if ts := nullableInt(t, reader, PinCheckSQL(strconv.FormatInt(*peek, 10))); ts != nil {
+		t.Fatalf("pin_check with P over a second old = %d, want NULL", *ts)
+	}
+	gate = lockGate()
+	if ts, ok := pinWithin(t, reader, "'300ms'"); ok {
+		t.Fatalf("pin() with P over a second old answered %d without the gate", ts)
+	}
+	gate.Rollback(ctx)
 }
