@@ -19,31 +19,23 @@
 --    (mz_from <= P AND mz_to > P), so a snapshot taken after such a commit
 --    still reads exactly the writes at or below P.
 --
--- P is used only while it is less than a second behind the clock (the
--- tick moves it every 0.9 s by default): mz_now() stays within a second of
--- the clock whether or not anything ticks. Anything else (a write since
--- the last pin, an older P, P not set since a crash) takes the gate as
--- before. pin_check, the read-only transaction's lock-free pin, gets the
--- same bound.
+-- So pin() first asks what a read-only transaction's lock-free pin asks
+-- (pin_trim.sql): pin_peek reads writes, then writes_seen; pin_check then
+-- reads P (used only while less than a second behind the clock) and the
+-- count again. Anything else (a write since the last pin, an older P, P
+-- not set since a crash) takes the gate as before.
 CREATE OR REPLACE FUNCTION @SCHEMA@.pin() RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     t bigint;
-    w bigint;
-    seen bigint;
 BEGIN
     IF (SELECT s.t FROM @SCHEMA@.write_slot() s) IS NOT NULL THEN
         RETURN @SCHEMA@.current_write_ts();
     END IF;
-    -- writes, then writes_seen, then P: the order the header relies on.
-    SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END INTO w FROM @SCHEMA@.writes s;
-    SELECT s.last_value INTO seen FROM @SCHEMA@.writes_seen s;
-    IF w = seen THEN
-        t := pg_sequence_last_value('@SCHEMA@.pinned'::regclass);
-        IF t >= @SCHEMA@.now_ms() - 1000 THEN
-            RETURN t;
-        END IF;
+    t := @SCHEMA@.pin_check(@SCHEMA@.pin_peek());
+    IF t IS NOT NULL THEN
+        RETURN t;
     END IF;
     BEGIN
         t := @SCHEMA@.pin_locked();
@@ -52,27 +44,6 @@ BEGIN
         NULL;
     END;
     RETURN t;
-END
-$$;
-
--- pin_trim.sql's check, with P at most a second behind the clock.
-CREATE OR REPLACE FUNCTION @SCHEMA@.pin_check(p_peek bigint) RETURNS bigint
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    p bigint;
-    called bool;
-    w bigint;
-BEGIN
-    IF p_peek IS NULL THEN
-        RETURN NULL;
-    END IF;
-    SELECT s.last_value, s.is_called INTO p, called FROM @SCHEMA@.pinned s;
-    SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END INTO w FROM @SCHEMA@.writes s;
-    IF NOT called OR w <> p_peek OR p < @SCHEMA@.now_ms() - 1000 THEN
-        RETURN NULL;
-    END IF;
-    RETURN p;
 END
 $$;
 

@@ -27,11 +27,12 @@
 --    (PinSnapshotSQL) in a new backend transaction: its snapshot is
 --    taken.
 --
--- t = P trails the clock by at most the tick's interval when nothing
--- writes (the tick, autocommit reads of the present and the old pin move
--- P to the clock), which is what Materialize's oracle hands out too: the
--- read timestamp is the time of the last write or tick. It never goes
--- backwards, and every read that finished before has t' <= P.
+-- t = P is the time of the last write or tick, which is what
+-- Materialize's oracle hands out too. It is used only while it is less
+-- than a second behind the clock (the tick moves it every 0.9 s by
+-- default): mz_now() stays within a second of the clock whether or not
+-- anything ticks. It never goes backwards, and every read that finished
+-- before has t' <= P.
 
 CREATE FUNCTION @SCHEMA@.pin_peek() RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -66,7 +67,7 @@ BEGIN
     END IF;
     SELECT s.last_value, s.is_called INTO p, called FROM @SCHEMA@.pinned s;
     SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END INTO w FROM @SCHEMA@.writes s;
-    IF NOT called OR w <> p_peek THEN
+    IF NOT called OR w <> p_peek OR p < @SCHEMA@.now_ms() - 1000 THEN
         RETURN NULL;
     END IF;
     RETURN p;
