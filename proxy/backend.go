@@ -52,6 +52,9 @@ type backend struct {
 	// valueLeft: a failed internalValues left its statement prepared (the
 	// backend skipped its Close): the next call closes it first.
 	valueLeft bool
+	// escapingStrings: the session has standard_conforming_strings off
+	// (strings_scs.go).
+	escapingStrings bool
 }
 
 // next reads the backend's next message. Every read of a session's
@@ -65,6 +68,9 @@ func (b *backend) next() (typ byte, frame []byte, err error) {
 		if err != nil || typ != 'A' && typ != 'S' {
 			b.followBatch(typ)
 			return typ, frame, err
+		}
+		if typ == 'S' {
+			b.noteParameter(frame)
 		}
 		if b.async == nil {
 			continue
@@ -129,13 +135,14 @@ func connectBackend(ctx context.Context, base *pgconn.Config, start wire.Startup
 
 func newBackend(nc net.Conn, pid uint32, secret []byte, params map[string]string, cfg *pgconn.Config) *backend {
 	return &backend{
-		nc:     nc,
-		r:      wire.NewReader(nc, backendReadBuffer, backendMaxMessage),
-		w:      wire.NewWriter(nc, backendWriteBuffer),
-		pid:    pid,
-		secret: secret,
-		params: params,
-		cfg:    cfg,
+		nc:              nc,
+		r:               wire.NewReader(nc, backendReadBuffer, backendMaxMessage),
+		w:               wire.NewWriter(nc, backendWriteBuffer),
+		pid:             pid,
+		secret:          secret,
+		params:          params,
+		cfg:             cfg,
+		escapingStrings: params[scsParameter] == "off",
 	}
 }
 
@@ -299,10 +306,7 @@ func passthroughStartup(nc net.Conn, cfg *pgconn.Config, relay wire.AuthRelay) (
 				return nil, err
 			}
 		case 'S':
-			var ps pgproto3.ParameterStatus
-			if err := ps.Decode(body); err == nil {
-				b.params[ps.Name] = ps.Value
-			}
+			b.noteParameter(frame)
 		case 'K':
 			var kd pgproto3.BackendKeyData
 			if err := kd.Decode(body); err != nil {

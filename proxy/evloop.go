@@ -61,7 +61,8 @@ func (s *Session) LoopBackend() *evloop.Conn {
 // session's goroutine, which waits for the Cancel as it does for any
 // message (setStatementCancel); the loop's goroutine must not wait.
 func (s *Session) Admit(batch []byte) bool {
-	if !s.stmtMu.TryLock() {
+	if s.be.escapingStrings || !s.stmtMu.TryLock() {
+		// (Texts are checked on the session's own path then.)
 		return false
 	}
 	defer s.stmtMu.Unlock()
@@ -328,7 +329,10 @@ func (s *Session) Answer(typ byte, frame []byte) bool {
 	case 'C':
 		s.noteCommand(frame)
 		return true
-	case 'T', 'I', 'N', '1', '2', '3', 'n', 't', 's', 'S':
+	case 'S':
+		s.be.noteParameter(frame)
+		return true
+	case 'T', 'I', 'N', '1', '2', '3', 'n', 't', 's':
 		return true
 	}
 	// Anything else (COPY, a notification, a malformed frame) is not an

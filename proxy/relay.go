@@ -195,6 +195,9 @@ func (s *Session) handleQuery(ctx context.Context, m *pgproto3.Query, frame []by
 	// A simple Query replaces the unnamed statement and portal.
 	s.forgetStatement("")
 	s.forgetPortal("")
+	if err := s.checkStringSyntax(m.String); err != nil {
+		return s.failQuery(err)
+	}
 	if err := s.txnQuery(ctx, m.String); err != nil {
 		return err
 	}
@@ -237,6 +240,9 @@ func (s *Session) handleQuery(ctx context.Context, m *pgproto3.Query, frame []by
 // Parse).
 func (s *Session) handleParse(ctx context.Context, m *pgproto3.Parse, frame []byte) error {
 	s.forgetStatement(m.Name)
+	if err := s.checkStringSyntax(m.Query); err != nil {
+		return s.failExtended(ctx, err)
+	}
 	if err := s.txnParse(ctx, m); err != nil {
 		return err
 	}

@@ -1,0 +1,260 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Session 7's surfaces played by an attacker from the outside: literal
+// splicing of cached timestamped-read plans (planner/literals.go), the
+// lock-free pin's functions (proxy/storage/pin_trim.sql, pin_fast.sql),
+// and the event loop's frame reader (frontend/evloop).
+
+// hostileLiteral is a string literal as a client spells it, and the value
+// it stands for under standard_conforming_strings on (scsOn) and off.
+type hostileLiteral struct {
+	sql           string
+	scsOn, scsOff string
+}
+
+// hostileLiterals are literals whose spelling the splicer must reproduce
+// as the deparser would, and none of which may become SQL.
+func hostileLiterals() []hostileLiteral {
+	long := strings.Repeat("L'\\", 3000) + "end"
+	lits := []hostileLiteral{
+		{`'plain'`, "plain", "plain"},
+		{`'it''s'`, "it's", "it's"},
+		{`'x'' OR true --'`, "x' OR true --", "x' OR true --"},
+		{`'*/ OR true /*'`, "*/ OR true /*", "*/ OR true /*"},
+		{`'/* c */'`, "/* c */", "/* c */"},
+		{`'-- c'`, "-- c", "-- c"},
+		{`E'esc\'aped'`, "esc'aped", "esc'aped"},
+		{`E'tab\there\\'`, "tab\there\\", "tab\there\\"},
+		{`E'\\'' OR true --'`, `\' OR true --`, `\' OR true --`},
+		{`$$dollar ' " \ $$`, `dollar ' " \ `, `dollar ' " \ `},
+		{`$q$ $$ ' $q$`, ` $$ ' `, ` $$ ' `},
+		{`U&'\00e9t\00e9'`, "été", "(an error)"},
+		{`'été € 😀'`, "été € 😀", "été € 😀"},
+		// The splicer's own string marker, and a number marker as text.
+		{"'\x010\x01'", "\x010\x01", "\x010\x01"},
+		{"'\x011\x01'", "\x011\x01", "\x011\x01"},
+		{`'2000000000'`, "2000000000", "2000000000"},
+		{`'::boolean'`, "::boolean", "::boolean"},
+		{"'" + strings.ReplaceAll(long, "'", "''") + "'", long, strings.ReplaceAll(long, "\\", "")},
+	}
+	// A backslash in a plain literal: two characters with
+	// standard_conforming_strings on, an escape with it off.
+	lits = append(lits,
+		hostileLiteral{`'back\\slash'`, `back\\slash`, `back\slash`},
+		hostileLiteral{`'a\nb'`, `a\nb`, "a\nb"},
+	)
+	return lits
+}
+
+// hostileNumbers are integer expressions in the same place: a format
+// with one number, the number, and two others of its literal class (a
+// long one is numeric) for the texts that come first.
+var hostileNumbers = []struct {
+	format       string
+	n            int64
+	warm1, warm2 int64
+}{
+	{"%s", 3, 5, 6}, {"-%s", 3, 5, 6}, {"- -%s", 3, 5, 6}, {"-(-%s)", 3, 5, 6}, {"- - -%s", 3, 5, 6},
+	{"00%s", 7, 5, 6}, {"-%s", 0, 5, 6}, {"%s", 2000000000, 5, 6}, {"%s", 2000000001, 5, 6},
+	{"-%s", 2147483648, 2147483649, 2147483650}, {"%s", 65535, 5, 6}, {"%s-1", 3, 5, 6},
+	{"3 - -%s", 1, 5, 6}, {"%s", 2147483647, 5, 6}, {"%s.5", 3, 5, 6}, {"-%s.0", 3, 5, 6},
+}
+
+// TestHostile7LiteralSplicing: reads AS OF a timestamp, whose plans are
+// cached by skeleton with new literals spliced into the cached rewritten
+// SQL, with hostile literals, in both protocols and with
+// standard_conforming_strings on and off, each text twice (the second
+// hits the cache): every answer equals a fresh proxy's (each text a
+// skeleton of its own there, so planned from scratch) and the history's,
+// read directly with the same settings. A literal never becomes SQL.
+func TestHostile7LiteralSplicing(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	cached, fresh := startProxy(t), startProxy(t)
+	setup := connectTo(t, ctx, cached.URL("postgres", db))
+	mustExec(t, ctx, setup, "CREATE TABLE lits (k bigint PRIMARY KEY, v text) WITH (RETAIN HISTORY FOR '1h')")
+	// Every value any literal stands for is a row, and a few rows whose
+	// text an injected condition would add.
+	values := map[string]bool{"other": true, "": true}
+	for _, l := range hostileLiterals() {
+		values[l.scsOn], values[l.scsOff] = true, true
+	}
+	k := int64(100)
+	for v := range values {
+		k++
+		if _, err := setup.Exec(ctx, "INSERT INTO lits VALUES ($1, $2)", k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ts int64
+	if err := setup.QueryRow(ctx, "SELECT mz_now()", pgx.QueryExecModeSimpleProtocol).Scan(&ts); err != nil {
+		t.Fatal(err)
+	}
+	// A later write: a read at ts must not see it.
+	mustExec(t, ctx, setup, "INSERT INTO lits VALUES (1, 'plain')")
+	direct := connectTo(t, ctx, directURL("postgres", db))
+	var history string
+	if err := direct.QueryRow(ctx, "SELECT history FROM mzproxy.catalog WHERE name = 'lits' AND dropped_ts IS NULL").Scan(&history); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, scs := range []string{"on", "off"} {
+		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+			t.Run(fmt.Sprintf("scs_%s/%s", scs, mode), func(t *testing.T) {
+				c := splicingClients{t: t, ctx: ctx, mode: mode, history: history, ts: ts}
+				c.cached = c.connect(cached.URL("postgres", db), scs)
+				c.fresh = c.connect(fresh.URL("postgres", db), scs)
+				c.direct = c.connect(directURL("postgres", db), scs)
+				for _, l := range hostileLiterals() {
+					// With the setting off, the proxy cannot read a
+					// backslash in a plain string as PostgreSQL does: it
+					// refuses the text (the Unicode string is PostgreSQL's
+					// own 0A000 then).
+					c.refused = scs == "off" && l.scsOn != l.scsOff
+					c.check("v = %s", l.sql, "'zz'", "'yy'")
+				}
+				c.refused = false
+				for _, n := range hostileNumbers {
+					f := "k = " + n.format + " + 100"
+					c.check(f, fmt.Sprint(n.n), fmt.Sprint(n.warm1), fmt.Sprint(n.warm2))
+				}
+			})
+		}
+	}
+}
+
+// splicingClients are the three sessions TestHostile7LiteralSplicing
+// compares.
+type splicingClients struct {
+	t                     *testing.T
+	ctx                   context.Context
+	mode                  pgx.QueryExecMode
+	cached, fresh, direct *pgx.Conn
+	history               string
+	ts                    int64
+	unique                int
+	// refused: the proxies must refuse the text with 0A000.
+	refused bool
+}
+
+func (c *splicingClients) connect(url, scs string) *pgx.Conn {
+	conn := connectTo(c.t, c.ctx, url)
+	// escape_string_warning off: the warnings are notices, not answers.
+	mustExec(c.t, c.ctx, conn, "SET standard_conforming_strings = "+scs, "SET escape_string_warning = off")
+	return conn
+}
+
+// check reads the rows matching cond (format with lit) AS OF the
+// timestamp through the cached proxy (first with warm1 and warm2, so that
+// the skeleton's literal plan is made, then with lit twice), through the
+// fresh one (a skeleton of its own) and from the history directly: the
+// answers must agree.
+func (c *splicingClients) check(format, lit, warm1, warm2 string) {
+	c.t.Helper()
+	query := func(conn *pgx.Conn, alias, where string) string {
+		return c.answer(conn, fmt.Sprintf("SELECT coalesce(string_agg(k::text || '=' || md5(v), ',' ORDER BY k), '') AS %s FROM lits WHERE %s AS OF %d",
+			alias, where, c.ts))
+	}
+	cond := fmt.Sprintf(format, lit)
+	query(c.cached, "a", fmt.Sprintf(format, warm1))
+	query(c.cached, "a", fmt.Sprintf(format, warm2))
+	first := query(c.cached, "a", cond)
+	second := query(c.cached, "a", cond)
+	c.unique++
+	fresh := query(c.fresh, fmt.Sprintf("fresh%d", c.unique), cond)
+	direct := c.answer(c.direct, fmt.Sprintf("SELECT coalesce(string_agg(k::text || '=' || md5(v), ',' ORDER BY k), '') FROM %s WHERE mz_from <= %d AND mz_to > %d AND (%s)",
+		c.history, c.ts, c.ts, cond))
+	if c.refused {
+		direct = "ERROR 0A000"
+	}
+	if first != direct || second != direct || fresh != direct {
+		c.t.Errorf("WHERE %s AS OF %d: cached proxy %q then %q, fresh proxy %q, history directly %q",
+			short(cond), c.ts, short(first), short(second), short(fresh), short(direct))
+	}
+}
+
+// answer is the one value q answers, or its SQLSTATE as "ERROR code".
+// The simple protocol goes through pgconn: pgx refuses it with
+// standard_conforming_strings off.
+func (c *splicingClients) answer(conn *pgx.Conn, q string) string {
+	c.t.Helper()
+	var v string
+	var err error
+	if c.mode == pgx.QueryExecModeSimpleProtocol {
+		var results []*pgconn.Result
+		results, err = conn.PgConn().Exec(c.ctx, q).ReadAll()
+		if err == nil {
+			if len(results) != 1 || len(results[0].Rows) != 1 {
+				c.t.Fatalf("%s: %d results", short(q), len(results))
+			}
+			v = string(results[0].Rows[0][0])
+		}
+	} else {
+		err = conn.QueryRow(c.ctx, q, c.mode).Scan(&v)
+	}
+	if err != nil {
+		if sqlState(err) == "" {
+			c.t.Fatalf("%s: %v", short(q), err)
+		}
+		return "ERROR " + sqlState(err)
+	}
+	return v
+}
+
+// short is s cut to a length a failure message can show.
+func short(s string) string {
+	if len(s) > 200 {
+		return s[:200] + fmt.Sprintf("...(%d bytes)", len(s))
+	}
+	return s
+}
+
+// TestHostile7StringSmuggling: with standard_conforming_strings off, a
+// text the proxy reads as one harmless read (a plain string with a
+// backslash) is more statements at the backend: the proxy refuses it with
+// 0A000, whichever way the setting was turned off (SET, or set_config in
+// a read the event loop forwards), in both protocols; nothing it hid runs,
+// the session goes on, and E'...' strings still work.
+func TestHostile7StringSmuggling(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t, "--event-loop")
+	smuggle := `SELECT 'a\' || '; CREATE TABLE smuggled (x int); --'`
+	for _, how := range []string{"SET standard_conforming_strings = off", "SELECT set_config('standard_conforming_strings', 'off', false)"} {
+		conn := connectTo(t, ctx, p.URL("postgres", db))
+		if _, err := conn.PgConn().Exec(ctx, how).ReadAll(); err != nil {
+			t.Fatalf("%s: %v", how, err)
+		}
+		_, err := conn.PgConn().Exec(ctx, smuggle).ReadAll()
+		wantCode(t, err, "0A000")
+		_, err = conn.Exec(ctx, smuggle, pgx.QueryExecModeExec)
+		wantCode(t, err, "0A000")
+		var v string
+		if err := conn.QueryRow(ctx, `SELECT E'a\\b'`, pgx.QueryExecModeExec).Scan(&v); err != nil || v != `a\b` {
+			t.Fatalf(`E'a\\b' with standard_conforming_strings off: %q, %v`, v, err)
+		}
+		// On again: the same text is one read of one string.
+		if _, err := conn.PgConn().Exec(ctx, "SET standard_conforming_strings = on").ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.QueryRow(ctx, smuggle, pgx.QueryExecModeSimpleProtocol).Scan(&v); err != nil || v != `a\; CREATE TABLE smuggled (x int); --` {
+			t.Fatalf("%s with standard_conforming_strings on: %q, %v", smuggle, v, err)
+		}
+	}
+	var exists bool
+	if err := connectTo(t, ctx, directURL("postgres", db)).QueryRow(ctx, "SELECT to_regclass('smuggled') IS NOT NULL").Scan(&exists); err != nil || exists {
+		t.Fatalf("the smuggled CREATE TABLE ran (%v, %v)", exists, err)
+	}
+}
