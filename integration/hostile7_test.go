@@ -3,8 +3,10 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -256,5 +258,179 @@ func TestHostile7StringSmuggling(t *testing.T) {
 	var exists bool
 	if err := connectTo(t, ctx, directURL("postgres", db)).QueryRow(ctx, "SELECT to_regclass('smuggled') IS NOT NULL").Scan(&exists); err != nil || exists {
 		t.Fatalf("the smuggled CREATE TABLE ran (%v, %v)", exists, err)
+	}
+}
+
+// pinAttacks are what an ordinary role runs against the lock-free pin's
+// functions: hostile arguments, loops, its own transactions (some left
+// open while others work), and the settings the functions read.
+var pinAttacks = []struct {
+	sql      string
+	leftOpen bool // a transaction block others must not wait for
+}{
+	{sql: "SELECT mzproxy.pin_peek()"},
+	{sql: "SELECT mzproxy.pin_check(-1)"},
+	{sql: "SELECT mzproxy.pin_check(-9223372036854775808)"},
+	{sql: "SELECT mzproxy.pin_check(9223372036854775807)"},
+	{sql: "SELECT mzproxy.pin_check(NULL)"},
+	{sql: "SELECT mzproxy.pin_check(0)"},
+	{sql: "SELECT mzproxy.pin_check(x) FROM generate_series(-3, 3) x"},
+	{sql: "SELECT mzproxy.pin_check(mzproxy.pin_peek())"},
+	{sql: "SELECT mzproxy.pin_check(mzproxy.pin_peek() + 1)"},
+	{sql: "SELECT mzproxy.pin_check(mzproxy.now_ms() + 86400000)"},
+	{sql: "SELECT mzproxy.pin_check(last_value) FROM mzproxy.writes"},
+	{sql: "SELECT max(mzproxy.pin()) FROM generate_series(1, 200)"},
+	{sql: "SELECT max(mzproxy.pin_check(mzproxy.pin_peek())) FROM generate_series(1, 200)"},
+	{sql: "SET search_path = public, pg_catalog; SELECT mzproxy.pin(); RESET search_path"},
+	{sql: "SET statement_timeout = 1; SELECT max(mzproxy.pin()) FROM generate_series(1, 100000)"},
+	{sql: "RESET statement_timeout"},
+	{sql: "SET mzproxy.write_ts = '1 - 0'; SELECT mzproxy.pin()"},
+	{sql: "RESET mzproxy.write_ts"},
+	{sql: "SET mzproxy.read_writes = '0 x'; SELECT mzproxy.pin(); RESET mzproxy.read_writes"},
+	{sql: "SET mzproxy.peek = '9223372036854775807'; SELECT mzproxy.pin_check(mzproxy.pin_peek())"},
+	{sql: "SET default_transaction_isolation = 'serializable'; SELECT mzproxy.pin(); RESET default_transaction_isolation"},
+	{sql: "BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY; SELECT mzproxy.pin(); SELECT mzproxy.pin_check(mzproxy.pin_peek()); COMMIT"},
+	{sql: "BEGIN; SET LOCAL transaction_isolation = 'repeatable read'; SELECT mzproxy.pin(); SELECT mzproxy.pin(); ROLLBACK"},
+	{sql: "BEGIN; SET LOCAL mzproxy.write_ts = ''; SELECT mzproxy.pin(); COMMIT"},
+	{sql: "BEGIN; SET LOCAL statement_timeout = 1; SELECT mzproxy.pin(); COMMIT"},
+	{sql: "ROLLBACK"},
+	{sql: "PREPARE h7(bigint) AS SELECT mzproxy.pin_check($1); EXECUTE h7(-1); EXECUTE h7(NULL); DEALLOCATE h7"},
+	{sql: "BEGIN; SELECT mzproxy.pin(); SELECT mzproxy.pin_check(mzproxy.pin_peek())", leftOpen: true},
+	{sql: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT mzproxy.pin_peek(); SELECT mzproxy.pin()", leftOpen: true},
+	{sql: "BEGIN; SELECT mzproxy.pin_check(mzproxy.pin_peek()) FROM generate_series(1, 50); SAVEPOINT s; SELECT mzproxy.pin(); ROLLBACK TO s", leftOpen: true},
+}
+
+// TestHostile7PinFunctions: an ordinary role, through the proxy and
+// directly, runs pinAttacks. After each, and while each left-open block
+// is open: the oracle never went backwards nor far ahead of the clock,
+// what the functions answered is neither below an earlier pin nor in
+// the future, an acknowledged write is seen by another session's read of
+// the present (plain, mz_now(), a read-only transaction) within a bounded
+// wait, and the role gained nothing.
+func TestHostile7PinFunctions(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	role := ordinaryRole(t, ctx)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	admin := connectTo(t, ctx, directURL("postgres", db))
+	if _, err := admin.Exec(ctx, "GRANT CREATE ON SCHEMA public TO "+role); err != nil {
+		t.Fatal(err)
+	}
+	owner := connectTo(t, ctx, p.URL(role, db))
+	mustExec(t, ctx, owner, "CREATE TABLE acct (k int PRIMARY KEY, v bigint)", "INSERT INTO acct VALUES (1, 0)")
+	executable := func() int {
+		var n int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_proc p WHERE p.pronamespace = 'mzproxy'::regnamespace
+			AND has_function_privilege($1, p.oid, 'EXECUTE')`, role).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	grantsBefore := executable()
+	w := &presentWitness{t: t, ctx: ctx, admin: admin,
+		writer: connectTo(t, ctx, p.URL(role, db)), reader: connectTo(t, ctx, p.URL(role, db))}
+	w.check("before the attacks")
+	for _, via := range []struct{ name, url string }{{"proxy", p.URL(role, db)}, {"direct", directURL(role, db)}} {
+		attacker := connectTo(t, ctx, via.url)
+		for _, a := range pinAttacks {
+			floor := w.upper
+			results, err := attacker.PgConn().Exec(ctx, a.sql).ReadAll()
+			if code := sqlState(err); err != nil && (code == "" || code == "XX000" || strings.HasPrefix(code, "08")) {
+				t.Fatalf("%s: %s: %v", via.name, a.sql, err)
+			}
+			w.answersInRange(via.name+": "+a.sql, results, floor)
+			w.check(via.name + ": " + a.sql)
+			if a.leftOpen {
+				if _, err := attacker.Exec(ctx, "ROLLBACK"); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if n := executable(); n != grantsBefore {
+		t.Errorf("the role may execute %d of mzproxy's functions, %d before", n, grantsBefore)
+	}
+	var super bool
+	if err := admin.QueryRow(ctx, "SELECT rolsuper FROM pg_roles WHERE rolname = $1", role).Scan(&super); err != nil || super {
+		t.Fatalf("rolsuper %v, %v", super, err)
+	}
+}
+
+// presentWitness checks the oracle and the reads of the present from
+// sessions of their own.
+type presentWitness struct {
+	t              *testing.T
+	ctx            context.Context
+	admin          *pgx.Conn // direct, the oracle's state
+	writer, reader *pgx.Conn // through the proxy
+	upper          int64     // the last upper seen
+	v              int64     // the last value written
+}
+
+// check writes the next value through the writer, then reads it through
+// the reader three ways, each within a minute; and checks the upper.
+func (w *presentWitness) check(after string) {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(w.ctx, time.Minute)
+	defer cancel()
+	if err := w.writer.QueryRow(ctx, "UPDATE acct SET v = v + 1 WHERE k = 1 RETURNING v").Scan(&w.v); err != nil {
+		w.t.Fatalf("after %s: the write: %v", after, err)
+	}
+	var plain, now, ts int64
+	if err := w.reader.QueryRow(ctx, "SELECT v FROM acct WHERE k = 1").Scan(&plain); err != nil || plain != w.v {
+		w.t.Fatalf("after %s: a read of the present: %d, %v; want %d", after, plain, err, w.v)
+	}
+	if err := w.reader.QueryRow(ctx, "SELECT v, mz_now() FROM acct WHERE k = 1").Scan(&now, &ts); err != nil || now != w.v {
+		w.t.Fatalf("after %s: a read with mz_now(): %d, %v; want %d", after, now, err, w.v)
+	}
+	var inTxn int64
+	err := pgx.BeginTxFunc(ctx, w.reader, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, "SELECT v FROM acct WHERE k = 1").Scan(&inTxn)
+	})
+	if err != nil || inTxn != w.v {
+		w.t.Fatalf("after %s: a read-only transaction: %d, %v; want %d", after, inTxn, err, w.v)
+	}
+	var upper, clock int64
+	if err := w.admin.QueryRow(ctx, "SELECT mzproxy.upper(), mzproxy.now_ms()").Scan(&upper, &clock); err != nil {
+		w.t.Fatal(err)
+	}
+	if upper < w.upper || upper < ts+1 {
+		w.t.Fatalf("after %s: the upper went back to %d from %d (mz_now() read %d)", after, upper, w.upper, ts)
+	}
+	if upper > clock+60_000 {
+		w.t.Fatalf("after %s: the upper %d is %d ms past the clock", after, upper, upper-clock)
+	}
+	w.upper = upper
+}
+
+// answersInRange checks that every number the pin functions answered is
+// a timestamp at or past floor-1 (the upper before the statement) and
+// not in the future, or the count of writes (small).
+func (w *presentWitness) answersInRange(what string, results []*pgconn.Result, floor int64) {
+	w.t.Helper()
+	var clock int64
+	if err := w.admin.QueryRow(w.ctx, "SELECT mzproxy.now_ms()").Scan(&clock); err != nil {
+		w.t.Fatal(err)
+	}
+	for _, r := range results {
+		if len(r.FieldDescriptions) != 1 || !strings.HasPrefix(r.FieldDescriptions[0].Name, "pin") && r.FieldDescriptions[0].Name != "max" {
+			continue
+		}
+		for _, row := range r.Rows {
+			if row[0] == nil {
+				continue
+			}
+			v, err := strconv.ParseInt(string(row[0]), 10, 64)
+			if err != nil {
+				w.t.Fatalf("%s: answered %q", what, row[0])
+			}
+			if r.FieldDescriptions[0].Name == "pin_peek" && v < 1_000_000_000 {
+				continue // the count of writes
+			}
+			if v < floor-1 || v > clock+60_000 {
+				w.t.Errorf("%s: answered %d; the upper was %d before, the clock is %d", what, v, floor, clock)
+			}
+		}
 	}
 }
