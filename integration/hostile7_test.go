@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // Session 7's surfaces played by an attacker from the outside: literal
@@ -433,4 +436,113 @@ func (w *presentWitness) answersInRange(what string, results []*pgconn.Result, f
 			}
 		}
 	}
+}
+
+// TestHostile7EventLoopFrames: malformed and hostile frames on sessions the
+// event loop drives (each first has a read forwarded by the loop): a
+// truncated frame, an oversized or zero length, a flood of tiny frames in
+// pieces, junk pipelined after a valid Query or inside an extended batch.
+// Each gets 08P01 for its own connection only (a cut-short frame just
+// ends it, as in PostgreSQL), a flood is answered frame by frame, and a
+// session with a read at the backend meanwhile gets its answer.
+func TestHostile7EventLoopFrames(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	p := startProxy(t, "--event-loop", "--max-message-size", "4096")
+	bystander := p.dialRaw(t)
+	bystander.startup()
+	bystander.write(queryFrame("SELECT 1"))
+	expectRow(t, bystander, "1")
+	bystander.write(queryFrame("SELECT 8 FROM pg_sleep(3)"))
+
+	parse, _ := (&pgproto3.Parse{Query: "SELECT 5"}).Encode(nil)
+	extended := func(tail ...byte) []byte {
+		b := slices.Clone(parse)
+		b, _ = (&pgproto3.Bind{}).Encode(b)
+		b, _ = (&pgproto3.Execute{}).Encode(b)
+		return append(b, tail...)
+	}
+	junk := []byte{'y', 0, 0, 0, 4}
+	sync := []byte{'S', 0, 0, 0, 4}
+	// A Bind whose one parameter's length is -2.
+	badBind := []byte{'B', 0, 0, 0, 16, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xfe, 0, 0}
+	tests := []struct {
+		name string
+		send []byte
+		rows []string // the answers expected before the error
+		code string   // "" when the proxy just closes
+		cut  bool     // the client stops writing after send
+		// goesOn: PostgreSQL's ERROR (not FATAL), then ReadyForQuery, and
+		// the session goes on.
+		goesOn bool
+	}{
+		{name: "truncated header", send: queryFrame("SELECT 1")[:3], cut: true},
+		{name: "truncated Query", send: queryFrame("SELECT 1")[:7], cut: true},
+		{name: "truncated after a whole Query", send: append(queryFrame("SELECT 6"), queryFrame("SELECT 1")[:9]...), rows: []string{"6"}, cut: true},
+		{name: "truncated extended batch", send: extended()[:20], cut: true},
+		{name: "oversized length", send: []byte{'Q', 0x40, 0, 0, 0, 'S'}, code: "08P01"},
+		{name: "length over the limit", send: []byte{'P', 0, 0, 0x10, 1, 0}, code: "08P01"},
+		{name: "zero length", send: []byte{'Q', 0, 0, 0, 0}, code: "08P01"},
+		{name: "zero length Sync", send: []byte{'S', 0, 0, 0, 0}, code: "08P01"},
+		{name: "junk after a Query", send: append(queryFrame("SELECT 6"), junk...), rows: []string{"6"}, code: "08P01"},
+		{name: "bad length after a Query", send: append(queryFrame("SELECT 6"), 'Q', 0, 0, 0, 2), rows: []string{"6"}, code: "08P01"},
+		{name: "junk in an extended batch", send: extended(append(junk, sync...)...), code: "08P01"},
+		{name: "Bind with a negative length", send: append(append(slices.Clone(parse), badBind...), sync...), code: "08P01"},
+		{name: "Query without its NUL", send: []byte{'Q', 0, 0, 0, 8, 'S', 'E', 'L', 'x'}, code: "08P01", goesOn: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := p.dialRaw(t)
+			c.startup()
+			c.write(queryFrame("SELECT 1")) // forwarded by the loop
+			expectRow(t, c, "1")
+			c.write(tt.send)
+			for _, r := range tt.rows {
+				expectRow(t, c, r)
+			}
+			if tt.cut {
+				_ = c.nc.(interface{ CloseWrite() error }).CloseWrite()
+			}
+			switch {
+			case tt.code == "":
+				c.expectClosed()
+			case tt.goesOn:
+				er, ok := c.receive().(*pgproto3.ErrorResponse)
+				if !ok || er.Code != tt.code || er.Severity != "ERROR" {
+					t.Fatalf("got %#v, want ERROR %s", er, tt.code)
+				}
+				if _, ok := c.receive().(*pgproto3.ReadyForQuery); !ok {
+					t.Fatal("no ReadyForQuery after the error")
+				}
+				c.write(queryFrame("SELECT 2"))
+				expectRow(t, c, "2")
+			default:
+				c.expectFatal(tt.code)
+			}
+		})
+	}
+
+	t.Run("flood of tiny frames", func(t *testing.T) {
+		c := p.dialRaw(t)
+		c.startup()
+		c.write(queryFrame("SELECT 1"))
+		expectRow(t, c, "1")
+		const syncs = 3000
+		flood := bytes.Repeat([]byte{'S', 0, 0, 0, 4}, syncs)
+		flood = append(flood, queryFrame("SELECT 9")...)
+		for i := 0; i < len(flood); i += 7 {
+			c.write(flood[i:min(i+7, len(flood))])
+		}
+		for i := range syncs {
+			if z, ok := c.receive().(*pgproto3.ReadyForQuery); !ok || z.TxStatus != 'I' {
+				t.Fatalf("answer %d to a Sync: %#v", i, z)
+			}
+		}
+		expectRow(t, c, "9")
+	})
+
+	expectRow(t, bystander, "8")
+	bystander.write(queryFrame("SELECT 2"))
+	expectRow(t, bystander, "2")
+	p.mustAlive(t, ctx)
 }

@@ -119,9 +119,11 @@ func (l *Loop) readClient(m *member) {
 		return
 	}
 	m.in = m.in[:len(m.in)+n]
-	if len(m.in) < cap(m.in) {
+	if len(m.in) < cap(m.in) && !m.chup {
 		// A short read emptied the socket: the next edge says when more
-		// is there.
+		// is there. Not after a hang-up, whose edge may have come with
+		// these bytes: no edge follows it, and the end of the stream is
+		// still to be read (the next read returns 0).
 		m.cr = false
 	}
 	state, whole := judgeBatch(m.in, l.maxBatch, m.peer.MaxMessageSize())
