@@ -351,6 +351,30 @@ func TestHostile7PinFunctions(t *testing.T) {
 			}
 		}
 	}
+	// The proxy's own pin statements run in the role's session: with an
+	// operator and a function of the role's ahead of pg_catalog in its
+	// search_path they may answer what the role chose. That may fail the
+	// role's own read-only transactions (XX000 today), but nothing of
+	// anyone else's.
+	hijacker := connectTo(t, ctx, p.URL(role, db))
+	mustExec(t, ctx, hijacker,
+		`CREATE FUNCTION public.forged(a text, b text) RETURNS text LANGUAGE sql AS $$ SELECT '9223372036854775000 0 0' $$`,
+		`CREATE OPERATOR public.|| (LEFTARG = text, RIGHTARG = text, FUNCTION = public.forged)`,
+		`CREATE FUNCTION public.current_setting(text) RETURNS text LANGUAGE sql AS $$ SELECT 'read committed' $$`,
+		"SET search_path = public, pg_catalog")
+	for range 3 {
+		err := pgx.BeginTxFunc(ctx, hijacker, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "SELECT v, mz_now() FROM acct WHERE k = 1")
+			return err
+		})
+		if code := sqlState(err); err != nil && code == "" {
+			t.Fatalf("a read-only transaction with a hijacked search_path: %v", err)
+		}
+		w.check("a read-only transaction with a hijacked search_path")
+	}
+	mustExec(t, ctx, hijacker, "DROP OPERATOR public.|| (text, text)", "DROP FUNCTION public.forged(text, text)", "DROP FUNCTION public.current_setting(text)")
+	noHoldsOn(t, ctx, admin, "acct")
+
 	if n := executable(); n != grantsBefore {
 		t.Errorf("the role may execute %d of mzproxy's functions, %d before", n, grantsBefore)
 	}
