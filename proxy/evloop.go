@@ -61,11 +61,14 @@ func (s *Session) LoopBackend() *evloop.Conn {
 // session's goroutine, which waits for the Cancel as it does for any
 // message (setStatementCancel); the loop's goroutine must not wait.
 func (s *Session) Admit(batch []byte) bool {
-	if s.be.escapingStrings || !s.stmtMu.TryLock() {
-		// (Texts are checked on the session's own path then.)
+	if !s.stmtMu.TryLock() {
 		return false
 	}
 	defer s.stmtMu.Unlock()
+	if s.be != nil && s.be.escapingStrings {
+		// Its texts are checked on the session's own path (strings_scs.go).
+		return false
+	}
 	msgs, ok := s.plainBatch(batch)
 	if !ok {
 		return false
