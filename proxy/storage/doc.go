@@ -12,7 +12,7 @@
 // 6 to 7, ddl_speed.sql 7 to 8, write_cost.sql 8 to 9, ddl_cost.sql 9 to
 // 10, block_cost.sql 10 to 11, write_trim.sql 11 to 12,
 // ddl_trim.sql 12 to 13, pin_trim.sql 13 to 14,
-// pin_fast.sql 14 to 15 (a database at an older
+// pin_fast.sql 14 to 15, ddl_fast.sql 15 to 16 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
