@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -94,5 +95,46 @@ func TestCreateTableKeepsTriggerSignature(t *testing.T) {
 		}
 		historyMatches(t, conn, "k", inWrite(t, conn, "INSERT INTO k (a) SELECT max(a) + 1 FROM k",
 			"UPDATE k SET b = b || '!' WHERE a = 1", "DELETE FROM k WHERE a = 2 OR a = 3"), fmt.Sprintf("writes after %s", stmt))
+	}
+}
+
+// TestUpgradeFromVersion15: tables made at version 15 (whose signature
+// waits for their first ALTER TABLE, one with a deferrable key) keep
+// recording history through the upgrade to 16 and through column changes
+// after it; the first ALTER of each makes its functions' signature (with
+// the same value version 15 computed), and later ones keep them.
+func TestUpgradeFromVersion15(t *testing.T) {
+	cs := newDB(t)
+	ctx := context.Background()
+	conn := connect(t, cs)
+	v15 := strings.ReplaceAll(strings.Join(migrations[:15], "\n"), "@SCHEMA@", Schema)
+	if _, err := conn.PgConn().Exec(ctx, "BEGIN; SET LOCAL check_function_bodies = off; "+v15+"; COMMIT").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	inWrite(t, conn, "CREATE TABLE k (a int PRIMARY KEY, b text)", "INSERT INTO k VALUES (1, 'x'), (2, 'y')",
+		"CREATE TABLE dk (a int PRIMARY KEY DEFERRABLE, b text)", "INSERT INTO dk VALUES (1, 'x'), (2, 'y')",
+		"CREATE TABLE signed (a int PRIMARY KEY, b text)", "ALTER TABLE signed ADD COLUMN c int")
+	if err := Install(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	if got := queryInt(t, conn, "SELECT max(version) FROM "+Schema+".schema_version"); got != 16 {
+		t.Fatalf("version %d after the upgrade, want 16", got)
+	}
+	// signed's signature, made at version 15, still holds.
+	if n := callCount(writeCalls(t, cs, -1, "ALTER TABLE signed DROP COLUMN c"), "gen_triggers"); n != 0 {
+		t.Errorf("ALTER TABLE signed DROP COLUMN c: gen_triggers ran %d times, want 0", n)
+	}
+	for _, tb := range []string{"k", "dk"} {
+		for i, stmt := range []string{"ALTER TABLE " + tb + " ADD COLUMN c int", "ALTER TABLE " + tb + " DROP COLUMN c"} {
+			want := 0
+			if i == 0 {
+				want = 1 // made at version 15: no signature yet
+			}
+			if n := callCount(writeCalls(t, cs, -1, stmt), "gen_triggers"); n != want {
+				t.Errorf("%s: gen_triggers ran %d times, want %d", stmt, n, want)
+			}
+			historyMatches(t, conn, tb, inWrite(t, conn, "INSERT INTO "+tb+" (a) SELECT max(a) + 1 FROM "+tb,
+				"UPDATE "+tb+" SET b = 'z' WHERE a = 1", "DELETE FROM "+tb+" WHERE a = 2"), "writes after "+stmt)
+		}
 	}
 }
