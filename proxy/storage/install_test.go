@@ -106,3 +106,42 @@ func TestUpgradeFromVersion1(t *testing.T) {
 		t.Errorf("mirror records of t_pkey after upgrade: %d, want 1", got)
 	}
 }
+
+// TestFreshInstallFiresNoEventTrigger: installing into a database without
+// the schema runs none of mzproxy's event triggers (version 15's install
+// ran them at each of its DDL statements after the first part), and the
+// event triggers are in place and fire afterwards.
+func TestFreshInstallFiresNoEventTrigger(t *testing.T) {
+	cs := newDB(t)
+	ctx := context.Background()
+	conn := connect(t, cs)
+	if _, err := conn.Exec(ctx, "SET track_functions = 'all'"); err != nil {
+		t.Fatal(err)
+	}
+	if err := Install(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	calls := func() int64 {
+		t.Helper()
+		// The session's counts reach the shared statistics when it is next
+		// idle; read them in a transaction after that.
+		if _, err := conn.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
+			t.Fatal(err)
+		}
+		return queryInt(t, conn, `SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions
+			WHERE schemaname = $1 AND funcname IN ('on_ddl_command_end', 'on_sql_drop')`, Schema)
+	}
+	if n := calls(); n != 0 {
+		t.Errorf("a fresh install ran the event triggers %d times, want none", n)
+	}
+	inWrite(t, conn, "CREATE TABLE k (a int PRIMARY KEY)", "INSERT INTO k VALUES (1)")
+	if n := calls(); n == 0 {
+		t.Error("CREATE TABLE after the install ran no event trigger")
+	}
+	if got := queryInt(t, conn, "SELECT count(*) FROM "+Schema+".catalog WHERE oid = 'k'::regclass"); got != 1 {
+		t.Errorf("k in the catalog %d times, want 1", got)
+	}
+	if got := queryText(t, conn, "SHOW session_replication_role"); got != "origin" {
+		t.Errorf("session_replication_role %q after the install, want origin", got)
+	}
+}
