@@ -4,13 +4,12 @@ package evloop
 
 import (
 	"errors"
-	"runtime"
 	"sync"
 	"syscall"
 )
 
-// Loop is one event loop: a goroutine locked to its thread, waiting in its
-// own epoll set on the sockets of the sessions it drives.
+// Loop is one event loop: a goroutine waiting in its own epoll set on the
+// sockets of the sessions it drives.
 type Loop struct {
 	epfd         int
 	wakeR, wakeW int
@@ -84,8 +83,15 @@ func (l *Loop) wake() {
 	_, _ = syscall.Write(l.wakeW, []byte{0})
 }
 
+// run is the loop's goroutine. It is not locked to its thread
+// (runtime.LockOSThread): Go's scheduler preempts a goroutine that kept
+// its P for 10 ms, system calls included, which a busy loop always does.
+// An unlocked goroutine is put back on a run queue and its thread picks
+// it up again at once; a locked one has its thread hand the P to another
+// thread and sleep until that thread hands it back, and meanwhile every
+// session the loop drives waits (on a loaded machine, for as long as the
+// woken thread waits for a CPU).
 func (l *Loop) run() {
-	runtime.LockOSThread()
 	events := make([]syscall.EpollEvent, 128)
 	for {
 		n, err := syscall.EpollWait(l.epfd, events, -1)
