@@ -26,7 +26,10 @@
 #                      are the point)
 # CPU is /proc/<pid>/stat utime+stime before and after each pgbench run;
 # system calls are `perf stat -e raw_syscalls:sys_enter -p <pid>` over the same
-# run (skipped when perf cannot count them).
+# run (skipped when perf cannot count them); context switches are the
+# voluntary and involuntary ones of the process's threads
+# (/proc/<pid>/task/*/status) over the same run: a middle process that sleeps
+# or is preempted while it holds other sessions' bytes stalls them all.
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-5}
@@ -142,6 +145,13 @@ echo "pgbench -i -s $SCALE" >&2
 pgbench -i -q -s "$SCALE" -h 127.0.0.1 -p "$pg_port" -U postgres postgres >/dev/null 2>&1
 [ -n "$BASELINE" ] && pgbench -i -q -s "$SCALE" -h 127.0.0.1 -p "$pg_port" -U postgres baseline >/dev/null 2>&1
 
+# ctx_switches pid: voluntary and involuntary context switches, summed over
+# the process's threads.
+ctx_switches() {
+	cat /proc/"$1"/task/*/status 2>/dev/null |
+		awk '/^voluntary_ctxt_switches/{v += $2} /^nonvoluntary_ctxt_switches/{n += $2} END{print v + 0, n + 0}'
+}
+
 # syscall_breakdown file n: from strace -c, per system call, calls and failed calls
 # per transaction, summed over the process's threads.
 syscall_breakdown() {
@@ -159,9 +169,10 @@ for round in $(seq "$ROUNDS"); do
 	for mode in $MODES; do
 		for t in $targets; do
 			p=${pid[$t]:-}
-			c0=0 perfpid=
+			c0=0 perfpid= vcs0=0 nvcs0=0
 			if [ -n "$p" ]; then
 				c0=$(cpu_ticks "$p")
+				read -r vcs0 nvcs0 < <(ctx_switches "$p")
 				if [ -n "$perf_ok" ]; then
 					perf stat -x, -e raw_syscalls:sys_enter -o "$work/perf.out" -p "$p" &
 					perfpid=$!
@@ -171,10 +182,12 @@ for round in $(seq "$ROUNDS"); do
 				-h 127.0.0.1 -p "${port[$t]}" -U postgres "${db[$t]:-postgres}" 2>&1) || true
 			tps=$(awk '/^tps = /{print $3}' <<<"$out")
 			n=$(awk '/^number of transactions actually processed/{print $NF}' <<<"$out" | cut -d/ -f1)
-			cpu=- sys=-
+			cpu=- sys=- cs=-
 			if [ -n "$p" ] && [ "${n:-0}" -gt 0 ]; then
 				c1=$(cpu_ticks "$p")
+				read -r vcs1 nvcs1 < <(ctx_switches "$p")
 				cpu=$(python3 -c "print(f'{($c1 - $c0) / $hz / $n * 1e6:.1f}')")
+				cs=$(python3 -c "print(f'{($vcs1 - $vcs0) / $n:.2f}/{($nvcs1 - $nvcs0) / $n:.2f}')")
 				if [ -n "$perfpid" ]; then
 					kill -INT "$perfpid" 2>/dev/null || true
 					wait "$perfpid" 2>/dev/null || true
@@ -185,9 +198,9 @@ for round in $(seq "$ROUNDS"); do
 				kill -INT "$perfpid" 2>/dev/null || true
 				wait "$perfpid" 2>/dev/null || true
 			fi
-			echo "$t $mode ${tps:-0} $cpu $sys" >>"$results"
-			printf 'round %d %-9s %-13s %10s tps  cpu %6s us/txn  syscalls %6s /txn\n' \
-				"$round" "$mode" "$t" "${tps:-0}" "$cpu" "$sys" >&2
+			echo "$t $mode ${tps:-0} $cpu $sys $cs" >>"$results"
+			printf 'round %d %-9s %-13s %10s tps  cpu %6s us/txn  syscalls %6s /txn  switches %9s /txn\n' \
+				"$round" "$mode" "$t" "${tps:-0}" "$cpu" "$sys" "$cs" >&2
 		done
 	done
 done
@@ -217,14 +230,18 @@ python3 - "$results" "$targets" "$MODES" "$ROUNDS" "$DURATION" "$CLIENTS" "$SCAL
 import statistics, sys
 path, targets, modes, rounds, duration, clients, scale = sys.argv[1:]
 targets, modes = targets.split(), modes.split()
-tps, cpu, sysc = {}, {}, {}
+tps, cpu, sysc, vcs, nvcs = {}, {}, {}, {}, {}
 for line in open(path):
-    t, m, v, c, s = line.split()
+    t, m, v, c, s, cs = line.split()
     tps.setdefault((t, m), []).append(float(v))
     if c != "-":
         cpu.setdefault((t, m), []).append(float(c))
     if s != "-":
         sysc.setdefault((t, m), []).append(float(s))
+    if cs != "-":
+        vol, invol = cs.split("/")
+        vcs.setdefault((t, m), []).append(float(vol))
+        nvcs.setdefault((t, m), []).append(float(invol))
 print(f"pgbench -S, {clients} clients, scale {scale}, {rounds} rounds x {duration} s, interleaved; median TPS (ratio to direct)")
 print()
 print("| protocol | " + " | ".join(targets) + " |")
@@ -259,5 +276,18 @@ for m in modes:
         c = f"{statistics.median(cpu[(t, m)]):.1f} µs" if (t, m) in cpu else "-"
         s = f"{statistics.median(sysc[(t, m)]):.1f} sc" if (t, m) in sysc else ""
         cells.append(f"{c} / {s}" if s else c)
+    print(f"| {m} | " + " | ".join(cells) + " |")
+print()
+print("Context switches of the middle process per transaction, voluntary / involuntary (median over rounds)")
+print()
+print("| protocol | " + " | ".join(middle) + " |")
+print("|---|" + "---|" * len(middle))
+for m in modes:
+    cells = []
+    for t in middle:
+        if (t, m) in vcs:
+            cells.append(f"{statistics.median(vcs[(t, m)]):.2f} / {statistics.median(nvcs[(t, m)]):.2f}")
+        else:
+            cells.append("-")
     print(f"| {m} | " + " | ".join(cells) + " |")
 EOF

@@ -6,10 +6,11 @@
 // code for a point read. A session idle in a plain state (no transaction,
 // nothing queued, no COPY, no LISTEN, no holds, no TLS, no statement
 // timeout: the proxy's Session.LoopReady) can instead be driven by a Loop:
-// one goroutine locked to its thread with its own epoll set, which takes
-// the session's two sockets out of Go's netpoller (Conn.detach) and, for
-// each client batch the session admits (a Query, or Parse/Bind/Describe/
-// Execute/Sync of a plain read), does one read and one write each way.
+// one goroutine with its own epoll set (not locked to its thread: see
+// Loop.run), which takes the session's two sockets out of Go's netpoller
+// (Conn.detach) and, for each client batch the session admits (a Query,
+// or Parse/Bind/Describe/Execute/Sync of a plain read), does one read and
+// one write each way.
 //
 // Anything else gives the sockets back to the session's goroutine (Run
 // returns) with the client bytes read and not forwarded, and the normal

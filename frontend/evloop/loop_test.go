@@ -10,6 +10,8 @@ import (
 	"math/rand"
 	"net"
 	"os"
+	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -466,5 +468,34 @@ func TestShortWritesWaitForWritability(t *testing.T) {
 	_ = lc.Close()
 	if r := s.waitReturn(t, "Close"); r.res.Forwarded != 3 {
 		t.Fatalf("Run: %+v, %v; want 3 batches forwarded", r.res, r.err)
+	}
+}
+
+// TestLoopGoroutineIsNotLocked: the loop's goroutine must not be locked
+// to its thread. Go's scheduler preempts a goroutine that kept its P for
+// 10 ms (a busy loop always has: its system calls do not count as
+// yielding); a locked goroutine then sleeps until another thread hands its
+// P back, and every session of the loop waits meanwhile (Loop.run). The
+// goroutine dump says "locked to thread" of a locked goroutine.
+func TestLoopGoroutineIsNotLocked(t *testing.T) {
+	sharedLoop(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		buf := make([]byte, 1<<20)
+		dump := string(buf[:runtime.Stack(buf, true)])
+		for _, g := range strings.Split(dump, "\n\n") {
+			if !strings.Contains(g, "evloop.(*Loop).run(") {
+				continue
+			}
+			header, _, _ := strings.Cut(g, "\n")
+			if strings.Contains(header, "locked to thread") {
+				t.Fatalf("the loop's goroutine is locked to its thread: %s", header)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no goroutine runs evloop.(*Loop).run:\n%s", dump)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
