@@ -150,3 +150,71 @@ func TestSeenReadSearchPathChangedUnseen(t *testing.T) {
 	mustExec(t, ctx, a, "SELECT hop()")
 	read("other")
 }
+
+// TestPreparedReadGuardedBind (issue 15): the Bind of a prepared mz_now()
+// or AS OF read that starts its batch asks nothing of the database's
+// catalog or frontiers: it is planned with those the proxy saw last and
+// checked by the guard on the session's own connection, which also pins a
+// read of the present (one round trip, proxy/seen_read.go guardedBind).
+// The test plays a backend whose frontiers cannot be read (a lock every
+// frontiers read waits for): the Binds go on. The guard still catches a
+// catalog another proxy changed, and a write acknowledged by another proxy
+// is seen.
+func TestPreparedReadGuardedBind(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p, q := startProxy(t), startProxy(t)
+	a := connectTo(t, ctx, p.URL("postgres", db))
+	b := connectTo(t, ctx, q.URL("postgres", db))
+	mustExec(t, ctx, b, "CREATE TABLE gb (k int, v text)", "INSERT INTO gb VALUES (1, 'one')")
+	old := readTS(t, ctx, b)
+	mustExec(t, ctx, b, "UPDATE gb SET v = 'uno' WHERE k = 1")
+	for name, sql := range map[string]string{
+		"now":  "SELECT v, mz_now() FROM gb WHERE k = $1",
+		"asof": "SELECT v FROM gb WHERE k = $1 AS OF " + strconv.FormatUint(old, 10),
+	} {
+		if _, err := a.PgConn().Prepare(ctx, name, sql, nil); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	check := func(what string, want map[string]string) {
+		t.Helper()
+		for name, v := range want {
+			if got, err := readPrepared(ctx, a, name); err != nil || got != v {
+				t.Fatalf("%s: prepared %s read %q, %v; want %q", what, name, got, err, v)
+			}
+		}
+	}
+	both := map[string]string{"now": "uno", "asof": "one"}
+	check("before the lock", both) // publishes the AS OF's hold
+
+	mustExec(t, ctx, a, "SET statement_timeout = '5s'")
+	locker := connectTo(t, ctx, directURL("postgres", db))
+	mustExec(t, ctx, locker, "BEGIN", "LOCK TABLE mzproxy.collections IN ACCESS EXCLUSIVE MODE")
+	for range 10 {
+		check("frontiers locked", both)
+	}
+	mustExec(t, ctx, locker, "COMMIT")
+
+	mustExec(t, ctx, b, "UPDATE gb SET v = 'eins' WHERE k = 1")
+	written := readTS(t, ctx, b)
+	res := a.PgConn().ExecPrepared(ctx, "now", [][]byte{[]byte("1")}, nil, nil).Read()
+	if res.Err != nil || len(res.Rows) != 1 || string(res.Rows[0][0]) != "eins" {
+		t.Fatalf("prepared mz_now() read after another proxy's write: %v, %v", res.Rows, res.Err)
+	}
+	if ts, err := strconv.ParseUint(string(res.Rows[0][1]), 10, 64); err != nil || ts < written {
+		t.Fatalf("mz_now() %s is before the write acknowledged at %d (%v)", res.Rows[0][1], written, err)
+	}
+
+	// The other proxy replaces the table: the statements' plans read the
+	// old one's history, and the guard refuses them.
+	mustExec(t, ctx, b, "DROP TABLE gb", "CREATE TABLE gb (k int, v text)", "INSERT INTO gb VALUES (1, 'two')")
+	for name := range both {
+		_, err := readPrepared(ctx, a, name)
+		wantCode(t, err, "0A000")
+	}
+	var v string
+	if err := a.QueryRow(ctx, "SELECT v FROM gb WHERE k = 1").Scan(&v); err != nil || v != "two" {
+		t.Fatalf("the session after the refused Binds: %q, %v", v, err)
+	}
+}
