@@ -218,3 +218,62 @@ func TestPreparedReadGuardedBind(t *testing.T) {
 		t.Fatalf("the session after the refused Binds: %q, %v", v, err)
 	}
 }
+
+// TestReadGuardPreparedOnce (issue 15): the read guard is a statement the
+// backend parses and plans once per session and catalog revision, not once
+// per read (pg_prepared_statements counts its executions); a client that
+// drops it (DEALLOCATE ALL, DISCARD ALL) reads on, the guard made again.
+func TestReadGuardPreparedOnce(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	a := connectTo(t, ctx, p.URL("postgres", db))
+	mustExec(t, ctx, a, "CREATE TABLE gp (k int, v text)", "INSERT INTO gp VALUES (1, 'one')")
+	read := func(what string) {
+		t.Helper()
+		var v string
+		var ts int64
+		if err := a.QueryRow(ctx, "SELECT v, mz_now() FROM gp WHERE k = 1", pgx.QueryExecModeSimpleProtocol).Scan(&v, &ts); err != nil || v != "one" {
+			t.Fatalf("%s: %q, %v", what, v, err)
+		}
+	}
+	const reads = 20
+	for range reads {
+		read("a read")
+	}
+	var runs int64
+	if err := a.QueryRow(ctx, "SELECT coalesce(sum(generic_plans + custom_plans), 0) FROM pg_prepared_statements WHERE name = 'mzproxy_read_guard'",
+		pgx.QueryExecModeSimpleProtocol).Scan(&runs); err != nil {
+		t.Fatal(err)
+	}
+	if runs < reads-1 {
+		t.Fatalf("the guard's prepared statement ran %d times for %d reads; want one statement for all", runs, reads)
+	}
+
+	prepare := func() {
+		t.Helper()
+		if _, err := a.PgConn().Prepare(ctx, "now", "SELECT v, mz_now() FROM gp WHERE k = $1", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	readNow := func(what string) {
+		t.Helper()
+		if v, err := readPrepared(ctx, a, "now"); err != nil || v != "one" {
+			t.Fatalf("prepared read %s: %q, %v", what, v, err)
+		}
+	}
+	prepare()
+	for _, drop := range []string{"DEALLOCATE ALL", "DISCARD ALL"} {
+		// The guard is prepared (for a Bind, then for a Query); the drop
+		// takes it with the client's statements. The next read meets it
+		// gone.
+		readNow("before " + drop)
+		mustExec(t, ctx, a, drop)
+		prepare()
+		readNow("after " + drop)
+		read("before the second " + drop)
+		mustExec(t, ctx, a, drop)
+		read("after the second " + drop)
+		prepare()
+	}
+}

@@ -52,6 +52,10 @@ type backend struct {
 	// valueLeft: a failed internalValues left its statement prepared (the
 	// backend skipped its Close): the next call closes it first.
 	valueLeft bool
+	// guard is the read guard prepared on this connection as
+	// guardStatement (seen_read.go), when guardPrepared.
+	guard         guardKey
+	guardPrepared bool
 }
 
 // next reads the backend's next message. Every read of a session's

@@ -123,7 +123,7 @@ func (s *Session) guardedQuery(ctx context.Context, st *planner.Statement, fr *s
 		s.enter(timeouts.PhaseTimestamp)
 		s.proxy.obs.OracleRoundTrip(ctx, "read_ts")
 	}
-	values, err := s.sendGuarded(readGuardSQL(rev, s.known.searchPathShown, present), sql)
+	values, err := s.sendGuarded(guardKey{rev: rev, path: s.known.searchPathShown, pin: present}, sql)
 	if err != nil {
 		// The backend skipped the client's Query: it did not run.
 		return isStale(err), ignoreStale(err)
@@ -138,10 +138,13 @@ func (s *Session) guardedQuery(ctx context.Context, st *planner.Statement, fr *s
 	return false, s.exchange(ctx)
 }
 
-// isStale reports whether err is the guard's refusal (readGuardSQL).
+// isStale reports whether err is the guard's refusal (readGuardSQL), or
+// says that its prepared statement is gone (the client's DEALLOCATE ALL or
+// DISCARD ALL): either way nothing ran, and the read is planned again.
 func isStale(err error) bool {
 	pe := pgerr.As(err)
-	return pe.Code == "22P02" && strings.Contains(pe.Message, staleMarker)
+	return pe.Code == "22P02" && strings.Contains(pe.Message, staleMarker) ||
+		pe.Code == pgerr.InvalidSQLStatementName && strings.Contains(pe.Message, guardStatement)
 }
 
 // ignoreStale is err, nil when it is the guard's refusal.
@@ -197,7 +200,7 @@ func (s *Session) guardedBind(ctx context.Context, st *planner.Statement) (c *ch
 	// guard is ended by the proxy's own Sync (internalFailed), not by
 	// skipping to the client's.
 	s.be.clientBatch = false
-	values, err := s.be.internalValues(ctx, readGuardSQL(seen.catalog.cat.Revision, "", present))
+	values, err := s.runGuard(ctx, guardKey{rev: seen.catalog.cat.Revision, pin: present})
 	s.be.clientBatch = true
 	if err == nil && present {
 		err = c.pinnedBy(values[0])
@@ -209,10 +212,28 @@ func (s *Session) guardedBind(ctx context.Context, st *planner.Statement) (c *ch
 	return c, hold, true, nil
 }
 
+// runGuard runs the read guard of key alone, in one round trip.
+func (s *Session) runGuard(ctx context.Context, key guardKey) ([]string, error) {
+	if ctx.Err() != nil {
+		return nil, pgerr.Wrap(pgerr.QueryCanceled, context.Cause(ctx))
+	}
+	closes, err := s.be.sendGuard(key)
+	if err != nil {
+		return nil, s.lost(err)
+	}
+	if err := s.be.w.Send(&pgproto3.Flush{}); err != nil {
+		return nil, s.lost(err)
+	}
+	if err := s.be.w.Flush(); err != nil {
+		return nil, s.lostWrite(err)
+	}
+	return s.be.readGuard(closes)
+}
+
 // sendGuarded sends the guard, then the client's Query sql, and returns
 // the guard's value.
-func (s *Session) sendGuarded(guard, sql string) ([]string, error) {
-	closes, err := s.be.sendValues([]string{guard})
+func (s *Session) sendGuarded(guard guardKey, sql string) ([]string, error) {
+	closes, err := s.be.sendGuard(guard)
 	if err != nil {
 		return nil, s.lost(err)
 	}
@@ -222,7 +243,57 @@ func (s *Session) sendGuarded(guard, sql string) ([]string, error) {
 	if err := s.be.w.Flush(); err != nil {
 		return nil, s.lostWrite(err)
 	}
-	return s.be.readValues(1, closes)
+	return s.be.readGuard(closes)
+}
+
+// guardStatement names the read guard's prepared statement and portal on
+// the session's backend connection.
+const guardStatement = "mzproxy_read_guard"
+
+// guardKey is what the text of a read guard depends on (readGuardSQL's
+// arguments).
+type guardKey struct {
+	rev  int64
+	path string
+	pin  bool
+}
+
+// sendGuard queues the read guard of key, unflushed, as the Bind and
+// Execute of guardStatement, prepared first unless the connection has it
+// for key already: the backend parses and plans the guard once per catalog
+// revision, not once per read. closes is where readGuard starts counting
+// CloseCompletes.
+func (b *backend) sendGuard(key guardKey) (closes int, err error) {
+	msgs := make([]pgproto3.FrontendMessage, 0, 5)
+	closes = 1
+	if !b.guardPrepared || b.guard != key {
+		// Closed first: it may exist for another key (closing one that
+		// does not is no error, and answers CloseComplete all the same).
+		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: guardStatement},
+			&pgproto3.Parse{Name: guardStatement, Query: readGuardSQL(key.rev, key.path, key.pin)})
+		b.guard, b.guardPrepared, closes = key, true, 0
+	}
+	msgs = append(msgs,
+		&pgproto3.Bind{DestinationPortal: guardStatement, PreparedStatement: guardStatement},
+		&pgproto3.Execute{Portal: guardStatement},
+		&pgproto3.Close{ObjectType: 'P', Name: guardStatement})
+	for _, m := range msgs {
+		if err := b.w.Send(m); err != nil {
+			return 0, err
+		}
+	}
+	return closes, nil
+}
+
+// readGuard reads the answers to sendGuard's messages and returns the
+// guard's value. After a failure the guard is prepared again next time:
+// the statement may be gone (a client's DEALLOCATE ALL) or half made.
+func (b *backend) readGuard(closes int) ([]string, error) {
+	values, err := b.readValues(1, closes)
+	if err != nil {
+		b.guardPrepared = false
+	}
+	return values, err
 }
 
 // guardedChoice chooses a guarded read's timestamp (a read of the present:
