@@ -163,7 +163,7 @@ func TestSeenReadSearchPathChangedUnseen(t *testing.T) {
 func TestPreparedReadGuardedBind(t *testing.T) {
 	ctx := testContext(t)
 	db := freshDatabase(t, ctx)
-	p, q := startProxy(t), startProxy(t)
+	p, q := startProxy(t, "--metrics-listen", "127.0.0.1:0"), startProxy(t)
 	a := connectTo(t, ctx, p.URL("postgres", db))
 	b := connectTo(t, ctx, q.URL("postgres", db))
 	mustExec(t, ctx, b, "CREATE TABLE gb (k int, v text)", "INSERT INTO gb VALUES (1, 'one')")
@@ -205,6 +205,7 @@ func TestPreparedReadGuardedBind(t *testing.T) {
 	if ts, err := strconv.ParseUint(string(res.Rows[0][1]), 10, 64); err != nil || ts < written {
 		t.Fatalf("mz_now() %s is before the write acknowledged at %d (%v)", res.Rows[0][1], written, err)
 	}
+	p.awaitHolds(t, 0, "after the prepared reads")
 
 	// The other proxy replaces the table: the statements' plans read the
 	// old one's history, and the guard refuses them.
