@@ -17,7 +17,10 @@ import (
 // chooses a fresh timestamp and appends it as that parameter's value, so a
 // prepared statement reads at a new timestamp every time it is bound (and
 // PostgreSQL can reuse its plan); Describe of the statement hides the extra
-// parameter from the client.
+// parameter from the client. A Bind that starts its batch outside a block
+// chooses it with the catalog and frontiers seen last, behind the read
+// guard (seen_read.go, guardedBind); any other reads them first
+// (database.snapshot).
 
 // int8OID is PostgreSQL's bigint: the timestamp parameter's type.
 const int8OID = 20
