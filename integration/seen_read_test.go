@@ -150,3 +150,131 @@ func TestSeenReadSearchPathChangedUnseen(t *testing.T) {
 	mustExec(t, ctx, a, "SELECT hop()")
 	read("other")
 }
+
+// TestPreparedReadGuardedBind (issue 15): the Bind of a prepared mz_now()
+// or AS OF read that starts its batch asks nothing of the database's
+// catalog or frontiers: it is planned with those the proxy saw last and
+// checked by the guard on the session's own connection, which also pins a
+// read of the present (one round trip, proxy/seen_read.go guardedBind).
+// The test plays a backend whose frontiers cannot be read (a lock every
+// frontiers read waits for): the Binds go on. The guard still catches a
+// catalog another proxy changed, and a write acknowledged by another proxy
+// is seen.
+func TestPreparedReadGuardedBind(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p, q := startProxy(t, "--metrics-listen", "127.0.0.1:0"), startProxy(t)
+	a := connectTo(t, ctx, p.URL("postgres", db))
+	b := connectTo(t, ctx, q.URL("postgres", db))
+	mustExec(t, ctx, b, "CREATE TABLE gb (k int, v text)", "INSERT INTO gb VALUES (1, 'one')")
+	old := readTS(t, ctx, b)
+	mustExec(t, ctx, b, "UPDATE gb SET v = 'uno' WHERE k = 1")
+	for name, sql := range map[string]string{
+		"now":  "SELECT v, mz_now() FROM gb WHERE k = $1",
+		"asof": "SELECT v FROM gb WHERE k = $1 AS OF " + strconv.FormatUint(old, 10),
+	} {
+		if _, err := a.PgConn().Prepare(ctx, name, sql, nil); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	check := func(what string, want map[string]string) {
+		t.Helper()
+		for name, v := range want {
+			if got, err := readPrepared(ctx, a, name); err != nil || got != v {
+				t.Fatalf("%s: prepared %s read %q, %v; want %q", what, name, got, err, v)
+			}
+		}
+	}
+	both := map[string]string{"now": "uno", "asof": "one"}
+	check("before the lock", both) // publishes the AS OF's hold
+
+	mustExec(t, ctx, a, "SET statement_timeout = '5s'")
+	locker := connectTo(t, ctx, directURL("postgres", db))
+	mustExec(t, ctx, locker, "BEGIN", "LOCK TABLE mzproxy.collections IN ACCESS EXCLUSIVE MODE")
+	for range 10 {
+		check("frontiers locked", both)
+	}
+	mustExec(t, ctx, locker, "COMMIT")
+
+	mustExec(t, ctx, b, "UPDATE gb SET v = 'eins' WHERE k = 1")
+	written := readTS(t, ctx, b)
+	res := a.PgConn().ExecPrepared(ctx, "now", [][]byte{[]byte("1")}, nil, nil).Read()
+	if res.Err != nil || len(res.Rows) != 1 || string(res.Rows[0][0]) != "eins" {
+		t.Fatalf("prepared mz_now() read after another proxy's write: %v, %v", res.Rows, res.Err)
+	}
+	if ts, err := strconv.ParseUint(string(res.Rows[0][1]), 10, 64); err != nil || ts < written {
+		t.Fatalf("mz_now() %s is before the write acknowledged at %d (%v)", res.Rows[0][1], written, err)
+	}
+	p.awaitHolds(t, 0, "after the prepared reads")
+
+	// The other proxy replaces the table: the statements' plans read the
+	// old one's history, and the guard refuses them.
+	mustExec(t, ctx, b, "DROP TABLE gb", "CREATE TABLE gb (k int, v text)", "INSERT INTO gb VALUES (1, 'two')")
+	for name := range both {
+		_, err := readPrepared(ctx, a, name)
+		wantCode(t, err, "0A000")
+	}
+	var v string
+	if err := a.QueryRow(ctx, "SELECT v FROM gb WHERE k = 1").Scan(&v); err != nil || v != "two" {
+		t.Fatalf("the session after the refused Binds: %q, %v", v, err)
+	}
+}
+
+// TestReadGuardPreparedOnce (issue 15): the read guard is a statement the
+// backend parses and plans once per session and catalog revision, not once
+// per read (pg_prepared_statements counts its executions); a client that
+// drops it (DEALLOCATE ALL, DISCARD ALL) reads on, the guard made again.
+func TestReadGuardPreparedOnce(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	a := connectTo(t, ctx, p.URL("postgres", db))
+	mustExec(t, ctx, a, "CREATE TABLE gp (k int, v text)", "INSERT INTO gp VALUES (1, 'one')")
+	read := func(what string) {
+		t.Helper()
+		var v string
+		var ts int64
+		if err := a.QueryRow(ctx, "SELECT v, mz_now() FROM gp WHERE k = 1", pgx.QueryExecModeSimpleProtocol).Scan(&v, &ts); err != nil || v != "one" {
+			t.Fatalf("%s: %q, %v", what, v, err)
+		}
+	}
+	const reads = 20
+	for range reads {
+		read("a read")
+	}
+	var runs int64
+	if err := a.QueryRow(ctx, "SELECT coalesce(sum(generic_plans + custom_plans), 0) FROM pg_prepared_statements WHERE name = 'mzproxy_read_guard'",
+		pgx.QueryExecModeSimpleProtocol).Scan(&runs); err != nil {
+		t.Fatal(err)
+	}
+	if runs < reads-1 {
+		t.Fatalf("the guard's prepared statement ran %d times for %d reads; want one statement for all", runs, reads)
+	}
+
+	prepare := func() {
+		t.Helper()
+		if _, err := a.PgConn().Prepare(ctx, "now", "SELECT v, mz_now() FROM gp WHERE k = $1", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	readNow := func(what string) {
+		t.Helper()
+		if v, err := readPrepared(ctx, a, "now"); err != nil || v != "one" {
+			t.Fatalf("prepared read %s: %q, %v", what, v, err)
+		}
+	}
+	prepare()
+	for _, drop := range []string{"DEALLOCATE ALL", "DISCARD ALL"} {
+		// The guard is prepared (for a Bind, then for a Query); the drop
+		// takes it with the client's statements. The next read meets it
+		// gone.
+		readNow("before " + drop)
+		mustExec(t, ctx, a, drop)
+		prepare()
+		readNow("after " + drop)
+		read("before the second " + drop)
+		mustExec(t, ctx, a, drop)
+		read("after the second " + drop)
+		prepare()
+	}
+}

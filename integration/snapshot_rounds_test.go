@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // frontiersMarker is a piece of the proxy's frontiers query (proxy/
@@ -15,9 +16,12 @@ import (
 // pg_stat_activity.
 const frontiersMarker = "x.upper, c.id, c.since"
 
-// TestPreparedAsOfSharesSnapshots (issue 15): Binds of prepared AS OF reads
-// on many sessions at once share the proxy's catalog/frontier round trips
-// on the database's admin connection instead of queueing one each. The
+// TestPreparedAsOfSharesSnapshots (issue 15): Binds of AS OF reads on many
+// sessions at once share the proxy's catalog/frontier round trips on the
+// database's admin connection instead of queueing one each. The reads are
+// one-shot queries (Parse, Bind, Execute, Sync in one batch): a Bind after
+// its Parse in the batch reads the catalog (a Bind that starts its batch
+// is guarded instead, TestPreparedReadGuardedBind). The
 // test plays a slow backend: it holds a lock that every frontiers read
 // waits for, and counts the distinct frontiers reads that wait, releasing
 // the lock after each.
@@ -40,10 +44,7 @@ func TestPreparedAsOfSharesSnapshots(t *testing.T) {
 	conns := make([]*pgx.Conn, clients)
 	for i := range conns {
 		conns[i] = connectTo(t, ctx, p.URL("postgres", db))
-		if _, err := conns[i].PgConn().Prepare(ctx, "asof", query, nil); err != nil {
-			t.Fatal(err)
-		}
-		if v, err := readPrepared(ctx, conns[i]); err != nil || v != "one" {
+		if v, err := readOneShot(ctx, conns[i], query); err != nil || v != "one" {
 			t.Fatalf("prepared AS OF before the update: %q, %v", v, err)
 		}
 	}
@@ -60,7 +61,7 @@ func TestPreparedAsOfSharesSnapshots(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if v, err := readPrepared(ctx, c); err != nil || v != "one" {
+			if v, err := readOneShot(ctx, c, query); err != nil || v != "one" {
 				errs <- fmt.Errorf("prepared AS OF: %q, %v", v, err)
 			}
 		}()
@@ -99,17 +100,29 @@ func TestPreparedAsOfSharesSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	lockCatalogRevision(t, ctx, lockers[0])
-	_, err := readPrepared(ctx, c)
+	_, err := readOneShot(ctx, c, query)
 	unlock(t, ctx, lockers[0])
 	wantCode(t, err, "57014")
-	if v, err := readPrepared(ctx, c); err != nil || v != "one" {
+	if v, err := readOneShot(ctx, c, query); err != nil || v != "one" {
 		t.Fatalf("prepared AS OF after a timed out Bind: %q, %v", v, err)
 	}
 }
 
-// readPrepared executes the connection's prepared statement "asof" for k = 1.
-func readPrepared(ctx context.Context, conn *pgx.Conn) (string, error) {
-	res := conn.PgConn().ExecPrepared(ctx, "asof", [][]byte{[]byte("1")}, nil, nil).Read()
+// readOneShot runs query, with $1 = 1, as one batch of the extended
+// protocol (Parse of the unnamed statement, Bind, Describe, Execute, Sync)
+// and returns its one row's first value.
+func readOneShot(ctx context.Context, conn *pgx.Conn, query string) (string, error) {
+	return firstOfOneRow(conn.PgConn().ExecParams(ctx, query, [][]byte{[]byte("1")}, nil, nil, nil).Read())
+}
+
+// readPrepared executes the connection's prepared statement name, with
+// $1 = 1, and returns its one row's first value.
+func readPrepared(ctx context.Context, conn *pgx.Conn, name string) (string, error) {
+	return firstOfOneRow(conn.PgConn().ExecPrepared(ctx, name, [][]byte{[]byte("1")}, nil, nil).Read())
+}
+
+// firstOfOneRow is the first value of a result of one row.
+func firstOfOneRow(res *pgconn.Result) (string, error) {
 	if res.Err != nil {
 		return "", res.Err
 	}

@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"hash/maphash"
 	"strings"
 	"sync/atomic"
 
@@ -24,6 +25,45 @@ type Planner struct {
 	// literalsAtFirst makes a skeleton's literal plan at its first text
 	// instead of its second (for tests of literal plans).
 	literalsAtFirst bool
+	fingerprints    fingerprintMemo
+}
+
+// fingerprintMemo remembers the fingerprints made last, by text: a session
+// plans one query string several times in a row (for its kind, the
+// settings it names, then its plan with the catalog), and lexing a text
+// with new literals is most of what a cached plan costs (issue 15: four
+// fingerprints of each timestamped read). A text hashes to one slot, which
+// holds the last text fingerprinted there; fingerprints are never modified
+// once made, so sessions share them.
+type fingerprintMemo struct {
+	seed  maphash.Seed
+	slots [64]atomic.Pointer[memoFingerprint]
+	made  atomic.Uint64 // fingerprints made, not found here (for tests)
+}
+
+type memoFingerprint struct {
+	sql string
+	fp  fingerprint
+	ok  bool
+}
+
+// memoMaxText bounds the texts the memo keeps: a slot holds its text.
+const memoMaxText = 8 << 10
+
+// of is fingerprintOf(sql), made once for consecutive uses.
+func (m *fingerprintMemo) of(sql string) (fingerprint, bool) {
+	if len(sql) > memoMaxText {
+		m.made.Add(1)
+		return fingerprintOf(sql)
+	}
+	slot := &m.slots[maphash.String(m.seed, sql)%uint64(len(m.slots))]
+	if e := slot.Load(); e != nil && e.sql == sql {
+		return e.fp, e.ok
+	}
+	m.made.Add(1)
+	fp, ok := fingerprintOf(sql)
+	slot.Store(&memoFingerprint{sql: sql, fp: fp, ok: ok})
+	return fp, ok
 }
 
 type cacheKey struct {
@@ -63,7 +103,7 @@ type cached struct {
 // New returns a Planner caching up to cacheSize plans (no cache if
 // cacheSize <= 0).
 func New(cacheSize int) *Planner {
-	p := &Planner{}
+	p := &Planner{fingerprints: fingerprintMemo{seed: maphash.MakeSeed()}}
 	if cacheSize > 0 {
 		c, err := lru.New[cacheKey, *cached](cacheSize)
 		if err != nil {
@@ -102,7 +142,7 @@ func (p *Planner) Plan(sql string, cat Catalog, opts Options) ([]*Statement, err
 	}
 	// A text without literals stays under its exact key: its next hit is
 	// the one above, without lexing.
-	fp, fpOK := fingerprintOf(sql)
+	fp, fpOK := p.fingerprints.of(sql)
 	fpOK = fpOK && len(fp.lits) > 0
 	fpKey, skKey := key, key
 	// skeletonKnown: the skeleton has an entry, which this text cannot use

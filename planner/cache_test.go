@@ -213,3 +213,36 @@ func processCPU() int64 {
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano()
 }
+
+// TestFingerprintedOncePerText (issue 15): a session plans a timestamped
+// read's text several times in a row (with no catalog for its kind, then
+// with the catalog); its new literals are lexed once, not at each plan, and
+// every plan is the one the text gets alone.
+func TestFingerprintedOncePerText(t *testing.T) {
+	cat := newFakeCatalog()
+	cat.addTable("public", "t", "a", "b")
+	opts := Options{SearchPath: []string{"public"}}
+	p := New(16)
+	for i := range 3 {
+		q := fmt.Sprintf("SELECT b, mz_now() FROM t WHERE a = %d", 100+i)
+		for range 2 {
+			if _, err := p.Plan(q, newFakeCatalog(), Options{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := p.Plan(q, cat, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := New(16).Plan(q, cat, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[0].SQL != want[0].SQL || got[0].Template.Render("T") != want[0].Template.Render("T") {
+			t.Fatalf("%s: planned as %q, alone as %q", q, got[0].Template.Render("T"), want[0].Template.Render("T"))
+		}
+	}
+	if made := p.fingerprints.made.Load(); made != 3 {
+		t.Fatalf("%d fingerprints made for 3 texts planned 3 times each; want 3", made)
+	}
+}

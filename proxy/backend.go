@@ -55,6 +55,10 @@ type backend struct {
 	// escapingStrings: the session has standard_conforming_strings off
 	// (strings_scs.go).
 	escapingStrings bool
+	// guard is the read guard prepared on this connection as
+	// guardStatement (seen_read.go), when guardPrepared.
+	guard         guardKey
+	guardPrepared bool
 }
 
 // next reads the backend's next message. Every read of a session's

@@ -123,7 +123,9 @@ const snapshotRoundTimeout = time.Minute
 // round that has not started yet, never one already running: the round it
 // gets started after the request began, so its catalog and frontiers are
 // not older than the request (a catalog change committed before a Bind is
-// seen by it, as when each Bind read its own).
+// seen by it, as when each Bind read its own). Since, a Bind that starts
+// its batch outside a block reads none (guardedBind): the rounds serve
+// every other request (other Binds, Parse, EXPLAIN TIMESTAMP).
 type snapshotRounds struct {
 	mu      sync.Mutex
 	pending *snapshotRound // the next round, not started; nil: none asked for

@@ -17,7 +17,10 @@ import (
 // chooses a fresh timestamp and appends it as that parameter's value, so a
 // prepared statement reads at a new timestamp every time it is bound (and
 // PostgreSQL can reuse its plan); Describe of the statement hides the extra
-// parameter from the client.
+// parameter from the client. A Bind that starts its batch outside a block
+// chooses it with the catalog and frontiers seen last, behind the read
+// guard (seen_read.go, guardedBind); any other reads them first
+// (database.snapshot).
 
 // int8OID is PostgreSQL's bigint: the timestamp parameter's type.
 const int8OID = 20
@@ -94,6 +97,13 @@ func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, p *portal)
 		}
 		return s.client.Send(&pgproto3.BindComplete{})
 	}
+	if c, hold, ok, err := s.guardedBind(ctx, st); err != nil {
+		return s.failExtended(ctx, err)
+	} else if ok {
+		s.portalHolds = append(s.portalHolds, hold)
+		s.obs.Timestamp(c.ts)
+		return s.forwardExplicitBind(m, p, st, params, c.ts)
+	}
 	cat, fr, err := s.db.snapshot(ctx, s.proxy)
 	if err != nil {
 		return s.failExtended(ctx, err)
@@ -122,13 +132,20 @@ func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, p *portal)
 	if err := s.awaitUpper(ctx, c); err != nil {
 		return s.failExtended(ctx, err)
 	}
+	return s.forwardExplicitBind(m, p, st, params, c.ts)
+}
+
+// forwardExplicitBind forwards the Bind m of an explicit-timestamp
+// statement with the parameters params and, for a rewrite with the
+// timestamp as a parameter, ts as its value.
+func (s *Session) forwardExplicitBind(m *pgproto3.Bind, p *portal, st *planner.Statement, params [][]byte, ts uint64) error {
 	bind := *m
 	bind.Parameters = params
 	if p.stmt.tsParam {
 		n := st.Template.Param()
 		params := make([][]byte, n)
 		copy(params, bind.Parameters)
-		params[n-1] = []byte(strconv.FormatUint(c.ts, 10))
+		params[n-1] = []byte(strconv.FormatUint(ts, 10))
 		bind.Parameters = params
 		bind.ParameterFormatCodes = paramFormats(m.ParameterFormatCodes, n)
 	}

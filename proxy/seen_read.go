@@ -123,30 +123,117 @@ func (s *Session) guardedQuery(ctx context.Context, st *planner.Statement, fr *s
 		s.enter(timeouts.PhaseTimestamp)
 		s.proxy.obs.OracleRoundTrip(ctx, "read_ts")
 	}
-	values, err := s.sendGuarded(readGuardSQL(rev, s.known.searchPathShown, present), sql)
+	values, err := s.sendGuarded(guardKey{rev: rev, path: s.known.searchPathShown, pin: present}, sql)
 	if err != nil {
 		// The backend skipped the client's Query: it did not run.
-		if pe := pgerr.As(err); pe.Code == "22P02" && strings.Contains(pe.Message, staleMarker) {
-			return true, nil
-		}
-		return false, err
+		return isStale(err), ignoreStale(err)
 	}
 	if present {
-		t, perr := strconv.ParseUint(values[0], 10, 64)
-		if perr != nil {
-			return false, pgerr.New(pgerr.InternalError, "pinned read timestamp %q: %v", values[0], perr)
+		if err := c.pinnedBy(values[0]); err != nil {
+			return false, err
 		}
-		c.ts, c.upper, c.oracle = t, t+1, &t
 	}
 	s.obs.Timestamp(c.ts)
 	s.units.push(unit{kind: uQuery, relayZ: true})
 	return false, s.exchange(ctx)
 }
 
+// isStale reports whether err is the guard's refusal (readGuardSQL), or
+// says that its prepared statement is gone (the client's DEALLOCATE ALL or
+// DISCARD ALL): either way nothing ran, and the read is planned again.
+func isStale(err error) bool {
+	pe := pgerr.As(err)
+	return pe.Code == "22P02" && strings.Contains(pe.Message, staleMarker) ||
+		pe.Code == pgerr.InvalidSQLStatementName && strings.Contains(pe.Message, guardStatement)
+}
+
+// ignoreStale is err, nil when it is the guard's refusal.
+func ignoreStale(err error) error {
+	if isStale(err) {
+		return nil
+	}
+	return err
+}
+
+// pinnedBy sets a read of the present's timestamp to the one its guard
+// pinned (value, as text).
+func (c *choice) pinnedBy(value string) error {
+	t, err := strconv.ParseUint(value, 10, 64)
+	if err != nil {
+		return pgerr.New(pgerr.InternalError, "pinned read timestamp %q: %v", value, err)
+	}
+	c.ts, c.upper, c.oracle = t, t+1, &t
+	return nil
+}
+
+// guardedBind is the seen-catalog path for the Bind of a prepared read
+// (AS OF, mz_now(), history mode) that starts an extended-protocol batch
+// outside a transaction block: the catalog and frontiers the proxy saw
+// last stand in for the database's current ones, which each Bind would
+// otherwise read in a round trip of its own on the database's shared
+// connection, and the guard (readGuardSQL) checks them on the session's
+// own connection, pinning the oracle for a read of the present in the same
+// round trip (one instead of two). The guard runs before the Bind is
+// forwarded, so the Bind's snapshot (READ COMMITTED takes it at Bind) is
+// after the pin, as in guardedQuery. ok is false, with nothing held and
+// nothing left open on the backend, when this path does not apply or the
+// catalog changed since it was seen: the caller binds the ordinary way.
+func (s *Session) guardedBind(ctx context.Context, st *planner.Statement) (c *choice, hold heldRead, ok bool, err error) {
+	seen := s.db.seen.Load()
+	if seen == nil || s.tx != txIdle || s.be.unsynced || s.units.len() > 0 ||
+		s.isolation != strictSerializable || st.Kind != planner.KindRead || !stillDefined(st, seen.catalog) {
+		// Inside a batch already begun, a failed guard could only be
+		// ended by a Sync of the proxy's, which would end the client's
+		// implicit transaction too.
+		return nil, heldRead{}, false, nil
+	}
+	present := st.AsOf == nil
+	c, hold, err = s.guardedChoice(ctx, st, seen.frontiers)
+	if err != nil {
+		return nil, heldRead{}, false, err
+	}
+	if present {
+		s.enter(timeouts.PhaseTimestamp)
+		s.proxy.obs.OracleRoundTrip(ctx, "read_ts")
+	}
+	// Nothing of the client's is in the implicit transaction yet: a failed
+	// guard is ended by the proxy's own Sync (internalFailed), not by
+	// skipping to the client's.
+	s.be.clientBatch = false
+	values, err := s.runGuard(ctx, guardKey{rev: seen.catalog.cat.Revision, pin: present})
+	s.be.clientBatch = true
+	if err == nil && present {
+		err = c.pinnedBy(values[0])
+	}
+	if err != nil {
+		s.release(hold)
+		return nil, heldRead{}, false, ignoreStale(err)
+	}
+	return c, hold, true, nil
+}
+
+// runGuard runs the read guard of key alone, in one round trip.
+func (s *Session) runGuard(ctx context.Context, key guardKey) ([]string, error) {
+	if ctx.Err() != nil {
+		return nil, pgerr.Wrap(pgerr.QueryCanceled, context.Cause(ctx))
+	}
+	closes, err := s.be.sendGuard(key)
+	if err != nil {
+		return nil, s.lost(err)
+	}
+	if err := s.be.w.Send(&pgproto3.Flush{}); err != nil {
+		return nil, s.lost(err)
+	}
+	if err := s.be.w.Flush(); err != nil {
+		return nil, s.lostWrite(err)
+	}
+	return s.be.readGuard(closes)
+}
+
 // sendGuarded sends the guard, then the client's Query sql, and returns
 // the guard's value.
-func (s *Session) sendGuarded(guard, sql string) ([]string, error) {
-	closes, err := s.be.sendValues([]string{guard})
+func (s *Session) sendGuarded(guard guardKey, sql string) ([]string, error) {
+	closes, err := s.be.sendGuard(guard)
 	if err != nil {
 		return nil, s.lost(err)
 	}
@@ -156,7 +243,57 @@ func (s *Session) sendGuarded(guard, sql string) ([]string, error) {
 	if err := s.be.w.Flush(); err != nil {
 		return nil, s.lostWrite(err)
 	}
-	return s.be.readValues(1, closes)
+	return s.be.readGuard(closes)
+}
+
+// guardStatement names the read guard's prepared statement and portal on
+// the session's backend connection.
+const guardStatement = "mzproxy_read_guard"
+
+// guardKey is what the text of a read guard depends on (readGuardSQL's
+// arguments).
+type guardKey struct {
+	rev  int64
+	path string
+	pin  bool
+}
+
+// sendGuard queues the read guard of key, unflushed, as the Bind and
+// Execute of guardStatement, prepared first unless the connection has it
+// for key already: the backend parses and plans the guard once per catalog
+// revision, not once per read. closes is where readGuard starts counting
+// CloseCompletes.
+func (b *backend) sendGuard(key guardKey) (closes int, err error) {
+	msgs := make([]pgproto3.FrontendMessage, 0, 5)
+	closes = 1
+	if !b.guardPrepared || b.guard != key {
+		// Closed first: it may exist for another key (closing one that
+		// does not is no error, and answers CloseComplete all the same).
+		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: guardStatement},
+			&pgproto3.Parse{Name: guardStatement, Query: readGuardSQL(key.rev, key.path, key.pin)})
+		b.guard, b.guardPrepared, closes = key, true, 0
+	}
+	msgs = append(msgs,
+		&pgproto3.Bind{DestinationPortal: guardStatement, PreparedStatement: guardStatement},
+		&pgproto3.Execute{Portal: guardStatement},
+		&pgproto3.Close{ObjectType: 'P', Name: guardStatement})
+	for _, m := range msgs {
+		if err := b.w.Send(m); err != nil {
+			return 0, err
+		}
+	}
+	return closes, nil
+}
+
+// readGuard reads the answers to sendGuard's messages and returns the
+// guard's value. After a failure the guard is prepared again next time:
+// the statement may be gone (a client's DEALLOCATE ALL) or half made.
+func (b *backend) readGuard(closes int) ([]string, error) {
+	values, err := b.readValues(1, closes)
+	if err != nil {
+		b.guardPrepared = false
+	}
+	return values, err
 }
 
 // guardedChoice chooses a guarded read's timestamp (a read of the present:
