@@ -1,0 +1,299 @@
+-- mzproxy backend state, version 15 to 16: a transaction that reads at its
+-- timestamp and then writes is checked per table, not against every write
+-- in the database (issue 14: writes on disjoint tables never abort each
+-- other, a read never makes a write abort).
+--
+-- (Storage version 17 in the merged history: renumber this file's version
+-- when it is merged after version 16.)
+--
+-- Until now the COMMIT of such a transaction (pinned for its reads at P
+-- when W writes were counted, then writing with a deferred slot) failed
+-- with 40001 when any write had been counted since W, on any table. Now it
+-- fails only when a managed table it read was written by a transaction not
+-- in its snapshot:
+--
+--  * Each managed table has a marker, the unlogged sequence w<table oid>.
+--    Every write sets it to the writes counted so far
+--    (pg_sequence_last_value of writes), while it holds its ROW EXCLUSIVE
+--    lock on the table: an autocommit or begin_write slot in stamp_ts
+--    (each history statement), a deferred slot (transaction block) in
+--    fix_write once it is counted. The value only grows (the count does),
+--    so it is the count at the table's latest write.
+--  * A write counted at or below W finished before the pin (the pin waited
+--    for it at the gate, or pin_check saw it settled), so its mark is at
+--    most W; a write not in the snapshot counts after W, so it marks above
+--    W. A marker above W is therefore exactly "written since the pin".
+--  * The tables the transaction read are those it holds a lock on (every
+--    read locks its relations, views their tables, until the transaction
+--    ends; a read of a history table counts for its table). The tables it
+--    wrote are among them: their rows were read by the writes' WHERE.
+--  * fix_write chooses T first, then locks those tables in SHARE mode,
+--    which waits for every write to them in progress (they hold ROW
+--    EXCLUSIVE until they end: a pending write that commits marks first,
+--    one that aborts does not), and reads their markers: one above W fails
+--    the transaction with 40001. The SHARE locks are released at once (a
+--    rolled-back subtransaction): a write to those tables that starts
+--    afterwards marks after the check and chooses its T after this T, so
+--    it is ordered after this transaction. Only then does the transaction
+--    mark the tables it wrote.
+--
+-- Cost: a write sets one unlogged sequence per history statement (no WAL,
+-- no lock held beyond the sequence's own); a checked transaction reads
+-- pg_locks once, locks its read tables in SHARE mode for the check and
+-- reads one sequence per table.
+
+-- The marker of managed table p_oid, made unless it exists (as the
+-- schema's owner: no other role may read or set it).
+CREATE FUNCTION @SCHEMA@.make_marker(p_oid oid) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_oid IS NOT NULL AND to_regclass('@SCHEMA@.w' || p_oid) IS NULL THEN
+        EXECUTE format('CREATE UNLOGGED SEQUENCE @SCHEMA@.%I MINVALUE 0 START 0', 'w' || p_oid);
+    END IF;
+END
+$$;
+
+-- gen_restamp as version 11 made it, and the table's marker: every new
+-- managed table gets one (gen_triggers calls gen_restamp).
+CREATE OR REPLACE FUNCTION @SCHEMA@.gen_restamp(p_id bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET check_function_bodies = off
+AS $gen$
+DECLARE
+    h text := (SELECT k.history FROM @SCHEMA@.catalog k WHERE k.id = p_id);
+BEGIN
+    PERFORM @SCHEMA@.make_marker((SELECT k.oid FROM @SCHEMA@.catalog k WHERE k.id = p_id AND k.kind = 'table'));
+    IF h IS NULL OR to_regprocedure(h || '_restamp(bigint, bigint)') IS NOT NULL THEN
+        RETURN;
+    END IF;
+    -- "< 0" (placeholders are negative) makes the cached generic plans
+    -- expect few rows: the index of mz_to, the partial index of pending
+    -- versions. Without it the generic plan's estimate is that of a
+    -- common value (most versions have mz_to Infinity): a scan of the
+    -- table, or a custom plan made at every call.
+    EXECUTE format($f$
+CREATE FUNCTION %1$s_closed(p bigint) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $$ BEGIN RETURN (SELECT max(h.mz_from) FROM %1$s h WHERE h.mz_to = p AND h.mz_to < 0); END $$;
+CREATE FUNCTION %1$s_restamp(p bigint, t bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    -- One statement (the two indexes OR-ed): the versions the block closed
+    -- and those it wrote. (One that is both was deleted by the trigger.)
+    UPDATE %1$s h SET mz_to = CASE WHEN h.mz_to = p THEN t ELSE h.mz_to END,
+                      mz_from = CASE WHEN h.mz_from = p THEN t ELSE h.mz_from END
+     WHERE (h.mz_to = p AND h.mz_to < 0) OR (h.mz_from = p AND h.mz_from < 0);
+END
+$$;
+REVOKE ALL ON FUNCTION %1$s_closed(bigint), %1$s_restamp(bigint, bigint) FROM PUBLIC;$f$, h);
+END
+$gen$;
+
+-- Every managed table that exists has one.
+SELECT @SCHEMA@.make_marker(c.oid) FROM @SCHEMA@.catalog c
+ WHERE c.kind = 'table' AND c.dropped_ts IS NULL AND EXISTS (SELECT 1 FROM pg_class r WHERE r.oid = c.oid);
+
+-- Marks the tables p_rels as written now (see the header). A table
+-- without a marker is skipped: its readers then fail their check.
+CREATE FUNCTION @SCHEMA@.mark_written(p_rels oid[]) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM setval(to_regclass('@SCHEMA@.w' || r), pg_sequence_last_value('@SCHEMA@.writes'))
+       FROM unnest(p_rels) r;
+END
+$$;
+
+-- The check of a transaction pinned for its reads when p_writes writes
+-- were counted (see the header): 40001 when a table it read was written
+-- since. Run by fix_write once T is chosen.
+CREATE FUNCTION @SCHEMA@.check_reads(p_writes bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    read oid[];
+    changed text;
+BEGIN
+    WITH locked AS (
+        SELECT DISTINCT l.relation FROM pg_locks l
+         WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND l.relation IS NOT NULL
+    )
+    SELECT array_agg(k.oid ORDER BY k.oid) INTO read FROM @SCHEMA@.catalog k
+     WHERE k.kind = 'table' AND k.dropped_ts IS NULL
+       AND (k.oid IN (SELECT x.relation FROM locked x)
+            OR k.id IN (SELECT substr(c.relname, 2)::bigint FROM locked x JOIN pg_class c ON c.oid = x.relation
+                         WHERE c.relnamespace = '@SCHEMA@'::regnamespace AND c.relname ~ '^h[0-9]+$'))
+       AND EXISTS (SELECT 1 FROM pg_class r WHERE r.oid = k.oid);
+    IF read IS NULL THEN
+        RETURN;
+    END IF;
+    BEGIN
+        -- Waits for the writes to these tables in progress (this
+        -- transaction's own locks do not conflict with it).
+        EXECUTE format('LOCK TABLE %s IN SHARE MODE', (SELECT string_agg(r::regclass::text, ', ') FROM unnest(read) r));
+        SELECT string_agg(r::regclass::text, ', ') INTO changed FROM unnest(read) r
+         WHERE to_regclass('@SCHEMA@.w' || r) IS NULL
+            OR coalesce(pg_sequence_last_value(to_regclass('@SCHEMA@.w' || r)), 0) > p_writes;
+        -- Rolled back on purpose: PL/pgSQL releases the SHARE locks only
+        -- with the subtransaction that took them (variables keep their
+        -- values).
+        RAISE EXCEPTION USING ERRCODE = 'MZR01';
+    EXCEPTION
+        WHEN SQLSTATE 'MZR01' THEN
+            NULL;
+        WHEN deadlock_detected THEN
+            -- A write to a table read here waits for this transaction
+            -- (its row lock), and this check waits for that write.
+            changed := (SELECT string_agg(r::regclass::text, ', ') FROM unnest(read) r);
+    END;
+    IF changed IS NOT NULL THEN
+        RAISE EXCEPTION 'could not serialize access due to concurrent update'
+            USING ERRCODE = '40001',
+                  DETAIL = format('mzproxy: %s changed since this transaction read at its timestamp.', changed),
+                  HINT = 'The transaction might succeed if retried.';
+    END IF;
+END
+$$;
+
+-- The timestamp a history trigger of table p_rel stamps (see frontier.sql,
+-- write_cost.sql, block_cost.sql and write_trim.sql), and the table marked
+-- as written unless the slot is deferred (fix_write marks those).
+CREATE OR REPLACE FUNCTION @SCHEMA@.stamp_ts(p_rel oid) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v text := current_setting('mzproxy.write_ts', true);
+    t bigint;
+    slot text;
+    my_xid bigint;
+    rels oid[];
+BEGIN
+    IF v IS NULL OR v = '' THEN
+        RETURN NULL;
+    END IF;
+    IF left(v, 4) = '0 - ' THEN
+        -- The pending slot begin_write_occ made in this transaction: T and
+        -- its tag set, and the table marked, in the same query. P is read
+        -- as pinned_ts reads it; after a crash (the sequence not yet
+        -- called) pinned_ts gives its floor.
+        SELECT x.t, set_config('mzproxy.write_ts', x.t::text || ' - ' || @SCHEMA@.key_tag(x.k, x.t::text || ' -'), true)
+          INTO t, slot
+          FROM (SELECT k.k, GREATEST(@SCHEMA@.now_ms(),
+                                     coalesce(pg_sequence_last_value('@SCHEMA@.pinned'), @SCHEMA@.pinned_ts()) + 1) AS t,
+                       setval(to_regclass('@SCHEMA@.w' || p_rel), pg_sequence_last_value('@SCHEMA@.writes'))
+                  FROM @SCHEMA@.write_key k
+                 WHERE v = '0 - ' || @SCHEMA@.key_tag(k.k, '0 -')
+                OFFSET 0) x;
+        IF t IS NOT NULL THEN
+            RETURN t;
+        END IF;
+    END IF;
+    IF left(v, 3) = '-1 ' THEN
+        -- Only open_write_deferred makes the row: the setting needs no
+        -- check here (fix_write checks it once).
+        my_xid := pg_current_xact_id()::text::bigint;
+        SELECT d.rels INTO rels FROM @SCHEMA@.deferred_slots d WHERE d.xid = my_xid;
+        IF FOUND THEN
+            IF NOT p_rel = ANY (rels) THEN
+                UPDATE @SCHEMA@.deferred_slots d SET rels = d.rels || p_rel WHERE d.xid = my_xid;
+            END IF;
+            RETURN -my_xid;
+        END IF;
+    END IF;
+    t := (SELECT s.t FROM @SCHEMA@.write_slot() s);
+    IF t = -1 THEN
+        -- A deferred slot without a row: taken in a READ ONLY transaction,
+        -- which writes no history. Nothing could restamp a placeholder.
+        RAISE EXCEPTION 'mzproxy: deferred write slot of a read-only transaction' USING ERRCODE = '25006';
+    END IF;
+    IF t IS NOT NULL THEN
+        PERFORM @SCHEMA@.mark_written(ARRAY[p_rel]);
+    END IF;
+    IF t = 0 THEN
+        RETURN @SCHEMA@.choose_ts();
+    END IF;
+    RETURN t;
+END
+$$;
+
+-- Make a deferred slot an ordinary one (see frontier.sql and
+-- block_cost.sql): the gate, the incarnation, T, the placeholder replaced
+-- in the tables the transaction's row lists; for a transaction pinned for
+-- its reads, the check of its reads (check_reads); then its tables marked
+-- as written. Returns T.
+CREATE OR REPLACE FUNCTION @SCHEMA@.fix_write() RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    my_xid bigint := pg_current_xact_id()::text::bigint;
+    p bigint := -my_xid;
+    v text := current_setting('mzproxy.write_ts', true);
+    slot_ok bool;
+    slot_inc bigint;
+    rels oid[];
+    hist text[];
+    static bool;
+    closed bigint;
+    counted bigint;
+    read_writes text;
+    t bigint;
+BEGIN
+    -- The transaction's row, and the slot checked against the one
+    -- open_write_deferred made with it, in one query.
+    WITH d AS (DELETE FROM @SCHEMA@.deferred_slots d WHERE d.xid = my_xid RETURNING d.rels, d.inc)
+    SELECT d.rels, d.inc, v IS NOT DISTINCT FROM
+               '-1 ' || coalesce(d.inc::text, '-') || ' ' || @SCHEMA@.key_tag(k.k, '-1 ' || coalesce(d.inc::text, '-'))
+      INTO rels, slot_inc, slot_ok FROM d, @SCHEMA@.write_key k;
+    IF NOT FOUND THEN
+        -- No row: the slot of a READ ONLY transaction, which wrote nothing.
+        SELECT s.t, s.e INTO t, slot_inc FROM @SCHEMA@.write_slot() s;
+        slot_ok := t = -1;
+    END IF;
+    IF slot_ok IS NOT TRUE THEN
+        -- The setting was taken away or replaced.
+        RAISE EXCEPTION 'mzproxy.write_ts was not set by mzproxy'
+            USING ERRCODE = '42501',
+                  DETAIL = 'A write''s timestamp is chosen by mzproxy''s oracle for that write alone.';
+    END IF;
+    LOCK TABLE @SCHEMA@.gate IN ROW SHARE MODE;
+    PERFORM @SCHEMA@.check_incarnation(slot_inc);
+    read_writes := coalesce(current_setting('mzproxy.read_writes', true), '');
+    IF read_writes <> ''
+       AND split_part(read_writes, ' ', 2) IS DISTINCT FROM @SCHEMA@.tag('read_writes ' || split_part(read_writes, ' ', 1)) THEN
+        RAISE EXCEPTION 'mzproxy.read_writes was not set by mzproxy' USING ERRCODE = '42501';
+    END IF;
+    -- The write counted and T chosen in one query; P read as pinned_ts
+    -- reads it (after a crash, its floor). With the gate held no pin runs
+    -- in between, so the order of the two does not matter.
+    SELECT GREATEST(@SCHEMA@.now_ms(), CASE WHEN s.is_called THEN s.last_value ELSE @SCHEMA@.pinned_ts() END + 1),
+           nextval('@SCHEMA@.writes')
+      INTO t, counted FROM @SCHEMA@.pinned s;
+    SELECT array_agg(k.history), bool_and(to_regprocedure(k.history || '_restamp(bigint, bigint)') IS NOT NULL)
+      INTO hist, static FROM @SCHEMA@.catalog k WHERE k.oid = ANY (coalesce(rels, '{}'));
+    IF hist IS NULL THEN
+        NULL;
+    ELSIF static THEN
+        -- One statement for all tables, one more to restamp them all.
+        EXECUTE format('SELECT GREATEST(%s)', (SELECT string_agg(x || '_closed($1)', ', ') FROM unnest(hist) x))
+           INTO closed USING p;
+        t := GREATEST(t, closed);
+        EXECUTE format('SELECT %s', (SELECT string_agg(x || '_restamp($1, $2)', ', ') FROM unnest(hist) x)) USING p, t;
+    ELSE
+        t := @SCHEMA@.restamp_dynamic(hist, p, t);
+    END IF;
+    -- After T is chosen, before this transaction marks its own tables.
+    IF read_writes <> '' THEN
+        PERFORM @SCHEMA@.check_reads(split_part(read_writes, ' ', 1)::bigint);
+    END IF;
+    PERFORM @SCHEMA@.mark_written(rels);
+    -- set_slot(t, NULL), inline.
+    PERFORM set_config('mzproxy.write_ts', t::text || ' - ' || @SCHEMA@.key_tag(k.k, t::text || ' -'), true)
+       FROM @SCHEMA@.write_key k;
+    RETURN t;
+END
+$$;
+
+REVOKE ALL ON FUNCTION @SCHEMA@.make_marker(oid), @SCHEMA@.mark_written(oid[]), @SCHEMA@.check_reads(bigint) FROM PUBLIC;
+
+INSERT INTO @SCHEMA@.schema_version (version) VALUES (16);
