@@ -195,12 +195,12 @@
 //     fails COMMIT with 42501.
 //   - A block pinned for its reads before it wrote
 //     (OpenWriteAfterReadFor) is checked at fix_write, once T is chosen
-//     (check_reads): the managed tables it holds a lock on (what it read,
-//     directly, through views or their history, and what it wrote) are
-//     locked in SHARE mode for the check, which waits for the writes to
-//     them in progress, and any whose marker w<oid> is above the writes
-//     counted at its pin was written since: 40001. Writes to other tables
-//     do not matter.
+//     (check_reads): of the managed tables it holds a lock on (what it
+//     read, directly, through views or their history, and what it
+//     wrote), one that another transaction holds a write lock on
+//     (pg_locks), or whose marker w<oid> is above the writes counted at
+//     its pin, was or is being written since: 40001, at once. Writes to
+//     other tables do not matter.
 
 // # Cost
 //

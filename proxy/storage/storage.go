@@ -141,8 +141,7 @@ func OpenWriteDeferredFor(inc int64) string {
 // for its reads when pinned_writes was writes: choosing its T fails with
 // 40001 when a managed table the transaction read (holds a lock on) was
 // written by a transaction its snapshot does not hold, committed or in
-// progress (the COMMIT waits for those); writes to other tables do not
-// matter (rw_check.sql).
+// progress; writes to other tables do not matter (rw_check.sql).
 func OpenWriteAfterReadFor(inc int64, writes int64) string {
 	return "SELECT " + Schema + ".open_write_deferred(" + incLiteral(inc) + ", " + strconv.FormatInt(writes, 10) + ")"
 }
