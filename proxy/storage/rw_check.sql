@@ -28,14 +28,16 @@
 --    ends; a read of a history table counts for its table). The tables it
 --    wrote are among them: their rows were read by the writes' WHERE.
 --  * fix_write chooses T first, then reads which of those tables another
---    transaction holds a write lock on (pg_locks: ROW EXCLUSIVE or
---    stronger, held by every write until it ends), then their markers: a
---    table being written, or whose marker is above W, fails the
---    transaction with 40001. A write that takes its lock after that reads
---    chooses its T after this T, so it is ordered after this transaction;
---    one that held it was seen, and one that ended had marked its table
---    before. Only then does the transaction mark the tables it wrote.
---    Nothing waits, and no lock is taken (VACUUM's lock does not count).
+--    transaction writes with its T chosen or being chosen (pg_locks: it
+--    holds ROW EXCLUSIVE or stronger on the table, and the gate), then
+--    their markers: a table being written so, or whose marker is above W,
+--    fails the transaction with 40001. A write that takes those locks
+--    after that read chooses its T after this T, so it is ordered after
+--    this transaction (a block before its COMMIT holds no gate: it
+--    chooses T at its COMMIT); one that held them was seen, and one that
+--    ended had marked its table before. Only then does the transaction
+--    mark the tables it wrote. Nothing waits, and no lock is taken
+--    (VACUUM's lock does not count).
 --  * Not caught: a transaction whose T was chosen before it wrote a table
 --    (a later statement of a multi-statement write, a block that fixed
 --    its T early to read its own writes or for DDL) and that writes a
@@ -133,11 +135,19 @@ BEGIN
         RETURN;
     END IF;
     -- Writes in progress first (a write marks its table before it ends),
-    -- then the markers. (Not ShareUpdateExclusiveLock: VACUUM's.)
-    SELECT array_agg(DISTINCT l.relation) INTO pending FROM pg_locks l
-     WHERE l.locktype = 'relation' AND l.relation = ANY (read) AND l.granted
-       AND l.pid IS DISTINCT FROM pg_backend_pid()
-       AND l.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock');
+    -- then the markers. A write in progress counts when it holds the gate
+    -- too: its T is chosen or being chosen. (A block that has not reached
+    -- its COMMIT holds no gate: it chooses its T after this one. Not
+    -- ShareUpdateExclusiveLock: VACUUM's.)
+    WITH locks AS MATERIALIZED (
+        SELECT l.relation, l.mode, l.virtualtransaction FROM pg_locks l
+         WHERE l.locktype = 'relation' AND l.granted AND l.pid IS DISTINCT FROM pg_backend_pid()
+    )
+    SELECT array_agg(DISTINCT l.relation) INTO pending FROM locks l
+     WHERE l.relation = ANY (read)
+       AND l.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
+       AND EXISTS (SELECT 1 FROM locks g
+                    WHERE g.relation = '@SCHEMA@.gate'::regclass AND g.virtualtransaction = l.virtualtransaction);
     SELECT string_agg(r::regclass::text, ', ') INTO changed FROM unnest(read) r
      WHERE r = ANY (coalesce(pending, '{}'))
         OR to_regclass('@SCHEMA@.w' || r) IS NULL
@@ -264,6 +274,11 @@ BEGIN
     SELECT GREATEST(@SCHEMA@.now_ms(), CASE WHEN s.is_called THEN s.last_value ELSE @SCHEMA@.pinned_ts() END + 1),
            nextval('@SCHEMA@.writes')
       INTO t, counted FROM @SCHEMA@.pinned s;
+    -- After T is chosen (the restamp may only raise it), before this
+    -- transaction marks its own tables.
+    IF read_writes <> '' THEN
+        PERFORM @SCHEMA@.check_reads(split_part(read_writes, ' ', 1)::bigint);
+    END IF;
     SELECT array_agg(k.history), bool_and(to_regprocedure(k.history || '_restamp(bigint, bigint)') IS NOT NULL)
       INTO hist, static FROM @SCHEMA@.catalog k WHERE k.oid = ANY (coalesce(rels, '{}'));
     IF hist IS NULL THEN
@@ -276,10 +291,6 @@ BEGIN
         EXECUTE format('SELECT %s', (SELECT string_agg(x || '_restamp($1, $2)', ', ') FROM unnest(hist) x)) USING p, t;
     ELSE
         t := @SCHEMA@.restamp_dynamic(hist, p, t);
-    END IF;
-    -- After T is chosen, before this transaction marks its own tables.
-    IF read_writes <> '' THEN
-        PERFORM @SCHEMA@.check_reads(split_part(read_writes, ' ', 1)::bigint);
     END IF;
     PERFORM @SCHEMA@.mark_written(rels);
     -- set_slot(t, NULL), inline.

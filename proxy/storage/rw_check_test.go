@@ -103,9 +103,9 @@ func TestReadThenWriteChecksTablesRead(t *testing.T) {
 		t.Fatalf("read a's history, wrote b, another session wrote a: %v, want 40001", err)
 	}
 
-	// A block writing a, in progress at the COMMIT, fails it too (it may
-	// still commit below this T): at once, whether it then commits or
-	// not.
+	// A write to a in progress at the COMMIT, its T chosen, fails it too
+	// (it commits below this T), at once; a block writing a that has not
+	// reached its COMMIT does not (it will choose its T after this one).
 	pending, err := other.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -113,17 +113,38 @@ func TestReadThenWriteChecksTablesRead(t *testing.T) {
 	defer pending.Rollback(ctx)
 	start := time.Now()
 	err = readThenWrite(t, conn, "a", "b", func() {
-		queryInt(t, pending, OpenWriteDeferredFor(-1))
+		queryInt(t, pending, OpenWriteFor(-1))
 		if _, err := pending.Exec(ctx, "UPDATE a SET v = v + 1"); err != nil {
 			t.Fatal(err)
 		}
 	})
 	if !isSerializationFailure(err) {
-		t.Fatalf("read a, wrote b, a block writing a still open: %v, want 40001", err)
+		t.Fatalf("read a, wrote b, a write of a with its T chosen still open: %v, want 40001", err)
 	}
 	t.Logf("failed in %v", time.Since(start))
 	if err := pending.Rollback(ctx); err != nil {
 		t.Fatal(err)
+	}
+	block, err := other.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer block.Rollback(ctx)
+	err = readThenWrite(t, conn, "a", "b", func() {
+		queryInt(t, block, OpenWriteDeferredFor(-1))
+		if _, err := block.Exec(ctx, "UPDATE a SET v = v + 1"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if err != nil {
+		t.Fatalf("read a, wrote b, a block writing a before its COMMIT: %v", err)
+	}
+	if err := block.Commit(ctx); err != nil {
+		t.Fatalf("the block, committed after: %v", err)
+	}
+	if n := queryInt(t, conn, "SELECT count(DISTINCT mz_from) FROM "+queryText(t, conn, "SELECT history FROM "+Schema+".catalog WHERE oid = 'b'::regclass")+
+		" WHERE mz_from > (SELECT max(mz_from) FROM "+queryText(t, conn, "SELECT history FROM "+Schema+".catalog WHERE oid = 'a'::regclass")+")"); n != 0 {
+		t.Fatalf("the transaction that read a committed after the block that wrote a, in T order")
 	}
 	// VACUUM's lock is not a write.
 	if err := readThenWrite(t, conn, "a", "a", func() {
