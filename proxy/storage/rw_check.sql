@@ -41,7 +41,9 @@
 --  * Not caught: a transaction whose T was chosen before it wrote a table
 --    (a later statement of a multi-statement write, a block that fixed
 --    its T early to read its own writes or for DDL) and that writes a
---    table read here only after this check, at a T below this one.
+--    table read here only after this check, at a T below this one. Nor a
+--    read whose locks are gone at the check (made in a savepoint rolled
+--    back since), or made after this transaction's T was fixed early.
 --
 -- Cost: a write sets one unlogged sequence per history statement (no WAL;
 -- about 2.5 us, measured against a read of the count); a checked
