@@ -200,7 +200,12 @@
 //     wrote), one that another transaction holds a write lock on
 //     (pg_locks), or whose marker w<oid> is above the writes counted at
 //     its pin, was or is being written since: 40001, at once. Writes to
-//     other tables do not matter.
+//     other tables do not matter. Before those reads it raises the check
+//     mark c<oid> of each table it read to its T; a write whose T was
+//     chosen before its statement locked the table (a later statement of
+//     the transaction, a block whose T was fixed early) reads the mark
+//     after setting the marker and fails with 40001 when it is above its
+//     T: a transaction at a later T read the table without its write.
 
 // # Cost
 //

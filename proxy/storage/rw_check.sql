@@ -36,30 +36,66 @@
 --    this transaction (a block before its COMMIT holds no gate: it
 --    chooses T at its COMMIT); one that held them was seen, and one that
 --    ended had marked its table before. Only then does the transaction
---    mark the tables it wrote. Nothing waits, and no lock is taken
---    (VACUUM's lock does not count).
---  * Not caught: a transaction whose T was chosen before it wrote a table
---    (a later statement of a multi-statement write, a block that fixed
---    its T early to read its own writes or for DDL) and that writes a
---    table read here only after this check, at a T below this one. Nor a
---    read whose locks are gone at the check (made in a savepoint rolled
---    back since), or made after this transaction's T was fixed early.
+--    mark the tables it wrote. Nothing waits for a transaction, and no
+--    lock is taken on a table read (VACUUM's lock does not count).
+--  * That order (T, then locks, then markers) covers a write that locks
+--    its table before its T is chosen. A write whose T was chosen before
+--    it locked the table (a later statement of a multi-statement write,
+--    a block that fixed its T early to read its own writes or for DDL)
+--    may write a table read here after this check, at a T below this
+--    one. For it each managed table has a check mark too, the unlogged
+--    sequence c<table oid>: the largest T of a checked transaction that
+--    read the table. The check raises the marks of the tables read to
+--    its T before it reads pg_locks and the markers; such a write, once
+--    it holds its lock and has set the table's marker, reads the table's
+--    check mark and fails with 40001 when it is above its own T (stamp_ts;
+--    an autocommit statement is retried by mzproxy). Exact: either the
+--    write's read of the mark comes after the check's raise (the write
+--    fails), or the write's marker was set before the check read it (the
+--    check fails); both may fail. The mark outlives the checked
+--    transaction: a write at an earlier T after it committed is caught as
+--    well (pg_locks, which the checked transaction leaves when it ends,
+--    would miss it). The raise is atomic (a lock on @SCHEMA@.checking held
+--    for the raise only), so a smaller T never replaces a larger one. A
+--    write whose T its own statement chose (an autocommit write's first
+--    statement, a block's writes before its T) pays nothing for it.
+--  * Not caught: a read whose locks are gone at the check (made in a
+--    savepoint rolled back since), or made after this transaction's T was
+--    fixed early (it reads at that T, but takes no part in the check).
+--    Nor DDL at a T chosen before it locks its table (begin_write): its
+--    catalog and history changes set no marker and read no check mark.
 --
 -- Cost: a write sets one unlogged sequence per history statement (no WAL;
--- about 2.5 us, measured against a read of the count); a checked
--- transaction reads pg_locks twice and one sequence per table it read.
+-- about 2.5 us, measured against a read of the count); a write at a T
+-- chosen before its statement reads one more; a checked transaction raises
+-- one sequence per table it read (a subtransaction and a lock for it),
+-- reads pg_locks twice and one sequence per table it read.
 
--- The marker of managed table p_oid, made unless it exists (as the
--- schema's owner: no other role may read or set it).
+-- The marker (w<oid>) and the check mark (c<oid>) of managed table p_oid,
+-- each made unless it exists (as the schema's owner: no other role may
+-- read or set them).
 CREATE FUNCTION @SCHEMA@.make_marker(p_oid oid) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    s text;
 BEGIN
-    IF p_oid IS NOT NULL AND to_regclass('@SCHEMA@.w' || p_oid) IS NULL THEN
-        EXECUTE format('CREATE UNLOGGED SEQUENCE @SCHEMA@.%I MINVALUE 0 START 0', 'w' || p_oid);
+    IF p_oid IS NULL THEN
+        RETURN;
     END IF;
+    FOREACH s IN ARRAY ARRAY['w' || p_oid, 'c' || p_oid] LOOP
+        IF to_regclass('@SCHEMA@.' || s) IS NULL THEN
+            EXECUTE format('CREATE UNLOGGED SEQUENCE @SCHEMA@.%I MINVALUE 0 START 0', s);
+        END IF;
+    END LOOP;
 END
 $$;
+
+-- Held by a checked transaction only while it raises the check marks of
+-- the tables it read (see check_reads): it makes their raise to the
+-- largest T atomic. No role but the schema's owner may lock it.
+CREATE UNLOGGED TABLE @SCHEMA@.checking ();
+REVOKE ALL ON @SCHEMA@.checking FROM PUBLIC;
 
 -- gen_restamp as version 11 made it, and the table's marker: every new
 -- managed table gets one (gen_triggers calls gen_restamp).
@@ -113,9 +149,10 @@ END
 $$;
 
 -- The check of a transaction pinned for its reads when p_writes writes
--- were counted (see the header): 40001 when a table it read was written
--- since, or is being written. Run by fix_write once T is chosen.
-CREATE FUNCTION @SCHEMA@.check_reads(p_writes bigint) RETURNS void
+-- were counted, whose T is p_t (see the header): the check marks of the
+-- tables it read raised to p_t, then 40001 when one of them was written
+-- since the pin, or is being written. Run by fix_write once T is chosen.
+CREATE FUNCTION @SCHEMA@.check_reads(p_writes bigint, p_t bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -136,7 +173,23 @@ BEGIN
     IF read IS NULL THEN
         RETURN;
     END IF;
-    -- Writes in progress first (a write marks its table before it ends),
+    -- The check marks first, each to the larger of its value and p_t: a
+    -- write at a T already chosen that marks one of these tables after
+    -- this sees it (stamp_ts). The lock makes read-and-raise atomic among
+    -- checked transactions (two raising one mark at once could otherwise
+    -- leave the smaller T); it is held only for these reads and sets (the
+    -- subtransaction rolled back releases it, the sequences keep their
+    -- values), so no one waits for a transaction.
+    BEGIN
+        LOCK TABLE @SCHEMA@.checking IN EXCLUSIVE MODE;
+        PERFORM setval(c.s, p_t)
+           FROM (SELECT to_regclass('@SCHEMA@.c' || r) AS s FROM unnest(read) r) c
+          WHERE c.s IS NOT NULL AND coalesce(pg_sequence_last_value(c.s), 0) < p_t;
+        RAISE SQLSTATE 'MZP00';
+    EXCEPTION WHEN SQLSTATE 'MZP00' THEN
+        NULL;
+    END;
+    -- Writes in progress next (a write marks its table before it ends),
     -- then the markers. A write in progress counts when it holds the gate
     -- too: its T is chosen or being chosen. (A block that has not reached
     -- its COMMIT holds no gate: it chooses its T after this one. Not
@@ -152,7 +205,7 @@ BEGIN
                     WHERE g.relation = '@SCHEMA@.gate'::regclass AND g.virtualtransaction = l.virtualtransaction);
     SELECT string_agg(r::regclass::text, ', ') INTO changed FROM unnest(read) r
      WHERE r = ANY (coalesce(pending, '{}'))
-        OR to_regclass('@SCHEMA@.w' || r) IS NULL
+        OR to_regclass('@SCHEMA@.w' || r) IS NULL OR to_regclass('@SCHEMA@.c' || r) IS NULL
         OR coalesce(pg_sequence_last_value(to_regclass('@SCHEMA@.w' || r)), 0) > p_writes;
     IF changed IS NOT NULL THEN
         RAISE EXCEPTION 'could not serialize access due to concurrent update'
@@ -160,6 +213,22 @@ BEGIN
                   DETAIL = format('mzproxy: %s changed since this transaction read at its timestamp, or is being written.', changed),
                   HINT = 'The transaction might succeed if retried.';
     END IF;
+END
+$$;
+
+-- A write at T p_t to table p_rel, whose T was chosen before it locked the
+-- table, comes after a transaction that read the table at an earlier
+-- timestamp and was checked at a later T: it would change what that
+-- transaction read (see the header).
+CREATE FUNCTION @SCHEMA@.raise_read_later(p_rel oid, p_t bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION 'could not serialize access due to concurrent update'
+        USING ERRCODE = '40001',
+              DETAIL = format('mzproxy: %s was read by a transaction with a later timestamp than this transaction''s %s, which did not see this write.',
+                              p_rel::regclass, p_t),
+              HINT = 'The transaction might succeed if retried.';
 END
 $$;
 
@@ -220,6 +289,13 @@ BEGIN
     IF t = 0 THEN
         RETURN @SCHEMA@.choose_ts();
     END IF;
+    -- T was chosen before this statement locked p_rel (a later statement,
+    -- a block's T fixed early): after the marker, the check mark (see the
+    -- header). A transaction that read p_rel and was checked at a later T
+    -- did not see this write.
+    IF t > 0 AND coalesce(pg_sequence_last_value(to_regclass('@SCHEMA@.c' || p_rel)), 0) > t THEN
+        PERFORM @SCHEMA@.raise_read_later(p_rel, t);
+    END IF;
     RETURN t;
 END
 $$;
@@ -244,6 +320,7 @@ DECLARE
     closed bigint;
     counted bigint;
     read_writes text;
+    checked_at bigint;
     t bigint;
 BEGIN
     -- The transaction's row, and the slot checked against the one
@@ -276,10 +353,11 @@ BEGIN
     SELECT GREATEST(@SCHEMA@.now_ms(), CASE WHEN s.is_called THEN s.last_value ELSE @SCHEMA@.pinned_ts() END + 1),
            nextval('@SCHEMA@.writes')
       INTO t, counted FROM @SCHEMA@.pinned s;
-    -- After T is chosen (the restamp may only raise it), before this
-    -- transaction marks its own tables.
+    -- After T is chosen, before the restamp and before this transaction
+    -- marks its own tables.
     IF read_writes <> '' THEN
-        PERFORM @SCHEMA@.check_reads(split_part(read_writes, ' ', 1)::bigint);
+        checked_at := t;
+        PERFORM @SCHEMA@.check_reads(split_part(read_writes, ' ', 1)::bigint, checked_at);
     END IF;
     SELECT array_agg(k.history), bool_and(to_regprocedure(k.history || '_restamp(bigint, bigint)') IS NOT NULL)
       INTO hist, static FROM @SCHEMA@.catalog k WHERE k.oid = ANY (coalesce(rels, '{}'));
@@ -294,6 +372,13 @@ BEGIN
     ELSE
         t := @SCHEMA@.restamp_dynamic(hist, p, t);
     END IF;
+    -- The restamp raised T (it replaced a version written above the T
+    -- chosen): the check marks must carry the final T, so check again.
+    -- (Rare: under REPEATABLE READ such a version is not in the snapshot,
+    -- and PostgreSQL refuses to replace it.)
+    IF t > checked_at THEN
+        PERFORM @SCHEMA@.check_reads(split_part(read_writes, ' ', 1)::bigint, t);
+    END IF;
     PERFORM @SCHEMA@.mark_written(rels);
     -- set_slot(t, NULL), inline.
     PERFORM set_config('mzproxy.write_ts', t::text || ' - ' || @SCHEMA@.key_tag(k.k, t::text || ' -'), true)
@@ -302,6 +387,7 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION @SCHEMA@.make_marker(oid), @SCHEMA@.mark_written(oid[]), @SCHEMA@.check_reads(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @SCHEMA@.make_marker(oid), @SCHEMA@.mark_written(oid[]), @SCHEMA@.check_reads(bigint, bigint),
+    @SCHEMA@.raise_read_later(oid, bigint) FROM PUBLIC;
 
 INSERT INTO @SCHEMA@.schema_version (version) VALUES (16);

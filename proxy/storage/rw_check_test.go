@@ -213,3 +213,169 @@ func TestReadThenWriteDisjointTables(t *testing.T) {
 		t.Fatalf("the second of two transactions that read a and inserted into it: %v, want 40001", err)
 	}
 }
+
+// earlyTimestampWriter begins a write transaction on conn whose T is
+// chosen before it writes table a: by its first statement (the later
+// statements of an autocommit query string run so) or, for a block, by a
+// read of its own writes (pin). It writes b to get there and returns the
+// transaction and its T.
+func earlyTimestampWriter(t *testing.T, conn *pgx.Conn, block bool) (pgx.Tx, int64) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(context.Background()) })
+	open := OpenWriteFor(-1)
+	if block {
+		open = OpenWriteDeferredFor(-1)
+	}
+	for _, s := range []string{open, "UPDATE b SET v = v + 1"} {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	if block {
+		queryInt(t, tx, ReadTSSQL)
+	}
+	return tx, queryInt(t, tx, CommitWriteFor(-1))
+}
+
+// checkedAfter reads table read in tx (pinned by pinnedReader when writes
+// were counted) and writes table write with its slot checked against the
+// pin, once the clock is past ts, so that its T is above ts. It returns
+// the T fix_write chose, or the check's error.
+func checkedAfter(t *testing.T, tx pgx.Tx, writes int64, read, write string, ts int64) (int64, error) {
+	t.Helper()
+	ctx := context.Background()
+	for queryInt(t, tx, "SELECT "+Schema+".now_ms()") <= ts {
+		time.Sleep(time.Millisecond)
+	}
+	queryInt(t, tx, "SELECT count(*) FROM "+read)
+	queryInt(t, tx, OpenWriteAfterReadFor(-1, writes))
+	if _, err := tx.Exec(ctx, "UPDATE "+write+" SET v = v + 1"); err != nil {
+		return 0, err
+	}
+	var tsX int64
+	err := tx.QueryRow(ctx, CommitWriteTxFor(-1)).Scan(&tsX)
+	return tsX, err
+}
+
+// A write whose T was chosen before it wrote table a (Y), and a
+// transaction that read a at its timestamp and then wrote (X), pinned
+// before Y's T: X checked at a later T than Y's passes (Y had not written
+// a), so Y's write to a after the check fails with 40001, whether X is
+// still open or has committed; a write to a before X's check fails X
+// instead. (Both committed on version 16 before the check marks: X missed
+// Y's write at a lower T.)
+func TestEarlyTimestampWriteAfterCheck(t *testing.T) {
+	cs, conn := installedDB(t)
+	inWrite(t, conn, "CREATE TABLE a (k int PRIMARY KEY, v int)", "CREATE TABLE b (k int PRIMARY KEY, v int)",
+		"CREATE TABLE c (k int PRIMARY KEY, v int)",
+		"INSERT INTO a VALUES (1, 0)", "INSERT INTO b VALUES (1, 0)", "INSERT INTO c VALUES (1, 0)")
+	other := connect(t, cs)
+	ctx := context.Background()
+
+	for _, tc := range []struct {
+		name          string
+		block, xEnded bool
+	}{
+		{"later statement, checked reader open", false, false},
+		{"later statement, checked reader committed", false, true},
+		{"block with T fixed early, checked reader open", true, false},
+		{"block with T fixed early, checked reader committed", true, true},
+	} {
+		x, writes := pinnedReader(t, conn)
+		y, tsY := earlyTimestampWriter(t, other, tc.block)
+		tsX, err := checkedAfter(t, x, writes, "a", "c", tsY)
+		if err != nil {
+			t.Fatalf("%s: the check before Y wrote a: %v", tc.name, err)
+		}
+		if tc.xEnded {
+			if err := x.Commit(ctx); err != nil {
+				t.Fatalf("%s: X's commit: %v", tc.name, err)
+			}
+		}
+		_, err = y.Exec(ctx, "UPDATE a SET v = v + 1")
+		if !isSerializationFailure(err) {
+			t.Fatalf("%s: Y (T %d) wrote a after X (T %d) read it: %v, want 40001", tc.name, tsY, tsX, err)
+		}
+		if !strings.Contains(err.(*pgconn.PgError).Detail, "a was read") {
+			t.Errorf("%s: the failure does not name the table: %q", tc.name, err.(*pgconn.PgError).Detail)
+		}
+		y.Rollback(ctx)
+		if err := x.Commit(ctx); err != nil && !tc.xEnded {
+			t.Fatalf("%s: X's commit: %v", tc.name, err)
+		}
+	}
+
+	// The reverse order: Y writes a before X's check; X fails.
+	x, writes := pinnedReader(t, conn)
+	y, tsY := earlyTimestampWriter(t, other, false)
+	if _, err := y.Exec(ctx, "UPDATE a SET v = v + 1"); err != nil {
+		t.Fatalf("Y wrote a before X's check: %v", err)
+	}
+	if _, err := checkedAfter(t, x, writes, "a", "c", tsY); !isSerializationFailure(err) {
+		t.Fatalf("X read a and was checked after Y wrote it: %v, want 40001", err)
+	}
+	x.Rollback(ctx)
+	if err := y.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The check marks fail only a write below the T of a checked transaction
+// that read the same table: one that read another table, open or
+// committed, fails no one, and a mark below the writer's T does not
+// either.
+func TestEarlyTimestampWriteOtherTable(t *testing.T) {
+	cs, conn := installedDB(t)
+	inWrite(t, conn, "CREATE TABLE a (k int PRIMARY KEY, v int)", "CREATE TABLE b (k int PRIMARY KEY, v int)",
+		"CREATE TABLE c (k int PRIMARY KEY, v int)", "CREATE TABLE d (k int PRIMARY KEY, v int)", "CREATE TABLE e (k int PRIMARY KEY, v int)",
+		"INSERT INTO a VALUES (1, 0)", "INSERT INTO b VALUES (1, 0)", "INSERT INTO c VALUES (1, 0)")
+	other := connect(t, cs)
+	third := connect(t, cs)
+	ctx := context.Background()
+
+	for _, block := range []bool{false, true} {
+		x, writes := pinnedReader(t, conn)
+		x2, writes2 := pinnedReader(t, third)
+		y, tsY := earlyTimestampWriter(t, other, block)
+		if _, err := checkedAfter(t, x, writes, "d", "c", tsY); err != nil {
+			t.Fatalf("X read d: %v", err)
+		}
+		if err := x.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := checkedAfter(t, x2, writes2, "e", "e", tsY); err != nil {
+			t.Fatalf("X2 read e: %v", err)
+		}
+		if _, err := y.Exec(ctx, "UPDATE a SET v = v + 1"); err != nil {
+			t.Fatalf("block %v: Y wrote a while X2, which read e, is open after its check: %v", block, err)
+		}
+		if err := y.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := x2.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// X read a and committed before Y chose its T: Y's T is above the mark.
+	x, writes := pinnedReader(t, conn)
+	tsX, err := checkedAfter(t, x, writes, "a", "c", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	y, tsY := earlyTimestampWriter(t, other, true)
+	if _, err := y.Exec(ctx, "UPDATE a SET v = v + 1"); err != nil {
+		t.Fatalf("Y (T %d) wrote a after X (T %d), which read it, committed: %v", tsY, tsX, err)
+	}
+	if err := y.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
