@@ -42,10 +42,10 @@ import (
 // cannot read past the transaction's snapshot.
 //
 // A write in such a transaction is not refused, but its T is later than
-// the reads: its write slot fails with 40001 when another write began in
-// the database since the pin (storage.OpenWriteAfterReadFor), and under
-// REPEATABLE READ PostgreSQL fails a write of a row changed since the
-// snapshot.
+// the reads: its COMMIT fails with 40001 when a table it read was written
+// since the pin (storage.OpenWriteAfterReadFor: the backend checks the
+// tables the transaction holds locks on), and under REPEATABLE READ
+// PostgreSQL fails a write of a row changed since the snapshot.
 
 // txnPhase is where a client transaction block stands.
 type txnPhase uint8
@@ -69,8 +69,8 @@ type readTxn struct {
 	oracle uint64 // the oracle's read timestamp in the snapshot
 	upper  uint64 // the upper in the snapshot
 	// writes is the number of write slots taken in the database when the
-	// transaction was pinned: a write of it checks that no other began
-	// since (storage.OpenWriteAfterReadFor).
+	// transaction was pinned: a write of it checks that no table it read
+	// was written since (storage.OpenWriteAfterReadFor).
 	writes int64
 	// domain is the timedomain's managed objects (nil until a read names
 	// one); held is the set of managed tables held at ts, by holds.

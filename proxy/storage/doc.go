@@ -12,7 +12,8 @@
 // 6 to 7, ddl_speed.sql 7 to 8, write_cost.sql 8 to 9, ddl_cost.sql 9 to
 // 10, block_cost.sql 10 to 11, write_trim.sql 11 to 12,
 // ddl_trim.sql 12 to 13, pin_trim.sql 13 to 14,
-// pin_fast.sql 14 to 15, ddl_fast.sql 15 to 16 (a database at an older
+// pin_fast.sql 14 to 15, ddl_fast.sql 15 to 16, rw_check.sql 16 to 17
+// (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -26,6 +27,10 @@
 //   - pinned, writes, writes_seen: unlogged sequences. pinned is P, the
 //     largest timestamp handed out for reading; writes counts write slots
 //     taken, writes_seen its value at the last pin.
+//   - w<oid>: an unlogged sequence per managed table (rw_check.sql), the
+//     writes counted at its latest write: set by every write to the table
+//     (stamp_ts; a block's at fix_write), read by the check of a
+//     transaction that read at its timestamp and then wrote.
 //   - txns: a view of the upper, P + 1. txns_durable(upper) is the floor a
 //     crash restarts P from, recorded by the tick.
 //   - oracle and oracle_write: the timestamp oracle of versions 1 to 6,
@@ -191,6 +196,19 @@
 //     functions <history>_closed and <history>_restamp (static SQL, made
 //     by gen_restamp from gen_triggers). A slot taken away or replaced
 //     fails COMMIT with 42501.
+//   - A block pinned for its reads before it wrote
+//     (OpenWriteAfterReadFor) is checked at fix_write, once T is chosen
+//     (check_reads): of the managed tables it holds a lock on (what it
+//     read, directly, through views or their history, and what it
+//     wrote), one that another transaction holds a write lock on
+//     (pg_locks), or whose marker w<oid> is above the writes counted at
+//     its pin, was or is being written since: 40001, at once. Writes to
+//     other tables do not matter. Before those reads it raises the check
+//     mark c<oid> of each table it read to its T; a write whose T was
+//     chosen before its statement locked the table (a later statement of
+//     the transaction, a block whose T was fixed early) reads the mark
+//     after setting the marker and fails with 40001 when it is above its
+//     T: a transaction at a later T read the table without its write.
 
 // # Cost
 //

@@ -17,7 +17,7 @@ import (
 const Schema = "mzproxy"
 
 // SchemaVersion is the version of the backend layout this package installs.
-const SchemaVersion = 16
+const SchemaVersion = 17
 
 // Infinity is mz_to of a current version: a version is visible at ts when
 // mz_from <= ts AND mz_to > ts.
@@ -139,7 +139,9 @@ func OpenWriteDeferredFor(inc int64) string {
 
 // OpenWriteAfterReadFor is OpenWriteDeferredFor in a transaction pinned
 // for its reads when pinned_writes was writes: choosing its T fails with
-// 40001 when another write took or fixed a slot since.
+// 40001 when a managed table the transaction read (holds a lock on) was
+// written by a transaction its snapshot does not hold, committed or in
+// progress; writes to other tables do not matter (rw_check.sql).
 func OpenWriteAfterReadFor(inc int64, writes int64) string {
 	return "SELECT " + Schema + ".open_write_deferred(" + incLiteral(inc) + ", " + strconv.FormatInt(writes, 10) + ")"
 }
