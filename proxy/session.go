@@ -114,8 +114,8 @@ type relayState struct {
 	// backend is also read between statements, so that notifications reach
 	// a client that waits for them without sending anything.
 	listening bool
-	idleRead  chan struct{} // closed when the idle reader has stopped; nil if none
-	clientMu  sync.Mutex    // serializes client writes with the idle reader
+	idleRead  *idleReader // nil if none
+	clientMu  sync.Mutex  // serializes client writes with the idle reader
 }
 
 // txStatus is the backend's transaction status, as its last ReadyForQuery
@@ -237,10 +237,23 @@ func (s *Session) Handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 	err := s.handleStatement(ctx, msg, frame)
 	s.observeHandled(msg, copyQuery, err)
 	if err == nil && s.watchIdle() {
-		s.startIdleReader()
+		delay := time.Duration(0)
+		if !s.listening {
+			delay = idleWatchDelay
+		}
+		s.startIdleReader(delay)
 	}
 	return err
 }
+
+// idleWatchDelay is how long a session idle in a transaction with read
+// holds waits before it reads the backend. Read at once, every statement
+// of a read-only transaction paid for a goroutine, two read deadlines and
+// a wake-up (a tenth of the proxy's CPU in one); a client that sends its
+// next statement sooner pays for a timer only, and one that idles longer
+// learns that the backend ended its transaction, and has its holds
+// released, that much later.
+const idleWatchDelay = 50 * time.Millisecond
 
 // watchIdle reports whether the backend must be read while the client is
 // idle: a session that LISTENs gets its notifications between
@@ -296,47 +309,85 @@ func isListen(frame []byte) bool {
 	return len(frame) >= 12 && string(frame[5:12]) == "LISTEN\x00"
 }
 
-// startIdleReader relays what the backend sends while the session is idle
-// (NotificationResponse, NoticeResponse, ParameterStatus, or the FATAL error
-// of a terminated backend) until stopIdleReader.
-func (s *Session) startIdleReader() {
-	done := make(chan struct{})
-	s.idleRead = done
-	go func() {
-		defer close(done)
-		for {
-			typ, frame, err := s.be.next()
-			if err != nil {
-				// A deadline from stopIdleReader, or a dead backend
-				// (noticed again on the next request).
-				return
-			}
-			s.clientMu.Lock()
-			err = s.client.WriteFrame(frame)
-			if err == nil {
-				err = s.client.Flush()
-			}
-			s.clientMu.Unlock()
-			if typ == 'E' {
-				// Only a FATAL error comes unasked: the backend is gone,
-				// and with it the transaction the holds protected.
-				s.releasePortalHolds()
-				s.releaseTxnHolds()
-			}
-			if err != nil || typ == 'E' {
-				return
-			}
-		}
-	}()
+// idleReader is the goroutine that reads the backend while the client is
+// idle, begun at once or after a delay (a timer that stopIdleReader can
+// withdraw before it fires).
+type idleReader struct {
+	mu      sync.Mutex
+	running bool // it reads the backend (until a read deadline)
+	stopped bool // stopIdleReader came first: it never reads
+	timer   *time.Timer
+	done    chan struct{} // closed when a running reader has stopped
 }
 
-// stopIdleReader interrupts the idle reader's blocked read and waits for
-// it. A frame cut by the deadline stays buffered: the reader only peeks
-// until a frame is complete.
+// startIdleReader relays what the backend sends while the session is idle
+// (NotificationResponse, NoticeResponse, ParameterStatus, or the FATAL error
+// of a terminated backend) from delay on, until stopIdleReader.
+func (s *Session) startIdleReader(delay time.Duration) {
+	r := &idleReader{done: make(chan struct{})}
+	s.idleRead = r
+	if delay <= 0 {
+		r.running = true
+		go s.readIdle(r)
+		return
+	}
+	r.timer = time.AfterFunc(delay, func() {
+		r.mu.Lock()
+		if r.stopped {
+			r.mu.Unlock()
+			return
+		}
+		r.running = true
+		r.mu.Unlock()
+		s.readIdle(r)
+	})
+}
+
+// readIdle is the idle reader's loop.
+func (s *Session) readIdle(r *idleReader) {
+	defer close(r.done)
+	for {
+		typ, frame, err := s.be.next()
+		if err != nil {
+			// A deadline from stopIdleReader, or a dead backend
+			// (noticed again on the next request).
+			return
+		}
+		s.clientMu.Lock()
+		err = s.client.WriteFrame(frame)
+		if err == nil {
+			err = s.client.Flush()
+		}
+		s.clientMu.Unlock()
+		if typ == 'E' {
+			// Only a FATAL error comes unasked: the backend is gone,
+			// and with it the transaction the holds protected.
+			s.releasePortalHolds()
+			s.releaseTxnHolds()
+		}
+		if err != nil || typ == 'E' {
+			return
+		}
+	}
+}
+
+// stopIdleReader withdraws an idle reader that has not begun, or
+// interrupts its blocked read and waits for it. A frame cut by the
+// deadline stays buffered: the reader only peeks until a frame is
+// complete.
 func (s *Session) stopIdleReader() error {
-	_ = s.be.nc.SetReadDeadline(time.Now())
-	<-s.idleRead
+	r := s.idleRead
 	s.idleRead = nil
+	r.mu.Lock()
+	r.stopped = true
+	running := r.running
+	r.mu.Unlock()
+	if !running {
+		r.timer.Stop()
+		return nil
+	}
+	_ = s.be.nc.SetReadDeadline(time.Now())
+	<-r.done
 	if err := s.be.nc.SetReadDeadline(time.Time{}); err != nil {
 		return s.lost(err)
 	}
