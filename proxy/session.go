@@ -114,7 +114,8 @@ type relayState struct {
 	// backend is also read between statements, so that notifications reach
 	// a client that waits for them without sending anything.
 	listening bool
-	idleRead  *idleReader // nil if none
+	idle      idleReader
+	idleRead  *idleReader // &idle while it is started; nil if not
 	clientMu  sync.Mutex  // serializes client writes with the idle reader
 }
 
@@ -310,42 +311,54 @@ func isListen(frame []byte) bool {
 }
 
 // idleReader is the goroutine that reads the backend while the client is
-// idle, begun at once or after a delay (a timer that stopIdleReader can
-// withdraw before it fires).
+// idle, begun at once or after a delay by a timer that stopIdleReader can
+// withdraw before it fires. One per session, reused: the timer is made
+// once, and the goroutine and its channel only when the reader begins.
 type idleReader struct {
 	mu      sync.Mutex
+	armed   bool // the reader may begin: stopIdleReader has not come
 	running bool // it reads the backend (until a read deadline)
-	stopped bool // stopIdleReader came first: it never reads
 	timer   *time.Timer
-	done    chan struct{} // closed when a running reader has stopped
+	done    chan struct{} // closed when the running reader has stopped
 }
 
 // startIdleReader relays what the backend sends while the session is idle
 // (NotificationResponse, NoticeResponse, ParameterStatus, or the FATAL error
 // of a terminated backend) from delay on, until stopIdleReader.
 func (s *Session) startIdleReader(delay time.Duration) {
-	r := &idleReader{done: make(chan struct{})}
+	r := &s.idle
 	s.idleRead = r
-	if delay <= 0 {
-		r.running = true
-		go s.readIdle(r)
-		return
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.armed = true
+	switch {
+	case delay <= 0:
+		s.beginIdleRead(r)
+	case r.timer == nil:
+		r.timer = time.AfterFunc(delay, func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			// A timer withdrawn too late finds the reader disarmed (or,
+			// rearmed since, begins it early, which is harmless).
+			if r.armed && !r.running {
+				s.beginIdleRead(r)
+			}
+		})
+	default:
+		r.timer.Reset(delay)
 	}
-	r.timer = time.AfterFunc(delay, func() {
-		r.mu.Lock()
-		if r.stopped {
-			r.mu.Unlock()
-			return
-		}
-		r.running = true
-		r.mu.Unlock()
-		s.readIdle(r)
-	})
 }
 
-// readIdle is the idle reader's loop.
-func (s *Session) readIdle(r *idleReader) {
-	defer close(r.done)
+// beginIdleRead starts the reader's goroutine; r.mu is held.
+func (s *Session) beginIdleRead(r *idleReader) {
+	r.running = true
+	r.done = make(chan struct{})
+	go s.readIdle(r.done)
+}
+
+// readIdle is the idle reader's loop; it closes done when it returns.
+func (s *Session) readIdle(done chan struct{}) {
+	defer close(done)
 	for {
 		typ, frame, err := s.be.next()
 		if err != nil {
@@ -379,15 +392,18 @@ func (s *Session) stopIdleReader() error {
 	r := s.idleRead
 	s.idleRead = nil
 	r.mu.Lock()
-	r.stopped = true
-	running := r.running
+	r.armed = false
+	running, done := r.running, r.done
 	r.mu.Unlock()
 	if !running {
 		r.timer.Stop()
 		return nil
 	}
 	_ = s.be.nc.SetReadDeadline(time.Now())
-	<-r.done
+	<-done
+	r.mu.Lock()
+	r.running = false
+	r.mu.Unlock()
 	if err := s.be.nc.SetReadDeadline(time.Time{}); err != nil {
 		return s.lost(err)
 	}
