@@ -160,9 +160,12 @@ func (s *Session) peekBeforeBegin() error {
 	return nil
 }
 
-// The proxy's prepared statements of the gate-less pin.
+// The proxy's prepared statements of the gate-less pin: pin_peek, the
+// isolation level's raise and the check (the last two prepared together,
+// under pinCheckPrepared).
 const (
 	pinPeekStatement  = "mzproxy_pin_peek"
+	pinRaiseStatement = "mzproxy_pin_raise"
 	pinCheckStatement = "mzproxy_pin_check"
 )
 
@@ -442,27 +445,37 @@ func (s *Session) pinQuick(ctx context.Context, expected txnCharacteristics) err
 }
 
 // quickPinValue runs pinQuick's statements in one round trip: the SET of
-// the isolation level if raise, then the check (quickPinSQL, prepared
-// once per session) for pin_peek's answer peek; it returns the check's
-// value. A failure is internalFailed's.
+// the isolation level if raise, then the check (quickPinSQL) for
+// pin_peek's answer peek; it returns the check's value. Both are the
+// proxy's prepared statements, prepared once per session (the backend
+// parsed the SET for every read-only transaction). A failure is
+// internalFailed's.
 func (s *Session) quickPinValue(ctx context.Context, raise bool, peek int64) (string, error) {
 	if ctx.Err() != nil {
 		return "", pgerr.Wrap(pgerr.QueryCanceled, context.Cause(ctx))
 	}
 	closes := 0 // the CloseCompletes to come
-	if raise {
-		c, err := s.be.sendValues([]string{"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"})
-		if err != nil {
-			return "", err
-		}
-		closes += 2 - c
-	}
 	var msgs []pgproto3.FrontendMessage
-	if !s.pinCheckPrepared {
+	prepare := !s.pinCheckPrepared
+	if prepare {
+		// Closed first: a client may have prepared the names.
+		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: pinRaiseStatement},
+			&pgproto3.Parse{Name: pinRaiseStatement, Query: "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"})
+		closes++
+		s.pinCheckPrepared = true
+	}
+	if raise {
+		msgs = append(msgs, &pgproto3.Bind{DestinationPortal: pinRaiseStatement, PreparedStatement: pinRaiseStatement},
+			&pgproto3.Execute{Portal: pinRaiseStatement},
+			&pgproto3.Close{ObjectType: 'P', Name: pinRaiseStatement})
+		closes++
+	}
+	if prepare {
+		// After the SET: parsing a SELECT takes the transaction's
+		// snapshot.
 		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: pinCheckStatement},
 			&pgproto3.Parse{Name: pinCheckStatement, Query: quickPinSQL, ParameterOIDs: []uint32{int8OID}})
 		closes++
-		s.pinCheckPrepared = true
 	}
 	msgs = append(msgs, &pgproto3.Bind{DestinationPortal: pinCheckStatement, PreparedStatement: pinCheckStatement,
 		Parameters: [][]byte{strconv.AppendInt(nil, peek, 10)}},
