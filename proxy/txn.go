@@ -3,6 +3,7 @@ package proxy
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -170,11 +171,28 @@ const (
 )
 
 // keepFirstValue keeps the first column of a DataRow in v ("" for NULL).
+// It reads the column in place (DataRow.Decode made a slice of every
+// value, twice per read-only transaction).
 func keepFirstValue(frame []byte, v *string) {
-	var row pgproto3.DataRow
-	if row.Decode(wire.Body(frame)) == nil && len(row.Values) > 0 {
-		*v = string(row.Values[0])
+	if value, ok := firstColumn(wire.Body(frame)); ok {
+		*v = string(value)
 	}
+}
+
+// firstColumn is the first value of a DataRow's body: a column count
+// (int16), then each column's length (int32, -1 for NULL) and bytes.
+func firstColumn(body []byte) ([]byte, bool) {
+	if len(body) < 6 || binary.BigEndian.Uint16(body) == 0 {
+		return nil, false
+	}
+	n := int32(binary.BigEndian.Uint32(body[2:]))
+	switch {
+	case n < 0:
+		return nil, true
+	case int(n) > len(body)-6:
+		return nil, false
+	}
+	return body[6 : 6+n], true
 }
 
 // syncBeforeBegin ends, with a Sync of the proxy's own queued before the
