@@ -63,9 +63,10 @@ func idleReaderSession(t *testing.T) (*Session, net.Conn, *lockedBuffer) {
 
 // TestIdleReaderDelayed: a session idle in a transaction with read holds
 // reads the backend only after idleWatchDelay. A message that comes sooner
-// is withdrawn with the timer, at no cost but the timer's: no goroutine
-// read the backend, and what the backend sent is there for the next
-// request. Left idle, the reader begins and relays what comes.
+// finds no reader (no goroutine read the backend: what the backend sent
+// is there for the next request), also when statements keep coming for
+// longer than the delay. Left idle, the reader begins and relays what
+// comes.
 func TestIdleReaderDelayed(t *testing.T) {
 	s, peer, client := idleReaderSession(t)
 	notice, err := (&pgproto3.NoticeResponse{Severity: "NOTICE", Code: "00000", Message: "idle"}).Encode(nil)
@@ -88,7 +89,23 @@ func TestIdleReaderDelayed(t *testing.T) {
 		t.Fatal("the backend was read before the delay")
 	}
 
-	s.startIdleReader(time.Millisecond)
+	// Statements that follow each other within the delay, over several
+	// delays: the timer, not withdrawn between them, finds the session
+	// busy or idle for less than the delay, and no reader begins.
+	const delay = 200 * time.Millisecond
+	for end := time.Now().Add(3 * delay); time.Now().Before(end); {
+		s.startIdleReader(delay)
+		time.Sleep(5 * time.Millisecond)
+		if err := s.stopIdleReader(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if client.Len() != 0 || s.be.r.Buffered() != 0 {
+		t.Fatal("the backend was read while statements followed each other within the delay")
+	}
+
+	s.startIdleReader(delay)
 	deadline := time.Now().Add(10 * time.Second)
 	for client.Len() < len(notice) && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)

@@ -311,15 +311,24 @@ func isListen(frame []byte) bool {
 }
 
 // idleReader is the goroutine that reads the backend while the client is
-// idle, begun at once or after a delay by a timer that stopIdleReader can
-// withdraw before it fires. One per session, reused: the timer is made
-// once, and the goroutine and its channel only when the reader begins.
+// idle, begun at once or once the session has been idle for a delay. One
+// per session, reused. The delay is kept by one timer that is not
+// withdrawn between statements: when it fires it begins the reader if
+// the session has been idle long enough, waits again for the rest if it
+// is idle for less, and lapses if it is busy (its next idle sets it
+// again). So a statement that follows the last within the delay costs a
+// clock read, not a timer's reset and stop; the goroutine and its channel
+// are made only when the reader begins.
 type idleReader struct {
-	mu      sync.Mutex
-	armed   bool // the reader may begin: stopIdleReader has not come
-	running bool // it reads the backend (until a read deadline)
-	timer   *time.Timer
-	done    chan struct{} // closed when the running reader has stopped
+	mu        sync.Mutex
+	armed     bool      // idle since idleSince: the reader may begin
+	idleSince time.Time // when the session last became idle
+	delay     time.Duration
+	running   bool // it reads the backend (until a read deadline)
+	timerSet  bool // the timer will fire, at fireAt
+	fireAt    time.Time
+	timer     *time.Timer
+	done      chan struct{} // closed when the running reader has stopped
 }
 
 // startIdleReader relays what the backend sends while the session is idle
@@ -330,23 +339,44 @@ func (s *Session) startIdleReader(delay time.Duration) {
 	s.idleRead = r
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.armed = true
-	switch {
-	case delay <= 0:
+	r.armed, r.delay = true, delay
+	if delay <= 0 {
 		s.beginIdleRead(r)
-	case r.timer == nil:
-		r.timer = time.AfterFunc(delay, func() {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			// A timer withdrawn too late finds the reader disarmed (or,
-			// rearmed since, begins it early, which is harmless).
-			if r.armed && !r.running {
-				s.beginIdleRead(r)
-			}
-		})
-	default:
-		r.timer.Reset(delay)
+		return
 	}
+	now := time.Now()
+	r.idleSince = now
+	if r.timerSet && !r.fireAt.After(now.Add(delay)) {
+		// It fires soon enough, and then looks at idleSince.
+		return
+	}
+	s.setIdleTimer(r, delay)
+}
+
+// setIdleTimer sets the timer to fire after d; r.mu is held.
+func (s *Session) setIdleTimer(r *idleReader, d time.Duration) {
+	r.timerSet, r.fireAt = true, time.Now().Add(d)
+	if r.timer == nil {
+		r.timer = time.AfterFunc(d, func() { s.idleTimerFired(r) })
+		return
+	}
+	r.timer.Reset(d)
+}
+
+// idleTimerFired begins the reader of a session idle for its delay, or
+// sets the timer again for the rest of it.
+func (s *Session) idleTimerFired(r *idleReader) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.timerSet = false
+	if !r.armed || r.running {
+		return
+	}
+	if rest := r.delay - time.Since(r.idleSince); rest > 0 {
+		s.setIdleTimer(r, rest)
+		return
+	}
+	s.beginIdleRead(r)
 }
 
 // beginIdleRead starts the reader's goroutine; r.mu is held.
@@ -396,7 +426,7 @@ func (s *Session) stopIdleReader() error {
 	running, done := r.running, r.done
 	r.mu.Unlock()
 	if !running {
-		r.timer.Stop()
+		// The timer, if set, finds the session busy and lapses.
 		return nil
 	}
 	_ = s.be.nc.SetReadDeadline(time.Now())
