@@ -92,16 +92,24 @@ func TestIdleReaderDelayed(t *testing.T) {
 	// Statements that follow each other within the delay, over several
 	// delays: the timer, not withdrawn between them, finds the session
 	// busy or idle for less than the delay, and no reader begins.
-	const delay = 200 * time.Millisecond
+	const delay = 500 * time.Millisecond
+	var longestIdle time.Duration
 	for end := time.Now().Add(3 * delay); time.Now().Before(end); {
 		s.startIdleReader(delay)
+		idle := time.Now()
 		time.Sleep(5 * time.Millisecond)
+		longestIdle = max(longestIdle, time.Since(idle))
 		if err := s.stopIdleReader(); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if client.Len() != 0 || s.be.r.Buffered() != 0 {
+	switch {
+	case longestIdle >= delay:
+		// The machine held the test up for a whole delay: the reader
+		// may rightly have begun.
+		t.Logf("an idle interval took %v, the delay is %v: not checked", longestIdle, delay)
+	case client.Len() != 0 || s.be.r.Buffered() != 0:
 		t.Fatal("the backend was read while statements followed each other within the delay")
 	}
 
