@@ -140,6 +140,8 @@ type txnState struct {
 	// portalHolds are the read holds of the transaction (its portals' and
 	// cursors'), released when it ends.
 	portalHolds []heldRead
+	// domainCache: the tables of the last timedomain (txn.go).
+	domainCache domainCache
 }
 
 // statementState is the running statement: its deadline and cancel, and

@@ -73,9 +73,10 @@ type readTxn struct {
 	// transaction was pinned: a write of it checks that no other began
 	// since (storage.OpenWriteAfterReadFor).
 	writes int64
-	// domain is the timedomain's managed objects (nil until a read names
-	// one); held is the set of managed tables held at ts, by holds.
-	domain map[uint64]*planner.Object
+	// domain is the timedomain's schemas (nil until a read names a
+	// managed object): its objects are the catalog's in them. held is
+	// the set of managed tables held at ts, by holds.
+	domain map[string]bool
 	held   map[uint64]bool
 	holds  []heldRead
 	// catalog is mzproxy's catalog when the transaction was pinned;
@@ -726,32 +727,24 @@ func parsePin(v string) (read uint64, writes, revision int64, err error) {
 // managed object, and holds what the read reads.
 func (s *Session) inTimedomain(ctx context.Context, st *planner.Statement) *pgerr.Error {
 	if s.txn.domain == nil {
-		schemas := map[string]bool{}
 		for _, r := range st.Reads {
 			if r.Managed() {
-				schemas[r.Object.Schema] = true
+				if s.txn.domain == nil {
+					s.txn.domain = map[string]bool{}
+				}
+				s.txn.domain[r.Object.Schema] = true
 			}
 		}
-		if len(schemas) == 0 {
+		if s.txn.domain == nil {
 			return s.hold(ctx, st.Inputs)
 		}
-		s.txn.domain = map[uint64]*planner.Object{}
-		var tables []*planner.Object
-		for _, o := range s.txn.catalog.objects {
-			if schemas[o.Schema] {
-				s.txn.domain[o.ID] = o
-				if o.Kind == planner.Table {
-					tables = append(tables, o)
-				}
-			}
-		}
-		if err := s.hold(ctx, tables); err != nil {
+		if err := s.hold(ctx, s.domainTables()); err != nil {
 			return err
 		}
 	}
 	var outside []string
 	for _, r := range st.Reads {
-		if r.Managed() && s.txn.domain[r.Object.ID] == nil && !slices.Contains(outside, s.quotedName(r.Object)) {
+		if r.Managed() && !s.inDomain(r.Object) && !slices.Contains(outside, s.quotedName(r.Object)) {
 			outside = append(outside, s.quotedName(r.Object))
 		}
 	}
@@ -759,6 +752,43 @@ func (s *Session) inTimedomain(ctx context.Context, st *planner.Statement) *pger
 		return s.outsideTimedomain(outside)
 	}
 	return s.hold(ctx, st.Inputs)
+}
+
+// inDomain reports whether o is one of the timedomain's objects.
+func (s *Session) inDomain(o *planner.Object) bool {
+	return s.txn.domain[o.Schema] && s.txn.catalog.objects[int64(o.ID)] != nil
+}
+
+// domainCache is the managed tables of a timedomain's schemas in one
+// catalog snapshot (immutable), kept by the session: its read-only
+// transactions mostly read the same schemas of the same catalog, which
+// they would otherwise scan whole, each of them.
+type domainCache struct {
+	catalog *catalogSnapshot
+	schemas string // sorted, NUL-separated
+	tables  []*planner.Object
+}
+
+// domainTables returns the managed tables of the timedomain, to be held.
+func (s *Session) domainTables() []*planner.Object {
+	names := make([]string, 0, len(s.txn.domain))
+	for schema := range s.txn.domain {
+		names = append(names, schema)
+	}
+	slices.Sort(names)
+	key := strings.Join(names, "\x00")
+	c := &s.domainCache
+	if c.catalog == s.txn.catalog && c.schemas == key {
+		return c.tables
+	}
+	var tables []*planner.Object
+	for _, o := range s.txn.catalog.objects {
+		if s.txn.domain[o.Schema] && o.Kind == planner.Table {
+			tables = append(tables, o)
+		}
+	}
+	*c = domainCache{catalog: s.txn.catalog, schemas: key, tables: tables}
+	return tables
 }
 
 // hold adds read holds at the transaction's timestamp on the tables not
@@ -789,9 +819,11 @@ func (s *Session) hold(ctx context.Context, tables []*planner.Object) *pgerr.Err
 // outsideTimedomain is Materialize's error for a read outside the
 // transaction's timedomain.
 func (s *Session) outsideTimedomain(outside []string) *pgerr.Error {
-	available := make([]string, 0, len(s.txn.domain))
-	for _, o := range s.txn.domain {
-		available = append(available, s.quotedName(o))
+	var available []string
+	for _, o := range s.txn.catalog.objects {
+		if s.txn.domain[o.Schema] {
+			available = append(available, s.quotedName(o))
+		}
 	}
 	slices.Sort(available)
 	avail := "No relations are available."
