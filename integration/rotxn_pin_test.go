@@ -148,12 +148,92 @@ func TestReadOnlyTxnPinAfterWrite(t *testing.T) {
 
 	// The pin's prepared statements, deallocated by the client, are
 	// prepared again: the next transaction does not fail for it.
-	mustExec(t, ctx, reader, "DEALLOCATE mzproxy_pin_peek", "DEALLOCATE mzproxy_pin_check")
+	mustExec(t, ctx, reader, "DEALLOCATE mzproxy_pin_peek", "DEALLOCATE mzproxy_pin_check", "DEALLOCATE mzproxy_pin_raise")
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
 		rotxnBegin(t, ctx, reader, mode)
 		if v, _ := rotxnRead(t, ctx, reader, mode, "rw"); v != want {
 			t.Errorf("%v after DEALLOCATE: read %d, want %d", mode, v, want)
 		}
 		mustExec(t, ctx, reader, "COMMIT")
+	}
+}
+
+// TestReadOnlyTxnShape (issue 15): what a read-only transaction (BEGIN,
+// two point reads with new literals, COMMIT) costs once the session knows
+// its defaults, in both protocols. The backend parses nothing for it (a
+// tap between mzproxy and PostgreSQL sees no Parse: the pin's statements,
+// the raise to REPEATABLE READ among them, are prepared once per
+// session), mzproxy plans no statement of it anew (its plan cache misses
+// a few times at most, not once per read), and the backend's requests
+// (Sync or Query) per transaction are counted and bounded by today's
+// five: pin_peek's Sync, BEGIN, the two reads and COMMIT; the pin itself
+// ends with a Flush.
+func TestReadOnlyTxnShape(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	tap := startBackendTap(t)
+	p := startProxy(t, "--backend", tap.url(), "--metrics-listen", "127.0.0.1:0")
+	addr := p.metricsAddr(t)
+	awaitReady(t, addr)
+	misses := func() float64 {
+		_, m := get(t, addr, "/metrics")
+		return metricValue(t, m, "mzproxy_plan_cache_misses_total")
+	}
+	conn := connectTo(t, ctx, p.URL("postgres", db))
+	mustExec(t, ctx, conn, "CREATE TABLE rs (id int PRIMARY KEY, v int NOT NULL)",
+		"INSERT INTO rs SELECT g, g * 10 FROM generate_series(1, 100) g")
+	if _, err := conn.PgConn().Prepare(ctx, "rotxn_begin", "BEGIN", nil); err != nil {
+		t.Fatal(err)
+	}
+	const read = "SELECT v FROM rs WHERE id = $1"
+	modes := []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement}
+	txn := func(mode pgx.QueryExecMode, id int) {
+		t.Helper()
+		rotxnBegin(t, ctx, conn, mode)
+		for _, k := range []int{id, id + 1} {
+			var v int
+			if err := conn.QueryRow(ctx, read, mode, k).Scan(&v); err != nil || v != k*10 {
+				t.Fatalf("%v: read %d: %d, %v; want %d", mode, k, v, err, k*10)
+			}
+		}
+		mustExec(t, ctx, conn, "COMMIT")
+	}
+	// The first transactions learn the defaults and prepare what the
+	// session prepares once.
+	for _, mode := range modes {
+		txn(mode, 1)
+		txn(mode, 2)
+	}
+
+	const n = 10
+	for _, mode := range modes {
+		before := misses()
+		if _, err := execSimple(ctx, conn, "SELECT 'shape-start'"); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < n; i++ {
+			txn(mode, 10+i*3)
+		}
+		if _, err := execSimple(ctx, conn, "SELECT 'shape-end'"); err != nil {
+			t.Fatal(err)
+		}
+		window := tap.between("shape-start", "shape-end")
+		var requests int
+		for _, e := range window {
+			switch {
+			case strings.HasPrefix(e, "P "):
+				t.Errorf("%v: the backend was sent a Parse in a read-only transaction: %q", mode, e)
+			case e == "S" || strings.HasPrefix(e, "Q "):
+				requests++
+			}
+		}
+		t.Logf("%v: %.1f backend requests (Sync or Query) per read-only transaction", mode, float64(requests)/n)
+		if requests > 5*n {
+			t.Errorf("%v: %d backend requests for %d read-only transactions, want at most 5 each", mode, requests, n)
+		}
+		if d := misses() - before; d >= n/2 {
+			t.Errorf("%v: %v plan cache misses for %d read-only transactions (%d reads), want a few", mode, d, n, 2*n)
+		}
 	}
 }

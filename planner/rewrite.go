@@ -129,11 +129,23 @@ func mayMention(sql, word string) bool {
 
 // ContainsAnyFold reports whether s contains one of words,
 // case-insensitively (strings.EqualFold): words' ASCII letters must be
-// lower case. It looks at each
-// byte of s once against the words' first bytes, so it is cheap enough
-// for every statement's text.
+// lower case. It looks at each byte of s once, in a table of the words'
+// first bytes (either case), and compares words only where one may begin,
+// so it is cheap enough for every statement's text.
 func ContainsAnyFold(s string, words ...string) bool {
+	var first [256]bool
+	for _, w := range words {
+		if w != "" {
+			first[w[0]] = true
+			if 'a' <= w[0] && w[0] <= 'z' {
+				first[w[0]-'a'+'A'] = true
+			}
+		}
+	}
 	for i := 0; i < len(s); i++ {
+		if !first[s[i]] {
+			continue
+		}
 		c := s[i]
 		if 'A' <= c && c <= 'Z' {
 			c += 'a' - 'A'

@@ -10,9 +10,10 @@
 // session's sequencer. A message goes through these stages:
 //
 //  1. Idle reader stopped (session.go). Between messages a session that
-//     LISTENs, or that idles in a transaction with read holds, has a
-//     goroutine reading the backend; Handle stops it first, so that from
-//     here on the connection's goroutine alone reads the backend.
+//     LISTENs, or that idles in a transaction with read holds (after
+//     idleWatchDelay: a timer until then), has a goroutine reading the
+//     backend; Handle stops it (or its timer) first, so that from here
+//     on the connection's goroutine alone reads the backend.
 //  2. Statement (deadline.go). handleStatement opens the statement at its
 //     first message (its budget: statement_timeout from the tracked
 //     settings) and hands the message a context that ends at the deadline

@@ -114,8 +114,9 @@ type relayState struct {
 	// backend is also read between statements, so that notifications reach
 	// a client that waits for them without sending anything.
 	listening bool
-	idleRead  chan struct{} // closed when the idle reader has stopped; nil if none
-	clientMu  sync.Mutex    // serializes client writes with the idle reader
+	idle      idleReader
+	idleRead  *idleReader // &idle while it is started; nil if not
+	clientMu  sync.Mutex  // serializes client writes with the idle reader
 }
 
 // txStatus is the backend's transaction status, as its last ReadyForQuery
@@ -139,6 +140,8 @@ type txnState struct {
 	// portalHolds are the read holds of the transaction (its portals' and
 	// cursors'), released when it ends.
 	portalHolds []heldRead
+	// domainCache: the tables of the last timedomain (txn.go).
+	domainCache domainCache
 }
 
 // statementState is the running statement: its deadline and cancel, and
@@ -237,10 +240,23 @@ func (s *Session) Handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 	err := s.handleStatement(ctx, msg, frame)
 	s.observeHandled(msg, copyQuery, err)
 	if err == nil && s.watchIdle() {
-		s.startIdleReader()
+		delay := time.Duration(0)
+		if !s.listening {
+			delay = idleWatchDelay
+		}
+		s.startIdleReader(delay)
 	}
 	return err
 }
+
+// idleWatchDelay is how long a session idle in a transaction with read
+// holds waits before it reads the backend. Read at once, every statement
+// of a read-only transaction paid for a goroutine, two read deadlines and
+// a wake-up (a tenth of the proxy's CPU in one); a client that sends its
+// next statement sooner pays for a timer only, and one that idles longer
+// learns that the backend ended its transaction, and has its holds
+// released, that much later.
+const idleWatchDelay = 50 * time.Millisecond
 
 // watchIdle reports whether the backend must be read while the client is
 // idle: a session that LISTENs gets its notifications between
@@ -296,47 +312,130 @@ func isListen(frame []byte) bool {
 	return len(frame) >= 12 && string(frame[5:12]) == "LISTEN\x00"
 }
 
-// startIdleReader relays what the backend sends while the session is idle
-// (NotificationResponse, NoticeResponse, ParameterStatus, or the FATAL error
-// of a terminated backend) until stopIdleReader.
-func (s *Session) startIdleReader() {
-	done := make(chan struct{})
-	s.idleRead = done
-	go func() {
-		defer close(done)
-		for {
-			typ, frame, err := s.be.next()
-			if err != nil {
-				// A deadline from stopIdleReader, or a dead backend
-				// (noticed again on the next request).
-				return
-			}
-			s.clientMu.Lock()
-			err = s.client.WriteFrame(frame)
-			if err == nil {
-				err = s.client.Flush()
-			}
-			s.clientMu.Unlock()
-			if typ == 'E' {
-				// Only a FATAL error comes unasked: the backend is gone,
-				// and with it the transaction the holds protected.
-				s.releasePortalHolds()
-				s.releaseTxnHolds()
-			}
-			if err != nil || typ == 'E' {
-				return
-			}
-		}
-	}()
+// idleReader is the goroutine that reads the backend while the client is
+// idle, begun at once or once the session has been idle for a delay. One
+// per session, reused. The delay is kept by one timer that is not
+// withdrawn between statements: when it fires it begins the reader if
+// the session has been idle long enough, waits again for the rest if it
+// is idle for less, and lapses if it is busy (its next idle sets it
+// again). So a statement that follows the last within the delay costs a
+// clock read, not a timer's reset and stop; the goroutine and its channel
+// are made only when the reader begins.
+type idleReader struct {
+	mu        sync.Mutex
+	armed     bool      // idle since idleSince: the reader may begin
+	idleSince time.Time // when the session last became idle
+	delay     time.Duration
+	running   bool // it reads the backend (until a read deadline)
+	timerSet  bool // the timer will fire, at fireAt
+	fireAt    time.Time
+	timer     *time.Timer
+	done      chan struct{} // closed when the running reader has stopped
 }
 
-// stopIdleReader interrupts the idle reader's blocked read and waits for
-// it. A frame cut by the deadline stays buffered: the reader only peeks
-// until a frame is complete.
+// startIdleReader relays what the backend sends while the session is idle
+// (NotificationResponse, NoticeResponse, ParameterStatus, or the FATAL error
+// of a terminated backend) from delay on, until stopIdleReader.
+func (s *Session) startIdleReader(delay time.Duration) {
+	r := &s.idle
+	s.idleRead = r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.armed, r.delay = true, delay
+	if delay <= 0 {
+		s.beginIdleRead(r)
+		return
+	}
+	now := time.Now()
+	r.idleSince = now
+	if r.timerSet && !r.fireAt.After(now.Add(delay)) {
+		// It fires soon enough, and then looks at idleSince.
+		return
+	}
+	s.setIdleTimer(r, delay)
+}
+
+// setIdleTimer sets the timer to fire after d; r.mu is held.
+func (s *Session) setIdleTimer(r *idleReader, d time.Duration) {
+	r.timerSet, r.fireAt = true, time.Now().Add(d)
+	if r.timer == nil {
+		r.timer = time.AfterFunc(d, func() { s.idleTimerFired(r) })
+		return
+	}
+	r.timer.Reset(d)
+}
+
+// idleTimerFired begins the reader of a session idle for its delay, or
+// sets the timer again for the rest of it.
+func (s *Session) idleTimerFired(r *idleReader) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.timerSet = false
+	if !r.armed || r.running {
+		return
+	}
+	if rest := r.delay - time.Since(r.idleSince); rest > 0 {
+		s.setIdleTimer(r, rest)
+		return
+	}
+	s.beginIdleRead(r)
+}
+
+// beginIdleRead starts the reader's goroutine; r.mu is held.
+func (s *Session) beginIdleRead(r *idleReader) {
+	r.running = true
+	r.done = make(chan struct{})
+	go s.readIdle(r.done)
+}
+
+// readIdle is the idle reader's loop; it closes done when it returns.
+func (s *Session) readIdle(done chan struct{}) {
+	defer close(done)
+	for {
+		typ, frame, err := s.be.next()
+		if err != nil {
+			// A deadline from stopIdleReader, or a dead backend
+			// (noticed again on the next request).
+			return
+		}
+		s.clientMu.Lock()
+		err = s.client.WriteFrame(frame)
+		if err == nil {
+			err = s.client.Flush()
+		}
+		s.clientMu.Unlock()
+		if typ == 'E' {
+			// Only a FATAL error comes unasked: the backend is gone,
+			// and with it the transaction the holds protected.
+			s.releasePortalHolds()
+			s.releaseTxnHolds()
+		}
+		if err != nil || typ == 'E' {
+			return
+		}
+	}
+}
+
+// stopIdleReader withdraws an idle reader that has not begun, or
+// interrupts its blocked read and waits for it. A frame cut by the
+// deadline stays buffered: the reader only peeks until a frame is
+// complete.
 func (s *Session) stopIdleReader() error {
-	_ = s.be.nc.SetReadDeadline(time.Now())
-	<-s.idleRead
+	r := s.idleRead
 	s.idleRead = nil
+	r.mu.Lock()
+	r.armed = false
+	running, done := r.running, r.done
+	r.mu.Unlock()
+	if !running {
+		// The timer, if set, finds the session busy and lapses.
+		return nil
+	}
+	_ = s.be.nc.SetReadDeadline(time.Now())
+	<-done
+	r.mu.Lock()
+	r.running = false
+	r.mu.Unlock()
 	if err := s.be.nc.SetReadDeadline(time.Time{}); err != nil {
 		return s.lost(err)
 	}

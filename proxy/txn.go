@@ -3,6 +3,7 @@ package proxy
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -72,9 +73,10 @@ type readTxn struct {
 	// transaction was pinned: a write of it checks that no table it read
 	// was written since (storage.OpenWriteAfterReadFor).
 	writes int64
-	// domain is the timedomain's managed objects (nil until a read names
-	// one); held is the set of managed tables held at ts, by holds.
-	domain map[uint64]*planner.Object
+	// domain is the timedomain's schemas (nil until a read names a
+	// managed object): its objects are the catalog's in them. held is
+	// the set of managed tables held at ts, by holds.
+	domain map[string]bool
 	held   map[uint64]bool
 	holds  []heldRead
 	// catalog is mzproxy's catalog when the transaction was pinned;
@@ -160,18 +162,38 @@ func (s *Session) peekBeforeBegin() error {
 	return nil
 }
 
-// The proxy's prepared statements of the gate-less pin.
+// The proxy's prepared statements of the gate-less pin: pin_peek, the
+// isolation level's raise and the check (the last two prepared together,
+// under pinCheckPrepared).
 const (
 	pinPeekStatement  = "mzproxy_pin_peek"
+	pinRaiseStatement = "mzproxy_pin_raise"
 	pinCheckStatement = "mzproxy_pin_check"
 )
 
 // keepFirstValue keeps the first column of a DataRow in v ("" for NULL).
+// It reads the column in place (DataRow.Decode made a slice of every
+// value, twice per read-only transaction).
 func keepFirstValue(frame []byte, v *string) {
-	var row pgproto3.DataRow
-	if row.Decode(wire.Body(frame)) == nil && len(row.Values) > 0 {
-		*v = string(row.Values[0])
+	if value, ok := firstColumn(wire.Body(frame)); ok {
+		*v = string(value)
 	}
+}
+
+// firstColumn is the first value of a DataRow's body: a column count
+// (int16), then each column's length (int32, -1 for NULL) and bytes.
+func firstColumn(body []byte) ([]byte, bool) {
+	if len(body) < 6 || binary.BigEndian.Uint16(body) == 0 {
+		return nil, false
+	}
+	n := int32(binary.BigEndian.Uint32(body[2:]))
+	switch {
+	case n < 0:
+		return nil, true
+	case int(n) > len(body)-6:
+		return nil, false
+	}
+	return body[6 : 6+n], true
 }
 
 // syncBeforeBegin ends, with a Sync of the proxy's own queued before the
@@ -442,27 +464,37 @@ func (s *Session) pinQuick(ctx context.Context, expected txnCharacteristics) err
 }
 
 // quickPinValue runs pinQuick's statements in one round trip: the SET of
-// the isolation level if raise, then the check (quickPinSQL, prepared
-// once per session) for pin_peek's answer peek; it returns the check's
-// value. A failure is internalFailed's.
+// the isolation level if raise, then the check (quickPinSQL) for
+// pin_peek's answer peek; it returns the check's value. Both are the
+// proxy's prepared statements, prepared once per session (the backend
+// parsed the SET for every read-only transaction). A failure is
+// internalFailed's.
 func (s *Session) quickPinValue(ctx context.Context, raise bool, peek int64) (string, error) {
 	if ctx.Err() != nil {
 		return "", pgerr.Wrap(pgerr.QueryCanceled, context.Cause(ctx))
 	}
 	closes := 0 // the CloseCompletes to come
-	if raise {
-		c, err := s.be.sendValues([]string{"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"})
-		if err != nil {
-			return "", err
-		}
-		closes += 2 - c
-	}
 	var msgs []pgproto3.FrontendMessage
-	if !s.pinCheckPrepared {
+	prepare := !s.pinCheckPrepared
+	if prepare {
+		// Closed first: a client may have prepared the names.
+		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: pinRaiseStatement},
+			&pgproto3.Parse{Name: pinRaiseStatement, Query: "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"})
+		closes++
+		s.pinCheckPrepared = true
+	}
+	if raise {
+		msgs = append(msgs, &pgproto3.Bind{DestinationPortal: pinRaiseStatement, PreparedStatement: pinRaiseStatement},
+			&pgproto3.Execute{Portal: pinRaiseStatement},
+			&pgproto3.Close{ObjectType: 'P', Name: pinRaiseStatement})
+		closes++
+	}
+	if prepare {
+		// After the SET: parsing a SELECT takes the transaction's
+		// snapshot.
 		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: pinCheckStatement},
 			&pgproto3.Parse{Name: pinCheckStatement, Query: quickPinSQL, ParameterOIDs: []uint32{int8OID}})
 		closes++
-		s.pinCheckPrepared = true
 	}
 	msgs = append(msgs, &pgproto3.Bind{DestinationPortal: pinCheckStatement, PreparedStatement: pinCheckStatement,
 		Parameters: [][]byte{strconv.AppendInt(nil, peek, 10)}},
@@ -653,9 +685,8 @@ func knownTxnMismatch(expected, shown txnCharacteristics) *pgerr.Error {
 // notePin follows the pin's value v: the transaction's timestamp, the
 // writes seen at it and the catalog revision in its snapshot.
 func (s *Session) notePin(ctx context.Context, v string) error {
-	var read uint64
-	var writes, revision int64
-	if _, err := fmt.Sscan(v, &read, &writes, &revision); err != nil {
+	read, writes, revision, err := parsePin(v)
+	if err != nil {
 		return pgerr.New(pgerr.InternalError, "pinned timestamp, writes and catalog revision %q: %v", v, err)
 	}
 	s.txn.writes = writes
@@ -664,7 +695,6 @@ func (s *Session) notePin(ctx context.Context, v string) error {
 	s.txn.phase, s.txn.oracle, s.txn.upper, s.txn.ts = txnPinned, read, read+1, read
 	// The catalog as of the snapshot, unless the proxy has not loaded it
 	// (then the newest).
-	var err error
 	if s.txn.catalog = s.db.catalogAt(revision); s.txn.catalog == nil {
 		if s.txn.catalog, _, err = s.db.snapshot(ctx, s.proxy); err != nil {
 			// The snapshot is taken, but no read can be checked.
@@ -674,37 +704,47 @@ func (s *Session) notePin(ctx context.Context, v string) error {
 	return err
 }
 
+// parsePin reads a pin's value, "timestamp writes revision" (strconv, not
+// fmt.Sscan: this runs for every read-only transaction, and Sscan's
+// reflection was a tenth of the pin's CPU).
+func parsePin(v string) (read uint64, writes, revision int64, err error) {
+	f := strings.Fields(v)
+	if len(f) != 3 {
+		return 0, 0, 0, fmt.Errorf("want 3 fields, got %d", len(f))
+	}
+	if read, err = strconv.ParseUint(f[0], 10, 64); err != nil {
+		return 0, 0, 0, err
+	}
+	if writes, err = strconv.ParseInt(f[1], 10, 64); err != nil {
+		return 0, 0, 0, err
+	}
+	revision, err = strconv.ParseInt(f[2], 10, 64)
+	return read, writes, revision, err
+}
+
 // inTimedomain checks a read of a pinned transaction against its
 // timedomain, choosing the timedomain at the first read that names a
 // managed object, and holds what the read reads.
 func (s *Session) inTimedomain(ctx context.Context, st *planner.Statement) *pgerr.Error {
 	if s.txn.domain == nil {
-		schemas := map[string]bool{}
 		for _, r := range st.Reads {
 			if r.Managed() {
-				schemas[r.Object.Schema] = true
+				if s.txn.domain == nil {
+					s.txn.domain = map[string]bool{}
+				}
+				s.txn.domain[r.Object.Schema] = true
 			}
 		}
-		if len(schemas) == 0 {
+		if s.txn.domain == nil {
 			return s.hold(ctx, st.Inputs)
 		}
-		s.txn.domain = map[uint64]*planner.Object{}
-		var tables []*planner.Object
-		for _, o := range s.txn.catalog.objects {
-			if schemas[o.Schema] {
-				s.txn.domain[o.ID] = o
-				if o.Kind == planner.Table {
-					tables = append(tables, o)
-				}
-			}
-		}
-		if err := s.hold(ctx, tables); err != nil {
+		if err := s.hold(ctx, s.domainTables()); err != nil {
 			return err
 		}
 	}
 	var outside []string
 	for _, r := range st.Reads {
-		if r.Managed() && s.txn.domain[r.Object.ID] == nil && !slices.Contains(outside, s.quotedName(r.Object)) {
+		if r.Managed() && !s.inDomain(r.Object) && !slices.Contains(outside, s.quotedName(r.Object)) {
 			outside = append(outside, s.quotedName(r.Object))
 		}
 	}
@@ -712,6 +752,43 @@ func (s *Session) inTimedomain(ctx context.Context, st *planner.Statement) *pger
 		return s.outsideTimedomain(outside)
 	}
 	return s.hold(ctx, st.Inputs)
+}
+
+// inDomain reports whether o is one of the timedomain's objects.
+func (s *Session) inDomain(o *planner.Object) bool {
+	return s.txn.domain[o.Schema] && s.txn.catalog.objects[int64(o.ID)] != nil
+}
+
+// domainCache is the managed tables of a timedomain's schemas in one
+// catalog snapshot (immutable), kept by the session: its read-only
+// transactions mostly read the same schemas of the same catalog, which
+// they would otherwise scan whole, each of them.
+type domainCache struct {
+	catalog *catalogSnapshot
+	schemas string // sorted, NUL-separated
+	tables  []*planner.Object
+}
+
+// domainTables returns the managed tables of the timedomain, to be held.
+func (s *Session) domainTables() []*planner.Object {
+	names := make([]string, 0, len(s.txn.domain))
+	for schema := range s.txn.domain {
+		names = append(names, schema)
+	}
+	slices.Sort(names)
+	key := strings.Join(names, "\x00")
+	c := &s.domainCache
+	if c.catalog == s.txn.catalog && c.schemas == key {
+		return c.tables
+	}
+	var tables []*planner.Object
+	for _, o := range s.txn.catalog.objects {
+		if s.txn.domain[o.Schema] && o.Kind == planner.Table {
+			tables = append(tables, o)
+		}
+	}
+	*c = domainCache{catalog: s.txn.catalog, schemas: key, tables: tables}
+	return tables
 }
 
 // hold adds read holds at the transaction's timestamp on the tables not
@@ -742,9 +819,11 @@ func (s *Session) hold(ctx context.Context, tables []*planner.Object) *pgerr.Err
 // outsideTimedomain is Materialize's error for a read outside the
 // transaction's timedomain.
 func (s *Session) outsideTimedomain(outside []string) *pgerr.Error {
-	available := make([]string, 0, len(s.txn.domain))
-	for _, o := range s.txn.domain {
-		available = append(available, s.quotedName(o))
+	var available []string
+	for _, o := range s.txn.catalog.objects {
+		if s.txn.domain[o.Schema] {
+			available = append(available, s.quotedName(o))
+		}
 	}
 	slices.Sort(available)
 	avail := "No relations are available."
