@@ -57,7 +57,7 @@ type seenPlan struct {
 
 // readTSExpr is what a guarded read of the present has in its timestamp
 // holes: the oracle's read timestamp the guard pinned.
-const readTSExpr = "(current_setting('mzproxy.read_ts')::int8)"
+const readTSExpr = "(pg_catalog.current_setting('mzproxy.read_ts')::int8)"
 
 // staleMarker is the text of the guard's refusal: it cannot be read as a
 // bigint, so the guard fails with 22P02 and this text in its message.
@@ -72,18 +72,18 @@ const staleMarker = "mzproxy: plan of a changed catalog"
 func readGuardSQL(rev int64, path string, pin bool) string {
 	ok := "(SELECT revision FROM " + storage.Schema + ".catalog_revision) = " + strconv.FormatInt(rev, 10)
 	if path != "" {
-		ok += " AND current_setting('search_path') = " + quoteLiteral(path)
+		ok += " AND pg_catalog.current_setting('search_path') = " + quoteLiteral(path)
 	}
 	value := "'0'"
 	if pin {
-		ok += " AND current_setting('transaction_isolation') IN ('read committed', 'read uncommitted')"
+		ok += " AND pg_catalog.current_setting('transaction_isolation') IN ('read committed', 'read uncommitted')"
 		value = storage.Schema + ".pin()::text"
 	}
 	guarded := "(CASE WHEN " + ok + " THEN " + value + " ELSE '" + staleMarker + "' END)::int8::text"
 	if !pin {
 		return "SELECT " + guarded
 	}
-	return "SELECT set_config('mzproxy.read_ts', " + guarded + ", true)"
+	return "SELECT pg_catalog.set_config('mzproxy.read_ts', " + guarded + ", true)"
 }
 
 // explicitSnapshot returns the catalog and frontiers to plan an explicit

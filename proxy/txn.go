@@ -536,9 +536,9 @@ func (s *Session) quickPinValue(ctx context.Context, raise bool, peek int64) (st
 // default_transaction_isolation|transaction_read_only|t|writes|catalog
 // revision|search_path (t empty when the check failed; the search_path
 // last, as it may hold any character).
-var quickPinSQL = "SELECT current_setting('default_transaction_isolation') || '|' || current_setting('transaction_read_only') || '|' || " +
+var quickPinSQL = "SELECT pg_catalog.current_setting('default_transaction_isolation') || '|' || pg_catalog.current_setting('transaction_read_only') || '|' || " +
 	"coalesce(" + strings.TrimPrefix(storage.PinCheckSQL("$1"), "SELECT ") + "::text, '') || '|' || $1 || '|' || " +
-	catalogRevisionSubquery + " || '|' || current_setting('search_path')"
+	catalogRevisionSubquery + " || '|' || pg_catalog.current_setting('search_path')"
 
 // peekValue is pin_peek's answer as a number (it is one, or empty).
 func peekValue(peek string) int64 {
