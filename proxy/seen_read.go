@@ -77,7 +77,10 @@ func readGuardSQL(rev int64, path string, pin bool) string {
 	value := "'0'"
 	if pin {
 		ok += " AND pg_catalog.current_setting('transaction_isolation') IN ('read committed', 'read uncommitted')"
-		value = storage.Schema + ".pin()::text"
+		// The lock-free pin first, as a view the guard's plan includes
+		// (no function call: see pin_cheap.sql); pin() only when it does
+		// not apply. COALESCE evaluates pin() only then.
+		value = "coalesce((SELECT t FROM " + storage.Schema + ".settled_pin), " + storage.Schema + ".pin())::text"
 	}
 	guarded := "(CASE WHEN " + ok + " THEN " + value + " ELSE '" + staleMarker + "' END)::int8::text"
 	if !pin {

@@ -12,7 +12,8 @@
 // 6 to 7, ddl_speed.sql 7 to 8, write_cost.sql 8 to 9, ddl_cost.sql 9 to
 // 10, block_cost.sql 10 to 11, write_trim.sql 11 to 12,
 // ddl_trim.sql 12 to 13, pin_trim.sql 13 to 14,
-// pin_fast.sql 14 to 15, ddl_fast.sql 15 to 16, rw_check.sql 16 to 17
+// pin_fast.sql 14 to 15, ddl_fast.sql 15 to 16, rw_check.sql 16 to 17,
+// pin_cheap.sql 17 to 18
 // (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
@@ -87,7 +88,9 @@
 //     pending), NULL without a slot; commit_write_tx is the same.
 //   - pin() (ReadTSSQL, also read_ts()): the timestamp of a read of the
 //     present. When every write slot taken so far was settled by a pin it
-//     answers P without any lock (pin_fast.sql). Otherwise it locks the
+//     answers P without any lock (pin_fast.sql), as the view settled_pin
+//     does without any function call (pin_cheap.sql: the read guard reads
+//     it and calls pin() only when it is NULL). Otherwise it locks the
 //     gate in EXCLUSIVE mode, in a subtransaction it
 //     rolls back (so the lock is held only while it runs), which waits for
 //     the writes in progress; hands out t = GREATEST(clock, P, P + 1 when a
