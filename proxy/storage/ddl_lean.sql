@@ -38,9 +38,10 @@
 --    false): not called, pg_sequence_last_value NULL, as START 0 leaves
 --    it). Renames and the DELETE are catalog and row changes, no flush. A
 --    CREATE rolled back returns the pair to the list (reset: a spare's
---    values mean nothing). With no pair listed, or when the pick fails
---    with 40001 (a REPEATABLE READ transaction whose snapshot still lists
---    a pair another transaction took), it creates a pair as before.
+--    values mean nothing). With no pair listed it creates a pair as
+--    before. (Concurrent DDL waits anyway, for the catalog revision's
+--    row; a REPEATABLE READ transaction whose snapshot predates another
+--    DDL fails with 40001 there, before it picks a pair.)
 --  * The upgrade lists the pairs version 17 left behind by dropped tables.
 --
 -- So a CREATE TABLE after a DROP TABLE costs what a direct one does in
@@ -73,8 +74,6 @@ BEGIN
     EXECUTE format('ALTER SEQUENCE %s RENAME TO %I', spare.c::regclass, 'c' || p_oid);
     PERFORM setval(spare.w::regclass, 0, false), setval(spare.c::regclass, 0, false);
     RETURN true;
-EXCEPTION WHEN serialization_failure THEN
-    RETURN false;  -- the subtransaction undid the DELETE and the renames
 END
 $$;
 
