@@ -63,8 +63,10 @@ DECLARE
 BEGIN
     DELETE FROM @SCHEMA@.spare_markers s
      WHERE s.w = (SELECT x.w FROM @SCHEMA@.spare_markers x
-                   WHERE EXISTS (SELECT 1 FROM pg_class r WHERE r.oid = x.w)
-                     AND EXISTS (SELECT 1 FROM pg_class r WHERE r.oid = x.c)
+                   -- Both still there (a lookup in the relation cache
+                   -- each: a join with pg_class is planned as a scan of
+                   -- it while the list is empty, its size unknown).
+                   WHERE pg_relation_filenode(x.w) IS NOT NULL AND pg_relation_filenode(x.c) IS NOT NULL
                    LIMIT 1 FOR UPDATE SKIP LOCKED)
     RETURNING s.w, s.c INTO spare;
     IF NOT FOUND THEN
