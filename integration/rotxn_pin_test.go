@@ -167,7 +167,9 @@ func TestReadOnlyTxnPinAfterWrite(t *testing.T) {
 // a few times at most, not once per read), and the backend's requests
 // (Sync or Query) per transaction are counted and bounded by today's
 // five: pin_peek's Sync, BEGIN, the two reads and COMMIT; the pin itself
-// ends with a Flush.
+// ends with a Flush. Its round trips (mzproxy's writes to the backend, each
+// sent once the last was answered) are four over the simple protocol, as
+// many as directly: pin_peek rides with BEGIN, the pin with the first read.
 func TestReadOnlyTxnShape(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
@@ -219,18 +221,33 @@ func TestReadOnlyTxnShape(t *testing.T) {
 			t.Fatal(err)
 		}
 		window := tap.between("shape-start", "shape-end")
-		var requests int
+		var requests, writes int
 		for _, e := range window {
 			switch {
 			case strings.HasPrefix(e, "P "):
 				t.Errorf("%v: the backend was sent a Parse in a read-only transaction: %q", mode, e)
 			case e == "S" || strings.HasPrefix(e, "Q "):
 				requests++
+			case e == "W":
+				writes++
 			}
 		}
-		t.Logf("%v: %.1f backend requests (Sync or Query) per read-only transaction", mode, float64(requests)/n)
+		// The window's last write is the Query of shape-end.
+		roundTrips := writes - 1
+		t.Logf("%v: %.1f backend requests (Sync or Query), %.1f round trips per read-only transaction",
+			mode, float64(requests)/n, float64(roundTrips)/n)
 		if requests > 5*n {
 			t.Errorf("%v: %d backend requests for %d read-only transactions, want at most 5 each", mode, requests, n)
+		}
+		// As many as directly (BEGIN, two reads, COMMIT): the pin rides
+		// with the first read. Over the extended protocol the pin is
+		// still a round trip of its own.
+		want := 4
+		if mode != pgx.QueryExecModeSimpleProtocol {
+			want = 5
+		}
+		if roundTrips > want*n {
+			t.Errorf("%v: %d backend round trips for %d read-only transactions, want at most %d each", mode, roundTrips, n, want)
 		}
 		if d := misses() - before; d >= n/2 {
 			t.Errorf("%v: %v plan cache misses for %d read-only transactions (%d reads), want a few", mode, d, n, 2*n)

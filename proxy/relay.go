@@ -201,6 +201,10 @@ func (s *Session) handleQuery(ctx context.Context, m *pgproto3.Query, frame []by
 	if err := s.txnQuery(ctx, m.String); err != nil {
 		return err
 	}
+	if s.txn.guard != nil {
+		// The transaction's pin rides in front of this first read.
+		return s.firstReadAfterGuard(ctx, m.String, frame)
+	}
 	plain := s.plainRead(m.String)
 	var settings []*planner.Statement
 	if !plain {
@@ -849,15 +853,15 @@ func (s *Session) noteCommand(frame []byte) {
 		s.settings.ResetAll()
 		s.writeSlotPrepared, s.deferredSlotPrepared = 0, 0
 		s.lostHoldPrepared = false
-		s.pinPeekPrepared, s.pinCheckPrepared = false, false
+		s.pinPeekPrepared, s.pinCheckPrepared, s.pinGuardPrepared = false, false, false
 	case "DEALLOCATE ALL":
 		// The proxy's prepared statements went with the client's.
 		s.writeSlotPrepared, s.deferredSlotPrepared = 0, 0
 		s.lostHoldPrepared = false
-		s.pinPeekPrepared, s.pinCheckPrepared = false, false
+		s.pinPeekPrepared, s.pinCheckPrepared, s.pinGuardPrepared = false, false, false
 		s.deallocate("")
 	case "DEALLOCATE":
 		// It may have named one of the pin's: prepared again.
-		s.pinPeekPrepared, s.pinCheckPrepared = false, false
+		s.pinPeekPrepared, s.pinCheckPrepared, s.pinGuardPrepared = false, false, false
 	}
 }
