@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -211,16 +212,18 @@ func TestReadOnlyTxnShape(t *testing.T) {
 	const n = 10
 	for _, mode := range modes {
 		before := misses()
-		if _, err := execSimple(ctx, conn, "SELECT 'shape-start'"); err != nil {
+		// Marks of the mode's own: between finds a mark's first use.
+		start, end := fmt.Sprintf("shape-start-%d", mode), fmt.Sprintf("shape-end-%d", mode)
+		if _, err := execSimple(ctx, conn, "SELECT '"+start+"'"); err != nil {
 			t.Fatal(err)
 		}
 		for i := 0; i < n; i++ {
 			txn(mode, 10+i*3)
 		}
-		if _, err := execSimple(ctx, conn, "SELECT 'shape-end'"); err != nil {
+		if _, err := execSimple(ctx, conn, "SELECT '"+end+"'"); err != nil {
 			t.Fatal(err)
 		}
-		window := tap.between("shape-start", "shape-end")
+		window := tap.between(start, end)
 		var requests, writes int
 		for _, e := range window {
 			switch {
