@@ -257,3 +257,82 @@ func TestReadOnlyTxnShape(t *testing.T) {
 		}
 	}
 }
+
+// TestReadOnlyTxnPinWithFirstRead: the pin that rides in front of a
+// transaction's first read (proxy/pin_read.go) lets the read run only in
+// the snapshot the proxy expected. A write acknowledged between BEGIN and
+// the read, or a search_path changed where the proxy cannot see it (a
+// function that runs SET), makes the pin's guard refuse before the read
+// runs: the transaction is pinned anew and the read runs once, sees the
+// write, resolves its names in the backend's search_path and chooses its
+// timedomain there.
+func TestReadOnlyTxnPinWithFirstRead(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	reader := connectTo(t, ctx, p.URL("postgres", db))
+	writer := connectTo(t, ctx, p.URL("postgres", db))
+	mustExec(t, ctx, writer, "CREATE SCHEMA s1", "CREATE SCHEMA s2",
+		"CREATE TABLE s1.sp (v text)", "INSERT INTO s1.sp VALUES ('s1')",
+		"CREATE TABLE s2.sp (v text)", "INSERT INTO s2.sp VALUES ('s2')",
+		"CREATE SEQUENCE public.sq",
+		// Its call names no setting: the proxy cannot tell what it changes.
+		`CREATE FUNCTION public.quietly_s2() RETURNS void LANGUAGE plpgsql
+		 AS $$BEGIN SET search_path = s2, public; END$$`)
+	mustExec(t, ctx, reader, "SET search_path = s1, public")
+	settle := func() {
+		t.Helper()
+		// A read of the present: the next BEGIN's peek answers.
+		if _, err := execSimple(ctx, reader, "SELECT mz_now()"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	readIn := func(sql string) (string, error) {
+		var v string
+		err := reader.QueryRow(ctx, sql, pgx.QueryExecModeSimpleProtocol).Scan(&v)
+		return v, err
+	}
+	// The first transactions learn the defaults and the search_path.
+	for i := 0; i < 2; i++ {
+		settle()
+		mustExec(t, ctx, reader, "BEGIN")
+		if v, err := readIn("SELECT v FROM sp"); err != nil || v != "s1" {
+			t.Fatalf("read %q, %v; want s1", v, err)
+		}
+		mustExec(t, ctx, reader, "COMMIT")
+	}
+
+	// A write since the peek: the read that would have taken the
+	// sequence's next value twice takes it once.
+	settle()
+	mustExec(t, ctx, reader, "BEGIN")
+	mustExec(t, ctx, writer, "UPDATE s1.sp SET v = 's1 again'")
+	if v, err := readIn("SELECT nextval('public.sq')::text || ' ' || (SELECT v FROM sp)"); err != nil || v != "1 s1 again" {
+		t.Errorf("first read after a write since BEGIN: %q, %v; want %q", v, err, "1 s1 again")
+	}
+	mustExec(t, ctx, reader, "COMMIT")
+	var last int
+	if err := writer.QueryRow(ctx, "SELECT last_value FROM public.sq").Scan(&last); err != nil || last != 1 {
+		t.Errorf("the sequence after one read: %d, %v; want 1 (the read ran once)", last, err)
+	}
+
+	// The search_path changed unseen: names resolve, and the timedomain
+	// is chosen, in the backend's.
+	// (After settle: its own read of the present would learn the new
+	// search_path.)
+	settle()
+	if _, err := execSimple(ctx, reader, "SELECT public.quietly_s2()"); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, ctx, reader, "BEGIN")
+	if v, err := readIn("SELECT v FROM sp"); err != nil || v != "s2" {
+		t.Errorf("read after the unseen SET: %q, %v; want s2", v, err)
+	}
+	if v, err := readIn("SELECT v FROM s2.sp"); err != nil || v != "s2" {
+		t.Errorf("read of s2.sp in the transaction: %q, %v; want s2 (the timedomain is s2's)", v, err)
+	}
+	_, err := readIn("SELECT v FROM s1.sp")
+	wantCode(t, err, "25000")
+	mustExec(t, ctx, reader, "ROLLBACK")
+}
