@@ -30,7 +30,9 @@ import (
 // exactly the writes at or below its timestamp, and every later statement
 // of the transaction reads the same data: without any lock when no write
 // slot was taken since pin_peek, which rides in front of the BEGIN
-// (pinQuick); else with the writers' gate held (pinGated; see
+// (pinQuick, whose statements ride in front of the first read when that is
+// a plain read sent as a simple Query: pin_read.go); else with the
+// writers' gate held (pinGated; see
 // proxy/storage: the pin). Reads the proxy rewrites (AS OF-less
 // history reads, EXPLAIN TIMESTAMP) use that timestamp.
 //
