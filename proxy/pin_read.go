@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -15,7 +16,8 @@ import (
 
 // The pin of a read-only transaction in the round trip of its first read
 // (issue 15). When the first statement of a transaction block is a plain
-// read sent as a simple Query, and the gate-less pin applies (pinQuick: the
+// read, sent as a simple Query or bound by the Bind that begins an
+// extended-protocol batch, and the gate-less pin applies (pinQuick: the
 // peek answered, the characteristics are known), the pin's statements go
 // in the same write as the read, in front of it: the raise to REPEATABLE
 // READ, then a guard (pinGuardSQL) that pins and checks, in the snapshot
@@ -30,11 +32,15 @@ import (
 //
 // If any does not hold, the guard fails (a cast of its marker to bigint,
 // as seen_read.go's guard fails) and the backend skips everything until a
-// Sync, the client's Query too: the read never runs with a snapshot it
-// must not have, so it never runs twice, whatever functions it calls. The
-// proxy then ends the skip, begins the transaction anew (ROLLBACK and the
-// client's BEGIN) and pins it with the gate, as pinQuick does when its
-// check fails, and sends the read again, the ordinary way.
+// Sync, the client's Query or Bind too: the read never runs with a
+// snapshot it must not have, so it never runs twice, whatever functions it
+// calls. The proxy then ends the skip, begins the transaction anew
+// (ROLLBACK and the client's BEGIN) and pins it with the gate, as pinQuick
+// does when its check fails, and sends the read again: a Query the
+// ordinary way; a batch as the client's messages forwarded behind the
+// guard, kept for it (its Bind, Describe, Execute and Sync; any other
+// message of the client's is only handled once the guard is answered,
+// after a Flush).
 //
 // When the guard passes, its answer comes before any of the read's: the
 // proxy takes the transaction's timestamp from it, plans the read with the
@@ -79,13 +85,20 @@ type pinGuard struct {
 	expected txnCharacteristics
 	revision int64
 	closes   int // the CloseCompletes its answers end with
+	// extended: the read is a Bind (sql its statement's text); frames
+	// are the client's messages forwarded behind the guard, sent again
+	// when it refuses.
+	extended bool
+	sql      string
+	frames   [][]byte
 }
 
 // pinWithRead returns the guard to send in front of sql, the first
 // statement of a fresh transaction block, when it can ride with it; nil
 // when the transaction is pinned the ordinary way first.
 func (s *Session) pinWithRead(ctx context.Context, sql string) *pinGuard {
-	if s.txn.phase != txnFresh || s.tx != txBlock || s.be.clientBatch || s.be.unsynced ||
+	// Over the extended protocol, the read's Bind begins the batch.
+	if s.txn.phase != txnFresh || s.tx != txBlock || s.be.unsynced ||
 		s.units.len() > 0 || s.skipping || s.proxy.cfg.HistoryReads || ctx.Err() != nil ||
 		s.txn.peek == nil || *s.txn.peek == "" || s.known.searchPath == nil || !s.plainRead(sql) {
 		return nil
@@ -249,4 +262,149 @@ func (s *Session) dropQueryAnswers() error {
 			return nil
 		}
 	}
+}
+
+// settleGuard reads the answers of the guard queued in front of a read's
+// Bind (the extended protocol), which come before those of the client's
+// messages behind it: at the Sync that ends the read's batch, or, when the
+// client sends anything else first, after a Flush sent now (sendFlush).
+func (s *Session) settleGuard(ctx context.Context, sendFlush bool) error {
+	g := s.txn.guard
+	s.txn.guard = nil
+	if sendFlush {
+		if err := s.be.w.Send(&pgproto3.Flush{}); err != nil {
+			return s.lost(err)
+		}
+	}
+	if err := s.be.w.Flush(); err != nil {
+		return s.lostWrite(err)
+	}
+	s.enter(timeouts.PhaseTimestamp)
+	v, failed, err := s.readPinValue(g.closes)
+	switch {
+	case err != nil:
+		return err
+	case failed == nil:
+		return s.guardPassedExtended(ctx, g.sql, v)
+	case failed.Code == "22P02" && strings.Contains(failed.Message, pinRefusedMarker):
+		return s.guardRefusedExtended(ctx, g)
+	}
+	// Prepared again next time (the Parse may be what failed).
+	s.pinGuardPrepared = false
+	if failed.IsFatal() {
+		return failed
+	}
+	// The client's batch fails with the guard's error, as it would with
+	// an error of its Bind: the backend skips to the client's Sync.
+	return s.failBatchBehindGuard(failed)
+}
+
+// guardPassedExtended follows the guard's answer v: the transaction is
+// pinned, and its first read (the portal bound behind the guard, of
+// statement sql) is held before any of its answers is relayed. The read
+// cannot be refused (it chooses the timedomain) and its holds are taken in
+// memory; if taking them fails all the same (a lost lease), the read is
+// already bound, and the session ends rather than relay what nothing
+// protects.
+func (s *Session) guardPassedExtended(ctx context.Context, sql, v string) error {
+	err := s.notePin(ctx, v)
+	if err == nil {
+		s.txn.searchPath = planner.EffectiveSearchPath(s.known.searchPath, s.user)
+		if refused := s.holdFirstRead(ctx, sql); refused != nil {
+			err = refused
+		}
+	}
+	if err != nil {
+		pe := pgerr.As(err)
+		return pgerr.Fatal(pe.Code, "%s", pe.Message)
+	}
+	return nil
+}
+
+// holdFirstRead checks the reads in sql, the pinned transaction's first,
+// against the timedomain (which they choose) and holds them: txnReads,
+// for a read whose answers are on their way (no round trip of the
+// proxy's may come first).
+func (s *Session) holdFirstRead(ctx context.Context, sql string) *pgerr.Error {
+	stmts, err := s.proxy.planner.Plan(sql, s.txn.catalog, planner.Options{SearchPath: s.txn.searchPath})
+	if err == nil {
+		for _, st := range stmts {
+			if !st.ReadOnly() || st.AsOf != nil {
+				continue
+			}
+			if refused := s.inTimedomain(ctx, st); refused != nil {
+				return refused
+			}
+		}
+	}
+	s.afterStatements(stmts)
+	return nil
+}
+
+// guardRefusedExtended follows the guard's refusal: the backend skipped
+// the client's messages behind it, up to the client's Sync if it was sent
+// (its ReadyForQuery is dropped: the Sync is sent again with the rest),
+// else up to a Sync of the proxy's own. The transaction is begun anew and
+// pinned with the gate, and the client's messages are sent again.
+func (s *Session) guardRefusedExtended(ctx context.Context, g *pinGuard) error {
+	if !slices.ContainsFunc(s.units.items[s.units.head:], func(u unit) bool { return u.kind == uSync }) {
+		if err := s.be.w.Send(&pgproto3.Sync{}); err != nil {
+			return s.lost(err)
+		}
+		if err := s.be.w.Flush(); err != nil {
+			return s.lostWrite(err)
+		}
+	}
+	if err := s.dropQueryAnswers(); err != nil {
+		return err
+	}
+	// Nothing of the client's is at the backend now: a failure of the
+	// proxy's own statements ends with a Sync of its own.
+	s.tx = txBlock
+	clientBatch := s.be.clientBatch
+	s.be.clientBatch = false
+	err := s.pinGatedAfter(ctx, []string{"ROLLBACK", s.txn.beginSQL}, g.expected, true)
+	if err == nil {
+		if refused := s.holdFirstRead(ctx, g.sql); refused != nil {
+			err = s.refuse(ctx, refused)
+		}
+	}
+	s.be.clientBatch = clientBatch
+	if err != nil {
+		for s.units.len() > 0 {
+			s.units.pop()
+		}
+		s.midRequest = false
+		return err
+	}
+	for _, f := range g.frames {
+		if err := s.be.w.WriteFrame(f); err != nil {
+			return s.lostWrite(err)
+		}
+	}
+	if err := s.be.w.Flush(); err != nil {
+		return s.lostWrite(err)
+	}
+	return nil
+}
+
+// failBatchBehindGuard fails the client's batch with the guard's error
+// (not a refusal), as unitFailed fails it after an error of the client's:
+// the backend skips to the client's Sync. If that was sent, its
+// ReadyForQuery is read here and the caller's error answers the Sync.
+func (s *Session) failBatchBehindGuard(failed *pgerr.Error) error {
+	s.skipping = true
+	for u := s.units.front(); u != nil && u.kind != uSync; u = s.units.front() {
+		s.units.pop()
+	}
+	if s.units.len() > 0 {
+		if err := s.dropQueryAnswers(); err != nil {
+			return err
+		}
+		s.units.pop()
+		s.skipping = false
+	}
+	s.releaseTxnHolds()
+	s.midRequest = false
+	return failed
 }

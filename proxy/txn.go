@@ -31,7 +31,7 @@ import (
 // of the transaction reads the same data: without any lock when no write
 // slot was taken since pin_peek, which rides in front of the BEGIN
 // (pinQuick, whose statements ride in front of the first read when that is
-// a plain read sent as a simple Query: pin_read.go); else with the
+// a plain read: pin_read.go); else with the
 // writers' gate held (pinGated; see
 // proxy/storage: the pin). Reads the proxy rewrites (AS OF-less
 // history reads, EXPLAIN TIMESTAMP) use that timestamp.
@@ -265,6 +265,11 @@ func (s *Session) txnBind(ctx context.Context, m *pgproto3.Bind) error {
 	switch {
 	case !ok || s.tx == txFailed:
 	case s.txn.phase == txnFresh || s.pinned():
+		if g := s.pinWithRead(ctx, sql); g != nil {
+			// Answered in settleGuard, before the read's answers.
+			g.sql, g.extended = sql, true
+			return s.orLost(s.sendPinGuard(g))
+		}
 		return s.txnExtended(ctx, sql)
 	case s.tx == txIdle && startsWithWord(sql, "begin", "start"):
 		s.noteBegin(sql)
