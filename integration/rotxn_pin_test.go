@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -167,7 +168,10 @@ func TestReadOnlyTxnPinAfterWrite(t *testing.T) {
 // a few times at most, not once per read), and the backend's requests
 // (Sync or Query) per transaction are counted and bounded by today's
 // five: pin_peek's Sync, BEGIN, the two reads and COMMIT; the pin itself
-// ends with a Flush.
+// ends with a Flush. Its round trips (mzproxy's writes to the backend, each
+// sent once the last was answered) are four over the simple protocol, as
+// many as directly, in both protocols: pin_peek rides with BEGIN, the pin
+// with the first read.
 func TestReadOnlyTxnShape(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
@@ -209,31 +213,136 @@ func TestReadOnlyTxnShape(t *testing.T) {
 	const n = 10
 	for _, mode := range modes {
 		before := misses()
-		if _, err := execSimple(ctx, conn, "SELECT 'shape-start'"); err != nil {
+		// Marks of the mode's own: between finds a mark's first use.
+		start, end := fmt.Sprintf("shape-start-%d", mode), fmt.Sprintf("shape-end-%d", mode)
+		if _, err := execSimple(ctx, conn, "SELECT '"+start+"'"); err != nil {
 			t.Fatal(err)
 		}
 		for i := 0; i < n; i++ {
 			txn(mode, 10+i*3)
 		}
-		if _, err := execSimple(ctx, conn, "SELECT 'shape-end'"); err != nil {
+		if _, err := execSimple(ctx, conn, "SELECT '"+end+"'"); err != nil {
 			t.Fatal(err)
 		}
-		window := tap.between("shape-start", "shape-end")
-		var requests int
+		window := tap.between(start, end)
+		var requests, writes int
 		for _, e := range window {
 			switch {
 			case strings.HasPrefix(e, "P "):
 				t.Errorf("%v: the backend was sent a Parse in a read-only transaction: %q", mode, e)
 			case e == "S" || strings.HasPrefix(e, "Q "):
 				requests++
+			case e == "W":
+				writes++
 			}
 		}
-		t.Logf("%v: %.1f backend requests (Sync or Query) per read-only transaction", mode, float64(requests)/n)
+		// The window's last write is the Query of shape-end.
+		roundTrips := writes - 1
+		t.Logf("%v: %.1f backend requests (Sync or Query), %.1f round trips per read-only transaction",
+			mode, float64(requests)/n, float64(roundTrips)/n)
 		if requests > 5*n {
 			t.Errorf("%v: %d backend requests for %d read-only transactions, want at most 5 each", mode, requests, n)
+		}
+		// As many as directly (BEGIN, two reads, COMMIT): the pin rides
+		// with the first read.
+		if roundTrips > 4*n {
+			t.Errorf("%v: %d backend round trips for %d read-only transactions, want at most 4 each", mode, roundTrips, n)
 		}
 		if d := misses() - before; d >= n/2 {
 			t.Errorf("%v: %v plan cache misses for %d read-only transactions (%d reads), want a few", mode, d, n, 2*n)
 		}
 	}
+}
+
+// TestReadOnlyTxnPinWithFirstRead: the pin that rides in front of a
+// transaction's first read (proxy/pin_read.go) lets the read run only in
+// the snapshot the proxy expected. A write acknowledged between BEGIN and
+// the read, or a search_path changed where the proxy cannot see it (a
+// function that runs SET), makes the pin's guard refuse before the read
+// runs: the transaction is pinned anew and the read runs once, sees the
+// write, resolves its names in the backend's search_path and chooses its
+// timedomain there.
+func TestReadOnlyTxnPinWithFirstRead(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	reader := connectTo(t, ctx, p.URL("postgres", db))
+	writer := connectTo(t, ctx, p.URL("postgres", db))
+	mustExec(t, ctx, writer, "CREATE SCHEMA s1", "CREATE SCHEMA s2",
+		"CREATE TABLE s1.sp (v text)", "INSERT INTO s1.sp VALUES ('s1')",
+		"CREATE TABLE s2.sp (v text)", "INSERT INTO s2.sp VALUES ('s2')",
+		"CREATE SEQUENCE public.sq",
+		// Its call names no setting: the proxy cannot tell what it changes.
+		`CREATE FUNCTION public.quietly_s2() RETURNS void LANGUAGE plpgsql
+		 AS $$BEGIN SET search_path = s2, public; END$$`)
+	mustExec(t, ctx, reader, "SET search_path = s1, public")
+	settle := func() {
+		t.Helper()
+		// A read of the present: the next BEGIN's peek answers.
+		if _, err := execSimple(ctx, reader, "SELECT mz_now()"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	readIn := func(sql string) (string, error) {
+		var v string
+		err := reader.QueryRow(ctx, sql, pgx.QueryExecModeSimpleProtocol).Scan(&v)
+		return v, err
+	}
+	// The first transactions learn the defaults and the search_path.
+	for i := 0; i < 2; i++ {
+		settle()
+		mustExec(t, ctx, reader, "BEGIN")
+		if v, err := readIn("SELECT v FROM sp"); err != nil || v != "s1" {
+			t.Fatalf("read %q, %v; want s1", v, err)
+		}
+		mustExec(t, ctx, reader, "COMMIT")
+	}
+
+	// A write since the peek: the read that would have taken the
+	// sequence's next value twice takes it once, in both protocols (the
+	// statement prepared before, so that its Bind is the first read).
+	const nextRead = "SELECT nextval('public.sq')::text || ' ' || (SELECT v FROM sp)"
+	if _, err := reader.Prepare(ctx, "next_read", nextRead); err != nil {
+		t.Fatal(err)
+	}
+	for i, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		settle()
+		mustExec(t, ctx, reader, "BEGIN")
+		mustExec(t, ctx, writer, fmt.Sprintf("UPDATE s1.sp SET v = 's1 %d'", i))
+		var v string
+		var err error
+		if mode == pgx.QueryExecModeSimpleProtocol {
+			err = reader.QueryRow(ctx, nextRead, mode).Scan(&v)
+		} else {
+			err = reader.QueryRow(ctx, "next_read").Scan(&v)
+		}
+		if want := fmt.Sprintf("%d s1 %d", i+1, i); err != nil || v != want {
+			t.Errorf("%v: first read after a write since BEGIN: %q, %v; want %q", mode, v, err, want)
+		}
+		mustExec(t, ctx, reader, "COMMIT")
+		var last int
+		if err := writer.QueryRow(ctx, "SELECT last_value FROM public.sq").Scan(&last); err != nil || last != i+1 {
+			t.Errorf("%v: the sequence after %d reads: %d, %v (a read ran twice)", mode, i+1, last, err)
+		}
+	}
+
+	// The search_path changed unseen: names resolve, and the timedomain
+	// is chosen, in the backend's.
+	// (After settle: its own read of the present would learn the new
+	// search_path.)
+	settle()
+	if _, err := execSimple(ctx, reader, "SELECT public.quietly_s2()"); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, ctx, reader, "BEGIN")
+	if v, err := readIn("SELECT v FROM sp"); err != nil || v != "s2" {
+		t.Errorf("read after the unseen SET: %q, %v; want s2", v, err)
+	}
+	if v, err := readIn("SELECT v FROM s2.sp"); err != nil || v != "s2" {
+		t.Errorf("read of s2.sp in the transaction: %q, %v; want s2 (the timedomain is s2's)", v, err)
+	}
+	_, err := readIn("SELECT v FROM s1.sp")
+	wantCode(t, err, "25000")
+	mustExec(t, ctx, reader, "ROLLBACK")
 }

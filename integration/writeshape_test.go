@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -122,7 +123,8 @@ func TestWritesOneRoundTrip(t *testing.T) {
 // backendTap relays TCP connections to the test PostgreSQL and records,
 // per connection, what each carries: "Q <text>" and "P <text>" for a Query
 // or a Parse, "S" for a Sync the frontend sent, "Z" for a ReadyForQuery
-// the backend sent, in the order the tap saw them.
+// the backend sent, "W" where a write of mzproxy's begins (recordWrite),
+// in the order the tap saw them.
 type backendTap struct {
 	l     net.Listener
 	mu    sync.Mutex
@@ -202,13 +204,20 @@ func (tap *backendTap) relay(i int, src, dst net.Conn, frontend bool) {
 			return
 		}
 	}
+	r := bufio.NewReaderSize(src, 1<<16)
 	for {
+		// Nothing of mzproxy's left to relay: what comes next is another
+		// write of its own.
+		fresh := r.Buffered() == 0
 		var head [5]byte
-		if _, err := io.ReadFull(src, head[:]); err != nil {
+		if _, err := io.ReadFull(r, head[:]); err != nil {
 			return
 		}
+		if frontend && fresh {
+			tap.recordWrite(i)
+		}
 		body := make([]byte, binary.BigEndian.Uint32(head[1:])-4)
-		if _, err := io.ReadFull(src, body); err != nil {
+		if _, err := io.ReadFull(r, body); err != nil {
 			return
 		}
 		tap.record(i, frontend, head[0], body)
@@ -237,6 +246,16 @@ func (tap *backendTap) record(i int, frontend bool, typ byte, body []byte) {
 	}
 	tap.mu.Lock()
 	tap.conns[i] = append(tap.conns[i], e)
+	tap.mu.Unlock()
+}
+
+// recordWrite records "W" when mzproxy begins another write to the
+// backend (the tap found nothing of its earlier writes still to relay):
+// the writes of a request answered before the next is sent are its round
+// trips.
+func (tap *backendTap) recordWrite(i int) {
+	tap.mu.Lock()
+	tap.conns[i] = append(tap.conns[i], "W")
 	tap.mu.Unlock()
 }
 

@@ -41,7 +41,9 @@
 //     rewritten read) are queued as units (relay.go): one per request
 //     whose answers are awaited, with its disposition (the client's answers
 //     are relayed, the proxy's swallowed, but for an error the client must
-//     see).
+//     see). The pin of a fresh read-only transaction rides in front of
+//     its first plain read, behind a guard whose answers are read before
+//     the read's (pin_read.go).
 //  6. Exchange (relay.go, exchange). When the client waits for answers
 //     (Sync, Query, Flush, or a full pipeline), the backend's answers are
 //     read, each owned by the unit at the head of the queue: relayed or

@@ -124,6 +124,16 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 	case *pgproto3.Query, *pgproto3.FunctionCall, *pgproto3.Sync:
 		s.be.clientBatch = false
 	}
+	if s.txn.guard != nil {
+		switch msg.(type) {
+		case *pgproto3.Describe, *pgproto3.Execute, *pgproto3.Sync:
+			// The read's own batch: the guard is answered at its Sync.
+		default:
+			if err := s.settleGuard(ctx, true); err != nil {
+				return err
+			}
+		}
+	}
 	if s.occBatch != nil {
 		if held, err := s.holdBatch(ctx, msg, frame); held || err != nil {
 			return err
@@ -200,6 +210,10 @@ func (s *Session) handleQuery(ctx context.Context, m *pgproto3.Query, frame []by
 	}
 	if err := s.txnQuery(ctx, m.String); err != nil {
 		return err
+	}
+	if s.txn.guard != nil {
+		// The transaction's pin rides in front of this first read.
+		return s.firstReadAfterGuard(ctx, m.String, frame)
 	}
 	plain := s.plainRead(m.String)
 	var settings []*planner.Statement
@@ -373,6 +387,10 @@ func (s *Session) request(ctx context.Context, frame []byte, u unit, wait bool) 
 }
 
 func (s *Session) forward(frame []byte) error {
+	if g := s.txn.guard; g != nil && g.extended {
+		// Sent again if the guard refuses (pin_read.go).
+		g.frames = append(g.frames, cloneFrame(frame))
+	}
 	if err := s.be.w.WriteFrame(frame); err != nil {
 		return s.lostWrite(err)
 	}
@@ -417,6 +435,12 @@ func (s *Session) exchange(ctx context.Context) error {
 	}
 	if err := s.be.w.Flush(); err != nil {
 		return s.lostWrite(err)
+	}
+	if s.txn.guard != nil {
+		// Its answers come first (pin_read.go).
+		if err := s.settleGuard(ctx, false); err != nil {
+			return err
+		}
 	}
 	if s.units.len() == 0 {
 		return s.flushClient()
@@ -849,15 +873,15 @@ func (s *Session) noteCommand(frame []byte) {
 		s.settings.ResetAll()
 		s.writeSlotPrepared, s.deferredSlotPrepared = 0, 0
 		s.lostHoldPrepared = false
-		s.pinPeekPrepared, s.pinCheckPrepared = false, false
+		s.pinPeekPrepared, s.pinCheckPrepared, s.pinGuardPrepared = false, false, false
 	case "DEALLOCATE ALL":
 		// The proxy's prepared statements went with the client's.
 		s.writeSlotPrepared, s.deferredSlotPrepared = 0, 0
 		s.lostHoldPrepared = false
-		s.pinPeekPrepared, s.pinCheckPrepared = false, false
+		s.pinPeekPrepared, s.pinCheckPrepared, s.pinGuardPrepared = false, false, false
 		s.deallocate("")
 	case "DEALLOCATE":
 		// It may have named one of the pin's: prepared again.
-		s.pinPeekPrepared, s.pinCheckPrepared = false, false
+		s.pinPeekPrepared, s.pinCheckPrepared, s.pinGuardPrepared = false, false, false
 	}
 }

@@ -186,11 +186,13 @@ type statementState struct {
 // connection: each exists for the incarnation given (0: not prepared) and
 // writes for it; lostHoldPrepared: raise_fenced is prepared (see
 // failLostHold); pinPeekPrepared, pinCheckPrepared: pin_peek and the
-// gate-less pin's check are (txn.go).
+// gate-less pin's check are (txn.go); pinGuardPrepared: the pin that rides
+// with a first read is (pin_read.go).
 type ownStatements struct {
 	writeSlotPrepared, deferredSlotPrepared int64
 	lostHoldPrepared                        bool
 	pinPeekPrepared, pinCheckPrepared       bool
+	pinGuardPrepared                        bool
 }
 
 func newSession(ctx context.Context, p *Proxy, be *backend, client *wire.Writer, log *logrus.Entry) *Session {

@@ -30,7 +30,9 @@ import (
 // exactly the writes at or below its timestamp, and every later statement
 // of the transaction reads the same data: without any lock when no write
 // slot was taken since pin_peek, which rides in front of the BEGIN
-// (pinQuick); else with the writers' gate held (pinGated; see
+// (pinQuick, whose statements ride in front of the first read when that is
+// a plain read: pin_read.go); else with the
+// writers' gate held (pinGated; see
 // proxy/storage: the pin). Reads the proxy rewrites (AS OF-less
 // history reads, EXPLAIN TIMESTAMP) use that timestamp.
 //
@@ -95,6 +97,9 @@ type readTxn struct {
 	// pin_peek answered before it ("" for NULL or not asked).
 	beginSQL string
 	peek     *string
+	// guard is the pin queued in front of the first read, whose answers
+	// firstReadAfterGuard reads (pin_read.go).
+	guard *pinGuard
 }
 
 // pinned reports whether the session's reads use the transaction's
@@ -109,6 +114,10 @@ func (s *Session) txnQuery(ctx context.Context, sql string) error {
 	switch {
 	case s.tx == txFailed:
 	case s.txn.phase == txnFresh || s.pinned():
+		if g := s.pinWithRead(ctx, sql); g != nil {
+			// Answered in firstReadAfterGuard, which sends the read.
+			return s.orLost(s.sendPinGuard(g))
+		}
 		// Nothing is outstanding: a Query waits for its answers.
 		ready := func() (bool, error) { return true, nil }
 		return s.orLost(s.txnStatements(ctx, sql, ready))
@@ -256,6 +265,11 @@ func (s *Session) txnBind(ctx context.Context, m *pgproto3.Bind) error {
 	switch {
 	case !ok || s.tx == txFailed:
 	case s.txn.phase == txnFresh || s.pinned():
+		if g := s.pinWithRead(ctx, sql); g != nil {
+			// Answered in settleGuard, before the read's answers.
+			g.sql, g.extended = sql, true
+			return s.orLost(s.sendPinGuard(g))
+		}
 		return s.txnExtended(ctx, sql)
 	case s.tx == txIdle && startsWithWord(sql, "begin", "start"):
 		s.noteBegin(sql)
@@ -311,6 +325,12 @@ func (s *Session) txnStatements(ctx context.Context, sql string, ready func() (b
 			return err
 		}
 	}
+	return s.txnReads(ctx, sql, ready)
+}
+
+// txnReads checks the reads in sql, in a pinned transaction, against the
+// timedomain and holds what they read; ready as for txnStatements.
+func (s *Session) txnReads(ctx context.Context, sql string, ready func() (bool, error)) error {
 	plan := func() ([]*planner.Statement, error) {
 		return s.proxy.planner.Plan(sql, s.txn.catalog, planner.Options{SearchPath: s.txn.searchPath})
 	}
@@ -510,11 +530,24 @@ func (s *Session) quickPinValue(ctx context.Context, raise bool, peek int64) (st
 	if err := s.be.w.Flush(); err != nil {
 		return "", err
 	}
-	var v string
+	v, failed, err := s.readPinValue(closes)
+	if failed != nil {
+		// Prepared again next time (the Parse may be what failed).
+		s.pinCheckPrepared = false
+		return "", s.be.internalFailed(failed)
+	}
+	return v, err
+}
+
+// readPinValue reads the answers to the pin's messages, up to the last of
+// their closes CloseCompletes, and returns the first column of the row
+// they answered; failed is the backend's error, not followed yet (the
+// backend now skips to a Sync).
+func (s *Session) readPinValue(closes int) (v string, failed *pgerr.Error, err error) {
 	for closes > 0 {
 		typ, frame, err := s.be.next()
 		if err != nil {
-			return "", connectionLost(err)
+			return "", nil, connectionLost(err)
 		}
 		switch typ {
 		case 'D':
@@ -524,12 +557,10 @@ func (s *Session) quickPinValue(ctx context.Context, raise bool, peek int64) (st
 		case 'E':
 			var er pgproto3.ErrorResponse
 			_ = er.Decode(wire.Body(frame))
-			// Prepared again next time (the Parse may be what failed).
-			s.pinCheckPrepared = false
-			return "", s.be.internalFailed(backendError(&er))
+			return "", backendError(&er), nil
 		}
 	}
-	return v, nil
+	return v, nil, nil
 }
 
 // quickPinSQL is pinQuick's check for pin_peek's answer ($1), one text:
@@ -555,17 +586,26 @@ const catalogRevisionSubquery = "(SELECT revision FROM " + storage.Schema + ".ca
 // pinGated pins with the writers' gate held while the snapshot is taken
 // (storage.PinSnapshotSQL); see pin.
 func (s *Session) pinGated(ctx context.Context, expected txnCharacteristics, guessed bool) error {
+	return s.pinGatedAfter(ctx, nil, expected, guessed)
+}
+
+// pinGatedAfter is pinGated with the statements before first, in the same
+// round trip (ROLLBACK and the client's BEGIN, to begin anew a transaction
+// whose gate-less pin failed).
+func (s *Session) pinGatedAfter(ctx context.Context, before []string, expected txnCharacteristics, guessed bool) error {
 	asks := pinAsks
-	var queries []string
+	queries := before
 	if guessed {
-		queries = asks
+		queries = append(slices.Clip(before), asks...)
 	} else {
-		shown, err := s.be.internalValues(ctx, asks...)
+		shown, err := s.be.internalValues(ctx, append(slices.Clip(before), asks...)...)
 		if err != nil {
 			return err
 		}
+		shown = shown[len(before):]
 		s.learnAsked(shown)
 		expected = characteristicsOf(shown)
+		queries = nil
 	}
 	queries, pinAt := pinQueries(queries, expected)
 	values, err := s.be.internalValues(ctx, queries...)
@@ -573,7 +613,7 @@ func (s *Session) pinGated(ctx context.Context, expected txnCharacteristics, gue
 		return s.pinFailed(err, guessed, expected)
 	}
 	if guessed {
-		if err := s.checkAsked(ctx, values[:len(asks)], expected); err != nil {
+		if err := s.checkAsked(ctx, values[len(before):len(before)+len(asks)], expected); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,410 @@
+package proxy
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/mzproxy/mzproxy/pgerr"
+	"github.com/mzproxy/mzproxy/planner"
+	"github.com/mzproxy/mzproxy/proxy/storage"
+	"github.com/mzproxy/mzproxy/timeouts"
+)
+
+// The pin of a read-only transaction in the round trip of its first read
+// (issue 15). When the first statement of a transaction block is a plain
+// read, sent as a simple Query or bound by the Bind that begins an
+// extended-protocol batch, and the gate-less pin applies (pinQuick: the
+// peek answered, the characteristics are known), the pin's statements go
+// in the same write as the read, in front of it: the raise to REPEATABLE
+// READ, then a guard (pinGuardSQL) that pins and checks, in the snapshot
+// it takes, everything the proxy assumed when it let the read follow:
+//
+//   - no write slot was taken since the peek (pin_check answered P),
+//   - the catalog is at the revision the proxy saw last, which the read's
+//     timedomain and holds are then planned with,
+//   - the search_path is the one the proxy knows (the read's names),
+//   - the session's default isolation level and the transaction's
+//     read-only mode are those the raise was chosen for.
+//
+// If any does not hold, the guard fails (a cast of its marker to bigint,
+// as seen_read.go's guard fails) and the backend skips everything until a
+// Sync, the client's Query or Bind too: the read never runs with a
+// snapshot it must not have, so it never runs twice, whatever functions it
+// calls. The proxy then ends the skip, begins the transaction anew
+// (ROLLBACK and the client's BEGIN) and pins it with the gate, as pinQuick
+// does when its check fails, and sends the read again: a Query the
+// ordinary way; a batch as the client's messages forwarded behind the
+// guard, kept for it (its Bind, Describe, Execute and Sync; any other
+// message of the client's is only handled once the guard is answered,
+// after a Flush).
+//
+// When the guard passes, its answer comes before any of the read's: the
+// proxy takes the transaction's timestamp from it, plans the read with the
+// pinned catalog and takes its read holds (timedomain) at that timestamp
+// before it relays the first of the read's answers. The holds are taken
+// after the read started, which is safe: a plain read is forwarded as it
+// is (history mode, which rewrites every read, never takes this path), so
+// it reads the tables themselves in its MVCC snapshot, never their
+// history, and compaction, which deletes only history rows, cannot change
+// what it sees. The holds protect the transaction's later reads of history
+// at its timestamp (AS OF, mz_now()). A hold at the pinned timestamp t
+// needs no round trip: t is the oracle's P, at or after every read
+// timestamp handed out before, among them the lease's floor (the read
+// timestamp of an earlier heartbeat, see seen_read.go), so t >= Floor()
+// and the lease grants it in memory. Should a heartbeat have raised the
+// floor past t in between, Acquire checks the real sinces in its own
+// round trip and refuses a t that compaction passed, as it did when the
+// pin was a round trip of its own.
+
+// pinGuardStatement names the guard's prepared statement and portal.
+const pinGuardStatement = "mzproxy_pin_guard"
+
+// pinRefusedMarker is the text the guard casts to bigint when it refuses.
+const pinRefusedMarker = "mzproxy: pin refused"
+
+// pinGuardSQL pins for pin_peek's answer ($1) and answers "t writes
+// revision" (notePin's form) when the catalog is at revision $2, the
+// search_path is $3 (as SHOW spells it), default_transaction_isolation is
+// $4 and transaction_read_only is $5; else it fails. OFFSET 0 keeps the
+// subquery from being pulled up, so pin_check runs once.
+var pinGuardSQL = "SELECT (CASE WHEN p.t IS NOT NULL AND p.rev = $2" +
+	" AND pg_catalog.current_setting('search_path') = $3" +
+	" AND pg_catalog.current_setting('default_transaction_isolation') = $4" +
+	" AND pg_catalog.current_setting('transaction_read_only') = $5" +
+	" THEN p.t::text ELSE '" + pinRefusedMarker + "' END)::int8::text || ' ' || $1 || ' ' || p.rev::text" +
+	" FROM (SELECT " + strings.TrimPrefix(storage.PinCheckSQL("$1"), "SELECT ") + " AS t, " +
+	catalogRevisionSubquery + " AS rev OFFSET 0) p"
+
+// pinGuard is a pin sent in front of the transaction's first read, whose
+// answers have not been read.
+type pinGuard struct {
+	expected txnCharacteristics
+	revision int64
+	closes   int // the CloseCompletes its answers end with
+	// extended: the read is a Bind (sql its statement's text); frames
+	// are the client's messages forwarded behind the guard, sent again
+	// when it refuses.
+	extended bool
+	sql      string
+	frames   [][]byte
+}
+
+// pinWithRead returns the guard to send in front of sql, the first
+// statement of a fresh transaction block, when it can ride with it; nil
+// when the transaction is pinned the ordinary way first.
+func (s *Session) pinWithRead(ctx context.Context, sql string) *pinGuard {
+	// Over the extended protocol, the read's Bind begins the batch.
+	if s.txn.phase != txnFresh || s.tx != txBlock || s.be.unsynced ||
+		s.units.len() > 0 || s.skipping || s.proxy.cfg.HistoryReads || ctx.Err() != nil ||
+		s.txn.peek == nil || *s.txn.peek == "" || s.known.searchPath == nil || !s.plainRead(sql) {
+		return nil
+	}
+	expected, guessed := s.expectedCharacteristics()
+	seen := s.db.seen.Load()
+	if !guessed || seen == nil {
+		return nil
+	}
+	return &pinGuard{expected: expected, revision: seen.catalog.cat.Revision}
+}
+
+// sendPinGuard queues, unflushed, the raise to REPEATABLE READ when the
+// transaction needs it and the guard (both prepared once per session);
+// the client's Query follows them in the same write.
+func (s *Session) sendPinGuard(g *pinGuard) error {
+	var msgs []pgproto3.FrontendMessage
+	prepare := !s.pinGuardPrepared
+	if prepare {
+		// Closed first: a client may have prepared the names.
+		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: pinRaiseStatement},
+			&pgproto3.Parse{Name: pinRaiseStatement, Query: "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"})
+		g.closes++
+		s.pinGuardPrepared = true
+	}
+	if !snapshotIsolation(g.expected.isolation) {
+		msgs = append(msgs, &pgproto3.Bind{DestinationPortal: pinRaiseStatement, PreparedStatement: pinRaiseStatement},
+			&pgproto3.Execute{Portal: pinRaiseStatement},
+			&pgproto3.Close{ObjectType: 'P', Name: pinRaiseStatement})
+		g.closes++
+	}
+	if prepare {
+		// After the SET: parsing a SELECT takes the snapshot.
+		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: pinGuardStatement},
+			&pgproto3.Parse{Name: pinGuardStatement, Query: pinGuardSQL,
+				ParameterOIDs: []uint32{int8OID, int8OID, textOID, textOID, textOID}})
+		g.closes++
+	}
+	readOnly := "off"
+	if g.expected.readOnly {
+		readOnly = "on"
+	}
+	msgs = append(msgs, &pgproto3.Bind{DestinationPortal: pinGuardStatement, PreparedStatement: pinGuardStatement,
+		Parameters: [][]byte{[]byte(*s.txn.peek), strconv.AppendInt(nil, g.revision, 10),
+			[]byte(s.known.searchPathShown), []byte(s.known.defaults.isolation), []byte(readOnly)}},
+		&pgproto3.Execute{Portal: pinGuardStatement},
+		&pgproto3.Close{ObjectType: 'P', Name: pinGuardStatement})
+	g.closes++
+	for _, m := range msgs {
+		if err := s.be.w.Send(m); err != nil {
+			return err
+		}
+	}
+	s.txn.guard = g
+	return nil
+}
+
+// firstReadAfterGuard sends the client's Query (frame, sql) behind the
+// pin guard queued for it, and relays its answers once the guard's have
+// said the transaction is pinned and its holds are taken; see the top of
+// this file.
+func (s *Session) firstReadAfterGuard(ctx context.Context, sql string, frame []byte) error {
+	g := s.txn.guard
+	s.txn.guard = nil
+	if err := s.forward(frame); err != nil {
+		return err
+	}
+	if err := s.be.w.Flush(); err != nil {
+		return s.lostWrite(err)
+	}
+	s.busy.Store(true)
+	s.midRequest = true
+	s.enter(timeouts.PhaseTimestamp)
+	v, failed, err := s.readPinValue(g.closes)
+	if err == nil && failed != nil {
+		err = s.guardFailed(ctx, g, failed)
+		if err == nil {
+			// Pinned anew: the read goes the ordinary way.
+			if err = s.orLost(s.txnReads(ctx, sql, func() (bool, error) { return true, nil })); err == nil {
+				return s.request(ctx, frame, unit{kind: uQuery, relayZ: true}, true)
+			}
+		}
+	}
+	if err == nil {
+		err = s.pinnedByGuard(ctx, sql, v)
+	}
+	if err != nil {
+		s.busy.Store(false)
+		s.midRequest = false
+		return err
+	}
+	s.units.push(unit{kind: uQuery, relayZ: true})
+	return s.exchange(ctx)
+}
+
+// guardFailed follows the guard's error: the backend skipped the client's
+// Query, and is made to end the skip. A refusal begins the transaction
+// anew and pins it with the gate (nil: pinned); any other error fails the
+// transaction, as a failed pin does.
+func (s *Session) guardFailed(ctx context.Context, g *pinGuard, failed *pgerr.Error) error {
+	refused := failed.Code == "22P02" && strings.Contains(failed.Message, pinRefusedMarker)
+	if !refused {
+		// Prepared again next time (the Parse may be what failed).
+		s.pinGuardPrepared = false
+	}
+	if err := s.be.internalFailed(failed); !refused || err != failed {
+		return s.pinFailed(err, true, g.expected)
+	}
+	return s.pinGatedAfter(ctx, []string{"ROLLBACK", s.txn.beginSQL}, g.expected, true)
+}
+
+// pinnedByGuard follows the guard's answer v while the read runs: the
+// transaction is pinned, and the read is planned and held. If that fails,
+// the read's answers are dropped and the client gets the error, as when
+// the pin came first.
+func (s *Session) pinnedByGuard(ctx context.Context, sql string, v string) error {
+	dropped := false
+	dropRead := func() (bool, error) {
+		if dropped {
+			return true, nil
+		}
+		dropped = true
+		return true, s.dropQueryAnswers()
+	}
+	err := s.notePin(ctx, v)
+	if err == nil {
+		s.txn.searchPath = planner.EffectiveSearchPath(s.known.searchPath, s.user)
+		// The search_path is known (not nil), so txnReads asks ready only
+		// before it refuses the read: the read's answers go first.
+		err = s.txnReads(ctx, sql, dropRead)
+	}
+	if err != nil && !dropped {
+		if derr := s.dropQueryAnswers(); derr != nil {
+			return derr
+		}
+	}
+	return err
+}
+
+// dropQueryAnswers reads and drops the answers to a Query of the client's
+// that the client will not see, up to its ReadyForQuery. A FATAL error
+// still reaches the client and ends the session.
+func (s *Session) dropQueryAnswers() error {
+	for {
+		typ, frame, err := s.be.next()
+		if err != nil {
+			return s.lost(err)
+		}
+		switch typ {
+		case 'E':
+			if fatal, err := s.backendErrorIsFatal(frame); fatal {
+				_ = s.client.WriteFrame(frame)
+				_ = s.client.Flush()
+				return err
+			}
+		case 'Z':
+			s.tx = txStatus(frame[5])
+			if s.tx == txFailed {
+				s.releaseTxnHolds()
+			}
+			return nil
+		}
+	}
+}
+
+// settleGuard reads the answers of the guard queued in front of a read's
+// Bind (the extended protocol), which come before those of the client's
+// messages behind it: at the Sync that ends the read's batch, or, when the
+// client sends anything else first, after a Flush sent now (sendFlush).
+func (s *Session) settleGuard(ctx context.Context, sendFlush bool) error {
+	g := s.txn.guard
+	s.txn.guard = nil
+	if sendFlush {
+		if err := s.be.w.Send(&pgproto3.Flush{}); err != nil {
+			return s.lost(err)
+		}
+	}
+	if err := s.be.w.Flush(); err != nil {
+		return s.lostWrite(err)
+	}
+	s.enter(timeouts.PhaseTimestamp)
+	v, failed, err := s.readPinValue(g.closes)
+	switch {
+	case err != nil:
+		return err
+	case failed == nil:
+		return s.guardPassedExtended(ctx, g.sql, v)
+	case failed.Code == "22P02" && strings.Contains(failed.Message, pinRefusedMarker):
+		return s.guardRefusedExtended(ctx, g)
+	}
+	// Prepared again next time (the Parse may be what failed).
+	s.pinGuardPrepared = false
+	if failed.IsFatal() {
+		return failed
+	}
+	// The client's batch fails with the guard's error, as it would with
+	// an error of its Bind: the backend skips to the client's Sync.
+	return s.failBatchBehindGuard(failed)
+}
+
+// guardPassedExtended follows the guard's answer v: the transaction is
+// pinned, and its first read (the portal bound behind the guard, of
+// statement sql) is held before any of its answers is relayed. The read
+// cannot be refused (it chooses the timedomain) and its holds are taken in
+// memory; if taking them fails all the same (a lost lease), the read is
+// already bound, and the session ends rather than relay what nothing
+// protects.
+func (s *Session) guardPassedExtended(ctx context.Context, sql, v string) error {
+	err := s.notePin(ctx, v)
+	if err == nil {
+		s.txn.searchPath = planner.EffectiveSearchPath(s.known.searchPath, s.user)
+		if refused := s.holdFirstRead(ctx, sql); refused != nil {
+			err = refused
+		}
+	}
+	if err != nil {
+		pe := pgerr.As(err)
+		return pgerr.Fatal(pe.Code, "%s", pe.Message)
+	}
+	return nil
+}
+
+// holdFirstRead checks the reads in sql, the pinned transaction's first,
+// against the timedomain (which they choose) and holds them: txnReads,
+// for a read whose answers are on their way (no round trip of the
+// proxy's may come first).
+func (s *Session) holdFirstRead(ctx context.Context, sql string) *pgerr.Error {
+	stmts, err := s.proxy.planner.Plan(sql, s.txn.catalog, planner.Options{SearchPath: s.txn.searchPath})
+	if err == nil {
+		for _, st := range stmts {
+			if !st.ReadOnly() || st.AsOf != nil {
+				continue
+			}
+			if refused := s.inTimedomain(ctx, st); refused != nil {
+				return refused
+			}
+		}
+	}
+	s.afterStatements(stmts)
+	return nil
+}
+
+// guardRefusedExtended follows the guard's refusal: the backend skipped
+// the client's messages behind it, up to the client's Sync if it was sent
+// (its ReadyForQuery is dropped: the Sync is sent again with the rest),
+// else up to a Sync of the proxy's own. The transaction is begun anew and
+// pinned with the gate, and the client's messages are sent again.
+func (s *Session) guardRefusedExtended(ctx context.Context, g *pinGuard) error {
+	if !slices.ContainsFunc(s.units.items[s.units.head:], func(u unit) bool { return u.kind == uSync }) {
+		if err := s.be.w.Send(&pgproto3.Sync{}); err != nil {
+			return s.lost(err)
+		}
+		if err := s.be.w.Flush(); err != nil {
+			return s.lostWrite(err)
+		}
+	}
+	if err := s.dropQueryAnswers(); err != nil {
+		return err
+	}
+	// Nothing of the client's is at the backend now: a failure of the
+	// proxy's own statements ends with a Sync of its own.
+	s.tx = txBlock
+	clientBatch := s.be.clientBatch
+	s.be.clientBatch = false
+	err := s.pinGatedAfter(ctx, []string{"ROLLBACK", s.txn.beginSQL}, g.expected, true)
+	if err == nil {
+		if refused := s.holdFirstRead(ctx, g.sql); refused != nil {
+			err = s.refuse(ctx, refused)
+		}
+	}
+	s.be.clientBatch = clientBatch
+	if err != nil {
+		for s.units.len() > 0 {
+			s.units.pop()
+		}
+		s.midRequest = false
+		return err
+	}
+	for _, f := range g.frames {
+		if err := s.be.w.WriteFrame(f); err != nil {
+			return s.lostWrite(err)
+		}
+	}
+	if err := s.be.w.Flush(); err != nil {
+		return s.lostWrite(err)
+	}
+	return nil
+}
+
+// failBatchBehindGuard fails the client's batch with the guard's error
+// (not a refusal), as unitFailed fails it after an error of the client's:
+// the backend skips to the client's Sync. If that was sent, its
+// ReadyForQuery is read here and the caller's error answers the Sync.
+func (s *Session) failBatchBehindGuard(failed *pgerr.Error) error {
+	s.skipping = true
+	for u := s.units.front(); u != nil && u.kind != uSync; u = s.units.front() {
+		s.units.pop()
+	}
+	if s.units.len() > 0 {
+		if err := s.dropQueryAnswers(); err != nil {
+			return err
+		}
+		s.units.pop()
+		s.skipping = false
+	}
+	s.releaseTxnHolds()
+	s.midRequest = false
+	return failed
+}
