@@ -242,26 +242,13 @@ func (s *Session) pinnedByGuard(ctx context.Context, sql string, v string) error
 // that the client will not see, up to its ReadyForQuery. A FATAL error
 // still reaches the client and ends the session.
 func (s *Session) dropQueryAnswers() error {
-	for {
-		typ, frame, err := s.be.next()
-		if err != nil {
-			return s.lost(err)
-		}
-		switch typ {
-		case 'E':
-			if fatal, err := s.backendErrorIsFatal(frame); fatal {
-				_ = s.client.WriteFrame(frame)
-				_ = s.client.Flush()
-				return err
-			}
-		case 'Z':
-			s.tx = txStatus(frame[5])
-			if s.tx == txFailed {
-				s.releaseTxnHolds()
-			}
-			return nil
-		}
+	if err := s.occRead(context.Background(), func(byte, []byte) {}); err != nil {
+		return err
 	}
+	if s.tx == txFailed {
+		s.releaseTxnHolds()
+	}
+	return nil
 }
 
 // settleGuard reads the answers of the guard queued in front of a read's
