@@ -187,7 +187,14 @@ func TestOpsStatementMetrics(t *testing.T) {
 		t.Fatalf("the paused write: %v", err)
 	}
 
-	_, m := get(t, addr, "/metrics")
+	// The paused write's answer reaches its client before the proxy
+	// records the statement's metrics: scrape until they are in.
+	var m string
+	eventually(t, 10*time.Second, "the paused write's metrics", func() bool {
+		_, m = get(t, addr, "/metrics")
+		return strings.Contains(m, `mzproxy_statement_phase_duration_milliseconds_count{phase="commit"}`) &&
+			metricValue(t, m, `mzproxy_occ_commits_total`) >= 3
+	})
 	atLeast := func(series string, min float64) {
 		t.Helper()
 		if got := metricValue(t, m, series); got < min {
