@@ -199,7 +199,7 @@ func (s *Session) firstReadAfterGuard(ctx context.Context, sql string, frame []b
 // anew and pins it with the gate (nil: pinned); any other error fails the
 // transaction, as a failed pin does.
 func (s *Session) guardFailed(ctx context.Context, g *pinGuard, failed *pgerr.Error) error {
-	refused := failed.Code == "22P02" && strings.Contains(failed.Message, pinRefusedMarker)
+	refused := refusedBy(failed, pinRefusedMarker)
 	if !refused {
 		// Prepared again next time (the Parse may be what failed).
 		s.pinGuardPrepared = false
@@ -273,7 +273,7 @@ func (s *Session) settleGuard(ctx context.Context, sendFlush bool) error {
 		return err
 	case failed == nil:
 		return s.guardPassedExtended(ctx, g.sql, v)
-	case failed.Code == "22P02" && strings.Contains(failed.Message, pinRefusedMarker):
+	case refusedBy(failed, pinRefusedMarker):
 		return s.guardRefusedExtended(ctx, g)
 	}
 	// Prepared again next time (the Parse may be what failed).

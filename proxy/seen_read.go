@@ -146,8 +146,14 @@ func (s *Session) guardedQuery(ctx context.Context, st *planner.Statement, fr *s
 // DISCARD ALL): either way nothing ran, and the read is planned again.
 func isStale(err error) bool {
 	pe := pgerr.As(err)
-	return pe.Code == "22P02" && strings.Contains(pe.Message, staleMarker) ||
+	return refusedBy(pe, staleMarker) ||
 		pe.Code == pgerr.InvalidSQLStatementName && strings.Contains(pe.Message, guardStatement)
+}
+
+// refusedBy reports whether pe is a guard's deliberate refusal: the cast
+// of its marker text to bigint failing (readGuardSQL, pinGuardSQL).
+func refusedBy(pe *pgerr.Error, marker string) bool {
+	return pe.Code == "22P02" && strings.Contains(pe.Message, marker)
 }
 
 // ignoreStale is err, nil when it is the guard's refusal.
