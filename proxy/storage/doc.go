@@ -13,7 +13,7 @@
 // 10, block_cost.sql 10 to 11, write_trim.sql 11 to 12,
 // ddl_trim.sql 12 to 13, pin_trim.sql 13 to 14,
 // pin_fast.sql 14 to 15, ddl_fast.sql 15 to 16, rw_check.sql 16 to 17,
-// pin_cheap.sql 17 to 18, ddl_lean.sql 18 to 19
+// pin_cheap.sql 17 to 18, ddl_lean.sql 18 to 19, ddl_marks.sql 19 to 20
 // (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
@@ -28,14 +28,16 @@
 //   - pinned, writes, writes_seen: unlogged sequences. pinned is P, the
 //     largest timestamp handed out for reading; writes counts write slots
 //     taken, writes_seen its value at the last pin.
-//   - w<oid>: an unlogged sequence per managed table (rw_check.sql), the
-//     writes counted at its latest write: set by every write to the table
+//   - w<oid>: a sequence per managed table (rw_check.sql), the writes
+//     counted at its latest write: set by every write to the table
 //     (stamp_ts; a block's at fix_write), read by the check of a
-//     transaction that read at its timestamp and then wrote; c<oid>, its
-//     check mark. spare_markers (ddl_lean.sql): the pairs of dropped
-//     tables, renamed sw<n>/sc<n>, which the next CREATE TABLE takes and
-//     resets instead of creating two unlogged sequences (each creation
-//     flushes WAL).
+//     transaction that read at its timestamp and then wrote, which skips
+//     a marker above the count (set before a crash restarted the count);
+//     c<oid>, its check mark. Logged since version 20 (ddl_marks.sql:
+//     creating an unlogged sequence flushes WAL), unlogged for tables
+//     made at 17 to 19. spare_markers (ddl_lean.sql): the pairs of
+//     dropped tables, renamed sw<n>/sc<n>, which the next CREATE TABLE
+//     takes and resets instead of creating two sequences.
 //   - txns: a view of the upper, P + 1. txns_durable(upper) is the floor a
 //     crash restarts P from, recorded by the tick.
 //   - oracle and oracle_write: the timestamp oracle of versions 1 to 6,

@@ -130,8 +130,15 @@ var pinCheapSQL string
 //go:embed ddl_lean.sql
 var ddlLeanSQL string
 
+// ddlMarksSQL upgrades version 19 to 20: a new table's marker and check
+// mark are logged sequences (creating an unlogged one flushed WAL), and
+// the check skips a marker set before the count of writes started over.
+//
+//go:embed ddl_marks.sql
+var ddlMarksSQL string
+
 // migrations[v] upgrades a database at version v to v+1.
-var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL, 9: ddlCostSQL, 10: blockCostSQL, 11: writeTrimSQL, 12: ddlTrimSQL, 13: pinTrimSQL, 14: pinFastSQL, 15: ddlFastSQL, 16: rwCheckSQL, 17: pinCheapSQL, 18: ddlLeanSQL}
+var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL, 9: ddlCostSQL, 10: blockCostSQL, 11: writeTrimSQL, 12: ddlTrimSQL, 13: pinTrimSQL, 14: pinFastSQL, 15: ddlFastSQL, 16: rwCheckSQL, 17: pinCheapSQL, 18: ddlLeanSQL, 19: ddlMarksSQL}
 
 // InstallScript returns the SQL that Install runs on an empty database for
 // SchemaVersion, with the schema name filled in. Exposed for inspection and
