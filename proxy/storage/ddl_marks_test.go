@@ -163,3 +163,31 @@ func TestUpgradeFromVersion19(t *testing.T) {
 		checkedLikeNew(t, conn, other, table)
 	}
 }
+
+// A read-only transaction sets no mark (a logged one's setval would give
+// it WAL to flush at its COMMIT): pinned, reading managed tables, it
+// commits without a WAL flush. A write of no row, which sets its
+// table's marker, now commits with one (ddl_marks.sql).
+func TestReadOnlyTransactionFlushesNoWAL(t *testing.T) {
+	_, conn := installedDB(t)
+	inWrite(t, conn, "CREATE TABLE k (k int PRIMARY KEY, v int)", "INSERT INTO k VALUES (1, 0)")
+	if _, err := conn.Exec(context.Background(), "SET synchronous_commit = on"); err != nil {
+		t.Fatal(err)
+	}
+	before := markerState(t, conn, "k")
+	reads := fewestWALFlushes(t, conn, 5, func(int) {
+		tx, _ := pinnedReader(t, conn)
+		queryInt(t, tx, "SELECT count(*) FROM k")
+		if err := tx.Commit(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if reads != 0 {
+		t.Errorf("a pinned read-only transaction flushed WAL %d times, want 0", reads)
+	}
+	if got := markerState(t, conn, "k"); got != before {
+		t.Errorf("k's markers after reads: %s, want %s", got, before)
+	}
+	noRow := fewestWALFlushes(t, conn, 5, func(int) { autocommitWrite(t, conn, "UPDATE k SET v = v + 1 WHERE k = 0") })
+	t.Logf("WAL flushes of an autocommit write of no row: %d", noRow)
+}
