@@ -2,7 +2,8 @@
 # WAL flushes and data-file fsyncs per CREATE TABLE (issue 16): N CREATE
 # TABLE (a int PRIMARY KEY, b text) in autocommit, none dropped, through
 # mzproxy (database flush_mz, managed tables) and directly (flush_direct),
-# with every PostgreSQL process traced by strace -f -e fsync,fdatasync -y.
+# with every PostgreSQL process traced by strace -f -T -e fsync,fdatasync -y
+# (the time in those calls is printed too).
 # fdatasync of pg_wal/ files are WAL flushes (fsync of one: a new WAL
 # segment); fsync of base/ files are relation files synced at once
 # (PostgreSQL 15 syncs each btree it builds).
@@ -25,7 +26,7 @@ measure() {
 		psql -h 127.0.0.1 -p "$port" -U postgres -d "$d" -qAtc "CREATE TABLE warm_$i (a int PRIMARY KEY, b text)" >/dev/null
 	done
 	pm=$(head -1 "$work/pg/postmaster.pid")
-	strace -f -qq -e trace=fsync,fdatasync -y -o "$trace" $(for p in $pm $(pgrep -P "$pm"); do echo -p "$p"; done) &
+	strace -f -qq -T -e trace=fsync,fdatasync -y -o "$trace" $(for p in $pm $(pgrep -P "$pm"); do echo -p "$p"; done) &
 	local st=$!
 	sleep 1
 	for i in $(seq "$N"); do echo "CREATE TABLE t_$i (a int PRIMARY KEY, b text);"; done |
@@ -36,14 +37,14 @@ measure() {
 	# The backend that ran the statements is the process with the most
 	# calls; the others (WAL writer, checkpointer, autovacuum) are noise.
 	awk -v n="$N" -v name="$name" '
-		{ pid = $1; all[pid]++ }
+		{ pid = $1; all[pid]++; secs = $NF; gsub(/[<>]/, "", secs); took[pid] += secs }
 		/^[0-9]+ +fdatasync\(.*pg_wal/ { wal[pid]++ } /^[0-9]+ +fsync\(.*pg_wal/ { seg[pid]++ }
 		/base\// { data[pid]++ }
 		END {
 			for (p in all) if (all[p] > all[b]) b = p
 			for (p in all) if (p != b) other += all[p]
-			printf "%-8s backend: WAL flushes %.2f, relation fsyncs %.2f per CREATE TABLE (new WAL segments synced: %d; other processes: %d calls)\n",
-				name, wal[b] / n, data[b] / n, seg[b], other
+			printf "%-8s backend: WAL flushes %.2f, relation fsyncs %.2f, %.2f ms in them per CREATE TABLE (new WAL segments synced: %d; other processes: %d calls)\n",
+				name, wal[b] / n, data[b] / n, took[b] * 1000 / n, seg[b], other
 		}' "$trace"
 }
 measure mzproxy "$mz_port" flush_mz
