@@ -3,10 +3,12 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Session 8's surfaces played by an attacker from the outside: the
@@ -229,4 +231,269 @@ func TestHostile8ForgedWriteInProgress(t *testing.T) {
 	mustExec(t, ctx, attacker, "ROLLBACK")
 	other := connectTo(t, ctx, p.URL("postgres", db))
 	writeSkew(t, ctx, victim, other, "after the forged locks")
+}
+
+// guardStep is one exchange of a guardScript: a simple Query (sql), or an
+// extended-protocol batch of several statements ending in one Sync
+// (batch), or a Parse of a named statement (prepare: name, sql), or a
+// Close of one (closeStmt), or an Execute of one (execute).
+type guardStep struct {
+	sql       string
+	batch     []string
+	prepare   string
+	closeStmt string
+	execute   string
+}
+
+// transcript runs steps on conn and returns what each answered: rows as
+// text, "ERROR <SQLSTATE>" for an error. A broken connection fails the
+// test. direct: conn is PostgreSQL's, where a Query's reads AS OF
+// mz_now() are plain reads.
+func transcript(t *testing.T, ctx context.Context, conn *pgx.Conn, steps []guardStep, direct bool, effects func() string) []string {
+	t.Helper()
+	pc := conn.PgConn()
+	var out []string
+	note := func(results []*pgconn.Result, err error) {
+		for _, r := range results {
+			if r.Err != nil {
+				continue
+			}
+			var rows []string
+			for _, row := range r.Rows {
+				var cols []string
+				for _, c := range row {
+					cols = append(cols, string(c))
+				}
+				rows = append(rows, strings.Join(cols, "|"))
+			}
+			out = append(out, r.CommandTag.String()+" "+strings.Join(rows, ","))
+		}
+		if err != nil {
+			if sqlState(err) == "" {
+				t.Fatalf("the connection broke: %v", err)
+			}
+			out = append(out, "ERROR "+sqlState(err))
+		}
+	}
+	for _, s := range steps {
+		switch {
+		case s.batch != nil:
+			b := &pgconn.Batch{}
+			for _, q := range s.batch {
+				b.ExecParams(q, nil, nil, nil, nil)
+			}
+			note(pc.ExecBatch(ctx, b).ReadAll())
+		case s.prepare != "":
+			_, err := pc.Prepare(ctx, s.prepare, s.sql, nil)
+			note(nil, err)
+		case s.closeStmt != "":
+			note(nil, pc.Deallocate(ctx, s.closeStmt))
+		case s.execute != "":
+			r := pc.ExecPrepared(ctx, s.execute, nil, nil, nil).Read()
+			note([]*pgconn.Result{r}, r.Err)
+		case direct:
+			// PostgreSQL's own equivalent of a read of the present.
+			note(pc.Exec(ctx, strings.ReplaceAll(s.sql, " AS OF mz_now()", "")).ReadAll())
+		default:
+			note(pc.Exec(ctx, s.sql).ReadAll())
+		}
+		out = append(out, effects())
+	}
+	return out
+}
+
+// q is a guardStep of one simple Query.
+func q(sql string) guardStep { return guardStep{sql: sql} }
+
+// TestHostile8GuardNames: a client that uses the names of the proxy's
+// prepared statements (the pin's guard and raise, the read guard) for its
+// own, drops them (DEALLOCATE, DEALLOCATE ALL, DISCARD ALL, a protocol
+// Close) between transactions and between the statements of one, changes
+// the settings the guard checks through a function the proxy cannot see
+// or with SET LOCAL before the first read, and sends the first read as a
+// multi-statement Query or a pipelined batch of several Executes, with
+// volatile first reads. Each script answers through the proxy exactly
+// what it answers directly, and runs each nextval as often.
+func TestHostile8GuardNames(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	setup := connectTo(t, ctx, p.URL("postgres", db))
+	mustExec(t, ctx, setup,
+		"CREATE TABLE g (k int PRIMARY KEY, v text)", "INSERT INTO g VALUES (1, 'public')",
+		"CREATE SCHEMA other", "CREATE TABLE other.g (k int PRIMARY KEY, v text)", "INSERT INTO other.g VALUES (1, 'other')",
+		"CREATE SEQUENCE fx",
+		`CREATE FUNCTION unseen(name text, value text) RETURNS text LANGUAGE plpgsql AS $$
+		 BEGIN PERFORM pg_catalog.set_config(name, value, false); RETURN value; END $$`,
+		`CREATE FUNCTION bump() RETURNS bigint LANGUAGE sql AS $$ SELECT nextval('fx') $$`)
+	admin := connectTo(t, ctx, directURL("postgres", db))
+	// Unmanaged (made directly, no history): a function's own write.
+	mustExec(t, ctx, admin, "CREATE TABLE fx_log (n bigint)",
+		`CREATE FUNCTION logged() RETURNS bigint LANGUAGE sql AS $$ INSERT INTO fx_log SELECT nextval('fx') RETURNING n $$`)
+	read := "SELECT v FROM g WHERE k = 1"
+	ro := "BEGIN; " + read + "; COMMIT"
+	scripts := map[string][]guardStep{
+		"PREPARE the names first": {
+			q("PREPARE mzproxy_pin_guard AS SELECT 'mine1'"), q("PREPARE mzproxy_read_guard AS SELECT 'mine2'"),
+			q("PREPARE mzproxy_pin_raise AS SELECT 'mine3'"), q("PREPARE mzproxy_pin_check AS SELECT 'mine4'"),
+			q("BEGIN"), q(read), q("COMMIT"), q("SELECT v FROM g AS OF mz_now()"),
+			q("EXECUTE mzproxy_pin_guard"), q("EXECUTE mzproxy_read_guard"), q("EXECUTE mzproxy_pin_raise"), q("EXECUTE mzproxy_pin_check"),
+			q(ro), q("EXECUTE mzproxy_pin_guard"),
+		},
+		"Parse the names first": {
+			{prepare: "mzproxy_pin_guard", sql: "SELECT 'mine1'"}, {prepare: "mzproxy_read_guard", sql: "SELECT 'mine2'"},
+			{prepare: "mzproxy_pin_raise", sql: "SELECT 'mine3'"},
+			q(ro), q("SELECT v FROM g AS OF mz_now()"),
+			{execute: "mzproxy_pin_guard"}, {execute: "mzproxy_read_guard"}, {execute: "mzproxy_pin_raise"},
+		},
+		"PREPARE the names after the proxy": {
+			q(ro), q("SELECT v FROM g AS OF mz_now()"),
+			q("PREPARE mzproxy_pin_guard AS SELECT 'mine1'"), q("PREPARE mzproxy_read_guard AS SELECT 'mine2'"),
+			q("EXECUTE mzproxy_pin_guard"), q("EXECUTE mzproxy_read_guard"), q(ro), q("SELECT v FROM g AS OF mz_now()"),
+		},
+		"dropped between transactions": {
+			q(ro), q("SELECT v FROM g AS OF mz_now()"),
+			q("DEALLOCATE mzproxy_pin_guard"), q(ro), q("DEALLOCATE mzproxy_read_guard"), q("SELECT v FROM g AS OF mz_now()"),
+			q("DEALLOCATE ALL"), q(ro), q("SELECT v FROM g AS OF mz_now()"),
+			q("DISCARD ALL"), q(ro), q("SELECT v FROM g AS OF mz_now()"),
+			{closeStmt: "mzproxy_pin_guard"}, {closeStmt: "mzproxy_pin_raise"}, q(ro),
+			{closeStmt: "mzproxy_read_guard"}, q("SELECT v FROM g AS OF mz_now()"),
+		},
+		"dropped inside a transaction": {
+			q(ro), q("BEGIN"), q(read), q("DEALLOCATE ALL"), q(read), q("COMMIT"), q(ro),
+			q("BEGIN"), q(read), {closeStmt: "mzproxy_pin_guard"}, q(read), q("COMMIT"), q(ro),
+			q("BEGIN; " + read + "; DEALLOCATE ALL; " + read + "; COMMIT"), q(ro),
+		},
+		"search_path changed unseen": {
+			q(ro), q("SELECT unseen('search_path', 'other, public')"), q(ro), q("BEGIN"), q(read), q("COMMIT"),
+			q("BEGIN"), {batch: []string{read, read}}, q("COMMIT"), q("SELECT unseen('search_path', 'public')"), q(ro),
+		},
+		"SET LOCAL before the first read": {
+			q(ro), q("BEGIN"), q("SET LOCAL search_path = other"), q(read), q("COMMIT"), q(ro),
+			q("BEGIN; SET LOCAL search_path = other; " + read + "; COMMIT"), q(ro),
+			q("BEGIN"), q("SET LOCAL transaction_read_only = on"), q(read), q("SHOW transaction_read_only"), q("COMMIT"),
+			q("BEGIN"), q("SET LOCAL transaction_isolation = 'serializable'"), q(read), q("SHOW transaction_isolation"), q("COMMIT"),
+		},
+		"volatile first reads": {
+			q(ro), q("BEGIN"), q("SELECT nextval('fx') > 0"), q("COMMIT"),
+			q("BEGIN"), q("SELECT bump() > 0, v FROM g"), q("COMMIT"),
+			q("BEGIN"), q("SELECT logged() > 0"), q("COMMIT"),
+			q("BEGIN"), q("SELECT nextval('fx') > 0; SELECT nextval('fx') > 0, v FROM g"), q("COMMIT"),
+			q("BEGIN"), q("SELECT logged() > 0; SELECT bump() > 0; " + read), q("COMMIT"),
+			q("SELECT unseen('search_path', 'other, public')"),
+			q("BEGIN"), q("SELECT nextval('fx') > 0, v FROM g"), q("COMMIT"),
+			q("SELECT unseen('search_path', 'public')"),
+			q("BEGIN READ ONLY"), q("SELECT nextval('fx')"), q("ROLLBACK"),
+		},
+		"pipelined first reads": {
+			q(ro), q("BEGIN"), {batch: []string{read, "SELECT nextval('fx') > 0", "SELECT logged() > 0", read}}, q("COMMIT"),
+			q("BEGIN"), {batch: []string{"SELECT bump() > 0", read, "SELECT bump() > 0"}}, q("COMMIT"),
+			q("SELECT unseen('search_path', 'other, public')"),
+			q("BEGIN"), {batch: []string{"SELECT nextval('fx') > 0, v FROM g", read}}, q("COMMIT"),
+			q("DISCARD ALL"), q("BEGIN"), {batch: []string{"SELECT nextval('fx') > 0", read}}, q("COMMIT"),
+			q("BEGIN"), {batch: []string{"SELECT 1/0", "SELECT nextval('fx') > 0"}}, q("ROLLBACK"),
+		},
+	}
+	// side effects: how often nextval ran, and how often logged() wrote,
+	// since the script began.
+	side := func() (int64, int64) {
+		var n, logged int64
+		if err := admin.QueryRow(ctx, "SELECT (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM fx), (SELECT count(*) FROM fx_log)").Scan(&n, &logged); err != nil {
+			t.Fatal(err)
+		}
+		return n, logged
+	}
+	for name, steps := range scripts {
+		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
+			var answers [2][]string
+			for i, url := range []string{directURL("postgres", db), p.URL("postgres", db)} {
+				conn := connectTo(t, ctx, url)
+				n0, l0 := side()
+				answers[i] = transcript(t, ctx, conn, steps, i == 0, func() string {
+					n, l := side()
+					return fmt.Sprintf("  (nextval ran %d times, %d logged)", n-n0, l-l0)
+				})
+				conn.Close(ctx)
+			}
+			if d, px := strings.Join(answers[0], "\n"), strings.Join(answers[1], "\n"); d != px {
+				t.Errorf("directly:\n%s\nthrough the proxy:\n%s", d, px)
+			}
+		})
+	}
+	t.Run("characteristics changed unseen", func(t *testing.T) {
+		unseenCharacteristics(t, ctx, p.URL("postgres", db), side)
+	})
+	p.mustAlive(t, ctx)
+}
+
+// unseenCharacteristics: a function the proxy cannot see changes what a
+// plain BEGIN gives (default_transaction_isolation, _read_only), or the
+// level inside a block after its first statement. The next transaction's
+// first read, a volatile one, in a Query or a pipelined batch, fails with
+// 40001 as the README says (the characteristics changed unseen), or with
+// PostgreSQL's own 25001 for the level set after the first statement; run
+// again, it answers what PostgreSQL does. nextval runs once per read
+// answered, never for a refused one.
+func unseenCharacteristics(t *testing.T, ctx context.Context, url string, side func() (int64, int64)) {
+	conn := connectTo(t, ctx, url)
+	// nextval only where the transaction may run it (not READ ONLY).
+	first := `SELECT CASE WHEN current_setting('transaction_read_only') = 'off' THEN nextval('fx') > 0 ELSE true END,
+		v, current_setting('transaction_isolation'), current_setting('transaction_read_only') FROM g`
+	for _, c := range []struct{ setting, value, isolation, readOnly string }{
+		{"default_transaction_isolation", "serializable", "serializable", "off"},
+		{"default_transaction_read_only", "on", "serializable", "on"},
+		{"default_transaction_isolation", "read committed", "repeatable read", "on"},
+		{"default_transaction_read_only", "off", "repeatable read", "off"},
+	} {
+		for _, batch := range []bool{false, true} {
+			mustExec(t, ctx, conn, fmt.Sprintf("SELECT unseen('%s', '%s')", c.setting, c.value))
+			want := fmt.Sprintf("t|public|%s|%s", c.isolation, c.readOnly)
+			for attempt := 0; ; attempt++ {
+				n0, _ := side()
+				steps := []guardStep{q("BEGIN"), q(first)}
+				if batch {
+					steps[1] = guardStep{batch: []string{first}}
+				}
+				got := transcript(t, ctx, conn, steps, false, func() string { return "" })
+				mustExec(t, ctx, conn, "ROLLBACK")
+				n1, _ := side()
+				runs := int64(1)
+				if c.readOnly == "on" {
+					runs = 0
+				}
+				switch {
+				case got[2] == "SELECT 1 "+want && n1-n0 == runs:
+				case got[2] == "ERROR 40001" && n1 == n0 && attempt == 0:
+					continue
+				default:
+					t.Fatalf("%s = %s unseen, attempt %d (batch %v): %q, nextval ran %d times; want %q once",
+						c.setting, c.value, attempt, batch, got[2], n1-n0, want)
+				}
+				break
+			}
+		}
+	}
+	// The level set inside the block after its first statement: PostgreSQL
+	// takes it (the statement took no snapshot of its own yet); the
+	// proxy's first statement has pinned REPEATABLE READ, so the level
+	// cannot change, and the client gets PostgreSQL's error for that.
+	got := transcript(t, ctx, conn, []guardStep{q("BEGIN"), q("SELECT unseen('transaction_isolation', 'read committed')")}, false, func() string { return "" })
+	mustExec(t, ctx, conn, "ROLLBACK")
+	if got[2] != "ERROR 25001" {
+		t.Errorf("the level changed by the block's first statement: %q, want ERROR 25001", got[2])
+	}
+}
+
+// ownStatementName is the name of the proxy's prepared statement base
+// (its name without the per-process suffix) on conn's backend connection,
+// read from pg_prepared_statements.
+func ownStatementName(t *testing.T, ctx context.Context, conn *pgx.Conn, base string) string {
+	t.Helper()
+	var name string
+	if err := conn.QueryRow(ctx, "SELECT name FROM pg_prepared_statements WHERE name ~ ('^' || $1 || '_[0-9a-f]{12}$')",
+		pgx.QueryExecModeSimpleProtocol, base).Scan(&name); err != nil {
+		t.Fatalf("the proxy's statement %s: %v", base, err)
+	}
+	return name
 }
