@@ -497,3 +497,49 @@ func ownStatementName(t *testing.T, ctx context.Context, conn *pgx.Conn, base st
 	}
 	return name
 }
+
+// TestHostile8SpareMarkerLocks: a role with no right on mzproxy's schema
+// holds, directly, ACCESS SHARE locks on the spare marks DROP TABLE left
+// (taken by PREPARE alone, which checks no right), and idles. Another
+// role's CREATE TABLE through the proxy, which takes a spare pair and
+// renames it (ACCESS EXCLUSIVE), must not wait for it: PostgreSQL's CREATE
+// TABLE waits for no one's lock on an unrelated relation. The new table
+// gets its marks, and the write skew check works on it.
+func TestHostile8SpareMarkerLocks(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	role := ordinaryRole(t, ctx)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	owner := connectTo(t, ctx, p.URL("postgres", db))
+	mustExec(t, ctx, owner, "CREATE TABLE gone1 (k int)", "CREATE TABLE gone2 (k int)", "DROP TABLE gone1", "DROP TABLE gone2")
+	attacker := connectTo(t, ctx, directURL(role, db))
+	rows, err := attacker.Query(ctx, `SELECT 'mzproxy.' || quote_ident(relname) FROM pg_class
+		WHERE relnamespace = 'mzproxy'::regnamespace AND relname ~ '^s[wc][0-9]+$'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spares, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(spares) != 4 {
+		t.Fatalf("spare marks %v (%v), want two pairs", spares, err)
+	}
+	mustExec(t, ctx, attacker, "BEGIN")
+	for i, s := range spares {
+		mustExec(t, ctx, attacker, fmt.Sprintf("PREPARE held%d AS SELECT * FROM %s", i, s))
+	}
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	if _, err := owner.Exec(cctx, "CREATE TABLE acc (id int PRIMARY KEY, bal int)"); err != nil {
+		t.Fatalf("CREATE TABLE while a role holds locks on the spare marks: %v after %v", err, time.Since(start))
+	}
+	t.Logf("CREATE TABLE took %v", time.Since(start))
+	mustExec(t, ctx, owner, "INSERT INTO acc VALUES (1, 100), (2, 100)")
+	writeSkew(t, ctx, owner, connectTo(t, ctx, p.URL("postgres", db)), "on the table created meanwhile")
+	mustExec(t, ctx, attacker, "ROLLBACK")
+	var marks int
+	admin := connectTo(t, ctx, directURL("postgres", db))
+	if err := admin.QueryRow(ctx, "SELECT (to_regclass('mzproxy.w' || 'acc'::regclass::oid) IS NOT NULL)::int + (to_regclass('mzproxy.c' || 'acc'::regclass::oid) IS NOT NULL)::int").Scan(&marks); err != nil || marks != 2 {
+		t.Fatalf("acc has %d of its two marks (%v)", marks, err)
+	}
+}

@@ -133,7 +133,8 @@ var ddlLeanSQL string
 // rwCheckGateSQL upgrades version 19 to 20 (23 once merged after the
 // versions written alongside it): the per-table check counts a table as
 // being written only by a transaction holding the gate as writers do, not
-// by locks a role takes with PREPARE alone.
+// by locks a role takes with PREPARE alone; CREATE TABLE does not wait for
+// such a lock on a spare pair of marks.
 //
 //go:embed rw_check_gate.sql
 var rwCheckGateSQL string

@@ -1,7 +1,8 @@
 -- mzproxy backend state, version 19 to 20 (to be renumbered at merge: 23):
 -- the per-table check (rw_check.sql) counts a table as "being written"
 -- only by a transaction that holds the writers' gate in the mode writers
--- take it, ROW SHARE.
+-- take it, ROW SHARE; and CREATE TABLE takes a spare pair of marks only
+-- when no one holds a lock on them.
 --
 -- check_reads took any lock on the gate, with ROW EXCLUSIVE or stronger on
 -- a table read, for a write whose T is chosen or being chosen. Parse
@@ -30,5 +31,42 @@ BEGIN
                            || $$ AND g.virtualtransaction = l.virtualtransaction$$);
 END
 $edit$;
+
+-- take_spare_marker (ddl_lean.sql) renames a spare pair, which takes
+-- ACCESS EXCLUSIVE locks on the two sequences. Any role may hold a lock on
+-- them without a right (PREPARE x AS SELECT * FROM mzproxy.sw<oid>: parse
+-- analysis locks, only execution checks rights), and every CREATE TABLE
+-- through mzproxy waited for it, as long as the role's transaction lasted
+-- (TestHostile8SpareMarkerLocks). No one else locks a spare, so a wait is
+-- never worth it: a pair locked for 10 ms stays a spare (the block's
+-- DELETE is undone) and the table gets new sequences, as before version
+-- 19.
+CREATE OR REPLACE FUNCTION @SCHEMA@.take_spare_marker(p_oid oid) RETURNS bool
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '10ms'
+AS $$
+DECLARE
+    spare record;
+BEGIN
+    BEGIN
+        DELETE FROM @SCHEMA@.spare_markers s
+         WHERE s.w = (SELECT x.w FROM @SCHEMA@.spare_markers x
+                       -- Both still there (a lookup in the relation cache
+                       -- each: a join with pg_class is planned as a scan of
+                       -- it while the list is empty, its size unknown).
+                       WHERE pg_relation_filenode(x.w) IS NOT NULL AND pg_relation_filenode(x.c) IS NOT NULL
+                       LIMIT 1 FOR UPDATE SKIP LOCKED)
+        RETURNING s.w, s.c INTO spare;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        EXECUTE format('ALTER SEQUENCE %s RENAME TO %I', spare.w::regclass, 'w' || p_oid);
+        EXECUTE format('ALTER SEQUENCE %s RENAME TO %I', spare.c::regclass, 'c' || p_oid);
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN false;
+    END;
+    PERFORM setval(spare.w::regclass, 0, false), setval(spare.c::regclass, 0, false);
+    RETURN true;
+END
+$$;
 
 INSERT INTO @SCHEMA@.schema_version (version) VALUES (20);
