@@ -543,3 +543,37 @@ func TestHostile8SpareMarkerLocks(t *testing.T) {
 		t.Fatalf("acc has %d of its two marks (%v)", marks, err)
 	}
 }
+
+// TestHostile8CheckingLocked: a role with no right on mzproxy.checking
+// holds, directly, the strongest locks parse analysis takes on it without
+// a right (ROW SHARE by PREPARE ... FOR UPDATE, ROW EXCLUSIVE by PREPARE
+// INSERT), and idles. The per-table check of another role's read-then-write
+// transaction locks checking to raise its marks: its COMMIT must not wait
+// for the role, and a write skew still fails.
+func TestHostile8CheckingLocked(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	role := ordinaryRole(t, ctx)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	admin := connectTo(t, ctx, directURL("postgres", db))
+	victim := connectTo(t, ctx, p.URL("postgres", db))
+	accTable(t, ctx, victim, admin)
+	for _, hold := range []string{
+		"PREPARE held AS SELECT FROM mzproxy.checking FOR UPDATE",
+		"PREPARE held AS INSERT INTO mzproxy.checking DEFAULT VALUES",
+	} {
+		attacker := connectTo(t, ctx, directURL(role, db))
+		mustExec(t, ctx, attacker, "BEGIN", hold)
+		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		start := time.Now()
+		err := readThenWrite(cctx, victim)
+		cancel()
+		if err != nil {
+			t.Fatalf("a read-then-write transaction while a role idles after %q: %v after %v", hold, err, time.Since(start))
+		}
+		writeSkew(t, ctx, victim, connectTo(t, ctx, p.URL("postgres", db)), "while a role holds "+hold)
+		mustExec(t, ctx, attacker, "ROLLBACK")
+		attacker.Close(ctx)
+	}
+}

@@ -1,8 +1,9 @@
 -- mzproxy backend state, version 19 to 20 (to be renumbered at merge: 23):
 -- the per-table check (rw_check.sql) counts a table as "being written"
 -- only by a transaction that holds the writers' gate in the mode writers
--- take it, ROW SHARE; and CREATE TABLE takes a spare pair of marks only
--- when no one holds a lock on them.
+-- take it, ROW SHARE; its raise of the check marks locks checking in a
+-- mode no role takes without a right; and CREATE TABLE takes a spare pair
+-- of marks only when no one holds a lock on them.
 --
 -- check_reads took any lock on the gate, with ROW EXCLUSIVE or stronger on
 -- a table read, for a write whose T is chosen or being chosen. Parse
@@ -29,6 +30,30 @@ BEGIN
     END IF;
     EXECUTE replace(def, old, $$WHERE g.mode = 'RowShareLock' AND g.relation = '@SCHEMA@.gate'::regclass$$
                            || $$ AND g.virtualtransaction = l.virtualtransaction$$);
+END
+$edit$;
+
+-- check_reads locked checking IN EXCLUSIVE MODE to make its raise of the
+-- check marks atomic among checked transactions. That mode conflicts with
+-- ROW SHARE and ROW EXCLUSIVE, which parse analysis takes without a right
+-- (PREPARE x AS SELECT FROM mzproxy.checking FOR UPDATE, or INSERT INTO
+-- it): a role that held one and idled made every checked COMMIT wait for
+-- it, with the writers' gate held (TestHostile8CheckingLocked). SHARE
+-- UPDATE EXCLUSIVE conflicts with itself, so the raise stays atomic, and
+-- with none of the modes a statement takes by parse analysis; LOCK TABLE
+-- needs a right the roles do not have, and the commands that take it
+-- check ownership first or fail (releasing it). (VACUUM's lock,
+-- autovacuum's included, is that mode; autovacuum gives way to a waiting
+-- lock.)
+DO $edit$
+DECLARE
+    old text := $$LOCK TABLE @SCHEMA@.checking IN EXCLUSIVE MODE;$$;
+    def text := pg_get_functiondef('@SCHEMA@.check_reads(bigint, bigint)'::regprocedure);
+BEGIN
+    IF (length(def) - length(replace(def, old, ''))) / length(old) <> 1 THEN
+        RAISE EXCEPTION 'rw_check_gate.sql: the edit of check_reads'' lock does not apply once';
+    END IF;
+    EXECUTE replace(def, old, $$LOCK TABLE @SCHEMA@.checking IN SHARE UPDATE EXCLUSIVE MODE;  -- (version 20)$$);
 END
 $edit$;
 
