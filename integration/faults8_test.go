@@ -377,3 +377,76 @@ func TestFault8ReadBurstDDL(t *testing.T) {
 		t.Errorf("managed tables without their marks after the DDL: %s", missing)
 	}
 }
+
+// TestFault8IdleWatch: a read-only transaction with read holds idles for
+// spans around the 50 ms after which the proxy watches its backend (its
+// next statement arriving just before, at or after the watch starts):
+// every read answers the transaction's snapshot. Then the backend ends
+// such a transaction while its client idles (idle_in_transaction_session_timeout,
+// pg_terminate_backend): the holds are released while the client still
+// idles, and its next statement gets an error with a SQLSTATE at once.
+func TestFault8IdleWatch(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	// The holds of a read at a pinned timestamp are granted in memory:
+	// the proxy's metric counts them.
+	p := startProxy(t, leaseArgs("--metrics-listen", "127.0.0.1:0")...)
+	url := p.URL("postgres", db)
+	direct := connectTo(t, ctx, directURL("postgres", db))
+	conn, writer := connectTo(t, ctx, url), connectTo(t, ctx, url)
+	setupFaultTable(t, ctx, conn, direct, 10)
+	read := func(what string) int64 {
+		var n int64
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return n
+	}
+	for i := range 30 {
+		pause := time.Duration(i%10) * 12 * time.Millisecond // 0 to 108 ms
+		mustExec(t, ctx, conn, "BEGIN READ ONLY")
+		first := read("the first read")
+		mustExec(t, ctx, writer, fmt.Sprintf("INSERT INTO t VALUES (%d)", 100+i))
+		time.Sleep(pause)
+		if again := read(fmt.Sprintf("a read after %v idle", pause)); again != first {
+			t.Fatalf("after %v idle the transaction read %d rows, then %d", pause, first, again)
+		}
+		time.Sleep(pause)
+		mustExec(t, ctx, conn, "COMMIT")
+	}
+	p.awaitHolds(t, 0, "after the transactions")
+
+	for _, end := range []string{"timeout", "terminate"} {
+		victim := connectTo(t, ctx, url)
+		var pid int
+		if err := victim.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		if end == "timeout" {
+			mustExec(t, ctx, victim, "SET idle_in_transaction_session_timeout = '500ms'")
+		}
+		mustExec(t, ctx, victim, "BEGIN READ ONLY")
+		var n int64
+		if err := victim.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if p.readHolds(t) == 0 {
+			t.Fatalf("%s: the open read-only transaction holds nothing on t", end)
+		}
+		if end == "terminate" {
+			mustExec(t, ctx, direct, fmt.Sprintf("SELECT pg_terminate_backend(%d)", pid))
+		}
+		// The client idles on: the proxy alone notices.
+		p.awaitHolds(t, 0, end+": after the backend ended the idle transaction")
+		qctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		_, err := victim.Exec(qctx, "SELECT count(*) FROM t")
+		hung := qctx.Err() != nil
+		cancel()
+		if err == nil || hung || sqlState(err) == "" {
+			t.Fatalf("%s: the next statement of the ended transaction: %v (a timeout is a hang)", end, err)
+		}
+		t.Logf("%s: the next statement: %v", end, err)
+	}
+	p.mustAlive(t, ctx)
+}
