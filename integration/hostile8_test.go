@@ -404,27 +404,38 @@ func TestHostile8GuardNames(t *testing.T) {
 		}
 		return n, logged
 	}
-	for name, steps := range scripts {
-		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
-			var answers [2][]string
-			for i, url := range []string{directURL("postgres", db), p.URL("postgres", db)} {
-				conn := connectTo(t, ctx, url)
-				n0, l0 := side()
-				answers[i] = transcript(t, ctx, conn, steps, i == 0, func() string {
-					n, l := side()
-					return fmt.Sprintf("  (nextval ran %d times, %d logged)", n-n0, l-l0)
-				})
-				conn.Close(ctx)
+	// The event loop forwards a session's reads itself (frontend/evloop).
+	loop := startProxy(t, "--event-loop")
+	for _, proxy := range []*proxyProc{p, loop} {
+		for name, steps := range scripts {
+			if proxy == loop {
+				name += " (event loop)"
 			}
-			if d, px := strings.Join(answers[0], "\n"), strings.Join(answers[1], "\n"); d != px {
-				t.Errorf("directly:\n%s\nthrough the proxy:\n%s", d, px)
-			}
-		})
+			t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
+				var answers [2][]string
+				for i, url := range []string{directURL("postgres", db), proxy.URL("postgres", db)} {
+					conn := connectTo(t, ctx, url)
+					n0, l0 := side()
+					answers[i] = transcript(t, ctx, conn, steps, i == 0, func() string {
+						n, l := side()
+						return fmt.Sprintf("  (nextval ran %d times, %d logged)", n-n0, l-l0)
+					})
+					conn.Close(ctx)
+				}
+				if d, px := strings.Join(answers[0], "\n"), strings.Join(answers[1], "\n"); d != px {
+					t.Errorf("directly:\n%s\nthrough the proxy:\n%s", d, px)
+				}
+			})
+		}
 	}
 	t.Run("characteristics changed unseen", func(t *testing.T) {
 		unseenCharacteristics(t, ctx, p.URL("postgres", db), side)
 	})
+	t.Run("characteristics changed unseen (event loop)", func(t *testing.T) {
+		unseenCharacteristics(t, ctx, loop.URL("postgres", db), side)
+	})
 	p.mustAlive(t, ctx)
+	loop.mustAlive(t, ctx)
 }
 
 // unseenCharacteristics: a function the proxy cannot see changes what a
