@@ -588,3 +588,70 @@ func TestHostile8CheckingLocked(t *testing.T) {
 		attacker.Close(ctx)
 	}
 }
+
+// TestHostile8WriteKindsMarked: every way a client writes a managed table
+// through the proxy marks it: a transaction that read acc at its
+// timestamp and then writes another table fails its COMMIT with 40001
+// when acc was changed since by any of these, autocommit (both
+// protocols, COPY, MERGE, upsert, a writing CTE) or in a block. (TRUNCATE
+// waits for the reader's lock, as directly.)
+func TestHostile8WriteKindsMarked(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	url := p.URL("postgres", db)
+	reader, writer := connectTo(t, ctx, url), connectTo(t, ctx, url)
+	mustExec(t, ctx, writer, "CREATE TABLE acc (id int PRIMARY KEY, bal int)", "INSERT INTO acc VALUES (1, 100), (2, 100)",
+		"CREATE TABLE other (n int)", "INSERT INTO other VALUES (0)")
+	copyRow := func(ctx context.Context) error {
+		_, err := writer.PgConn().CopyFrom(ctx, strings.NewReader("77\t1\n"), "COPY acc FROM STDIN")
+		return err
+	}
+	writes := []struct {
+		name string
+		run  func(ctx context.Context) error
+	}{
+		{"UPDATE", execFn(writer, "UPDATE acc SET bal = bal + 1 WHERE id = 1")},
+		{"INSERT", execFn(writer, "INSERT INTO acc VALUES (3, 0)")},
+		{"DELETE", execFn(writer, "DELETE FROM acc WHERE id = 3")},
+		{"upsert", execFn(writer, "INSERT INTO acc VALUES (1, 0) ON CONFLICT (id) DO UPDATE SET bal = acc.bal + 1")},
+		{"MERGE", execFn(writer, "MERGE INTO acc a USING (VALUES (2)) v(id) ON a.id = v.id WHEN MATCHED THEN UPDATE SET bal = a.bal + 1")},
+		{"CTE", execFn(writer, "WITH u AS (UPDATE acc SET bal = bal + 1 WHERE id = 2 RETURNING id) SELECT count(*) FROM u")},
+		{"COPY", copyRow},
+		{"DELETE the copied row", execFn(writer, "DELETE FROM acc WHERE id = 77")},
+		{"extended UPDATE", func(ctx context.Context) error {
+			_, err := writer.Exec(ctx, "UPDATE acc SET bal = bal + $1 WHERE id = 1", pgx.QueryExecModeCacheStatement, 1)
+			return err
+		}},
+		{"block UPDATE", execFn(writer, "BEGIN; UPDATE acc SET bal = bal + 1 WHERE id = 1; COMMIT")},
+		{"block read then UPDATE", execFn(writer, "BEGIN; SELECT 1 FROM other; UPDATE acc SET bal = bal + 1 WHERE id = 2; COMMIT")},
+		{"block INSERT then DELETE", execFn(writer, "BEGIN; INSERT INTO acc VALUES (4, 0); DELETE FROM acc WHERE id = 4; COMMIT")},
+	}
+	for _, w := range writes {
+		mustExec(t, ctx, reader, "BEGIN")
+		var sum int
+		if err := reader.QueryRow(ctx, "SELECT sum(bal) FROM acc").Scan(&sum); err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := w.run(wctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: %v", w.name, err)
+		}
+		mustExec(t, ctx, reader, "UPDATE other SET n = n + 1")
+		_, err = reader.Exec(ctx, "COMMIT")
+		if sqlState(err) != "40001" {
+			t.Errorf("%s since the read: the reader's COMMIT %v, want SQLSTATE 40001", w.name, err)
+		}
+	}
+}
+
+// execFn runs sql on conn as one simple Query.
+func execFn(conn *pgx.Conn, sql string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := conn.PgConn().Exec(ctx, sql).ReadAll()
+		return err
+	}
+}
