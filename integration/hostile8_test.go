@@ -331,9 +331,58 @@ func TestHostile8GuardNames(t *testing.T) {
 	// Unmanaged (made directly, no history): a function's own write.
 	mustExec(t, ctx, admin, "CREATE TABLE fx_log (n bigint)",
 		`CREATE FUNCTION logged() RETURNS bigint LANGUAGE sql AS $$ INSERT INTO fx_log SELECT nextval('fx') RETURNING n $$`)
+	scripts := guardScripts()
+	// side effects: how often nextval ran, and how often logged() wrote,
+	// since the script began.
+	side := func() (int64, int64) {
+		var n, logged int64
+		if err := admin.QueryRow(ctx, "SELECT (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM fx), (SELECT count(*) FROM fx_log)").Scan(&n, &logged); err != nil {
+			t.Fatal(err)
+		}
+		return n, logged
+	}
+	// The event loop forwards a session's reads itself (frontend/evloop).
+	loop := startProxy(t, "--event-loop")
+	for _, proxy := range []*proxyProc{p, loop} {
+		for name, steps := range scripts {
+			if proxy == loop {
+				name += " (event loop)"
+			}
+			t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
+				var answers [2][]string
+				for i, url := range []string{directURL("postgres", db), proxy.URL("postgres", db)} {
+					conn := connectTo(t, ctx, url)
+					n0, l0 := side()
+					answers[i] = transcript(t, ctx, conn, steps, i == 0, func() string {
+						n, l := side()
+						return fmt.Sprintf("  (nextval ran %d times, %d logged)", n-n0, l-l0)
+					})
+					conn.Close(ctx)
+				}
+				if d, px := strings.Join(answers[0], "\n"), strings.Join(answers[1], "\n"); d != px {
+					t.Errorf("directly:\n%s\nthrough the proxy:\n%s", d, px)
+				}
+			})
+		}
+	}
+	t.Run("characteristics changed unseen", func(t *testing.T) {
+		unseenCharacteristics(t, ctx, p.URL("postgres", db), side)
+	})
+	t.Run("characteristics changed unseen (event loop)", func(t *testing.T) {
+		unseenCharacteristics(t, ctx, loop.URL("postgres", db), side)
+	})
+	p.mustAlive(t, ctx)
+	loop.mustAlive(t, ctx)
+}
+
+// guardScripts are TestHostile8GuardNames' scripts, by what they do, on
+// the tables g (public.g and other.g), the sequence fx and the functions
+// unseen (a set_config the proxy cannot see), bump (nextval) and logged
+// (nextval written to a table).
+func guardScripts() map[string][]guardStep {
 	read := "SELECT v FROM g WHERE k = 1"
 	ro := "BEGIN; " + read + "; COMMIT"
-	scripts := map[string][]guardStep{
+	return map[string][]guardStep{
 		"PREPARE the names first": {
 			q("PREPARE mzproxy_pin_guard AS SELECT 'mine1'"), q("PREPARE mzproxy_read_guard AS SELECT 'mine2'"),
 			q("PREPARE mzproxy_pin_raise AS SELECT 'mine3'"), q("PREPARE mzproxy_pin_check AS SELECT 'mine4'"),
@@ -395,47 +444,6 @@ func TestHostile8GuardNames(t *testing.T) {
 			q("BEGIN"), {batch: []string{"SELECT 1/0", "SELECT nextval('fx') > 0"}}, q("ROLLBACK"),
 		},
 	}
-	// side effects: how often nextval ran, and how often logged() wrote,
-	// since the script began.
-	side := func() (int64, int64) {
-		var n, logged int64
-		if err := admin.QueryRow(ctx, "SELECT (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM fx), (SELECT count(*) FROM fx_log)").Scan(&n, &logged); err != nil {
-			t.Fatal(err)
-		}
-		return n, logged
-	}
-	// The event loop forwards a session's reads itself (frontend/evloop).
-	loop := startProxy(t, "--event-loop")
-	for _, proxy := range []*proxyProc{p, loop} {
-		for name, steps := range scripts {
-			if proxy == loop {
-				name += " (event loop)"
-			}
-			t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
-				var answers [2][]string
-				for i, url := range []string{directURL("postgres", db), proxy.URL("postgres", db)} {
-					conn := connectTo(t, ctx, url)
-					n0, l0 := side()
-					answers[i] = transcript(t, ctx, conn, steps, i == 0, func() string {
-						n, l := side()
-						return fmt.Sprintf("  (nextval ran %d times, %d logged)", n-n0, l-l0)
-					})
-					conn.Close(ctx)
-				}
-				if d, px := strings.Join(answers[0], "\n"), strings.Join(answers[1], "\n"); d != px {
-					t.Errorf("directly:\n%s\nthrough the proxy:\n%s", d, px)
-				}
-			})
-		}
-	}
-	t.Run("characteristics changed unseen", func(t *testing.T) {
-		unseenCharacteristics(t, ctx, p.URL("postgres", db), side)
-	})
-	t.Run("characteristics changed unseen (event loop)", func(t *testing.T) {
-		unseenCharacteristics(t, ctx, loop.URL("postgres", db), side)
-	})
-	p.mustAlive(t, ctx)
-	loop.mustAlive(t, ctx)
 }
 
 // unseenCharacteristics: a function the proxy cannot see changes what a
