@@ -149,7 +149,9 @@ func TestReadOnlyTxnPinAfterWrite(t *testing.T) {
 
 	// The pin's prepared statements, deallocated by the client, are
 	// prepared again: the next transaction does not fail for it.
-	mustExec(t, ctx, reader, "DEALLOCATE mzproxy_pin_peek", "DEALLOCATE mzproxy_pin_check", "DEALLOCATE mzproxy_pin_raise")
+	for _, base := range []string{"mzproxy_pin_peek", "mzproxy_pin_check", "mzproxy_pin_raise"} {
+		mustExec(t, ctx, reader, "DEALLOCATE "+ownStatementName(t, ctx, reader, base))
+	}
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
 		rotxnBegin(t, ctx, reader, mode)
 		if v, _ := rotxnRead(t, ctx, reader, mode, "rw"); v != want {

@@ -97,7 +97,7 @@ func TestWritesOneRoundTrip(t *testing.T) {
 	// A client that deallocates the proxy's prepared slot statement gets
 	// one error for it (PostgreSQL's 26000), and the next write prepares
 	// it again.
-	if _, err := execSimple(ctx, conn, "DEALLOCATE mzproxy_begin_write"); err != nil {
+	if _, err := execSimple(ctx, conn, "DEALLOCATE "+ownStatementName(t, ctx, conn, "mzproxy_begin_write")); err != nil {
 		t.Fatal(err)
 	}
 	_, err := conn.Exec(ctx, "shape_update", 3)

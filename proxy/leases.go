@@ -185,7 +185,7 @@ func (s *Session) lostHold() *lease.Lease {
 var raiseLostSQL = "SELECT " + storage.Schema + ".raise_fenced($1::int8)"
 
 // lostHoldStatement names the proxy's prepared raiseLostSQL.
-const lostHoldStatement = "mzproxy_lost_lease"
+var lostHoldStatement = ownName("mzproxy_lost_lease")
 
 // failLostHold fails the client's request because its transaction's read
 // holds were granted under lease l, which was lost: instead of the

@@ -61,7 +61,7 @@ import (
 // pin was a round trip of its own.
 
 // pinGuardStatement names the guard's prepared statement and portal.
-const pinGuardStatement = "mzproxy_pin_guard"
+var pinGuardStatement = ownName("mzproxy_pin_guard")
 
 // pinRefusedMarker is the text the guard casts to bigint when it refuses.
 const pinRefusedMarker = "mzproxy: pin refused"

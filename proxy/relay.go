@@ -689,9 +689,9 @@ func (s *Session) flushClient() error {
 // The proxy's prepared statements that take the write slot in the
 // extended protocol (outside a block, and in one), where a simple Query
 // would destroy the client's unnamed statement and portal.
-const (
-	writeSlotStatement    = "mzproxy_begin_write"
-	deferredSlotStatement = "mzproxy_begin_write_deferred"
+var (
+	writeSlotStatement    = ownName("mzproxy_begin_write")
+	deferredSlotStatement = ownName("mzproxy_begin_write_deferred")
 )
 
 // writeQuery runs a client Query that writes.

@@ -257,7 +257,7 @@ func (s *Session) sendGuarded(guard guardKey, sql string) ([]string, error) {
 
 // guardStatement names the read guard's prepared statement and portal on
 // the session's backend connection.
-const guardStatement = "mzproxy_read_guard"
+var guardStatement = ownName("mzproxy_read_guard")
 
 // guardKey is what the text of a read guard depends on (readGuardSQL's
 // arguments).

@@ -248,8 +248,10 @@ func socketPair(t *testing.T) (net.Conn, net.Conn) {
 	return a, b
 }
 
-// note records a line of a stream.
+// note records a line of a stream. The names of the proxy's own
+// statements are recorded without their per-process suffix (ownName).
 func (e *scriptEnv) note(stream, line string) {
+	line = strings.ReplaceAll(line, "_"+ownNameSuffix, "")
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.lines[stream] = append(e.lines[stream], stream+" <- "+line)

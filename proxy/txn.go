@@ -174,10 +174,10 @@ func (s *Session) peekBeforeBegin() error {
 // The proxy's prepared statements of the gate-less pin: pin_peek, the
 // isolation level's raise and the check (the last two prepared together,
 // under pinCheckPrepared).
-const (
-	pinPeekStatement  = "mzproxy_pin_peek"
-	pinRaiseStatement = "mzproxy_pin_raise"
-	pinCheckStatement = "mzproxy_pin_check"
+var (
+	pinPeekStatement  = ownName("mzproxy_pin_peek")
+	pinRaiseStatement = ownName("mzproxy_pin_raise")
+	pinCheckStatement = ownName("mzproxy_pin_check")
 )
 
 // keepFirstValue keeps the first column of a DataRow in v ("" for NULL).

@@ -448,7 +448,7 @@ func transientConflict(code pgerr.Code) bool {
 
 // ownStatement names the statement and portal under which the optimistic
 // write runs its own SQL.
-const ownStatement = "mzproxy_own"
+var ownStatement = ownName("mzproxy_own")
 
 // sendOwn queues sqls, the proxy's own statements, followed by a Sync:
 // the backend answers them as it answers a simple Query of them all (an

@@ -13,7 +13,8 @@
 // 10, block_cost.sql 10 to 11, write_trim.sql 11 to 12,
 // ddl_trim.sql 12 to 13, pin_trim.sql 13 to 14,
 // pin_fast.sql 14 to 15, ddl_fast.sql 15 to 16, rw_check.sql 16 to 17,
-// pin_cheap.sql 17 to 18, ddl_lean.sql 18 to 19, ddl_marks.sql 19 to 20
+// pin_cheap.sql 17 to 18, ddl_lean.sql 18 to 19, ddl_marks.sql 19 to 20,
+// rw_check_gate.sql 20 to 21
 // (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
