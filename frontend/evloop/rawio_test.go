@@ -1,0 +1,105 @@
+//go:build linux
+
+package evloop
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math/rand"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// An attached Conn reads and writes with raw system calls (rawio.go): it
+// must keep net.Conn's behaviour, which the session's path relies on.
+
+// TestRawIOWritesWholeThroughShortWrites: a write larger than the socket
+// takes at once, read slowly by the peer, arrives whole and in order;
+// and reads see the peer's bytes in order.
+func TestRawIOWritesWholeThroughShortWrites(t *testing.T) {
+	lc, peer := socketPair(t)
+	shrinkSendBuffer(t, lc)
+	data := make([]byte, 4<<20)
+	rand.New(rand.NewSource(1)).Read(data)
+	got := make(chan []byte, 1)
+	go func() {
+		var b bytes.Buffer
+		buf := make([]byte, 7000)
+		for b.Len() < len(data) {
+			n, err := peer.Read(buf)
+			if err != nil {
+				break
+			}
+			b.Write(buf[:n])
+		}
+		got <- b.Bytes()
+	}()
+	n, err := lc.Write(data)
+	if err != nil || n != len(data) {
+		t.Fatalf("Write: %d, %v", n, err)
+	}
+	if b := <-got; !bytes.Equal(b, data) {
+		t.Fatalf("the peer read %d bytes, not the %d written", len(b), len(data))
+	}
+
+	go func() { _, _ = peer.Write(data[:100_000]) }()
+	back := make([]byte, 100_000)
+	if _, err := io.ReadFull(lc, back); err != nil || !bytes.Equal(back, data[:100_000]) {
+		t.Fatalf("ReadFull: %v", err)
+	}
+}
+
+// TestRawIODeadlineAndClose: a read waiting for bytes ends at its
+// deadline with os.ErrDeadlineExceeded, and at a Close from another
+// goroutine with net.ErrClosed.
+func TestRawIODeadlineAndClose(t *testing.T) {
+	lc, _ := socketPair(t)
+	buf := make([]byte, 10)
+	if err := lc.SetReadDeadline(time.Now().Add(50 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lc.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read past its deadline: %v, want os.ErrDeadlineExceeded", err)
+	}
+	if err := lc.SetReadDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := lc.Read(buf)
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	_ = lc.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("Read when closed: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end the waiting Read")
+	}
+}
+
+// TestRawIOEndOfStream: the peer's close is io.EOF, after its last bytes;
+// a write to a peer gone fails.
+func TestRawIOEndOfStream(t *testing.T) {
+	lc, peer := socketPair(t)
+	if _, err := peer.Write([]byte("last")); err != nil {
+		t.Fatal(err)
+	}
+	_ = peer.Close()
+	b, err := io.ReadAll(lc)
+	if err != nil || string(b) != "last" {
+		t.Fatalf("ReadAll: %q, %v", b, err)
+	}
+	if _, err := lc.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("Read after the end: %v, want io.EOF", err)
+	}
+	if _, err := lc.Write([]byte("x")); err == nil {
+		t.Fatal("a write to a closed peer succeeded")
+	}
+}
