@@ -54,8 +54,8 @@ func (c *Conn) use(nc net.Conn) error {
 		return err
 	}
 	c.nc = nc
-	c.reads.init(rc, false)
-	c.writes.init(rc, true)
+	c.reads.init(rc, false, c.local, c.remote)
+	c.writes.init(rc, true, c.local, c.remote)
 	return nil
 }
 

@@ -3,7 +3,9 @@
 package evloop
 
 import (
+	"errors"
 	"io"
+	"net"
 	"os"
 	"sync"
 	"syscall"
@@ -27,17 +29,19 @@ type rawOp struct {
 	mu    sync.Mutex // one call at a time (net.Conn allows concurrent ones)
 	rc    syscall.RawConn
 	write bool
-	call  func(fd uintptr) bool // op.attempt, bound once: no allocation per call
+	// local, remote: for errors spelled as net.Conn spells them.
+	local, remote net.Addr
+	call          func(fd uintptr) bool // op.attempt, bound once: no allocation per call
 	// The call under way.
 	p   []byte
 	n   int
 	err error
 }
 
-func (op *rawOp) init(rc syscall.RawConn, write bool) {
+func (op *rawOp) init(rc syscall.RawConn, write bool, local, remote net.Addr) {
 	op.mu.Lock()
 	defer op.mu.Unlock()
-	op.rc, op.write = rc, write
+	op.rc, op.write, op.local, op.remote = rc, write, local, remote
 	if op.call == nil {
 		op.call = op.attempt
 	}
@@ -65,7 +69,25 @@ func (op *rawOp) do(p []byte) (int, error) {
 		err = op.err
 	}
 	op.p, op.err = nil, nil
+	if err != nil && err != io.EOF {
+		err = op.opError(err)
+	}
 	return n, err
+}
+
+// opError spells err as net.Conn's Read and Write do (the RawConn's own
+// errors, a deadline or a close, come as a "raw-read" or "raw-write"
+// net.OpError), so that logs and errors read as before.
+func (op *rawOp) opError(err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		err = oe.Err
+	}
+	name := "read"
+	if op.write {
+		name = "write"
+	}
+	return &net.OpError{Op: name, Net: op.local.Network(), Source: op.local, Addr: op.remote, Err: err}
 }
 
 // attempt makes the system call; false: the socket is not ready, the

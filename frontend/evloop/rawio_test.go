@@ -103,3 +103,20 @@ func TestRawIOEndOfStream(t *testing.T) {
 		t.Fatal("a write to a closed peer succeeded")
 	}
 }
+
+// TestRawIOErrorsReadAsNetConns: errors are net.OpErrors of "read" or
+// "write", as net.Conn's are, and still match what callers look for.
+func TestRawIOErrorsReadAsNetConns(t *testing.T) {
+	lc, _ := socketPair(t)
+	_ = lc.SetReadDeadline(time.Now())
+	_, err := lc.Read(make([]byte, 1))
+	var oe *net.OpError
+	if !errors.As(err, &oe) || oe.Op != "read" || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read past its deadline: %#v", err)
+	}
+	_ = lc.Close()
+	_, err = lc.Write([]byte("x"))
+	if !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Write when closed: %v", err)
+	}
+}
