@@ -9,6 +9,8 @@ import (
 	"math/rand"
 	"net"
 	"os"
+	"runtime/metrics"
+	"sync"
 	"testing"
 	"time"
 )
@@ -118,5 +120,67 @@ func TestRawIOErrorsReadAsNetConns(t *testing.T) {
 	_, err = lc.Write([]byte("x"))
 	if !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("Write when closed: %v", err)
+	}
+}
+
+// TestRawIOStaysInGo: a Conn's reads and writes never enter the
+// scheduler's system-call state (runtime/metrics counts such goroutines
+// as not in Go), where net.Conn's do at every call: that state is what
+// lets sysmon take the P away mid-call and hand it to another thread.
+//
+// Goroutines of other tests may sit in system calls for good (a loop's
+// goroutine waits in epoll_wait): the test counts those above what it
+// sees before it starts.
+func TestRawIOStaysInGo(t *testing.T) {
+	sample := []metrics.Sample{{Name: "/sched/goroutines/not-in-go:goroutines"}}
+	notInGo := func() uint64 {
+		metrics.Read(sample)
+		return sample[0].Value.Uint64()
+	}
+	var before uint64
+	for range 200 {
+		before = max(before, notInGo())
+	}
+	lc, far := socketPair(t)
+	peer := Wrap(far)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { // the far end drains what lc writes
+		defer wg.Done()
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := peer.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		buf := make([]byte, 64<<10)
+		for {
+			select {
+			case <-stop:
+				_ = lc.Close()
+				_ = peer.Close()
+				return
+			default:
+			}
+			if _, err := lc.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	inSyscall := 0
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if notInGo() > before {
+			inSyscall++
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if inSyscall > 0 {
+		t.Fatalf("%d samples saw a goroutine in a system call", inSyscall)
 	}
 }
