@@ -4,7 +4,11 @@ package frontend
 
 import (
 	"context"
+	"net"
+	"os"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -94,4 +98,88 @@ func TestLoopLeavesAListeningSessionsWriterAlone(t *testing.T) {
 		}
 	}
 	c.send(&pgproto3.Terminate{})
+}
+
+// refusingHandler opens refusingSessions.
+type refusingHandler struct {
+	scriptedHandler
+	t        *testing.T
+	sessions []*refusingSession
+}
+
+func (h *refusingHandler) Connect(ctx context.Context, start wire.Startup, relay wire.AuthRelay, w *wire.Writer) (Session, error) {
+	a, b, err := unixPair()
+	if err != nil {
+		return nil, err
+	}
+	h.t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+	s := &refusingSession{scriptedSession: scriptedSession{w: w, h: &h.scriptedHandler, start: start}, backend: evloop.Wrap(a)}
+	h.mu.Lock()
+	h.sessions = append(h.sessions, s)
+	h.mu.Unlock()
+	return s, nil
+}
+
+// refusingSession lends the loop a backend socket (whose far end never
+// speaks) and admits nothing: each of its turns in the loop reads the
+// client's Query and gives it back, as a client of read-only transactions
+// has it at each BEGIN.
+type refusingSession struct {
+	scriptedSession
+	backend *evloop.Conn
+	turns   atomic.Int32
+}
+
+func (s *refusingSession) Admit([]byte) bool         { s.turns.Add(1); return false }
+func (s *refusingSession) Answer(byte, []byte) bool  { return false }
+func (s *refusingSession) Abandon()                  {}
+func (s *refusingSession) LoopBackend() *evloop.Conn { return s.backend }
+
+func unixPair() (net.Conn, net.Conn, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	var conns [2]net.Conn
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "pair")
+		conns[i], err = net.FileConn(f)
+		_ = f.Close()
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	return conns[0], conns[1], nil
+}
+
+// TestLoopBacksOffASessionItCannotServe: a session whose every statement
+// goes back from the loop joins it rarely: a turn costs some thirty
+// system calls (loop.go, maxLoopBackoff). Over 1,000 statements the
+// backoff, doubling up to 512 messages, allows 10 turns; at its former
+// bound (64) there were 22.
+func TestLoopBacksOffASessionItCannotServe(t *testing.T) {
+	loop, err := evloop.New(64 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &refusingHandler{t: t}
+	ts := newTestServer(t, Config{EventLoop: loop, Handler: h})
+	c := dialRaw(t, ts.addr)
+	c.startup(nil)
+	for range 1000 {
+		c.send(&pgproto3.Query{String: "SELECT 1"})
+		for {
+			if _, ok := c.receive().(*pgproto3.ReadyForQuery); ok {
+				break
+			}
+		}
+	}
+	c.send(&pgproto3.Terminate{})
+	h.mu.Lock()
+	turns := h.sessions[0].turns.Load()
+	h.mu.Unlock()
+	if turns < 1 || turns > 12 {
+		t.Fatalf("the loop took the session %d times in 1,000 statements, want 1 to 12", turns)
+	}
+	t.Logf("%d turns in the loop", turns)
 }

@@ -17,12 +17,14 @@ import (
 // deadlines or close it: those calls are kept and applied when it comes
 // back, and each asks the loop to give it back.
 type Conn struct {
-	mu     sync.Mutex
-	nc     net.Conn // nil while detached
-	fd     int      // the socket while detached
-	closed bool
-	local  net.Addr
-	remote net.Addr
+	mu sync.Mutex
+	nc net.Conn // nil while detached
+	// reads, writes: the attached socket's reads and writes (rawio.go).
+	reads, writes rawOp
+	fd            int // the socket while detached
+	closed        bool
+	local         net.Addr
+	remote        net.Addr
 	// deadline: the deadlines last set, kept to be applied again when the
 	// socket comes back from the loop.
 	deadline struct{ read, write time.Time }
@@ -36,8 +38,24 @@ type Conn struct {
 func Wrap(nc net.Conn) *Conn {
 	switch nc.(type) {
 	case *net.TCPConn, *net.UnixConn:
-		return &Conn{nc: nc, fd: -1, local: nc.LocalAddr(), remote: nc.RemoteAddr()}
+		c := &Conn{fd: -1, local: nc.LocalAddr(), remote: nc.RemoteAddr()}
+		if err := c.use(nc); err != nil {
+			return nil
+		}
+		return c
 	}
+	return nil
+}
+
+// use makes nc the attached socket; c.mu is held (or c is new).
+func (c *Conn) use(nc net.Conn) error {
+	rc, err := nc.(syscall.Conn).SyscallConn()
+	if err != nil {
+		return err
+	}
+	c.nc = nc
+	c.reads.init(rc, false, c.local, c.remote)
+	c.writes.init(rc, true, c.local, c.remote)
 	return nil
 }
 
@@ -56,20 +74,21 @@ func (c *Conn) current() (net.Conn, error) {
 	return nc, nil
 }
 
+// Read and Write make their system calls as the loop does (rawio.go),
+// through the attached socket's netpoller registration, which waits for
+// readiness and keeps its deadlines.
 func (c *Conn) Read(p []byte) (int, error) {
-	nc, err := c.current()
-	if err != nil {
+	if _, err := c.current(); err != nil {
 		return 0, err
 	}
-	return nc.Read(p)
+	return c.reads.do(p)
 }
 
 func (c *Conn) Write(p []byte) (int, error) {
-	nc, err := c.current()
-	if err != nil {
+	if _, err := c.current(); err != nil {
 		return 0, err
 	}
-	return nc.Write(p)
+	return c.writes.do(p)
 }
 
 func (c *Conn) LocalAddr() net.Addr  { return c.local }
@@ -191,11 +210,15 @@ func (c *Conn) attach() error {
 	f := os.NewFile(uintptr(fd), "evloop")
 	nc, err := net.FileConn(f)
 	_ = f.Close()
+	if err == nil {
+		if err = c.use(nc); err != nil {
+			_ = nc.Close()
+		}
+	}
 	if err != nil {
 		c.closed = true
 		return err
 	}
-	c.nc = nc
 	if d := c.deadline; !d.read.IsZero() || !d.write.IsZero() {
 		_ = nc.SetReadDeadline(d.read)
 		_ = nc.SetWriteDeadline(d.write)

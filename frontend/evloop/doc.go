@@ -35,4 +35,13 @@
 // Go's scheduler (RawSyscall), and it watches a socket for writability
 // only once a write to it came up short (a Unix socket reports it each
 // time its peer reads, which would wake the loop for nothing).
+//
+// Between turns in the loop, a Conn's own reads and writes (the session's
+// goroutine serving a transaction, or anything else the loop does not
+// forward) make the same raw system calls, inside the socket's RawConn,
+// which still waits in Go's netpoller when the socket is not ready and
+// keeps its deadlines and Close (rawio.go): net.Conn's Read and Write
+// would enter the scheduler's system-call state around each, and a
+// loopback write often lasts long enough for sysmon to hand the P to
+// another thread.
 package evloop
