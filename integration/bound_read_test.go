@@ -209,3 +209,57 @@ func rowsText(res *pgconn.Result) [][]string {
 	}
 	return out
 }
+
+// TestPlanCacheTwoDatabases: one mzproxy in front of two databases whose
+// catalogs are at the same revision, each with a table t of its own (under
+// another id, so another history table). A timestamped read of t planned
+// in one database is not reused unchecked in the other: each reads its own
+// t (the cache once returned the first database's plan, which read the
+// other table's history there).
+func TestPlanCacheTwoDatabases(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	p := startProxy(t)
+	one := connectTo(t, ctx, p.URL("postgres", freshDatabase(t, ctx)))
+	two := connectTo(t, ctx, p.URL("postgres", freshDatabase(t, ctx)))
+	mustExec(t, ctx, one, "CREATE TABLE first_one (x text)", "CREATE TABLE t (v text)",
+		"INSERT INTO first_one VALUES ('not t in one')", "INSERT INTO t VALUES ('t in one')")
+	mustExec(t, ctx, two, "CREATE TABLE t (v text)", "CREATE TABLE then_two (x text)",
+		"INSERT INTO t VALUES ('t in two')", "INSERT INTO then_two VALUES ('not t in two')")
+	revision := func(conn *pgx.Conn) int64 {
+		t.Helper()
+		var rev int64
+		if err := conn.QueryRow(ctx, "SELECT revision FROM mzproxy.catalog_revision").Scan(&rev); err != nil {
+			t.Fatal(err)
+		}
+		return rev
+	}
+	if r1, r2 := revision(one), revision(two); r1 != r2 {
+		t.Skipf("the catalogs are at revisions %d and %d: the test needs them alike", r1, r2)
+	}
+	// After both databases' writes.
+	asOf := strconv.FormatUint(max(readTS(t, ctx, one), readTS(t, ctx, two)), 10)
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+		for i, sql := range []string{"SELECT v, mz_now() FROM t WHERE v <> 'x%d'", "SELECT v FROM t WHERE v <> 'x%d' AS OF " + asOf} {
+			for j, c := range []struct {
+				conn *pgx.Conn
+				want string
+			}{{one, "t in one"}, {two, "t in two"}, {one, "t in one"}, {two, "t in two"}} {
+				// New literals each time, as a client's reads have: the
+				// plan comes from the skeleton's.
+				q := fmt.Sprintf(sql, i*10+j)
+				rows, err := c.conn.Query(ctx, q, mode)
+				if err != nil {
+					t.Fatalf("%v %s: %v", mode, q, err)
+				}
+				var got []string
+				for rows.Next() {
+					got = append(got, string(rows.RawValues()[0]))
+				}
+				if err := rows.Err(); err != nil || len(got) != 1 || got[0] != c.want {
+					t.Fatalf("%v %s: %q, %v; want %q", mode, q, got, err, c.want)
+				}
+			}
+		}
+	}
+}
