@@ -263,3 +263,42 @@ func TestPlanCacheTwoDatabases(t *testing.T) {
 		}
 	}
 }
+
+// TestPreparedReadBehindGuardTimesOut: statement_timeout ends a prepared
+// read bound behind the read guard whether the guard waits (a lock on the
+// catalog revision) or the read does, with 57014 for the client's batch;
+// the session reads on, and nothing stays held.
+func TestPreparedReadBehindGuardTimesOut(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t, "--metrics-listen", "127.0.0.1:0")
+	a := connectTo(t, ctx, p.URL("postgres", db))
+	mustExec(t, ctx, a, "CREATE TABLE gt (k int, v text)", "INSERT INTO gt VALUES (1, 'one')")
+	for name, sql := range map[string]string{
+		"now":  "SELECT v, mz_now() FROM gt WHERE k = $1",
+		"slow": "SELECT v, mz_now(), pg_sleep(30) FROM gt WHERE k = $1",
+	} {
+		if _, err := a.PgConn().Prepare(ctx, name, sql, nil); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	if v, err := readPrepared(ctx, a, "now"); err != nil || v != "one" {
+		t.Fatalf("prepared read: %q, %v", v, err)
+	}
+	mustExec(t, ctx, a, "SET statement_timeout = '300ms'")
+
+	locker := connectTo(t, ctx, directURL("postgres", db))
+	mustExec(t, ctx, locker, "BEGIN", "LOCK TABLE mzproxy.catalog_revision IN ACCESS EXCLUSIVE MODE")
+	_, err := readPrepared(ctx, a, "now")
+	wantCode(t, err, "57014")
+	mustExec(t, ctx, locker, "COMMIT")
+
+	_, err = readPrepared(ctx, a, "slow")
+	wantCode(t, err, "57014")
+
+	if v, err := readPrepared(ctx, a, "now"); err != nil || v != "one" {
+		t.Fatalf("prepared read after the timeouts: %q, %v", v, err)
+	}
+	p.awaitHolds(t, 0, "after the timed-out reads")
+}
