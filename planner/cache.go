@@ -2,6 +2,7 @@ package planner
 
 import (
 	"hash/maphash"
+	"reflect"
 	"strings"
 	"sync/atomic"
 
@@ -26,6 +27,38 @@ type Planner struct {
 	// instead of its second (for tests of literal plans).
 	literalsAtFirst bool
 	fingerprints    fingerprintMemo
+	plans           planMemo
+}
+
+// planMemo remembers the plans returned last, by text: a session plans one
+// query string several times in a row with the same (empty) catalog (for
+// its kind, the settings it names, whether it names its time), and a hit
+// in the cache still splices the text's literals into a copy of the
+// cached plan each time (issue 15: five plans of each timestamped read,
+// four of them the same). A text hashes to one slot (the fingerprint
+// memo's hash), which holds the last plan returned for a text there; a
+// hit needs the same text, options, catalog (the same value, not only the
+// same revision: two databases' catalogs may share a revision) and
+// revision. Plans are never modified once made, so sessions share them.
+type planMemo struct {
+	slots [64]atomic.Pointer[memoPlan]
+}
+
+type memoPlan struct {
+	key   cacheKey
+	cat   Catalog
+	rev   uint64
+	stmts []*Statement
+}
+
+// slot is where the plan of key, for a catalog of a comparable type (an
+// interface holding another cannot be compared), is remembered; nil when
+// it is not.
+func (p *Planner) memoSlot(key cacheKey, cat Catalog) *atomic.Pointer[memoPlan] {
+	if len(key.sql) > memoMaxText || !reflect.TypeOf(cat).Comparable() {
+		return nil
+	}
+	return &p.plans.slots[maphash.String(p.fingerprints.seed, key.sql)%uint64(len(p.plans.slots))]
 }
 
 // fingerprintMemo remembers the fingerprints made last, by text: a session
@@ -93,6 +126,10 @@ type cached struct {
 	// literals makes the plan of another text of the skeleton, for a plan
 	// cached under its skeleton.
 	literals *literalPlan
+	// cat is the catalog the plan was made or last validated with: a
+	// plan is reused unchecked only with the same catalog at the same
+	// revision (another database's may be at that revision too).
+	cat Catalog
 	// seenOnce marks a skeleton seen in one text only: its literal plan
 	// (another plan of the text, with markers) is made at the second, so
 	// that texts that never repeat (a test corpus under --history-reads)
@@ -136,6 +173,23 @@ func (p *Planner) Plan(sql string, cat Catalog, opts Options) ([]*Statement, err
 	}
 	key := cacheKey{sql: sql, path: joinPath(opts.SearchPath), history: opts.ExplicitTimestamp}
 	rev := cat.Revision()
+	slot := p.memoSlot(key, cat)
+	if slot != nil {
+		if e := slot.Load(); e != nil && e.key == key && e.rev == rev && e.cat == cat {
+			p.hits.Add(1)
+			return e.stmts, nil
+		}
+	}
+	stmts, err := p.planCached(key, cat, opts, rev)
+	if err == nil && slot != nil {
+		slot.Store(&memoPlan{key: key, cat: cat, rev: rev, stmts: stmts})
+	}
+	return stmts, err
+}
+
+// planCached is Plan through the cache, for the key and revision rev.
+func (p *Planner) planCached(key cacheKey, cat Catalog, opts Options, rev uint64) ([]*Statement, error) {
+	sql := key.sql
 	if c := p.lookup(key, cat, opts.SearchPath, rev); c != nil {
 		p.hits.Add(1)
 		return c.stmts, nil
@@ -173,23 +227,23 @@ func (p *Planner) Plan(sql string, cat Catalog, opts Options) ([]*Statement, err
 	}
 	switch {
 	case fpOK && literalFree(stmts, sql, fp.stmts):
-		p.cache.Add(fpKey, &cached{stmts: stmts, deps: deps, revision: rev, text: sql})
+		p.add(fpKey, cat, &cached{stmts: stmts, deps: deps, revision: rev, text: sql})
 		return stmts, nil
 	case fpOK && !skeletonKnown && literalPlannable(stmts):
 		if !skeletonSeen && !p.literalsAtFirst {
-			p.cache.Add(skKey, &cached{deps: deps, revision: rev, seenOnce: true})
+			p.add(skKey, cat, &cached{deps: deps, revision: rev, seenOnce: true})
 			break
 		}
 		lp := newLiteralPlan(sql, fp, stmts, cat, opts)
 		if lp != nil {
-			p.cache.Add(skKey, &cached{stmts: stmts, deps: deps, revision: rev, text: sql, literals: lp})
+			p.add(skKey, cat, &cached{stmts: stmts, deps: deps, revision: rev, text: sql, literals: lp})
 			return stmts, nil
 		}
 		// Remembered, so that the next text of the skeleton does not
 		// plan its marker text again.
-		p.cache.Add(skKey, &cached{deps: deps, revision: rev})
+		p.add(skKey, cat, &cached{deps: deps, revision: rev})
 	}
-	p.cache.Add(key, &cached{stmts: stmts, deps: deps, revision: rev})
+	p.add(key, cat, &cached{stmts: stmts, deps: deps, revision: rev})
 	return stmts, nil
 }
 
@@ -200,14 +254,31 @@ func (p *Planner) lookup(key cacheKey, cat Catalog, path []string, rev uint64) *
 	switch {
 	case !ok:
 		return nil
-	case c.revision == rev:
+	case c.revision == rev && sameCatalog(c.cat, cat):
 		return c
 	case stillValid(c.deps, cat, path):
 		c = &cached{stmts: c.stmts, deps: c.deps, revision: rev, text: c.text, literals: c.literals, seenOnce: c.seenOnce}
-		p.cache.Add(key, c)
+		p.add(key, cat, c)
 		return c
 	}
 	return nil
+}
+
+// add caches c under key, made or validated with cat.
+func (p *Planner) add(key cacheKey, cat Catalog, c *cached) {
+	c.cat = cat
+	p.cache.Add(key, c)
+}
+
+// sameCatalog reports whether a and b are the same catalog: the same
+// value, for catalogs of a comparable type; for others (which cannot be
+// told apart) the same type.
+func sameCatalog(a, b Catalog) bool {
+	ta := reflect.TypeOf(a)
+	if ta != reflect.TypeOf(b) {
+		return false
+	}
+	return !ta.Comparable() || a == b
 }
 
 // withText returns the plan for sql, a query string with the same
@@ -319,5 +390,8 @@ func (p *Planner) Stats() CacheStats {
 func (p *Planner) Purge() {
 	if p.cache != nil {
 		p.cache.Purge()
+	}
+	for i := range p.plans.slots {
+		p.plans.slots[i].Store(nil)
 	}
 }

@@ -2,6 +2,7 @@ package planner
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -244,5 +245,71 @@ func TestFingerprintedOncePerText(t *testing.T) {
 	}
 	if made := p.fingerprints.made.Load(); made != 3 {
 		t.Fatalf("%d fingerprints made for 3 texts planned 3 times each; want 3", made)
+	}
+}
+
+// TestPlanMemoRepeatedText (issue 15): a session plans one query string
+// several times in a row with the same catalog; a timestamped read whose
+// plan the cache makes from its skeleton (literals.go) is spliced once,
+// not at each call: the calls after the first return the same statements.
+func TestPlanMemoRepeatedText(t *testing.T) {
+	cat := newFakeCatalog()
+	cat.addTable("public", "t", "a")
+	p := New(16)
+	opts := Options{SearchPath: []string{"public"}}
+	// Two texts of the skeleton: its literal plan is made.
+	for _, q := range []string{"SELECT a, mz_now() FROM t WHERE a = 1", "SELECT a, mz_now() FROM t WHERE a = 2"} {
+		if _, err := p.Plan(q, cat, opts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := "SELECT a, mz_now() FROM t WHERE a = 3"
+	first, err := p.Plan(q, cat, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := p.Plan(q, cat, opts)
+	if again[0] != first[0] {
+		t.Fatal("the same text with the same catalog must return the statements returned last")
+	}
+	// Another catalog value, or a new revision, plans again.
+	cat.addTable("public", "other", "x")
+	moved, _ := p.Plan(q, cat, opts)
+	if moved[0] == first[0] {
+		t.Fatal("a plan remembered at another revision must not be returned unchecked")
+	}
+}
+
+// TestPlanCacheTellsCatalogsApart: the catalogs of two databases may be at
+// the same revision with other tables under the same names; a plan made
+// with one is not returned for the other without checking its lookups.
+func TestPlanCacheTellsCatalogsApart(t *testing.T) {
+	one, two := newFakeCatalog(), newFakeCatalog()
+	one.addTable("public", "t", "a")
+	two.addTable("public", "unrelated", "z")
+	two.drop("public", "unrelated")
+	two.addTable("public", "t", "a", "b")
+	for one.Revision() < two.Revision() {
+		one.addTable("public", fmt.Sprintf("pad%d", one.Revision()), "p")
+	}
+	if one.Revision() != two.Revision() {
+		t.Fatalf("revisions %d and %d", one.Revision(), two.Revision())
+	}
+	p := New(16)
+	opts := Options{SearchPath: []string{"public"}}
+	for _, q := range []string{"SELECT * FROM t AS OF 5", "SELECT a, mz_now() FROM t WHERE a = 1"} {
+		if _, err := p.Plan(q, one, opts); err != nil {
+			t.Fatal(err)
+		}
+		got, err := p.Plan(q, two, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := two.objs[QualifiedName{"public", "t"}]
+		if in := got[0].Inputs; len(in) != 1 || in[0].ID != want.ID || got[0].Template.RenderParam() == "" ||
+			!strings.Contains(got[0].Template.RenderParam(), want.History.Name) {
+			t.Fatalf("%s with the second catalog: inputs %v, %q; want table %d read from %s",
+				q, in, got[0].Template.RenderParam(), want.ID, want.History.Name)
+		}
 	}
 }

@@ -55,10 +55,13 @@ type backend struct {
 	// escapingStrings: the session has standard_conforming_strings off
 	// (strings_scs.go).
 	escapingStrings bool
-	// guard is the read guard prepared on this connection as
-	// guardStatement (seen_read.go), when guardPrepared.
-	guard         guardKey
-	guardPrepared bool
+	// guards are the read guards prepared on this connection, one per
+	// shape (seen_read.go, guardSlot); guardUsed is the one sent last.
+	guards    [guardSlots]preparedGuard
+	guardUsed int
+	// pendingRead is the read guard queued in front of the client's Bind
+	// whose answers have not been read (bound_read.go).
+	pendingRead *pendingReadGuard
 }
 
 // next reads the backend's next message. Every read of a session's

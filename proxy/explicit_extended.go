@@ -18,9 +18,10 @@ import (
 // prepared statement reads at a new timestamp every time it is bound (and
 // PostgreSQL can reuse its plan); Describe of the statement hides the extra
 // parameter from the client. A Bind that starts its batch outside a block
-// chooses it with the catalog and frontiers seen last, behind the read
-// guard (seen_read.go, guardedBind); any other reads them first
-// (database.snapshot).
+// chooses it with the catalog and frontiers seen last, and is sent behind
+// the read guard in the same round trip (bound_read.go; a read of the
+// present binds $N NULL and reads the timestamp the guard pins, see
+// tsParamSQL); any other reads them first (database.snapshot).
 
 // int8OID is PostgreSQL's bigint: the timestamp parameter's type.
 const int8OID = 20
@@ -53,7 +54,7 @@ func (s *Session) parseExplicit(ctx context.Context, m *pgproto3.Parse, st *plan
 	}
 	sql := st.SQL
 	if st.Template != nil && st.Template.Holes() > 0 {
-		sql = st.Template.RenderParam()
+		sql = tsParamSQL(st.Template)
 		oids = withParamOID(oids, st.Template.Param(), int8OID)
 		rec.tsParam = true
 	}
@@ -97,62 +98,74 @@ func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, p *portal)
 		}
 		return s.client.Send(&pgproto3.BindComplete{})
 	}
-	if c, hold, ok, err := s.guardedBind(ctx, st); err != nil {
+	if ok, err := s.guardedBind(ctx, m, p, st, params); err != nil {
 		return s.failExtended(ctx, err)
 	} else if ok {
-		s.portalHolds = append(s.portalHolds, hold)
-		s.obs.Timestamp(c.ts)
-		return s.forwardExplicitBind(m, p, st, params, c.ts)
+		return nil
 	}
-	cat, fr, err := s.db.snapshot(ctx, s.proxy)
+	ts, err := s.chooseForBind(ctx, st)
 	if err != nil {
 		return s.failExtended(ctx, err)
+	}
+	return s.forwardExplicitBind(m, p, st, params, strconv.AppendUint(nil, ts, 10), true)
+}
+
+// chooseForBind chooses the timestamp of a Bind of st with the database's
+// current catalog and frontiers, and holds it until the transaction ends
+// (the portal may be executed later).
+func (s *Session) chooseForBind(ctx context.Context, st *planner.Statement) (uint64, error) {
+	cat, fr, err := s.db.snapshot(ctx, s.proxy)
+	if err != nil {
+		return 0, err
 	}
 	if !stillDefined(st, cat) {
 		// The rewrite names the columns the inputs had at Parse; PostgreSQL
 		// would see no change in it and answer in the old shape.
-		return s.failExtended(ctx, pgerr.New(pgerr.FeatureNotSupported, "cached plan must not change result type"))
+		return 0, pgerr.New(pgerr.FeatureNotSupported, "cached plan must not change result type")
 	}
 	c, err := s.chooseTimestamp(ctx, st, fr)
 	if err != nil {
-		return s.failExtended(ctx, err)
+		return 0, err
 	}
 	if !s.pinned() || st.AsOf != nil {
 		// (A read at the pinned timestamp is under the transaction's hold.)
 		s.enter(timeouts.PhaseHold)
 		hold, err := s.holdRead(ctx, c, exactTimestamp(st, s.pinned()))
 		if err != nil {
-			return s.failExtended(ctx, err)
+			return 0, err
 		}
-		// Held until the transaction ends: the portal may be executed
-		// later.
 		s.portalHolds = append(s.portalHolds, hold)
 	}
 	s.obs.Timestamp(c.ts)
 	if err := s.awaitUpper(ctx, c); err != nil {
-		return s.failExtended(ctx, err)
+		return 0, err
 	}
-	return s.forwardExplicitBind(m, p, st, params, c.ts)
+	return c.ts, nil
 }
 
 // forwardExplicitBind forwards the Bind m of an explicit-timestamp
 // statement with the parameters params and, for a rewrite with the
-// timestamp as a parameter, ts as its value.
-func (s *Session) forwardExplicitBind(m *pgproto3.Bind, p *portal, st *planner.Statement, params [][]byte, ts uint64) error {
+// timestamp as a parameter, ts (as text) as its value: nil (NULL) reads at
+// the timestamp the read guard in front of it pins (tsParamSQL). push
+// queues the Bind's unit (false: it is queued already, for a Bind sent
+// again).
+func (s *Session) forwardExplicitBind(m *pgproto3.Bind, p *portal, st *planner.Statement, params [][]byte, ts []byte, push bool) error {
 	bind := *m
 	bind.Parameters = params
 	if p.stmt.tsParam {
 		n := st.Template.Param()
 		params := make([][]byte, n)
 		copy(params, bind.Parameters)
-		params[n-1] = []byte(strconv.FormatUint(ts, 10))
+		params[n-1] = ts
 		bind.Parameters = params
 		bind.ParameterFormatCodes = paramFormats(m.ParameterFormatCodes, n)
 	}
 	if err := s.be.w.Send(&bind); err != nil {
 		return s.lost(err)
 	}
-	s.units.push(unit{kind: uBind})
+	if push {
+		s.units.push(unit{kind: uBind})
+	}
 	return nil
 }
 

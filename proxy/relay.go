@@ -134,6 +134,17 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 			}
 		}
 	}
+	if s.be.pendingRead != nil {
+		switch msg.(type) {
+		case *pgproto3.Describe, *pgproto3.Execute, *pgproto3.Sync:
+			// The read's own batch: the guard is answered at its Sync
+			// (bound_read.go).
+		default:
+			if err := s.settleReadGuard(ctx, true); err != nil {
+				return err
+			}
+		}
+	}
 	if s.occBatch != nil {
 		if held, err := s.holdBatch(ctx, msg, frame); held || err != nil {
 			return err
@@ -391,6 +402,10 @@ func (s *Session) forward(frame []byte) error {
 		// Sent again if the guard refuses (pin_read.go).
 		g.frames = append(g.frames, cloneFrame(frame))
 	}
+	if g := s.be.pendingRead; g != nil {
+		// Sent again if the guard refuses (bound_read.go).
+		g.frames = append(g.frames, cloneFrame(frame))
+	}
 	if err := s.be.w.WriteFrame(frame); err != nil {
 		return s.lostWrite(err)
 	}
@@ -439,6 +454,12 @@ func (s *Session) exchange(ctx context.Context) error {
 	if s.txn.guard != nil {
 		// Its answers come first (pin_read.go).
 		if err := s.settleGuard(ctx, false); err != nil {
+			return err
+		}
+	}
+	if s.be.pendingRead != nil {
+		// Its answers come first (bound_read.go).
+		if err := s.settleReadGuard(ctx, false); err != nil {
 			return err
 		}
 	}

@@ -175,70 +175,6 @@ func (c *choice) pinnedBy(value string) error {
 	return nil
 }
 
-// guardedBind is the seen-catalog path for the Bind of a prepared read
-// (AS OF, mz_now(), history mode) that starts an extended-protocol batch
-// outside a transaction block: the catalog and frontiers the proxy saw
-// last stand in for the database's current ones, which each Bind would
-// otherwise read in a round trip of its own on the database's shared
-// connection, and the guard (readGuardSQL) checks them on the session's
-// own connection, pinning the oracle for a read of the present in the same
-// round trip (one instead of two). The guard runs before the Bind is
-// forwarded, so the Bind's snapshot (READ COMMITTED takes it at Bind) is
-// after the pin, as in guardedQuery. ok is false, with nothing held and
-// nothing left open on the backend, when this path does not apply or the
-// catalog changed since it was seen: the caller binds the ordinary way.
-func (s *Session) guardedBind(ctx context.Context, st *planner.Statement) (c *choice, hold heldRead, ok bool, err error) {
-	seen := s.db.seen.Load()
-	if seen == nil || s.tx != txIdle || s.be.unsynced || s.units.len() > 0 ||
-		s.isolation != strictSerializable || st.Kind != planner.KindRead || !stillDefined(st, seen.catalog) {
-		// Inside a batch already begun, a failed guard could only be
-		// ended by a Sync of the proxy's, which would end the client's
-		// implicit transaction too.
-		return nil, heldRead{}, false, nil
-	}
-	present := st.AsOf == nil
-	c, hold, err = s.guardedChoice(ctx, st, seen.frontiers)
-	if err != nil {
-		return nil, heldRead{}, false, err
-	}
-	if present {
-		s.enter(timeouts.PhaseTimestamp)
-		s.proxy.obs.OracleRoundTrip(ctx, "read_ts")
-	}
-	// Nothing of the client's is in the implicit transaction yet: a failed
-	// guard is ended by the proxy's own Sync (internalFailed), not by
-	// skipping to the client's.
-	s.be.clientBatch = false
-	values, err := s.runGuard(ctx, guardKey{rev: seen.catalog.cat.Revision, pin: present})
-	s.be.clientBatch = true
-	if err == nil && present {
-		err = c.pinnedBy(values[0])
-	}
-	if err != nil {
-		s.release(hold)
-		return nil, heldRead{}, false, ignoreStale(err)
-	}
-	return c, hold, true, nil
-}
-
-// runGuard runs the read guard of key alone, in one round trip.
-func (s *Session) runGuard(ctx context.Context, key guardKey) ([]string, error) {
-	if ctx.Err() != nil {
-		return nil, pgerr.Wrap(pgerr.QueryCanceled, context.Cause(ctx))
-	}
-	closes, err := s.be.sendGuard(key)
-	if err != nil {
-		return nil, s.lost(err)
-	}
-	if err := s.be.w.Send(&pgproto3.Flush{}); err != nil {
-		return nil, s.lost(err)
-	}
-	if err := s.be.w.Flush(); err != nil {
-		return nil, s.lostWrite(err)
-	}
-	return s.be.readGuard(closes)
-}
-
 // sendGuarded sends the guard, then the client's Query sql, and returns
 // the guard's value.
 func (s *Session) sendGuarded(guard guardKey, sql string) ([]string, error) {
@@ -256,7 +192,8 @@ func (s *Session) sendGuarded(guard guardKey, sql string) ([]string, error) {
 }
 
 // guardStatement names the read guard's prepared statement and portal on
-// the session's backend connection.
+// the session's backend connection (the guard of a simple Query's read of
+// the present; the other shapes add a suffix, see guardSlot).
 var guardStatement = ownName("mzproxy_read_guard")
 
 // guardKey is what the text of a read guard depends on (readGuardSQL's
@@ -267,25 +204,54 @@ type guardKey struct {
 	pin  bool
 }
 
+// guardSlots is the number of shapes of a read guard: with or without the
+// pin, with or without the search_path check.
+const guardSlots = 4
+
+// guardSlot is the slot of key's shape, and the name its statement is
+// prepared under. Each shape has its own, so that a session alternating a
+// simple Query and a prepared read, or a read of the present and one AS
+// OF, does not prepare the guard again at each (issue 15): only a new
+// catalog revision or search_path does.
+func guardSlot(key guardKey) (int, string) {
+	slot, name := 0, guardStatement
+	if !key.pin {
+		slot, name = slot+1, name+"_asof"
+	}
+	if key.path == "" {
+		slot, name = slot+2, name+"_bind"
+	}
+	return slot, name
+}
+
+// preparedGuard is a read guard prepared on a connection, for key, when
+// ok.
+type preparedGuard struct {
+	key guardKey
+	ok  bool
+}
+
 // sendGuard queues the read guard of key, unflushed, as the Bind and
-// Execute of guardStatement, prepared first unless the connection has it
-// for key already: the backend parses and plans the guard once per catalog
-// revision, not once per read. closes is where readGuard starts counting
-// CloseCompletes.
+// Execute of its shape's statement, prepared first unless the connection
+// has it for key already: the backend parses and plans the guard once per
+// catalog revision, not once per read. closes is where readGuard starts
+// counting CloseCompletes.
 func (b *backend) sendGuard(key guardKey) (closes int, err error) {
+	slot, name := guardSlot(key)
+	b.guardUsed = slot
 	msgs := make([]pgproto3.FrontendMessage, 0, 5)
 	closes = 1
-	if !b.guardPrepared || b.guard != key {
+	if g := &b.guards[slot]; !g.ok || g.key != key {
 		// Closed first: it may exist for another key (closing one that
 		// does not is no error, and answers CloseComplete all the same).
-		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: guardStatement},
-			&pgproto3.Parse{Name: guardStatement, Query: readGuardSQL(key.rev, key.path, key.pin)})
-		b.guard, b.guardPrepared, closes = key, true, 0
+		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: name},
+			&pgproto3.Parse{Name: name, Query: readGuardSQL(key.rev, key.path, key.pin)})
+		*g, closes = preparedGuard{key: key, ok: true}, 0
 	}
 	msgs = append(msgs,
-		&pgproto3.Bind{DestinationPortal: guardStatement, PreparedStatement: guardStatement},
-		&pgproto3.Execute{Portal: guardStatement},
-		&pgproto3.Close{ObjectType: 'P', Name: guardStatement})
+		&pgproto3.Bind{DestinationPortal: name, PreparedStatement: name},
+		&pgproto3.Execute{Portal: name},
+		&pgproto3.Close{ObjectType: 'P', Name: name})
 	for _, m := range msgs {
 		if err := b.w.Send(m); err != nil {
 			return 0, err
@@ -300,7 +266,7 @@ func (b *backend) sendGuard(key guardKey) (closes int, err error) {
 func (b *backend) readGuard(closes int) ([]string, error) {
 	values, err := b.readValues(1, closes)
 	if err != nil {
-		b.guardPrepared = false
+		b.guards[b.guardUsed].ok = false
 	}
 	return values, err
 }
