@@ -17,23 +17,35 @@
 -- Now the _ins function of a table with a non-deferrable primary key
 -- looks, when its T was not chosen by its own stamp_ts call, for versions
 -- of the inserted keys that end after T (through the key's lookup mirror,
--- (key columns, mz_to)), before it writes its own:
+-- (key columns, mz_to)), before it writes its own, and locks them
+-- (FOR NO KEY UPDATE). The search is a LATERAL subquery behind OFFSET 0:
+-- a nested loop over the mirror whatever plan PL/pgSQL cached (the
+-- function has no SET clauses to keep hash joins off: each costs every
+-- call), and the filter on Infinity stays outside, so open versions are
+-- locked too:
 --
 --  * One that ends at a finite mz_to > T was retracted by a write at a
---    later T that committed before this statement's snapshot (READ
---    COMMITTED: every statement of the function takes a new one, after
---    the INSERT's own wait). History would show both versions between T
---    and mz_to: the statement fails with 40001 (raise_deleted_later). This
---    is exact: such a version overlaps the new one, and a version of the
---    key the transaction retracted itself ends at T, not after it.
---  * One still open (mz_to Infinity) while the table has no row of that
---    key (the INSERT succeeded) was deleted by a transaction that this
---    transaction's snapshot does not see (REPEATABLE READ or SERIALIZABLE:
---    the snapshot is the transaction's). Its T is unknown here; the
---    statement fails with 40001 too, as PostgreSQL fails an UPDATE or
---    DELETE of a row changed after the snapshot. This may fail a
---    transaction whose delete was in fact at a lower T (it chose its T
---    before ours and committed after our snapshot was taken).
+--    later T. At READ COMMITTED every statement of the function takes a
+--    new snapshot, after the INSERT's own wait, so it sees that write.
+--    History would show both versions between T and mz_to: the statement
+--    fails with 40001 (raise_deleted_later). This is exact: such a
+--    version overlaps the new one, and a version of the key the
+--    transaction retracted itself ends at T, not after it.
+--  * One still open (mz_to Infinity) is either retracted by this same
+--    statement, whose writable CTEs delete the key and insert it again and
+--    whose DELETE trigger has not run yet (its INSERT ended first: INSERT
+--    ... SELECT ... FROM d LIMIT 1), which is no conflict; or, at
+--    REPEATABLE READ or SERIALIZABLE, was retracted by a transaction that
+--    committed after this transaction's snapshot. The lock tells them
+--    apart: it is PostgreSQL's own 40001 ("could not serialize access due
+--    to concurrent update") for a row changed after the snapshot. That
+--    transaction's T is unknown here, so this may fail a transaction
+--    whose conflicting delete was at a lower T (chosen before ours,
+--    committed after our snapshot), exactly as PostgreSQL fails an UPDATE
+--    or DELETE of such a row at REPEATABLE READ.
+--
+-- Only such versions are locked: none in the common case, so the search
+-- writes nothing.
 --
 -- The common path pays nothing but one setting read: an autocommit
 -- INSERT's trigger (its stamp_ts chose T: the slot was pending, _fresh)
@@ -56,19 +68,15 @@
 --    outright.
 
 -- The failure of an INSERT that would open a version of a key whose
--- version another transaction retracted at p_deleted > p_t (Infinity: by a
--- transaction this one's snapshot does not see).
+-- version another transaction retracted at p_deleted > p_t.
 CREATE FUNCTION @SCHEMA@.raise_deleted_later(p_rel oid, p_deleted bigint, p_t bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RAISE EXCEPTION 'could not serialize access due to concurrent delete'
         USING ERRCODE = '40001',
-              DETAIL = CASE WHEN p_deleted = 9223372036854775807
-                  THEN format('mzproxy: a row of %s with a key this statement inserts was deleted by a transaction that committed after this transaction''s snapshot (its timestamp %s).',
-                              p_rel::regclass, p_t)
-                  ELSE format('mzproxy: a row of %s with a key this statement inserts was deleted at timestamp %s, after this transaction''s timestamp %s.',
-                              p_rel::regclass, p_deleted, p_t) END,
+              DETAIL = format('mzproxy: a row of %s with a key this statement inserts was deleted at timestamp %s, after this transaction''s timestamp %s.',
+                              p_rel::regclass, p_deleted, p_t),
               HINT = 'The transaction might succeed if retried.';
 END
 $$;
@@ -96,7 +104,9 @@ $$, $$        fresh_sql := $r$
         -- that ends after T, when T was chosen before this statement.
         ins_check := format($r$
     IF NOT _fresh AND _t > 0 THEN
-        SELECT max(x.mz_to) INTO _m FROM mz_new n JOIN %s x ON %s x.mz_to > _t;
+        SELECT max(s.mz_to) INTO _m
+          FROM mz_new n, LATERAL (SELECT x.mz_to FROM %s x WHERE %s x.mz_to > _t OFFSET 0 FOR NO KEY UPDATE) s
+         WHERE s.mz_to < 9223372036854775807;
         IF _m IS NOT NULL THEN
             PERFORM @SCHEMA@.raise_deleted_later(TG_RELID, _m, _t);
         END IF;
