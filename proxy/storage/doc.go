@@ -132,9 +132,10 @@
 //     that committed after this transaction's T was chosen) fails with
 //     40001 (raise_overtaken); so does an INSERT, into a table with a
 //     non-deferrable primary key, of a key whose version another
-//     transaction retracted at a later T, or after this transaction's
-//     snapshot (raise_deleted_later, ins_gap.sql: searched only when T
-//     was chosen before the statement). ON CONFLICT DO UPDATE and MERGE fire the
+//     transaction retracted at a later T (raise_deleted_later), or after
+//     this transaction's REPEATABLE READ snapshot (PostgreSQL's own, at the
+//     lock the search takes): ins_gap.sql, searched only when T was chosen
+//     before the statement. ON CONFLICT DO UPDATE and MERGE fire the
 //     same triggers. Without a write slot (a write that bypassed the
 //     proxy) they raise MZ002.
 //   - Event triggers. Through the proxy (mzproxy.write_ts set): a new
