@@ -24,9 +24,10 @@ func overlappingKeyVersions(t *testing.T, ctx context.Context, direct *pgx.Conn,
 // chosen before its INSERT of key 1 (a block after DDL; the second
 // statement of an autocommit query string, which waits for the delete),
 // while another session deletes key 1 and commits at a later T, fails with
-// 40001 (storage version 20): history never shows two versions of key 1 at
-// once. The session goes on, and so does the other; an INSERT of another
-// key in the same position commits.
+// 40001 (storage version 20), and so does a block's UPDATE that moves a row
+// to key 1: history never shows two versions of key 1 at once. The session
+// goes on, and so does the other; an INSERT of another key in the same
+// position commits.
 func TestWritesInsertOfKeyDeletedLater(t *testing.T) {
 	ctx := testContext(t)
 	db := freshDatabase(t, ctx)
@@ -77,5 +78,16 @@ func TestWritesInsertOfKeyDeletedLater(t *testing.T) {
 	mustExec(t, ctx, y, "INSERT INTO k VALUES (1, 1)")
 	if n := count(t, ctx, x, "SELECT count(*) FROM k", simple(x)); n != 2 {
 		t.Fatalf("%d rows in k, want 2 (keys 1 and 3)", n)
+	}
+
+	// An UPDATE that moves a row to a key deleted at a later T: the same.
+	mustExec(t, ctx, y, "BEGIN", "CREATE TABLE side2 (a int)")
+	time.Sleep(10 * time.Millisecond)
+	mustExec(t, ctx, x, "DELETE FROM k WHERE k = 1")
+	_, err = y.Exec(ctx, "UPDATE k SET k = 1 WHERE k = 3", simple(y))
+	wantCode(t, err, "40001")
+	mustExec(t, ctx, y, "ROLLBACK")
+	if n := overlappingKeyVersions(t, ctx, direct, "k"); n != 0 {
+		t.Fatalf("UPDATE to a deleted key: %d pairs of versions of one key overlap", n)
 	}
 }

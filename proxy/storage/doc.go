@@ -130,8 +130,9 @@
 //     a version both written and retracted at T is deleted outright. A
 //     statement that would close a version written at a later T (a write
 //     that committed after this transaction's T was chosen) fails with
-//     40001 (raise_overtaken); so does an INSERT, into a table with a
-//     non-deferrable primary key, of a key whose version another
+//     40001 (raise_overtaken); so does an INSERT (or an UPDATE that moves
+//     a row), into a table with a non-deferrable primary key, of a key
+//     whose version another
 //     transaction retracted at a later T (raise_deleted_later), or after
 //     this transaction's REPEATABLE READ snapshot (PostgreSQL's own, at the
 //     lock the search takes): ins_gap.sql, searched only when T was chosen

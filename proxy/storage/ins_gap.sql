@@ -1,5 +1,6 @@
 -- mzproxy backend state, version 19 to 20: an INSERT of a key whose
--- deletion committed at a later T fails with 40001 (issue 14).
+-- deletion committed at a later T fails with 40001, and so does an UPDATE
+-- that moves a row to such a key (issue 14).
 --
 -- A transaction's T is chosen once its first history-writing statement
 -- holds its row locks (frontier.sql), so a statement whose own stamp_ts
@@ -49,6 +50,19 @@
 -- Only such versions are locked: none in the common case, so the search
 -- writes nothing.
 --
+-- An UPDATE that moves a row to a key deleted at a later T shows the same
+-- two versions. The _upd function searches the new rows' keys the same
+-- way, after its statement, in its branch for a T chosen before the
+-- statement, leaving out the statement's own new versions (open from T;
+-- another transaction's open version of such a key would be a row the
+-- UPDATE could not have made), and not when a version it closed was
+-- written after T (raise_overtaken then fails it, named as before). That
+-- branch pays one more statement (an index probe per row) when T is
+-- positive: a later statement of an autocommit query string, a block
+-- after its T was fixed. An autocommit UPDATE (its trigger chose T) and a
+-- block's UPDATE before its T is fixed (placeholder) do not run it, nor
+-- any new expression.
+--
 -- The common path: an autocommit INSERT's trigger finds its slot pending
 -- and lets stamp_ts choose T, with no search (as the retraction skips its
 -- search for a version written at T, write_trim.sql), and without the
@@ -72,11 +86,9 @@
 --    and unique indexes other than the primary key: an INSERT of a value
 --    of another unique column whose row was deleted at a later T shows
 --    both rows between the two timestamps;
---  * an UPDATE that changes a row's key to one deleted at a later T (the
---    _upd function inserts the new version without this search);
---  * an INSERT whose own transaction deletes the key again later at T:
---    it fails although the version it opened would have been deleted
---    outright.
+--  * an INSERT (or UPDATE) whose own transaction deletes the key again
+--    later at T fails, although the version it opened would then have
+--    been deleted outright.
 
 -- The failure of an INSERT that would open a version of a key whose
 -- version another transaction retracted at p_deleted > p_t.
@@ -96,9 +108,10 @@ REVOKE ALL ON FUNCTION @SCHEMA@.raise_deleted_later(oid, bigint, bigint) FROM PU
 
 -- Edits to gen_triggers as version 19 left it; each must apply exactly
 -- once. The _ins function of a table with a non-deferrable primary key
--- gets the test of a pending slot and the search; its text is compared
--- too before gen_triggers decides nothing changed (until now only _upd's
--- was, and _upd does not change here).
+-- gets the test of a pending slot and the search, the _upd function the
+-- search in its branch for a T chosen before; the _ins function's text is
+-- compared too before gen_triggers decides nothing changed (until now
+-- only _upd's was).
 DO $edit$
 DECLARE
     edits text[][] := ARRAY[
@@ -129,6 +142,35 @@ $$, $$        fresh_sql := $r$
     END IF;$r$, check_sql, h,
             (SELECT string_agg(format('x.%I %s n.%I AND ', k, kop[i], k), '' ORDER BY i) FROM unnest(pk) WITH ORDINALITY AS u(k, i)));
 $$],
+        [$$        upd_insert := E', i AS (' || left(insert_sql, -1) || E'\n    )';
+$$, $$        upd_insert := E', i AS (' || left(insert_sql, -1) || E'\n    )';
+        -- (Version 20, see ins_gap.sql.) After an UPDATE whose T was
+        -- chosen before it, a version of a new row's key that ends after
+        -- T, other than the statement's own new ones (open from T); not
+        -- when a version it closed was written after T (_m: the check
+        -- after the statement fails it, naming that).
+        upd_check := format($r$
+    IF _t > 0 AND coalesce(_m, 0) <= _t THEN
+        SELECT max(s.mz_to) INTO _d
+          FROM mz_new n, LATERAL (SELECT x.mz_to FROM %s x WHERE %s x.mz_to > _t
+                                     AND NOT (x.mz_from = _t AND x.mz_to = 9223372036854775807) OFFSET 0 FOR NO KEY UPDATE) s
+         WHERE s.mz_to < 9223372036854775807;
+        IF _d IS NOT NULL THEN
+            PERFORM @SCHEMA@.raise_deleted_later(TG_RELID, _d, _t);
+        END IF;
+    END IF;$r$, h,
+            (SELECT string_agg(format('x.%I %s n.%I AND ', k, kop[i], k), '' ORDER BY i) FROM unnest(pk) WITH ORDINALITY AS u(k, i)));
+$$],
+        [$$|| E'\n    ELSE' || retract_cte || upd_insert || retract_select || E'\n    END IF;' || retract_end;$$,
+         $$|| E'\n    ELSE' || retract_cte || upd_insert || retract_select || upd_check || E'\n    END IF;' || retract_end;$$],
+        [$$    upd_sql text;
+$$, $$    upd_sql text;
+    upd_check text;
+$$],
+        [$$_fresh bool;\nBEGIN%s%s%s$$, $$_fresh bool; _d bigint;\nBEGIN%s%s%s$$],
+        [$$_fresh bool;
+BEGIN%s%s%s$$, $$_fresh bool; _d bigint;
+BEGIN%s%s%s$$],
         [$$    IF triggers_ok AND EXISTS (
 $$, $$    ins_src := format(E'\nDECLARE _t bigint;%s\nBEGIN%s%s\n    RETURN NULL;\nEND\n',
                       CASE WHEN ins_check = '' THEN '' ELSE ' _m bigint;' END,

@@ -218,3 +218,40 @@ func TestUpgradeFromVersion19(t *testing.T) {
 	_, err := y.Exec(ctx, "INSERT INTO k VALUES (1, 1)")
 	wantDeletedLater(t, err, pgx.ReadCommitted, "public.k", "a table made at version 19")
 }
+
+// An UPDATE that moves a row to a key another transaction deleted at a
+// later T than the updating transaction's fails as the INSERT does; one
+// that moves a row to a free key, or changes no key, after the same
+// delete, commits.
+func TestUpdateToKeyDeletedAtLaterTimestamp(t *testing.T) {
+	cs, conn := installedDB(t)
+	inWrite(t, conn, "CREATE TABLE k (k int PRIMARY KEY, v int)", "CREATE TABLE b (k int PRIMARY KEY, v int)",
+		"INSERT INTO k VALUES (1, 0), (2, 0)", "INSERT INTO b VALUES (1, 0)")
+	yConn, xConn := connect(t, cs), connect(t, cs)
+	ctx := context.Background()
+
+	for _, block := range []bool{false, true} {
+		y, tsY := earlyTimestampWriter(t, yConn, block)
+		clockPast(t, xConn, tsY)
+		autocommitWrite(t, xConn, "DELETE FROM k WHERE k = 1")
+		if _, err := y.Exec(ctx, "UPDATE k SET v = v + 1 WHERE k = 2"); err != nil {
+			t.Fatalf("block %v: an UPDATE of another key: %v", block, err)
+		}
+		_, err := y.Exec(ctx, "UPDATE k SET k = 1 WHERE k = 2")
+		y.Rollback(ctx)
+		wantDeletedLater(t, err, pgx.ReadCommitted, "public.k", "an UPDATE to the deleted key")
+
+		y, _ = earlyTimestampWriter(t, yConn, block)
+		if _, err := y.Exec(ctx, "UPDATE k SET k = 3 WHERE k = 2"); err != nil {
+			t.Fatalf("block %v: an UPDATE to a free key: %v", block, err)
+		}
+		if err := y.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := overlappingVersions(t, conn, "k"); n != 0 {
+			t.Fatalf("block %v: %d pairs of versions of one key overlap", block, n)
+		}
+		autocommitWrite(t, conn, "UPDATE k SET k = 2 WHERE k = 3")
+		autocommitWrite(t, conn, "INSERT INTO k VALUES (1, 0)")
+	}
+}

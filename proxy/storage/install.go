@@ -131,7 +131,8 @@ var pinCheapSQL string
 var ddlLeanSQL string
 
 // insGapSQL upgrades version 19 to 20: an INSERT of a key whose deletion
-// committed at a later T than the inserting transaction's fails with 40001.
+// committed at a later T than the inserting transaction's, or an UPDATE
+// that moves a row to such a key, fails with 40001.
 //
 //go:embed ins_gap.sql
 var insGapSQL string
