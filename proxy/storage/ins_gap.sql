@@ -4,12 +4,12 @@
 --
 -- A transaction's T is chosen once its first history-writing statement
 -- holds its row locks (frontier.sql), so a statement whose own stamp_ts
--- chose T is placed after every write it waited for. A later statement of
--- a transaction whose T is already chosen (a later statement of an
+-- chose T is placed after every write it waited for. A statement of a
+-- transaction whose T is already chosen (a later statement of an
 -- autocommit query string of several statements; a block after DDL or
 -- after a read of its own writes at a timestamp) may wait for a write that
--- commits at a later T.
--- UPDATE and DELETE then meet the version that write left and fail with
+-- commits at a later T. UPDATE and DELETE then meet the version that
+-- write left and fail with
 -- 40001 (raise_overtaken). An INSERT met nothing: Y chose T_Y, X deleted
 -- key k and committed at T_X > T_Y, and Y's INSERT of k (which waited on
 -- X's delete through the primary key's index, or came after it) opened a
