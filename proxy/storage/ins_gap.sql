@@ -20,12 +20,16 @@
 -- looks, when its slot was not pending (so T was not chosen by its own
 -- stamp_ts call) and T is not a block's placeholder, for versions
 -- of the inserted keys that end after T (through the key's lookup mirror,
--- (key columns, mz_to)), before it writes its own, and locks them
--- (FOR NO KEY UPDATE). The search is a LATERAL subquery behind OFFSET 0:
--- a nested loop over the mirror whatever plan PL/pgSQL cached (the
--- function has no SET clauses to keep hash joins off: each costs every
--- call), and the filter on Infinity stays outside, so open versions are
--- locked too:
+-- (key columns, mz_to)), before it writes its own, and locks the last
+-- one of each key (FOR NO KEY UPDATE). The search is a LATERAL subquery
+-- with ORDER BY mz_to DESC LIMIT 1: a nested loop of backward probes of
+-- the mirror whatever plan PL/pgSQL cached (the function has no SET
+-- clauses to keep hash joins off: each costs every call), estimated as
+-- one row each (a plan is made again for each call, but from the parse
+-- tree of the session's first, whose transition table's size it keeps: a
+-- first bulk INSERT made the plan without the LIMIT cost millions and run
+-- with JIT, 60 ms, for each later single row), and the filter on Infinity
+-- stays outside, so an open version is locked too:
 --
 --  * One that ends at a finite mz_to > T was retracted by a write at a
 --    later T. At READ COMMITTED every statement of the function takes a
@@ -46,6 +50,10 @@
 --    whose conflicting delete was at a lower T (chosen before ours,
 --    committed after our snapshot), exactly as PostgreSQL fails an UPDATE
 --    or DELETE of such a row at REPEATABLE READ.
+--  * Only the last version of a key is looked at: an open one hides a
+--    finite one behind it only when the open one was written after that
+--    retraction, so after T, and then the DELETE trigger that closes it
+--    fails the statement (raise_overtaken).
 --
 -- Only such versions are locked: none in the common case, so the search
 -- writes nothing.
@@ -133,7 +141,8 @@ $$, $$        fresh_sql := $r$
     ELSE%s
     IF _t > 0 THEN
         SELECT max(s.mz_to) INTO _m
-          FROM mz_new n, LATERAL (SELECT x.mz_to FROM %s x WHERE %s x.mz_to > _t OFFSET 0 FOR NO KEY UPDATE) s
+          FROM mz_new n, LATERAL (SELECT x.mz_to FROM %s x WHERE %s x.mz_to > _t
+                                     ORDER BY x.mz_to DESC LIMIT 1 FOR NO KEY UPDATE) s
          WHERE s.mz_to < 9223372036854775807;
         IF _m IS NOT NULL THEN
             PERFORM @SCHEMA@.raise_deleted_later(TG_RELID, _m, _t);
@@ -153,7 +162,8 @@ $$, $$        upd_insert := E', i AS (' || left(insert_sql, -1) || E'\n    )';
     IF _t > 0 AND coalesce(_m, 0) <= _t THEN
         SELECT max(s.mz_to) INTO _d
           FROM mz_new n, LATERAL (SELECT x.mz_to FROM %s x WHERE %s x.mz_to > _t
-                                     AND NOT (x.mz_from = _t AND x.mz_to = 9223372036854775807) OFFSET 0 FOR NO KEY UPDATE) s
+                                     AND NOT (x.mz_from = _t AND x.mz_to = 9223372036854775807)
+                                     ORDER BY x.mz_to DESC LIMIT 1 FOR NO KEY UPDATE) s
          WHERE s.mz_to < 9223372036854775807;
         IF _d IS NOT NULL THEN
             PERFORM @SCHEMA@.raise_deleted_later(TG_RELID, _d, _t);
