@@ -14,7 +14,7 @@
 // ddl_trim.sql 12 to 13, pin_trim.sql 13 to 14,
 // pin_fast.sql 14 to 15, ddl_fast.sql 15 to 16, rw_check.sql 16 to 17,
 // pin_cheap.sql 17 to 18, ddl_lean.sql 18 to 19, ddl_marks.sql 19 to 20,
-// rw_check_gate.sql 20 to 21
+// rw_check_gate.sql 20 to 21, ins_gap.sql 21 to 22
 // (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
@@ -133,7 +133,13 @@
 //     a version both written and retracted at T is deleted outright. A
 //     statement that would close a version written at a later T (a write
 //     that committed after this transaction's T was chosen) fails with
-//     40001 (raise_overtaken). ON CONFLICT DO UPDATE and MERGE fire the
+//     40001 (raise_overtaken); so does an INSERT (or an UPDATE that moves
+//     a row), into a table with a non-deferrable primary key, of a key
+//     whose version another
+//     transaction retracted at a later T (raise_deleted_later), or after
+//     this transaction's REPEATABLE READ snapshot (PostgreSQL's own, at the
+//     lock the search takes): ins_gap.sql, searched only when T was chosen
+//     before the statement. ON CONFLICT DO UPDATE and MERGE fire the
 //     same triggers. Without a write slot (a write that bypassed the
 //     proxy) they raise MZ002.
 //   - Event triggers. Through the proxy (mzproxy.write_ts set): a new

@@ -221,8 +221,14 @@ func TestReadThenWriteDisjointTables(t *testing.T) {
 // transaction and its T.
 func earlyTimestampWriter(t *testing.T, conn *pgx.Conn, block bool) (pgx.Tx, int64) {
 	t.Helper()
+	return earlyTimestampWriterIso(t, conn, pgx.ReadCommitted, block)
+}
+
+// earlyTimestampWriterIso is earlyTimestampWriter at isolation level iso.
+func earlyTimestampWriterIso(t *testing.T, conn *pgx.Conn, iso pgx.TxIsoLevel, block bool) (pgx.Tx, int64) {
+	t.Helper()
 	ctx := context.Background()
-	tx, err := conn.Begin(ctx)
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso})
 	if err != nil {
 		t.Fatal(err)
 	}
