@@ -204,15 +204,7 @@ func (s *Session) readGuardRefused(ctx context.Context, g *pendingReadGuard) err
 	if err := s.forwardExplicitBind(g.bind, g.portal, g.st, g.params, strconv.AppendUint(nil, ts, 10), false); err != nil {
 		return err
 	}
-	for _, f := range g.frames {
-		if err := s.be.w.WriteFrame(f); err != nil {
-			return s.lostWrite(err)
-		}
-	}
-	if err := s.be.w.Flush(); err != nil {
-		return s.lostWrite(err)
-	}
-	return nil
+	return s.sendKeptFrames(g.frames)
 }
 
 // cloneBind copies a Bind: its parameters are in the frame it was read

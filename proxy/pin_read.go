@@ -364,15 +364,7 @@ func (s *Session) guardRefusedExtended(ctx context.Context, g *pinGuard) error {
 		s.midRequest = false
 		return err
 	}
-	for _, f := range g.frames {
-		if err := s.be.w.WriteFrame(f); err != nil {
-			return s.lostWrite(err)
-		}
-	}
-	if err := s.be.w.Flush(); err != nil {
-		return s.lostWrite(err)
-	}
-	return nil
+	return s.sendKeptFrames(g.frames)
 }
 
 // failBatchBehindGuard fails the client's batch with the guard's error
@@ -394,4 +386,19 @@ func (s *Session) failBatchBehindGuard(failed *pgerr.Error) error {
 	s.releaseTxnHolds()
 	s.midRequest = false
 	return failed
+}
+
+// sendKeptFrames sends again the client's messages that followed a guard
+// which refused (the backend skipped them), once the proxy has begun or
+// bound again.
+func (s *Session) sendKeptFrames(frames [][]byte) error {
+	for _, f := range frames {
+		if err := s.be.w.WriteFrame(f); err != nil {
+			return s.lostWrite(err)
+		}
+	}
+	if err := s.be.w.Flush(); err != nil {
+		return s.lostWrite(err)
+	}
+	return nil
 }
