@@ -124,3 +124,21 @@ func exactHistory(t *testing.T, ctx context.Context, admin *pgx.Conn, hist strin
 			bad, atT, written, diff)
 	}
 }
+
+// TestWritesResetAllAutocommit: RESET ALL between the writes of an
+// autocommit query string does not make the later ones fail (MZ002: the
+// slot of the string's transaction was the setting RESET ALL takes away);
+// the string commits at one timestamp, as in PostgreSQL.
+func TestWritesResetAllAutocommit(t *testing.T) {
+	ctx := testContext(t)
+	admin, s := roleSessions(t, ctx, 1)
+	var hist string
+	if err := admin.QueryRow(ctx, "SELECT history FROM mzproxy.catalog WHERE oid = 'acc'::regclass").Scan(&hist); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, ctx, s[0], "UPDATE acc SET bal = bal + 1 WHERE id = 1; RESET ALL; INSERT INTO acc VALUES (3, 7); SET statement_timeout = '1min'")
+	exactHistory(t, ctx, admin, hist, 2)
+	if n := count(t, ctx, s[0], "SELECT count(*) FROM acc", pgx.QueryExecModeSimpleProtocol); n != 3 {
+		t.Fatalf("%d rows after the string, want 3", n)
+	}
+}
