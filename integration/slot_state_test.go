@@ -75,9 +75,10 @@ func writeSkewAfter(t *testing.T, ctx context.Context, a, b *pgx.Conn, reset str
 }
 
 // TestTxnResetAllInWriteBlock: RESET ALL (or RESET mzproxy.write_ts) in a
-// block that wrote changes nothing about its writes, as in PostgreSQL: it
-// writes again and commits, all of it at one timestamp, with its history
-// exact (the COMMIT failed with 42501 and the later write with MZ002 before
+// block that wrote changes nothing about its writes, as in PostgreSQL,
+// before or after DDL in the block chose its timestamp: it writes
+// again, reads its writes and commits, all of it at one timestamp, with
+// its history exact (the COMMIT failed with 42501 and the later write with MZ002 before
 // storage version 22). DISCARD ALL is refused in a block, as by PostgreSQL.
 func TestTxnResetAllInWriteBlock(t *testing.T) {
 	ctx := testContext(t)
@@ -87,16 +88,25 @@ func TestTxnResetAllInWriteBlock(t *testing.T) {
 	if err := admin.QueryRow(ctx, "SELECT history FROM mzproxy.catalog WHERE oid = 'acc'::regclass").Scan(&hist); err != nil {
 		t.Fatal(err)
 	}
-	for i, reset := range []string{"RESET ALL", "RESET mzproxy.write_ts", "SET LOCAL mzproxy.write_ts = ''"} {
-		t.Run(reset, func(t *testing.T) {
-			id := 3 + i
-			mustExec(t, ctx, c, "BEGIN", "UPDATE acc SET bal = bal + 1 WHERE id = 1", reset)
-			mustExec(t, ctx, c, "INSERT INTO acc VALUES ("+strconv.Itoa(id)+", 7)", "UPDATE acc SET bal = bal + 1 WHERE id = 1")
-			if _, err := c.Exec(ctx, "COMMIT"); err != nil {
-				t.Fatalf("COMMIT after %s: %v", reset, err)
-			}
-			exactHistory(t, ctx, admin, hist, 2)
-		})
+	id := 2
+	// DDL chooses the block's T before the reset.
+	for _, early := range []string{"SELECT 1", "CREATE TABLE ddl_in_block (k int)"} {
+		for _, reset := range []string{"RESET ALL", "RESET mzproxy.write_ts", "SET LOCAL mzproxy.write_ts = ''"} {
+			id++
+			t.Run(early+", "+reset, func(t *testing.T) {
+				defer c.Exec(ctx, "ROLLBACK") // a failure leaves the next subtest a session outside a block
+				mustExec(t, ctx, c, "BEGIN", "UPDATE acc SET bal = bal + 1 WHERE id = 1", early, reset)
+				mustExec(t, ctx, c, "INSERT INTO acc VALUES ("+strconv.Itoa(id)+", 7)", "UPDATE acc SET bal = bal + 1 WHERE id = 1")
+				if n := count(t, ctx, c, "SELECT count(*) FROM acc", pgx.QueryExecModeSimpleProtocol); n != id {
+					t.Fatalf("the block reads %d rows of its own, want %d", n, id)
+				}
+				if _, err := c.Exec(ctx, "COMMIT"); err != nil {
+					t.Fatalf("COMMIT after %s: %v", reset, err)
+				}
+				exactHistory(t, ctx, admin, hist, 2)
+				mustExec(t, ctx, c, "DROP TABLE IF EXISTS ddl_in_block")
+			})
+		}
 	}
 	mustExec(t, ctx, c, "BEGIN", "UPDATE acc SET bal = bal + 1 WHERE id = 1")
 	_, err := c.Exec(ctx, "DISCARD ALL")

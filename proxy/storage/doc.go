@@ -207,7 +207,8 @@
 //     by gen_restamp from gen_triggers). A slot replaced fails COMMIT with
 //     42501; one taken away (RESET ALL) is still the row (version 22,
 //     slot_state.sql: write_slot, stamp_ts and fix_write read the row when
-//     the setting is empty), so the block writes on and commits.
+//     the setting is empty; fix_write keeps it with its T, fixed_t, until
+//     COMMIT), so the block writes on and commits.
 //   - A block pinned for its reads before it wrote
 //     (OpenWriteAfterReadFor) is checked at fix_write, once T is chosen
 //     (check_reads, against the count of writes at its pin that

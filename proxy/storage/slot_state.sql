@@ -16,23 +16,24 @@
 --
 -- Now the block's row of deferred_slots holds what the settings held:
 -- open_write_deferred records p_read_writes there (read_writes), and
--- fix_write reads it from there. Only the schema's SECURITY DEFINER
--- functions write that table (no role has a right on it), the row's key is
--- the transaction's id (an xid8, never reused), and fix_write deletes it
--- when it chooses T; so a row says exactly "mzproxy's open_write_deferred
--- took a deferred slot in this transaction, for this incarnation, after
--- reads pinned when this many writes were counted, and no T is chosen
--- yet". Hence:
+-- fix_write reads it from there and records the T it chooses (fixed_t);
+-- the row goes at COMMIT (fix_at_commit). Only the schema's SECURITY
+-- DEFINER functions write that table (no role has a right on it), and the
+-- row's key is the transaction's id (an xid8, never reused); so a row says
+-- exactly "mzproxy's open_write_deferred took a deferred slot in this
+-- transaction, for this incarnation, after reads pinned when this many
+-- writes were counted; fix_write chose this T, or none yet". Hence:
 --
 --  * The check's input is the row's: no setting skips or changes it.
 --    open_write_deferred called again (any role may call it) keeps the
 --    smaller count (LEAST ignores NULL): a second call can only make the
 --    check stricter, never remove it.
---  * An empty mzproxy.write_ts with the row present is the same slot
---    (write_slot gives -1 and the row's incarnation; stamp_ts the
---    placeholder; fix_write accepts it): RESET ALL, RESET mzproxy.write_ts
---    and SET LOCAL mzproxy.write_ts = '' change nothing. A value that is
---    not empty must still be one mzproxy made (42501 otherwise), as before.
+--  * An empty mzproxy.write_ts with the row present is the row's slot
+--    (write_slot gives -1 and the incarnation, or fixed_t; stamp_ts the
+--    placeholder, or fixed_t; fix_write accepts it): RESET ALL, RESET
+--    mzproxy.write_ts and SET LOCAL mzproxy.write_ts = '' change nothing,
+--    before or after T is chosen. A value that is not empty must still be
+--    one mzproxy made (42501 otherwise), as before.
 --  * What the setting protects is unchanged: the slot's T is chosen by
 --    fix_write alone (a placeholder is all a block writes before it), and
 --    without a row an empty setting is no slot (MZ002 at a write). A role
@@ -42,19 +43,19 @@
 -- Cost: the autocommit write's functions take no new step (stamp_ts tests
 -- its '0 - ' slot first, as before; begin_write_occ is unchanged).
 -- write_slot reads the row only when the setting is empty and the
--- transaction has an xid (a block's read after a write, pin()); fix_write
--- reads one more column of the row it deletes.
+-- transaction has an xid (a block's read after a write, pin()). A block's
+-- COMMIT runs the same statements (fix_at_commit reads the row, fix_write
+-- deletes it); one that chose T early (DDL, a read of its own writes)
+-- updates the row then and deletes it at COMMIT.
 --
--- Still not covered: after a block's T was chosen early (DDL, a read of its
--- own writes), its row is gone and the slot is 'T - <tag>' in the setting
--- alone; a RESET ALL then makes its next write fail with MZ002 (its COMMIT
--- still succeeds). An autocommit slot (begin_write_occ) is the setting
--- alone too: a RESET ALL between two writes of one query string fails the
--- second with MZ002.
+-- Not covered: an autocommit slot (begin_write_occ) is the setting alone;
+-- mzproxy takes a deferred slot for a query string with RESET ALL among
+-- its writes instead (proxy/relay.go). RESET mzproxy.write_ts between two
+-- writes of one autocommit query string still fails the second (MZ002).
 
 -- Taken first, as block_cost.sql did: the upgrade waits for the blocks in
 -- progress, and blocks that start meanwhile wait for it.
-ALTER TABLE @SCHEMA@.deferred_slots ADD COLUMN read_writes bigint;
+ALTER TABLE @SCHEMA@.deferred_slots ADD COLUMN read_writes bigint, ADD COLUMN fixed_t bigint;
 
 -- The slot set_slot or open_write_deferred recorded in this transaction
 -- (see trust.sql); both NULL when there is none. With the setting empty, a
@@ -72,7 +73,9 @@ BEGIN
         -- No xid, no row: a transaction that has not written pays nothing.
         my_xid := pg_current_xact_id_if_assigned()::text::bigint;
         IF my_xid IS NOT NULL THEN
-            SELECT -1, d.inc INTO t, e FROM @SCHEMA@.deferred_slots d WHERE d.xid = my_xid;
+            -- (set_slot(T, NULL) once fix_write chose T.)
+            SELECT coalesce(d.fixed_t, -1), CASE WHEN d.fixed_t IS NULL THEN d.inc END INTO t, e
+              FROM @SCHEMA@.deferred_slots d WHERE d.xid = my_xid;
         END IF;
         RETURN;
     END IF;
@@ -160,18 +163,21 @@ BEGIN
         -- check here (fix_write checks it once), and an empty one is the
         -- row's slot (see the header).
         my_xid := pg_current_xact_id_if_assigned()::text::bigint;
-        SELECT d.rels INTO rels FROM @SCHEMA@.deferred_slots d WHERE d.xid = my_xid;
-        IF FOUND THEN
+        SELECT d.rels, d.fixed_t INTO rels, t FROM @SCHEMA@.deferred_slots d WHERE d.xid = my_xid;
+        IF FOUND AND t IS NULL THEN
             IF NOT p_rel = ANY (rels) THEN
                 UPDATE @SCHEMA@.deferred_slots d SET rels = d.rels || p_rel WHERE d.xid = my_xid;
             END IF;
             RETURN -my_xid;
         END IF;
-        IF v IS NULL OR v = '' THEN
+        IF NOT FOUND AND (v IS NULL OR v = '') THEN
             RETURN NULL;
         END IF;
+        -- Found with T chosen (fix_write): the row's T, below.
     END IF;
-    t := (SELECT s.t FROM @SCHEMA@.write_slot() s);
+    IF t IS NULL THEN
+        t := (SELECT s.t FROM @SCHEMA@.write_slot() s);
+    END IF;
     IF t = -1 THEN
         -- A deferred slot without a row: taken in a READ ONLY transaction,
         -- which writes no history. Nothing could restamp a placeholder.
@@ -195,9 +201,12 @@ END
 $$;
 
 -- Make a deferred slot an ordinary one (see rw_check.sql): as before, but
--- the check's count comes from the transaction's row, and an empty setting
--- is the row's slot (see the header). Returns T.
-CREATE OR REPLACE FUNCTION @SCHEMA@.fix_write() RETURNS bigint
+-- the check's count comes from the transaction's row, an empty setting is
+-- the row's slot, and before COMMIT the row is kept with T (fixed_t) for
+-- the block's later writes and reads (see the header). At COMMIT
+-- (p_at_commit, fix_at_commit) the row goes. Returns T.
+DROP FUNCTION @SCHEMA@.fix_write();
+CREATE FUNCTION @SCHEMA@.fix_write(p_at_commit bool DEFAULT false) RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
@@ -212,15 +221,18 @@ DECLARE
     closed bigint;
     counted bigint;
     read_writes bigint;
+    fixed bigint;
     checked_at bigint;
     t bigint;
 BEGIN
-    -- The transaction's row, and the slot checked against the one
-    -- open_write_deferred made with it, in one query.
-    WITH d AS (DELETE FROM @SCHEMA@.deferred_slots d WHERE d.xid = my_xid RETURNING d.rels, d.inc, d.read_writes)
-    SELECT d.rels, d.inc, d.read_writes, v IS NULL OR v = '' OR v =
+    -- The transaction's row (taken out at COMMIT), and the slot checked
+    -- against the one open_write_deferred made with it, in one query.
+    WITH gone AS (DELETE FROM @SCHEMA@.deferred_slots d WHERE d.xid = my_xid AND p_at_commit RETURNING d.*),
+         d AS (SELECT * FROM gone
+               UNION ALL SELECT * FROM @SCHEMA@.deferred_slots x WHERE x.xid = my_xid AND NOT p_at_commit)
+    SELECT d.rels, d.inc, d.read_writes, d.fixed_t, v IS NULL OR v = '' OR v =
                '-1 ' || coalesce(d.inc::text, '-') || ' ' || @SCHEMA@.key_tag(k.k, '-1 ' || coalesce(d.inc::text, '-'))
-      INTO rels, slot_inc, read_writes, slot_ok FROM d, @SCHEMA@.write_key k;
+      INTO rels, slot_inc, read_writes, fixed, slot_ok FROM d, @SCHEMA@.write_key k;
     IF NOT FOUND THEN
         -- No row: the slot of a READ ONLY transaction, which wrote nothing.
         SELECT s.t, s.e INTO t, slot_inc FROM @SCHEMA@.write_slot() s;
@@ -231,6 +243,13 @@ BEGIN
         RAISE EXCEPTION 'mzproxy.write_ts was not set by mzproxy'
             USING ERRCODE = '42501',
                   DETAIL = 'A write''s timestamp is chosen by mzproxy''s oracle for that write alone.';
+    END IF;
+    IF fixed IS NOT NULL THEN
+        -- T was chosen before, and the deferred slot's setting put back
+        -- since: T again.
+        PERFORM set_config('mzproxy.write_ts', fixed::text || ' - ' || @SCHEMA@.key_tag(k.k, fixed::text || ' -'), true)
+           FROM @SCHEMA@.write_key k;
+        RETURN fixed;
     END IF;
     LOCK TABLE @SCHEMA@.gate IN ROW SHARE MODE;
     PERFORM @SCHEMA@.check_incarnation(slot_inc);
@@ -265,11 +284,38 @@ BEGIN
         PERFORM @SCHEMA@.check_reads(read_writes, t);
     END IF;
     PERFORM @SCHEMA@.mark_written(rels);
+    IF NOT p_at_commit THEN
+        UPDATE @SCHEMA@.deferred_slots d SET fixed_t = t WHERE d.xid = my_xid;
+    END IF;
     -- set_slot(t, NULL), inline.
     PERFORM set_config('mzproxy.write_ts', t::text || ' - ' || @SCHEMA@.key_tag(k.k, t::text || ' -'), true)
        FROM @SCHEMA@.write_key k;
     RETURN t;
 END
 $$;
+
+-- At COMMIT (see frontier.sql): the slot fixed unless fix_write did so
+-- before; the row goes either way.
+CREATE OR REPLACE FUNCTION @SCHEMA@.fix_at_commit() RETURNS trigger
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    fixed bigint;
+BEGIN
+    SELECT d.fixed_t INTO fixed FROM @SCHEMA@.deferred_slots d WHERE d.xid = NEW.xid;
+    IF NOT FOUND THEN
+        -- Taken out (a savepoint rolled back, or a second event).
+        RETURN NULL;
+    END IF;
+    IF fixed IS NULL THEN
+        PERFORM @SCHEMA@.fix_write(true);
+    ELSE
+        DELETE FROM @SCHEMA@.deferred_slots d WHERE d.xid = NEW.xid;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+REVOKE ALL ON FUNCTION @SCHEMA@.fix_write(bool) FROM PUBLIC;
 
 INSERT INTO @SCHEMA@.schema_version (version) VALUES (22);

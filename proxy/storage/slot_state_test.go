@@ -48,35 +48,44 @@ func TestReadThenWriteSettingReset(t *testing.T) {
 
 // A block's COMMIT and its later writes work after its settings were reset
 // (RESET ALL failed its COMMIT with 42501 before version 22, and its later
-// writes with MZ002), at one T with no placeholder left; a setting replaced
-// by one mzproxy did not make still fails the COMMIT with 42501.
+// writes with MZ002), at one T with no placeholder left, also when its T
+// was chosen before the reset (commit_write_tx, as a read of its own writes
+// or DDL choose it); a setting replaced by one mzproxy did not make still
+// fails the COMMIT with 42501. No row of deferred_slots outlives its block.
 func TestDeferredSlotAfterReset(t *testing.T) {
 	_, conn := installedDB(t)
 	inWrite(t, conn, "CREATE TABLE a (k int PRIMARY KEY, v int)", "INSERT INTO a VALUES (1, 0)")
 	ctx := context.Background()
 	hist := queryText(t, conn, "SELECT history FROM "+Schema+".catalog WHERE oid = 'a'::regclass")
-	for i, reset := range []string{"RESET ALL", "RESET mzproxy.write_ts", "SET LOCAL mzproxy.write_ts = ''"} {
-		t.Run(reset, func(t *testing.T) {
-			tx, err := conn.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback(ctx)
-			for _, q := range []string{OpenWriteDeferredFor(-1), "UPDATE a SET v = v + 1 WHERE k = 1", reset,
-				"INSERT INTO a VALUES (" + strconv.Itoa(i+2) + ", 0)", "UPDATE a SET v = v + 1 WHERE k = 1"} {
-				if _, err := tx.Exec(ctx, q); err != nil {
-					t.Fatalf("%s: %v", q, err)
+	id := 1
+	for _, early := range []string{"SELECT 1", CommitWriteTxFor(-1)} {
+		for _, reset := range []string{"RESET ALL", "RESET mzproxy.write_ts", "SET LOCAL mzproxy.write_ts = ''"} {
+			id++
+			t.Run(early+", "+reset, func(t *testing.T) {
+				tx, err := conn.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
 				}
-			}
-			if err := tx.Commit(ctx); err != nil {
-				t.Fatalf("COMMIT after %s: %v", reset, err)
-			}
-			ts := uint64(queryInt(t, conn, "SELECT max(mz_from) FROM "+hist))
-			historyMatches(t, conn, "a", ts, reset)
-			if n := queryInt(t, conn, "SELECT count(*) FROM "+hist+" WHERE mz_from = $1", int64(ts)); n != 2 {
-				t.Errorf("%d versions written at the block's T %d, want 2 (row 1 and the insert)", n, ts)
-			}
-		})
+				defer tx.Rollback(ctx)
+				for _, q := range []string{OpenWriteDeferredFor(-1), "UPDATE a SET v = v + 1 WHERE k = 1", early, reset,
+					"INSERT INTO a VALUES (" + strconv.Itoa(id) + ", 0)", "UPDATE a SET v = v + 1 WHERE k = 1", CommitWriteTxFor(-1)} {
+					if _, err := tx.Exec(ctx, q); err != nil {
+						t.Fatalf("%s: %v", q, err)
+					}
+				}
+				if err := tx.Commit(ctx); err != nil {
+					t.Fatalf("COMMIT after %s: %v", reset, err)
+				}
+				ts := uint64(queryInt(t, conn, "SELECT max(mz_from) FROM "+hist))
+				historyMatches(t, conn, "a", ts, reset)
+				if n := queryInt(t, conn, "SELECT count(*) FROM "+hist+" WHERE mz_from = $1", int64(ts)); n != 2 {
+					t.Errorf("%d versions written at the block's T %d, want 2 (row 1 and the insert)", n, ts)
+				}
+				if n := queryInt(t, conn, "SELECT count(*) FROM "+Schema+".deferred_slots"); n != 0 {
+					t.Errorf("%d rows of deferred_slots left after the COMMIT", n)
+				}
+			})
+		}
 	}
 	tx, err := conn.Begin(ctx)
 	if err != nil {
