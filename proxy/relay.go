@@ -768,7 +768,15 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 	// optimistic write is: a COPY's COMMIT must wait for its data, and
 	// the relay would have to drop the slot's answers from inside the
 	// client's unit, whose statements are several and of any kind.
-	if err := s.internal("BEGIN; "+storage.OpenWriteFor(inc), false); err != nil {
+	slot := storage.OpenWriteFor(inc)
+	if resetsAll(settings) {
+		// RESET ALL would take away the slot's setting and with it the
+		// slot (a later write failed with MZ002); a deferred slot is its
+		// transaction's row, which RESET ALL leaves alone
+		// (storage/slot_state.sql). Its T is chosen at the COMMIT below.
+		slot = storage.OpenWriteDeferredFor(inc)
+	}
+	if err := s.internal("BEGIN; "+slot, false); err != nil {
 		return err
 	}
 	if err := s.forward(frame); err != nil {
@@ -791,6 +799,17 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 		}
 	}
 	return s.exchange(ctx)
+}
+
+// resetsAll reports whether a query string's statements, as trackSettings
+// returns them, include RESET ALL.
+func resetsAll(settings []*planner.Statement) bool {
+	for _, st := range settings {
+		if st != nil && st.Kind == planner.KindReset && st.Var != nil && st.Var.Name == "all" {
+			return true
+		}
+	}
+	return false
 }
 
 // takeWriteSlotExtended queues, before a client's Execute of a write, the

@@ -14,7 +14,7 @@
 // ddl_trim.sql 12 to 13, pin_trim.sql 13 to 14,
 // pin_fast.sql 14 to 15, ddl_fast.sql 15 to 16, rw_check.sql 16 to 17,
 // pin_cheap.sql 17 to 18, ddl_lean.sql 18 to 19, ddl_marks.sql 19 to 20,
-// rw_check_gate.sql 20 to 21, ins_gap.sql 21 to 22
+// rw_check_gate.sql 20 to 21, ins_gap.sql 21 to 22, slot_state.sql 22 to 23
 // (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
@@ -210,11 +210,16 @@
 //     fix_write (at COMMIT through a deferred constraint trigger, or when
 //     T is first needed) chooses T and restamps each table through its
 //     functions <history>_closed and <history>_restamp (static SQL, made
-//     by gen_restamp from gen_triggers). A slot taken away or replaced
-//     fails COMMIT with 42501.
+//     by gen_restamp from gen_triggers). A slot replaced fails COMMIT with
+//     42501; one taken away (RESET ALL) is still the row (version 23,
+//     slot_state.sql: write_slot, stamp_ts and fix_write read the row when
+//     the setting is empty; fix_write keeps it with its T, fixed_t, until
+//     COMMIT), so the block writes on and commits.
 //   - A block pinned for its reads before it wrote
 //     (OpenWriteAfterReadFor) is checked at fix_write, once T is chosen
-//     (check_reads): of the managed tables it holds a lock on (what it
+//     (check_reads, against the count of writes at its pin that
+//     open_write_deferred recorded in the row, read_writes: no setting
+//     skips the check): of the managed tables it holds a lock on (what it
 //     read, directly, through views or their history, and what it
 //     wrote), one that another transaction holds a write lock on
 //     (pg_locks), or whose marker w<oid> is above the writes counted at
