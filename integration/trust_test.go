@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,14 +17,25 @@ import (
 // timestamp is the oracle's choice, DDL on a managed table cannot be hidden
 // from the event triggers, and RETAIN HISTORY is the owner's.
 
+// publicGrants serializes the tests' GRANTs and REVOKEs on schema public
+// of the shared database: PostgreSQL fails one of two concurrent updates of
+// the schema's privileges with "tuple concurrently updated" (XX000).
+var publicGrants sync.Mutex
+
 // ordinaryRole creates a LOGIN role without superuser that may create
 // tables in public, dropped with what it owns when the test ends.
 func ordinaryRole(t *testing.T, ctx context.Context) string {
 	t.Helper()
 	role := strings.Replace(tableName(t), "t_", "r_", 1)
-	execDirect(t, ctx, fmt.Sprintf("CREATE ROLE %s LOGIN NOSUPERUSER; GRANT CREATE ON SCHEMA public TO %s", role, role))
+	func() {
+		publicGrants.Lock()
+		defer publicGrants.Unlock()
+		execDirect(t, ctx, fmt.Sprintf("CREATE ROLE %s LOGIN NOSUPERUSER; GRANT CREATE ON SCHEMA public TO %s", role, role))
+	}()
 	t.Cleanup(func() {
 		ctx := context.Background()
+		publicGrants.Lock()
+		defer publicGrants.Unlock()
 		if conn, err := pgx.Connect(ctx, directURL("postgres", "postgres")); err == nil {
 			conn.Exec(ctx, fmt.Sprintf("DROP OWNED BY %s CASCADE; DROP ROLE %s", role, role))
 			conn.Close(ctx)
