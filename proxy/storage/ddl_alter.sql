@@ -17,7 +17,8 @@
 --
 --  * the history table's lookup mirrors follow the table's unique indexes
 --    (by oid) and the hash index its primary key's absence;
---  * the trigger functions' text depends on gen_triggers' own text,
+--  * the trigger functions' text depends on gen_triggers' own text (its
+--    row version in pg_proc stands for it),
 --    whether the table has columns, its primary key (columns, operator
 --    classes, deferrability) and the history table's alignment (a history
 --    whose columns follow the table's, version 13); the four triggers must
@@ -30,7 +31,7 @@
 -- So sync_triggers now records in catalog.shape, when the history is
 -- aligned, what all of that reads (table_shape: one statement over
 -- pg_index, pg_constraint, pg_attribute and pg_trigger by the table's oid,
--- and gen_triggers' text). reconcile compares it with table_shape now and
+-- and gen_triggers' row version). reconcile compares it with table_shape now and
 -- skips both syncs when nothing is refilled and the shape is unchanged. A
 -- table made before this version has no shape yet: its next ALTER syncs
 -- as before and records it. A later version that changes gen_triggers'
@@ -50,7 +51,11 @@ AS $$
 DECLARE
     rel oid := (SELECT k.oid FROM @SCHEMA@.catalog k WHERE k.id = p_id);
 BEGIN
-    RETURN (SELECT md5(g.prosrc) FROM pg_proc g WHERE g.oid = '@SCHEMA@.gen_triggers(bigint)'::regprocedure)
+    -- gen_triggers' row version, not md5 of its text (a third of a
+    -- millisecond: the text is long, compressed and out of line): any
+    -- CREATE OR REPLACE makes a new row version. (A row moved by VACUUM
+    -- FULL only makes each table sync once more.)
+    RETURN (SELECT g.xmin || ' ' || g.ctid FROM pg_proc g WHERE g.oid = '@SCHEMA@.gen_triggers(bigint)'::regprocedure)
         || ' ' || EXISTS (SELECT 1 FROM @SCHEMA@.columns cc WHERE cc.id = p_id)
         || ' ' || coalesce((
             SELECT string_agg(concat_ws(' ', x.indexrelid, x.indisprimary, x.indisunique, x.indpred IS NULL,

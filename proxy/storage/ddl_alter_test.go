@@ -50,6 +50,19 @@ func TestColumnChangeSkipsSyncs(t *testing.T) {
 			"writes after "+stmt)
 	}
 
+	// gen_triggers made again (a later version): each table's next column
+	// change checks its triggers.
+	var def string
+	if err := conn.QueryRow(context.Background(), "SELECT pg_get_functiondef('"+Schema+".gen_triggers(bigint)'::regprocedure)").Scan(&def); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(context.Background(), def); err != nil {
+		t.Fatal(err)
+	}
+	if calls := syncCalls(t, cs, "ALTER TABLE k ADD COLUMN h int"); !strings.Contains(strings.Join(calls, " "), "sync_triggers") {
+		t.Errorf("a column change after gen_triggers was made again called %v, want sync_triggers", calls)
+	}
+
 	mirrors := func() int64 {
 		return queryInt(t, conn, `SELECT count(*) FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
 			WHERE x.indrelid = (SELECT history FROM `+Schema+`.catalog WHERE oid = 'k'::regclass)::regclass AND i.relname ~ '_k[0-9]+$'`)
