@@ -12,31 +12,36 @@
 -- DROP COLUMN, on_sql_drop 0.24. The proxy's own statements (the write
 -- slot and COMMIT) are sent with the DDL in one flush and took 0.2 ms.
 --
--- sync_indexes and sync_triggers find nothing to do after a column change
--- that leaves the table's indexes and mzproxy's triggers as they were:
+-- sync_indexes, sync_triggers and sync_grants find nothing to do after a
+-- column change that leaves the table's indexes, mzproxy's triggers and
+-- the table's owner and grants as they were:
 --
 --  * the history table's lookup mirrors follow the table's unique indexes
 --    (by oid) and the hash index its primary key's absence;
 --  * the trigger functions' text depends on gen_triggers' own text (its
---    row version in pg_proc stands for it),
---    whether the table has columns, its primary key (columns, operator
---    classes, deferrability) and the history table's alignment (a history
---    whose columns follow the table's, version 13); the four triggers must
---    exist and be enabled. An ADD or DROP COLUMN keeps an aligned history
---    aligned (reconcile adds at the end of both, drops from both), and so
---    does a RENAME COLUMN (both renamed). A type change may not (a column
---    without a cast is added again at the end): it refills history, and
---    reconcile then syncs as before.
+--    row version in pg_proc stands for it), whether the table has
+--    columns, its primary key (columns, operator classes, deferrability)
+--    and the history table's alignment (a history whose columns follow
+--    the table's, version 13); the four triggers must exist and be
+--    enabled;
+--  * the history table's readers follow the table's owner and grants
+--    (GRANT and REVOKE, which are not ALTER TABLE, sync every table at
+--    ddl_command_end as before).
+--
+-- An ADD or DROP COLUMN keeps an aligned history aligned (reconcile adds
+-- at the end of both, drops from both), and so does a RENAME COLUMN (both
+-- renamed). A type change may not (a column without a cast is added again
+-- at the end): it refills history, and reconcile then syncs as before.
 --
 -- So sync_triggers now records in catalog.shape, when the history is
 -- aligned, what all of that reads (table_shape: one statement over
--- pg_index, pg_constraint, pg_attribute and pg_trigger by the table's oid,
--- and gen_triggers' row version). reconcile compares it with table_shape now and
--- skips both syncs when nothing is refilled and the shape is unchanged. A
--- table made before this version has no shape yet: its next ALTER syncs
--- as before and records it. A later version that changes gen_triggers'
--- text changes every table's shape, so each table's next ALTER makes its
--- triggers again, as the signature (version 13) already did.
+-- pg_index, pg_constraint, pg_attribute, pg_trigger and pg_class by the
+-- table's oid, and gen_triggers' row version). reconcile compares it with
+-- table_shape now and skips the three syncs when nothing is refilled and
+-- the shape is unchanged. A table made before this version has no shape
+-- yet: its next ALTER syncs as before and records it. A later version
+-- that makes gen_triggers again changes every table's shape, so each
+-- table's next ALTER checks its triggers, as before.
 --
 -- This version replaces sync_triggers (last defined by ddl_trim.sql and
 -- edited by ddl_fast.sql and ddl_lean.sql) whole, and edits reconcile.
@@ -72,7 +77,9 @@ BEGIN
         || ' ' || coalesce((
             SELECT string_agg(concat_ws(' ', t.tgname, t.tgfoid, t.tgenabled), ';' ORDER BY t.tgname)
               FROM pg_trigger t
-             WHERE t.tgrelid = rel AND t.tgname LIKE 'mzproxy\_history\_%'), 'no trigger');
+             WHERE t.tgrelid = rel AND t.tgname LIKE 'mzproxy\_history\_%'), 'no trigger')
+        -- Who may read the table, and so its history (sync_grants).
+        || ' ' || (SELECT concat_ws(' ', r.relowner, r.relacl::text) FROM pg_class r WHERE r.oid = rel);
 END
 $$;
 
@@ -122,16 +129,18 @@ BEGIN
 END
 $$;
 
--- reconcile: both syncs only when the shape may have changed.
+-- reconcile: the three syncs only when the shape may have changed.
 DO $edit$
 DECLARE
     edits text[][] := ARRAY[
         ['reconcile', $$    PERFORM @SCHEMA@.sync_indexes(p_id);
     PERFORM @SCHEMA@.sync_triggers(p_id);  -- version 13
+    PERFORM @SCHEMA@.sync_grants(p_id);
 $$, $$    -- (Version 23: nothing else changes what they read, ddl_alter.sql.)
     IF refill OR c.shape IS NULL OR c.shape <> @SCHEMA@.table_shape(p_id) THEN
         PERFORM @SCHEMA@.sync_indexes(p_id);
         PERFORM @SCHEMA@.sync_triggers(p_id);  -- version 13
+        PERFORM @SCHEMA@.sync_grants(p_id);
     END IF;
 $$]];
     i int;

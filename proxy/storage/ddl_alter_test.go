@@ -23,7 +23,7 @@ func syncCalls(t *testing.T, cs, stmt string) []string {
 		}
 	}
 	calls, err := collectText(ctx, tx, `SELECT funcname || '×' || calls FROM pg_stat_xact_user_functions
-		WHERE schemaname = $1 AND funcname IN ('sync_indexes', 'sync_triggers', 'gen_triggers') ORDER BY funcname`, Schema)
+		WHERE schemaname = $1 AND funcname IN ('sync_indexes', 'sync_triggers', 'sync_grants', 'gen_triggers') ORDER BY funcname`, Schema)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,6 +82,19 @@ func TestColumnChangeSkipsSyncs(t *testing.T) {
 	syncCalls(t, cs, "ALTER TABLE k ADD COLUMN g int, DISABLE TRIGGER mzproxy_history_upd")
 	if n := queryInt(t, conn, "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'k'::regclass AND tgname LIKE 'mzproxy%' AND tgenabled = 'A'"); n != 4 {
 		t.Errorf("%d of mzproxy's triggers enabled after DISABLE TRIGGER with a column change, want 4", n)
+	}
+
+	// A new owner (in the same ALTER as a column change) reads history.
+	if _, err := conn.Exec(context.Background(), "DROP ROLE IF EXISTS mzshape; CREATE ROLE mzshape"); err != nil {
+		t.Fatal(err)
+	}
+	syncCalls(t, cs, "ALTER TABLE k ADD COLUMN o int, OWNER TO mzshape")
+	if queryText(t, conn, "SELECT has_table_privilege('mzshape', (SELECT history FROM "+Schema+".catalog WHERE oid = 'k'::regclass), 'SELECT')::text") != "true" {
+		t.Errorf("k's new owner cannot read its history")
+	}
+	syncCalls(t, cs, "ALTER TABLE k OWNER TO postgres")
+	if _, err := conn.Exec(context.Background(), "DROP ROLE mzshape"); err != nil {
+		t.Fatal(err)
 	}
 
 	// A new key: the triggers are made for it.
