@@ -129,7 +129,8 @@ BEGIN
 END
 $$;
 
--- reconcile: the three syncs only when the shape may have changed.
+-- reconcile: the three syncs only when the shape may have changed, and
+-- the primary key's presence read directly.
 DO $edit$
 DECLARE
     edits text[][] := ARRAY[
@@ -142,6 +143,11 @@ $$, $$    -- (Version 23: nothing else changes what they read, ddl_alter.sql.)
         PERFORM @SCHEMA@.sync_triggers(p_id);  -- version 13
         PERFORM @SCHEMA@.sync_grants(p_id);
     END IF;
+$$],
+        -- Whether the table has a primary key, without pk_columns' names
+        -- (a join with pg_attribute, a tenth of a millisecond an ALTER).
+        ['reconcile', $$    IF @SCHEMA@.pk_columns(c.oid) IS NULL THEN
+$$, $$    IF NOT EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = c.oid AND x.indisprimary) THEN  -- (version 23)
 $$]];
     i int;
     def text;
