@@ -17,7 +17,8 @@
 -- the table's owner and grants as they were:
 --
 --  * the history table's lookup mirrors follow the table's unique indexes
---    (by oid) and the hash index its primary key's absence;
+--    (by oid; other indexes have none, so a CREATE INDEX of a plain index
+--    changes nothing here) and the hash index its primary key's absence;
 --  * the trigger functions' text depends on gen_triggers' own text (its
 --    row version in pg_proc stands for it), whether the table has
 --    columns, its primary key (columns, operator classes, deferrability)
@@ -73,7 +74,9 @@ BEGIN
                                         END), ';' ORDER BY x.indexrelid)
               FROM pg_index x LEFT JOIN pg_constraint con
                 ON con.conrelid = x.indrelid AND con.conindid = x.indexrelid AND con.contype = 'p'
-             WHERE x.indrelid = rel), 'no index')
+             -- Only unique indexes (the key's among them) have mirrors: a
+             -- CREATE INDEX of another kind leaves the shape as it was.
+             WHERE x.indrelid = rel AND x.indisunique), 'no index')
         || ' ' || coalesce((
             SELECT string_agg(concat_ws(' ', t.tgname, t.tgfoid, t.tgenabled), ';' ORDER BY t.tgname)
               FROM pg_trigger t
