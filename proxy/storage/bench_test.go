@@ -272,7 +272,7 @@ func BenchmarkBlockWriteRatio(b *testing.B) {
 	_, conn := installedDB(b)
 	prev := connect(b, newDB(b))
 	ctx := context.Background()
-	if _, err := prev.Exec(ctx, strings.ReplaceAll(strings.Join(migrations[:SchemaVersion-1], "\n"), "@SCHEMA@", Schema)); err != nil {
+	if _, err := prev.Exec(ctx, strings.ReplaceAll(strings.Join(migrations[:len(migrations)-1], "\n"), "@SCHEMA@", Schema)); err != nil {
 		b.Fatal(err)
 	}
 	const accounts, tellers, branches = 10000, 10, 1

@@ -14,7 +14,8 @@
 // ddl_trim.sql 12 to 13, pin_trim.sql 13 to 14,
 // pin_fast.sql 14 to 15, ddl_fast.sql 15 to 16, rw_check.sql 16 to 17,
 // pin_cheap.sql 17 to 18, ddl_lean.sql 18 to 19, ddl_marks.sql 19 to 20,
-// rw_check_gate.sql 20 to 21, ins_gap.sql 21 to 22, slot_state.sql 22 to 23
+// rw_check_gate.sql 20 to 21, ins_gap.sql 21 to 22, slot_state.sql 22 to 23,
+// ddl_alter.sql 23 to 24
 // (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
@@ -45,7 +46,8 @@
 //     read once by the upgrade to 7.
 //   - catalog: one row per managed table or view (id, kind, oid, schema and
 //     name kept in sync on RENAME/SET SCHEMA, history relation, view SQL,
-//     created_ts, dropped_ts, revision); catalog_revision, bumped by every
+//     created_ts, dropped_ts, revision, and since version 23 shape: what
+//     sync_indexes and sync_triggers last read, table_shape); catalog_revision, bumped by every
 //     DDL through the proxy; columns, the attnum -> history column map.
 //   - collections(id, since, retain_ms, compacted_at, compacted_rows,
 //     last_compacted_rows, clean_since): compaction state per managed
@@ -284,6 +286,9 @@
 // before); the trigger functions' text is made again only when
 // sync_triggers' signature of what it depends on changed, and CREATE TABLE
 // records that signature (version 16), so a table's first ALTER does not
-// make it again). TestDDLScansNoCatalog checks that bench/ddl.sh's
+// make it again). Since version 23 (ddl_alter.sql) a column change that
+// leaves the table's shape (its indexes, key and mzproxy's triggers) as
+// sync_triggers recorded it runs neither sync_indexes nor sync_triggers.
+// TestDDLScansNoCatalog checks that bench/ddl.sh's
 // statements scan no growing catalog.
 package storage
