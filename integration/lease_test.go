@@ -653,7 +653,17 @@ func TestLeaseBankRestart(t *testing.T) {
 	mu.Lock()
 	urls["a"] = a2.URL("postgres", d.name)
 	mu.Unlock()
-	time.Sleep(2 * time.Second)
+	// Transfers go on for 2 s after the restart, longer while fewer than
+	// 40 are acknowledged (a loaded machine), up to 30 s.
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(2 * time.Second)
+		mu.Lock()
+		n := len(acked)
+		mu.Unlock()
+		if n >= 40 {
+			break
+		}
+	}
 	close(stop)
 	wg.Wait()
 
