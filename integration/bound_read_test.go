@@ -65,6 +65,7 @@ func TestPreparedTimestampedReadShape(t *testing.T) {
 	}
 	readSimple(1)
 	readSimple(2)
+	readSimple(3) // its text's second use: its statement is prepared (read_statements.go)
 	const n = 10
 	// mixed: a simple Query's read of the present, then a prepared one,
 	// alternately: each keeps its guard prepared.

@@ -234,8 +234,9 @@ func (p *Planner) planCached(key cacheKey, cat Catalog, opts Options, rev uint64
 			p.add(skKey, cat, &cached{deps: deps, revision: rev, seenOnce: true})
 			break
 		}
-		lp := newLiteralPlan(sql, fp, stmts, cat, opts)
+		lp, withBound := newLiteralPlan(sql, fp, stmts, cat, opts)
 		if lp != nil {
+			stmts = withBound
 			p.add(skKey, cat, &cached{stmts: stmts, deps: deps, revision: rev, text: sql, literals: lp})
 			return stmts, nil
 		}

@@ -50,6 +50,7 @@ type literalStmt struct {
 	// when it is the statement's SQL itself (tmplIsSQL: nothing rewritten).
 	tmpl      []piece
 	tmplIsSQL bool
+	anyBound  bool // a piece is bound: the statement has a Bound (bound.go)
 }
 
 // anchor is a place in a query string: off bytes after the end of literal
@@ -65,6 +66,7 @@ type piece struct {
 	tsHole  bool // a hole for the timestamp (after text)
 	lit     int  // the literal spliced here (after text), -1 for none
 	negated bool // the literal is negated: the parser folded a '-' into it
+	bound   bool // the literal is a parameter of the statement's Bound
 }
 
 // intervalFullPrecision is the one integer the deparser leaves out
@@ -74,28 +76,46 @@ const intervalFullPrecision = 65535
 // newLiteralPlan returns how to plan the texts of sql's skeleton, given
 // its plan stmts and fingerprint fp, or nil when it cannot be done exactly
 // (see above).
-func newLiteralPlan(sql string, fp fingerprint, stmts []*Statement, cat Catalog, opts Options) *literalPlan {
+//
+// It returns the statements as the plan makes them for sql: stmts with
+// their Bound (bound.go).
+func newLiteralPlan(sql string, fp fingerprint, stmts []*Statement, cat Catalog, opts Options) (*literalPlan, []*Statement) {
 	if len(stmts) != len(fp.stmts) || !markableLiterals(fp.lits) || !literalPlannable(stmts) {
-		return nil
+		return nil, nil
 	}
 	marked, markedLits := markerText(sql, fp.lits)
 	mstmts, _, err := plan(marked, cat, opts)
 	if err != nil || len(mstmts) != len(stmts) {
-		return nil
+		return nil, nil
 	}
 	lp := &literalPlan{}
 	for i, st := range stmts {
 		ls, ok := newLiteralStmt(sql, fp, i, st, mstmts[i], markedLits)
 		if !ok {
-			return nil
+			return nil, nil
 		}
 		lp.stmts = append(lp.stmts, ls)
 	}
 	// The proof: the original literals give the original plan.
-	if again, ok := lp.statements(stmts, sql, fp.lits); !ok || !reflect.DeepEqual(again, stmts) {
+	again, ok := lp.statements(stmts, sql, fp.lits)
+	if !ok || !reflect.DeepEqual(withoutBound(again), stmts) {
+		return nil, nil
+	}
+	return lp, again
+}
+
+// withoutBound is stmts without their Bounds.
+func withoutBound(stmts []*Statement) []*Statement {
+	if stmts == nil {
 		return nil
 	}
-	return lp
+	out := make([]*Statement, len(stmts))
+	for i, st := range stmts {
+		c := *st
+		c.Bound = nil
+		out[i] = &c
+	}
+	return out
 }
 
 // markableLiterals reports whether every literal is of a class a marker
@@ -192,14 +212,28 @@ func newLiteralStmt(sql string, fp fingerprint, i int, st, mst *Statement, marke
 		if ls.tmpl, ok = templatePieces(mt, markedLits, from, to); !ok {
 			return literalStmt{}, false
 		}
+		// Only in a statement without parameters of its own (a simple
+		// Query's): the literals' are $1..$n.
+		if st.Kind == KindRead && st.Cursor == nil && st.Inner == nil && t.param == 1 {
+			ls.markBound(boundLiterals(mt, markedLits))
+		}
 	}
 	return ls, true
+}
+
+// markBound marks the pieces of the literals that may be parameters.
+func (ls *literalStmt) markBound(bound map[int]bool) {
+	for i := range ls.tmpl {
+		if p := &ls.tmpl[i]; p.lit >= 0 && bound[p.lit] {
+			p.bound, ls.anyBound = true, true
+		}
+	}
 }
 
 // shapeOf is a statement without what literals may change.
 func shapeOf(st *Statement) Statement {
 	c := *st
-	c.SQL, c.Template = "", nil
+	c.SQL, c.Template, c.Bound = "", nil, nil
 	if c.AsOf != nil {
 		a := *c.AsOf
 		a.Expr = ""
@@ -338,7 +372,7 @@ func (lp *literalPlan) statements(orig []*Statement, sql string, lits []literal)
 			if !ok {
 				return nil, false
 			}
-			c.Template = t
+			c.Template, c.Bound = t, ls.bound(sql, lits)
 		}
 		out[i] = c
 	}

@@ -71,6 +71,9 @@ type Statement struct {
 	// the present, a write, DDL, ...). A Template is made for reads with
 	// AS OF, reads calling mz_now(), and every read in history mode.
 	Template *Template
+	// Bound is Template with some literals as parameters, for a read
+	// planned from a cached skeleton (bound.go); nil otherwise.
+	Bound *Bound
 }
 
 // ExplainTimestampStmt is EXPLAIN TIMESTAMP [AS TEXT|JSON] FOR <select>.

@@ -59,6 +59,9 @@ type backend struct {
 	// shape (seen_read.go, guardSlot); guardUsed is the one sent last.
 	guards    [guardSlots]preparedGuard
 	guardUsed int
+	// reads are the simple Queries' reads prepared on this connection
+	// (read_statements.go).
+	reads readStatements
 	// pendingRead is the read guard queued in front of the client's Bind
 	// whose answers have not been read (bound_read.go).
 	pendingRead *pendingReadGuard

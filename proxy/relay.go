@@ -36,6 +36,9 @@ type unit struct {
 	// there, and its ReadyForQuery, the end of its own implicit
 	// transaction, ends nothing the session follows.
 	beforeBegin *string
+	// failed is called when the unit fails (read_statements.go: a
+	// prepared read's statement then is not what the proxy thinks).
+	failed func()
 }
 
 type unitKind uint8
@@ -618,6 +621,9 @@ func (s *Session) commandComplete(u *unit, frame []byte) {
 // unitFailed follows an ErrorResponse to unit u.
 func (s *Session) unitFailed(u *unit, frame []byte) error {
 	s.noteBackendError(frame)
+	if u.failed != nil {
+		u.failed()
+	}
 	// The statements after the failed one do not run.
 	u.settings = nil
 	s.requestFailed = true
@@ -914,14 +920,17 @@ func (s *Session) noteCommand(frame []byte) {
 		s.writeSlotPrepared, s.deferredSlotPrepared = 0, 0
 		s.lostHoldPrepared = false
 		s.pinPeekPrepared, s.pinCheckPrepared, s.pinGuardPrepared = false, false, false
+		s.be.reads.forgetAll()
 	case "DEALLOCATE ALL":
 		// The proxy's prepared statements went with the client's.
 		s.writeSlotPrepared, s.deferredSlotPrepared = 0, 0
 		s.lostHoldPrepared = false
 		s.pinPeekPrepared, s.pinCheckPrepared, s.pinGuardPrepared = false, false, false
 		s.deallocate("")
+		s.be.reads.forgetAll()
 	case "DEALLOCATE":
-		// It may have named one of the pin's: prepared again.
+		// It may have named one of the pin's, or a read's: prepared again.
 		s.pinPeekPrepared, s.pinCheckPrepared, s.pinGuardPrepared = false, false, false
+		s.be.reads.forgetAll()
 	}
 }

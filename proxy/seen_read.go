@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 
@@ -114,21 +115,18 @@ func (s *Session) guardedQuery(ctx context.Context, st *planner.Statement, fr *s
 		return false, err
 	}
 	defer s.release(hold)
-	sql := st.SQL
-	if st.Template != nil {
-		if present {
-			sql = st.Template.Render(readTSExpr)
-		} else {
-			sql = st.Template.RenderLiteral(c.ts)
-		}
-	}
+	guard := guardKey{rev: rev, path: s.known.searchPathShown, pin: present}
+	msgs, units, br := s.guardedReadMessages(st, c, guard)
 	if present {
 		s.enter(timeouts.PhaseTimestamp)
 		s.proxy.obs.OracleRoundTrip(ctx, "read_ts")
 	}
-	values, err := s.sendGuarded(guardKey{rev: rev, path: s.known.searchPathShown, pin: present}, sql)
+	values, err := s.sendGuarded(guard, msgs)
 	if err != nil {
 		// The backend skipped the client's Query: it did not run.
+		if br != nil {
+			err = s.skippedBoundRead(br, err)
+		}
 		return isStale(err), ignoreStale(err)
 	}
 	if present {
@@ -137,8 +135,56 @@ func (s *Session) guardedQuery(ctx context.Context, st *planner.Statement, fr *s
 		}
 	}
 	s.obs.Timestamp(c.ts)
-	s.units.push(unit{kind: uQuery, relayZ: true})
+	for _, u := range units {
+		s.units.push(u)
+	}
 	return false, s.exchange(ctx)
+}
+
+// guardedReadMessages are the messages that send a guarded read st (of
+// the present, or AS OF c.ts) after its guard, and the units that follow
+// their answers: a simple Query of its text, or, when its plan has a
+// Bound, the run of a statement prepared on the connection (br).
+func (s *Session) guardedReadMessages(st *planner.Statement, c *choice, guard guardKey) ([]pgproto3.FrontendMessage, []unit, *boundRead) {
+	tsText := ""
+	if guard.pin {
+		tsText = readTSExpr
+	}
+	if st.Bound != nil && st.Template != nil {
+		if br := s.be.reads.boundReadOf(st.Bound, guard, tsText, c.ts); br != nil {
+			return br.msgs, br.units, br
+		}
+	}
+	sql := st.SQL
+	switch {
+	case st.Template == nil:
+	case guard.pin:
+		sql = st.Template.Render(readTSExpr)
+	default:
+		sql = st.Template.RenderLiteral(c.ts)
+	}
+	return []pgproto3.FrontendMessage{&pgproto3.Query{String: sql}}, []unit{{kind: uQuery, relayZ: true}}, nil
+}
+
+// skippedBoundRead follows a guard's failure in front of the bound read
+// br: the backend skipped br's messages up to its Sync, whose
+// ReadyForQuery comes after those of the Syncs readGuard sent, and is
+// read here; br's statement was not prepared.
+func (s *Session) skippedBoundRead(br *boundRead, err error) error {
+	s.be.reads.skipped(br)
+	var pe *pgerr.Error
+	if !errors.As(err, &pe) || pe.IsFatal() {
+		return err // the connection is gone
+	}
+	for {
+		typ, _, rerr := s.be.next()
+		if rerr != nil {
+			return s.lost(rerr)
+		}
+		if typ == 'Z' {
+			return err
+		}
+	}
 }
 
 // isStale reports whether err is the guard's refusal (readGuardSQL), or
@@ -175,15 +221,17 @@ func (c *choice) pinnedBy(value string) error {
 	return nil
 }
 
-// sendGuarded sends the guard, then the client's Query sql, and returns
+// sendGuarded sends the guard, then the client's read msgs, and returns
 // the guard's value.
-func (s *Session) sendGuarded(guard guardKey, sql string) ([]string, error) {
+func (s *Session) sendGuarded(guard guardKey, msgs []pgproto3.FrontendMessage) ([]string, error) {
 	closes, err := s.be.sendGuard(guard)
 	if err != nil {
 		return nil, s.lost(err)
 	}
-	if err := s.be.w.Send(&pgproto3.Query{String: sql}); err != nil {
-		return nil, s.lost(err)
+	for _, m := range msgs {
+		if err := s.be.w.Send(m); err != nil {
+			return nil, s.lost(err)
+		}
 	}
 	if err := s.be.w.Flush(); err != nil {
 		return nil, s.lostWrite(err)

@@ -1,0 +1,148 @@
+package proxy
+
+import (
+	"strconv"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/mzproxy/mzproxy/planner"
+)
+
+// A guarded simple-Query read (seen_read.go) whose plan came from a cached
+// skeleton differs from the session's last one only in its literals: sent
+// as spliced text, the backend parses and plans it at every call, most of
+// its cost (issue 15). When the plan has a Bound (planner/bound.go: its
+// literals that are provably the same as parameters of their own type),
+// the read is sent instead as the Bind, Describe, Execute and Sync of a
+// statement prepared once on the backend connection, per text (the
+// Bound's, with the timestamp's holes rendered), catalog revision and
+// search_path, as the read guard is keyed. The client sees what a simple
+// Query answers: RowDescription (the portal's Describe: text format, as a
+// Query's), DataRows, CommandComplete or ErrorResponse, ReadyForQuery; the
+// ParseComplete and BindComplete are the proxy's own.
+//
+// A text is prepared at its second use, not its first: a literal that
+// stays in the text (in the select list, a LIMIT) makes a new text at each
+// value, which would only evict the texts that do repeat. Statements are
+// kept in an LRU per connection; an evicted one is closed
+// in the pipeline of the read that evicted it. A client's DISCARD ALL, DEALLOCATE ALL or DEALLOCATE
+// (which may name one, read from pg_prepared_statements) makes the proxy
+// forget them all: each is closed, and prepared again at its next use.
+
+// readStatementsPerConn bounds the reads prepared on one backend
+// connection.
+const readStatementsPerConn = 64
+
+// readStatements are the reads prepared on a backend connection.
+type readStatements struct {
+	byKey *lru.Cache[readStatementKey, string] // the statement's name
+	// seenOnce are texts used once, spliced: prepared at the next use.
+	seenOnce *lru.Cache[readStatementKey, struct{}]
+	made     int // names handed out: the next one's number
+	// closing are the statements evicted, closed with the next read.
+	closing []string
+}
+
+// readStatementKey is what a prepared read's statement depends on.
+type readStatementKey struct {
+	text string
+	rev  int64
+	path string
+}
+
+// cache is the LRU, made at first use.
+func (r *readStatements) cache() *lru.Cache[readStatementKey, string] {
+	if r.byKey == nil {
+		r.seenOnce, _ = lru.New[readStatementKey, struct{}](readStatementsPerConn)
+		r.byKey, _ = lru.NewWithEvict(readStatementsPerConn, func(_ readStatementKey, name string) {
+			r.closing = append(r.closing, name)
+		}) // never fails: the size is positive
+	}
+	return r.byKey
+}
+
+// forgetAll forgets every prepared read: each is closed with the next read
+// (closing one the client's DISCARD ALL dropped is no error).
+func (r *readStatements) forgetAll() {
+	if r.byKey != nil {
+		r.byKey.Purge()
+		r.seenOnce.Purge()
+	}
+}
+
+// boundRead is a read's messages and the units that follow their answers.
+type boundRead struct {
+	msgs  []pgproto3.FrontendMessage
+	units []unit
+	// closing are the evicted statements closed by msgs, to close again
+	// if the backend skips them (the guard failed).
+	closing []string
+	key     readStatementKey
+	parsed  bool // msgs prepare the statement
+}
+
+// boundReadOf is the read of bd, with its timestamp holes rendered as
+// tsText when it is not empty, else as a parameter of value ts, for the
+// guard key g; nil at the text's first use.
+func (r *readStatements) boundReadOf(bd *planner.Bound, g guardKey, tsText string, ts uint64) *boundRead {
+	oids, values := bd.OIDs, make([][]byte, len(bd.Values), len(bd.Values)+1)
+	for i, v := range bd.Values {
+		values[i] = []byte(v)
+	}
+	text := bd.Template.Render(tsText)
+	if tsText == "" && bd.Template.Holes() > 0 {
+		text = bd.Template.Render("$" + strconv.Itoa(bd.Template.Param()) + "::int8")
+		oids = append(oids[:len(oids):len(oids)], int8OID)
+		values = append(values, []byte(strconv.FormatUint(ts, 10)))
+	}
+	br := &boundRead{key: readStatementKey{text: text, rev: g.rev, path: g.path}}
+	c := r.cache()
+	name, ok := c.Get(br.key)
+	if !ok {
+		if !r.seenOnce.Contains(br.key) {
+			r.seenOnce.Add(br.key, struct{}{})
+			return nil
+		}
+		r.seenOnce.Remove(br.key)
+		name = ownName("mzproxy_read_" + strconv.Itoa(r.made))
+		r.made++
+		c.Add(br.key, name) // may evict one: closed below
+		br.parsed = true
+	}
+	br.closing, r.closing = r.closing, nil
+	for _, name := range br.closing {
+		br.add(&pgproto3.Close{ObjectType: 'S', Name: name}, unit{kind: uClose, disp: swallow})
+	}
+	if br.parsed {
+		// Closed first: a statement of that name may have outlived a
+		// forgetAll the client's own DEALLOCATE caused.
+		br.add(&pgproto3.Close{ObjectType: 'S', Name: name}, unit{kind: uClose, disp: swallow})
+		br.add(&pgproto3.Parse{Name: name, Query: text, ParameterOIDs: oids}, unit{kind: uParse, disp: swallow, failed: r.forget(br.key)})
+	}
+	br.add(&pgproto3.Bind{PreparedStatement: name, Parameters: values}, unit{kind: uBind, disp: swallow, failed: r.forget(br.key)})
+	br.add(&pgproto3.Describe{ObjectType: 'P'}, unit{kind: uDescribePortal})
+	br.add(&pgproto3.Execute{}, unit{kind: uExecute})
+	br.add(&pgproto3.Sync{}, unit{kind: uSync, relayZ: true})
+	return br
+}
+
+func (br *boundRead) add(m pgproto3.FrontendMessage, u unit) {
+	br.msgs = append(br.msgs, m)
+	br.units = append(br.units, u)
+}
+
+// forget returns what forgets key's statement when preparing or binding
+// it failed: it is closed and prepared again at its next use.
+func (r *readStatements) forget(key readStatementKey) func() {
+	return func() { r.cache().Remove(key) }
+}
+
+// skipped undoes br when the backend skipped its messages (the guard in
+// front of them failed): nothing was closed or prepared.
+func (r *readStatements) skipped(br *boundRead) {
+	r.closing = append(r.closing, br.closing...)
+	if br.parsed {
+		r.cache().Remove(br.key) // its name is closed next time: harmless
+	}
+}
