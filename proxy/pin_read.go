@@ -69,13 +69,8 @@ const pinRefusedMarker = "mzproxy: pin refused"
 // pinGuardSQL pins for pin_peek's answer ($1) and answers "t writes
 // revision" (notePin's form) when the catalog is at revision $2, the
 // search_path is $3 (as SHOW spells it), default_transaction_isolation is
-// $4 and transaction_read_only is $5; else it fails. The check
-// (storage.PinCheckSQL) is a scalar subquery reading the view pin_state,
-// which reads P and then the writes counted, as pin_check did
-// (pin_views.sql), so the header of pin_trim.sql holds as it is: the peek
-// came before this snapshot, the check is in it. OFFSET 0 keeps the
-// subquery p from being pulled up: t is named twice, and each copy of the
-// check would read the sequences again.
+// $4 and transaction_read_only is $5; else it fails. OFFSET 0 keeps the
+// subquery from being pulled up, so pin_check runs once.
 var pinGuardSQL = "SELECT (CASE WHEN p.t IS NOT NULL AND p.rev = $2" +
 	" AND pg_catalog.current_setting('search_path') = $3" +
 	" AND pg_catalog.current_setting('default_transaction_isolation') = $4" +

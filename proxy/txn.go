@@ -160,10 +160,7 @@ func (s *Session) peekBeforeBegin() error {
 	}
 	steps = append(steps, step{&pgproto3.Bind{DestinationPortal: pinPeekStatement, PreparedStatement: pinPeekStatement}, uBind},
 		step{&pgproto3.Execute{Portal: pinPeekStatement}, uExecute},
-		// No Close of the portal: the backend is outside a transaction
-		// block (s.tx is idle and nothing is outstanding), so the Sync
-		// ends the peek's implicit transaction, and PostgreSQL drops its
-		// portals with it. One message less each way per transaction.
+		step{&pgproto3.Close{ObjectType: 'P', Name: pinPeekStatement}, uClose},
 		step{&pgproto3.Sync{}, uSync})
 	for _, st := range steps {
 		if err := s.be.w.Send(st.msg); err != nil {
