@@ -127,23 +127,12 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 	case *pgproto3.Query, *pgproto3.FunctionCall, *pgproto3.Sync:
 		s.be.clientBatch = false
 	}
-	if s.txn.guard != nil {
+	if s.txn.guard != nil || s.be.pendingRead != nil {
 		switch msg.(type) {
 		case *pgproto3.Describe, *pgproto3.Execute, *pgproto3.Sync:
 			// The read's own batch: the guard is answered at its Sync.
 		default:
-			if err := s.settleGuard(ctx, true); err != nil {
-				return err
-			}
-		}
-	}
-	if s.be.pendingRead != nil {
-		switch msg.(type) {
-		case *pgproto3.Describe, *pgproto3.Execute, *pgproto3.Sync:
-			// The read's own batch: the guard is answered at its Sync
-			// (bound_read.go).
-		default:
-			if err := s.settleReadGuard(ctx, true); err != nil {
+			if err := s.settleGuards(ctx, true); err != nil {
 				return err
 			}
 		}
@@ -400,6 +389,21 @@ func (s *Session) request(ctx context.Context, frame []byte, u unit, wait bool) 
 	return s.exchange(ctx)
 }
 
+// settleGuards reads the answers of a guard sent in front of the
+// client's messages that have not been read: the pin's (pin_read.go) or a
+// prepared read's (bound_read.go). sendFlush as for settleGuard.
+func (s *Session) settleGuards(ctx context.Context, sendFlush bool) error {
+	if s.txn.guard != nil {
+		if err := s.settleGuard(ctx, sendFlush); err != nil {
+			return err
+		}
+	}
+	if s.be.pendingRead != nil {
+		return s.settleReadGuard(ctx, sendFlush)
+	}
+	return nil
+}
+
 func (s *Session) forward(frame []byte) error {
 	if g := s.txn.guard; g != nil && g.extended {
 		// Sent again if the guard refuses (pin_read.go).
@@ -454,17 +458,9 @@ func (s *Session) exchange(ctx context.Context) error {
 	if err := s.be.w.Flush(); err != nil {
 		return s.lostWrite(err)
 	}
-	if s.txn.guard != nil {
-		// Its answers come first (pin_read.go).
-		if err := s.settleGuard(ctx, false); err != nil {
-			return err
-		}
-	}
-	if s.be.pendingRead != nil {
-		// Its answers come first (bound_read.go).
-		if err := s.settleReadGuard(ctx, false); err != nil {
-			return err
-		}
+	// A guard's answers come first.
+	if err := s.settleGuards(ctx, false); err != nil {
+		return err
 	}
 	if s.units.len() == 0 {
 		return s.flushClient()
@@ -919,18 +915,22 @@ func (s *Session) noteCommand(frame []byte) {
 		s.settings.ResetAll()
 		s.writeSlotPrepared, s.deferredSlotPrepared = 0, 0
 		s.lostHoldPrepared = false
-		s.pinPeekPrepared, s.pinCheckPrepared, s.pinGuardPrepared = false, false, false
-		s.be.reads.forgetAll()
+		s.forgetReadStatements()
 	case "DEALLOCATE ALL":
 		// The proxy's prepared statements went with the client's.
 		s.writeSlotPrepared, s.deferredSlotPrepared = 0, 0
 		s.lostHoldPrepared = false
-		s.pinPeekPrepared, s.pinCheckPrepared, s.pinGuardPrepared = false, false, false
+		s.forgetReadStatements()
 		s.deallocate("")
-		s.be.reads.forgetAll()
 	case "DEALLOCATE":
 		// It may have named one of the pin's, or a read's: prepared again.
-		s.pinPeekPrepared, s.pinCheckPrepared, s.pinGuardPrepared = false, false, false
-		s.be.reads.forgetAll()
+		s.forgetReadStatements()
 	}
+}
+
+// forgetReadStatements marks the pin's and the simple reads' prepared
+// statements as gone, so they are prepared again when next used.
+func (s *Session) forgetReadStatements() {
+	s.pinPeekPrepared, s.pinCheckPrepared, s.pinGuardPrepared = false, false, false
+	s.be.reads.forgetAll()
 }
