@@ -85,6 +85,11 @@ func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, p *portal)
 		return s.failExtended(ctx, pgerr.New(pgerr.InFailedSQLTransaction,
 			"current transaction is aborted, commands ignored until end of transaction block"))
 	}
+	if p.stmt.tsParam {
+		if err := bindCountsError(m, st.Template.Param()-1); err != nil {
+			return s.failExtended(ctx, err)
+		}
+	}
 	st, params, err := s.bindAsOfParam(ctx, st, m)
 	if err != nil {
 		return s.failExtended(ctx, err)
@@ -165,6 +170,23 @@ func (s *Session) forwardExplicitBind(m *pgproto3.Bind, p *portal, st *planner.S
 	}
 	if push {
 		s.units.push(unit{kind: uBind})
+	}
+	return nil
+}
+
+// bindCountsError is PostgreSQL's error for a Bind whose parameter values
+// or format codes do not match the client's statement, which has params
+// parameters, or nil. PostgreSQL cannot tell for a statement with the
+// timestamp parameter appended: forwardExplicitBind fits the values to the
+// rewrite's parameters (TestHostile9BadBind: 2 values for 1 answered with
+// the first, none with NULL).
+func bindCountsError(m *pgproto3.Bind, params int) error {
+	if formats := len(m.ParameterFormatCodes); formats > 1 && formats != len(m.Parameters) {
+		return pgerr.New(pgerr.ProtocolViolation, "bind message has %d parameter formats but %d parameters", formats, len(m.Parameters))
+	}
+	if len(m.Parameters) != params {
+		return pgerr.New(pgerr.ProtocolViolation, "bind message supplies %d parameters, but prepared statement \"%s\" requires %d",
+			len(m.Parameters), m.PreparedStatement, params)
 	}
 	return nil
 }
