@@ -42,6 +42,9 @@ type readStatements struct {
 	made     int // names handed out: the next one's number
 	// closing are the statements evicted, closed with the next read.
 	closing []string
+	// lost: a read's statement was gone when it was bound (see
+	// unit.readStatement); the read is run again.
+	lost bool
 }
 
 // readStatementKey is what a prepared read's statement depends on.
@@ -120,7 +123,7 @@ func (r *readStatements) boundReadOf(bd *planner.Bound, g guardKey, tsText strin
 		br.add(&pgproto3.Close{ObjectType: 'S', Name: name}, unit{kind: uClose, disp: swallow})
 		br.add(&pgproto3.Parse{Name: name, Query: text, ParameterOIDs: oids}, unit{kind: uParse, disp: swallow, failed: r.forget(br.key)})
 	}
-	br.add(&pgproto3.Bind{PreparedStatement: name, Parameters: values}, unit{kind: uBind, disp: swallow, failed: r.forget(br.key)})
+	br.add(&pgproto3.Bind{PreparedStatement: name, Parameters: values}, unit{kind: uBind, disp: swallow, failed: r.forget(br.key), readStatement: true})
 	br.add(&pgproto3.Describe{ObjectType: 'P'}, unit{kind: uDescribePortal})
 	br.add(&pgproto3.Execute{}, unit{kind: uExecute})
 	br.add(&pgproto3.Sync{}, unit{kind: uSync, relayZ: true})

@@ -39,6 +39,12 @@ type unit struct {
 	// failed is called when the unit fails (read_statements.go: a
 	// prepared read's statement then is not what the proxy thinks).
 	failed func()
+	// readStatement: the Bind of a statement the proxy prepared for a
+	// simple read (read_statements.go), which the client may have dropped
+	// unseen (a protocol Close, or a function's DEALLOCATE, of the name it
+	// read from pg_prepared_statements): then nothing ran, and the read
+	// is run again (guardedQuery) instead of failing with 26000.
+	readStatement bool
 }
 
 type unitKind uint8
@@ -536,6 +542,12 @@ func (s *Session) answerUnit(ctx context.Context, u *unit, typ byte, frame []byt
 	if typ == 'E' && ctx.Err() != nil {
 		frame = s.canceledByProxy(ctx, frame)
 	}
+	if typ == 'E' && u.readStatement && errorCode(wire.Body(frame)) == string(pgerr.InvalidSQLStatementName) {
+		// Neither this error nor the ReadyForQuery of the read's Sync is
+		// the client's: the read runs again.
+		s.be.reads.lost = true
+		s.muted = true
+	}
 	if typ == 't' && u.stripParam {
 		if frame, err = stripTimestampParam(frame); err != nil {
 			return true, s.lost(err)
@@ -679,7 +691,7 @@ func (s *Session) unitDone() error {
 // relays reports whether the client sees an answer of unit u.
 func (s *Session) relays(u *unit, typ byte) bool {
 	if typ == 'Z' {
-		return u.relayZ
+		return u.relayZ && !s.be.reads.lost
 	}
 	if s.muted {
 		return false

@@ -138,7 +138,15 @@ func (s *Session) guardedQuery(ctx context.Context, st *planner.Statement, fr *s
 	for _, u := range units {
 		s.units.push(u)
 	}
-	return false, s.exchange(ctx)
+	err = s.exchange(ctx)
+	if lost := s.be.reads.lost; lost {
+		// The client dropped the read's statement unseen: nothing ran,
+		// its error and ReadyForQuery were not relayed; planned again
+		// and sent as text (the statement is forgotten).
+		s.be.reads.lost = false
+		return err == nil, err
+	}
+	return false, err
 }
 
 // guardedReadMessages are the messages that send a guarded read st (of
