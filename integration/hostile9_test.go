@@ -1,0 +1,446 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// Session 9's surfaces played by an attacker from the outside: the
+// statements the proxy prepares for repeated simple reads
+// (proxy/read_statements.go) and their names (own_names.go), prepared
+// timestamped reads whose guard rides in front of the client's Bind and
+// whose batch is kept and replayed on refusal (bound_read.go), raw I/O of
+// the sessions the event loop does not drive (frontend/evloop/rawio.go),
+// and a block's state in deferred_slots (storage slot_state.sql).
+
+// wire is a bare protocol connection, to the proxy or to PostgreSQL
+// itself, for exchanges no driver sends and answers compared message by
+// message.
+type wire struct {
+	t  *testing.T
+	nc net.Conn
+	fe *pgproto3.Frontend
+}
+
+// dialWire connects to the proxy at addr, or to the test PostgreSQL when
+// addr is "", as user to database, with application_name app, and reads
+// up to the first ReadyForQuery.
+func dialWire(t *testing.T, addr, user, database, app string) *wire {
+	t.Helper()
+	var nc net.Conn
+	var err error
+	if addr == "" {
+		nc, err = net.DialTimeout("unix", filepath.Join(env.pg.SocketDir(), fmt.Sprintf(".s.PGSQL.%d", env.pg.Port())), 10*time.Second)
+	} else {
+		nc, err = net.DialTimeout("tcp", addr, 10*time.Second)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	_ = nc.SetDeadline(time.Now().Add(90 * time.Second))
+	w := &wire{t: t, nc: nc, fe: pgproto3.NewFrontend(nc, nc)}
+	w.send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersion30,
+		Parameters: map[string]string{"user": user, "database": database, "application_name": app}})
+	for {
+		switch m := w.receive().(type) {
+		case *pgproto3.ErrorResponse:
+			t.Fatalf("startup as %s: %s %s", user, m.Code, m.Message)
+		case *pgproto3.ReadyForQuery:
+			return w
+		}
+	}
+}
+
+func (w *wire) send(msgs ...pgproto3.FrontendMessage) {
+	w.t.Helper()
+	var buf []byte
+	for _, m := range msgs {
+		var err error
+		if buf, err = m.Encode(buf); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+	if _, err := w.nc.Write(buf); err != nil {
+		w.t.Fatalf("writing: %v", err)
+	}
+}
+
+func (w *wire) receive() pgproto3.BackendMessage {
+	w.t.Helper()
+	m, err := w.fe.Receive()
+	if err != nil {
+		w.t.Fatalf("reading: %v", err)
+	}
+	return m
+}
+
+// answers reads the answers up to the syncs-th ReadyForQuery, spelled one
+// message a line: what a client can tell apart (notices and parameter
+// changes left out, an error by its SQLSTATE and message).
+func (w *wire) answers(syncs int) []string {
+	w.t.Helper()
+	var out []string
+	for syncs > 0 {
+		switch m := w.receive().(type) {
+		case *pgproto3.ParseComplete:
+			out = append(out, "ParseComplete")
+		case *pgproto3.BindComplete:
+			out = append(out, "BindComplete")
+		case *pgproto3.CloseComplete:
+			out = append(out, "CloseComplete")
+		case *pgproto3.NoData:
+			out = append(out, "NoData")
+		case *pgproto3.ParameterDescription:
+			out = append(out, fmt.Sprintf("ParameterDescription %v", m.ParameterOIDs))
+		case *pgproto3.RowDescription:
+			var cols []string
+			for _, f := range m.Fields {
+				cols = append(cols, fmt.Sprintf("%s:%d:%d", f.Name, f.DataTypeOID, f.Format))
+			}
+			out = append(out, "RowDescription "+strings.Join(cols, ","))
+		case *pgproto3.DataRow:
+			var vals []string
+			for _, v := range m.Values {
+				vals = append(vals, string(v))
+			}
+			out = append(out, "DataRow "+strings.Join(vals, "|"))
+		case *pgproto3.CommandComplete:
+			out = append(out, "CommandComplete "+string(m.CommandTag))
+		case *pgproto3.EmptyQueryResponse:
+			out = append(out, "EmptyQueryResponse")
+		case *pgproto3.PortalSuspended:
+			out = append(out, "PortalSuspended")
+		case *pgproto3.ErrorResponse:
+			out = append(out, fmt.Sprintf("Error %s %s %s", m.Severity, m.Code, m.Message))
+		case *pgproto3.ReadyForQuery:
+			out = append(out, fmt.Sprintf("ReadyForQuery %c", m.TxStatus))
+			syncs--
+		}
+	}
+	return out
+}
+
+// directText is sql as PostgreSQL runs it: a read of the present without
+// mzproxy's AS OF mz_now().
+func directText(sql string, direct bool) string {
+	if direct {
+		return strings.ReplaceAll(sql, " AS OF mz_now()", "")
+	}
+	return sql
+}
+
+// exchange is one step of a wire script: messages sent in one write, and
+// how many ReadyForQuery end their answers. before runs first (another
+// session's DDL, say).
+type exchange struct {
+	msgs   func(direct bool) []pgproto3.FrontendMessage
+	syncs  int
+	before func()
+}
+
+// sameOnWire runs script on a new wire session to PostgreSQL and then to
+// each proxy, and fails the test unless every proxy's answers are
+// PostgreSQL's, message by message.
+func sameOnWire(t *testing.T, user, database string, script []exchange, proxies ...*proxyProc) {
+	t.Helper()
+	run := func(addr string) string {
+		w := dialWire(t, addr, user, database, "hostile9")
+		defer w.nc.Close()
+		var out []string
+		for i, x := range script {
+			if x.before != nil {
+				x.before()
+			}
+			w.send(x.msgs(addr == "")...)
+			out = append(out, fmt.Sprintf("-- step %d", i))
+			out = append(out, w.answers(x.syncs)...)
+		}
+		return strings.Join(out, "\n")
+	}
+	want := run("")
+	for _, p := range proxies {
+		if got := run(p.addr); got != want {
+			t.Errorf("directly:\n%s\nthrough the proxy:\n%s", want, got)
+		}
+	}
+}
+
+// pointTable creates g (k, v) with rows 1..n, v = 'v<k>', through the proxy
+// url as postgres, readable by role.
+func pointTable(t *testing.T, ctx context.Context, url, role string, n int) {
+	t.Helper()
+	owner := connectTo(t, ctx, url)
+	mustExec(t, ctx, owner, "CREATE TABLE g (k int PRIMARY KEY, v text)",
+		fmt.Sprintf("INSERT INTO g SELECT i, 'v' || i FROM generate_series(1, %d) i", n),
+		"GRANT SELECT ON g TO "+role)
+	owner.Close(ctx)
+}
+
+// TestHostile9ReadStatementNames: an ordinary role reads the name of the
+// statement the proxy prepared for its repeated read from
+// pg_prepared_statements and drops it every way it can: DEALLOCATE, a
+// protocol Close, DEALLOCATE ALL, DISCARD ALL, and a function's DEALLOCATE
+// the proxy cannot see. The next reads of the same text answer right
+// (the statement is prepared again), never "prepared statement does not
+// exist"; with and without the event loop.
+func TestHostile9ReadStatementNames(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	role := ordinaryRole(t, ctx)
+	db := freshDatabase(t, ctx)
+	p, loop := startProxy(t), startProxy(t, "--event-loop")
+	pointTable(t, ctx, p.URL("postgres", db), role, 20)
+	admin := connectTo(t, ctx, directURL("postgres", db))
+	mustExec(t, ctx, admin, `CREATE FUNCTION drop_statement(name text) RETURNS void LANGUAGE plpgsql
+		AS $$ BEGIN EXECUTE 'DEALLOCATE ' || quote_ident(name); END $$`)
+	drops := map[string]func(conn *pgx.Conn, name string) error{
+		"DEALLOCATE": func(conn *pgx.Conn, name string) error {
+			_, err := conn.Exec(ctx, "DEALLOCATE "+name, pgx.QueryExecModeSimpleProtocol)
+			return err
+		},
+		"protocol Close": func(conn *pgx.Conn, name string) error { return conn.PgConn().Deallocate(ctx, name) },
+		"DEALLOCATE ALL": func(conn *pgx.Conn, _ string) error { return execFn(conn, "DEALLOCATE ALL")(ctx) },
+		"DISCARD ALL":    func(conn *pgx.Conn, _ string) error { return execFn(conn, "DISCARD ALL")(ctx) },
+		"a function's DEALLOCATE": func(conn *pgx.Conn, name string) error {
+			return execFn(conn, "SELECT drop_statement('"+name+"')")(ctx)
+		},
+		"a function's DEALLOCATE in a block": func(conn *pgx.Conn, name string) error {
+			return execFn(conn, "BEGIN; SELECT drop_statement('"+name+"'); COMMIT")(ctx)
+		},
+		// The pin's and the guards' too.
+		"protocol Close of every statement of the proxy's": func(conn *pgx.Conn, _ string) error {
+			rows, _ := conn.Query(ctx, "SELECT name FROM pg_prepared_statements WHERE name ~ '_[0-9a-f]{12}$'", pgx.QueryExecModeSimpleProtocol)
+			names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			for _, n := range names {
+				if err == nil {
+					err = conn.PgConn().Deallocate(ctx, n)
+				}
+			}
+			return err
+		},
+	}
+	read := func(conn *pgx.Conn, k int) error {
+		var v string
+		// (mz_now(): a timestamp hole, so a statement of the proxy's.)
+		sql := fmt.Sprintf("SELECT v, mz_now() > 0 FROM g WHERE k = %d", k)
+		if err := conn.QueryRow(ctx, sql, pgx.QueryExecModeSimpleProtocol).Scan(&v, new(bool)); err != nil {
+			return fmt.Errorf("%s: %w", sql, err)
+		}
+		if v != fmt.Sprintf("v%d", k) {
+			return fmt.Errorf("%s: %q", sql, v)
+		}
+		// A read-only transaction: the pin's statements.
+		res, err := conn.PgConn().Exec(ctx, fmt.Sprintf("BEGIN; SELECT v FROM g WHERE k = %d; COMMIT", k)).ReadAll()
+		if err != nil || len(res) != 3 || len(res[1].Rows) != 1 || string(res[1].Rows[0][0]) != v {
+			return fmt.Errorf("a read-only transaction reading k = %d: %v", k, err)
+		}
+		return nil
+	}
+	for _, proxy := range []*proxyProc{p, loop} {
+		for what, drop := range drops {
+			conn := connectTo(t, ctx, proxy.URL(role, db))
+			for k := 1; k <= 3; k++ {
+				if err := read(conn, k); err != nil {
+					t.Fatal(err)
+				}
+			}
+			name := ownStatementName(t, ctx, conn, "mzproxy_read_0")
+			if err := drop(conn, name); err != nil {
+				t.Fatalf("%s of %s: %v", what, name, err)
+			}
+			for k := 4; k <= 8; k++ {
+				if err := read(conn, k); err != nil {
+					t.Errorf("after %s of the proxy's %s: %v", what, name, err)
+				}
+			}
+			conn.Close(ctx)
+		}
+		proxy.mustAlive(t, ctx)
+	}
+}
+
+// TestHostile9ReadStatementsFlood: a client makes 1000 shapes of a
+// repeated read (each used twice, so each is prepared), then reads the
+// first shapes again, with a DEALLOCATE ALL in the middle. Every answer is
+// right, the statements on the connection never exceed the LRU's 64, and
+// another session of the proxy is unaffected.
+func TestHostile9ReadStatementsFlood(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	role := ordinaryRole(t, ctx)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	pointTable(t, ctx, p.URL("postgres", db), role, 10)
+	conn := connectTo(t, ctx, p.URL(role, db))
+	other := connectTo(t, ctx, p.URL(role, db))
+	read := func(c *pgx.Conn, shape, k int) {
+		t.Helper()
+		var v string
+		var s int
+		sql := fmt.Sprintf("SELECT v, %d AS shape, mz_now() > 0 FROM g WHERE k = %d", shape, k)
+		if err := c.QueryRow(ctx, sql, pgx.QueryExecModeSimpleProtocol).Scan(&v, &s, new(bool)); err != nil || v != fmt.Sprintf("v%d", k) || s != shape {
+			t.Fatalf("%s: %q %d, %v", sql, v, s, err)
+		}
+	}
+	const shapes = 1000
+	for shape := range shapes {
+		read(conn, shape, 1+shape%10)
+		read(conn, shape, 1+(shape+1)%10)
+		if shape == shapes/2 {
+			mustExec(t, ctx, conn, "DEALLOCATE ALL")
+		}
+		if shape%100 == 0 {
+			read(other, 0, 1+shape%10)
+			if n, _, _ := preparedReads(t, ctx, conn); n > readStatementsLimit {
+				t.Fatalf("%d prepared reads after %d shapes, want at most %d", n, shape+1, readStatementsLimit)
+			}
+		}
+	}
+	for shape := range 100 {
+		read(conn, shape, 1+(shape+5)%10)
+	}
+	if n, _, _ := preparedReads(t, ctx, conn); n > readStatementsLimit {
+		t.Fatalf("%d prepared reads, want at most %d", n, readStatementsLimit)
+	}
+	p.mustAlive(t, ctx)
+}
+
+// readStatementsLimit is the proxy's LRU of prepared reads per connection.
+const readStatementsLimit = 64
+
+// prepared is a Parse of sql (a read of the present through the proxy,
+// AS OF mz_now() left out directly) as name.
+func prepared(name, sql string, direct bool) *pgproto3.Parse {
+	return &pgproto3.Parse{Name: name, Query: directText(sql, direct)}
+}
+
+// run is the Bind, Describe and Execute of statement name with text
+// parameters.
+func run(name string, params ...string) []pgproto3.FrontendMessage {
+	var values [][]byte
+	for _, p := range params {
+		values = append(values, []byte(p))
+	}
+	return []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: name, Parameters: values},
+		&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}}
+}
+
+// msgs joins messages and groups of them.
+func msgs(parts ...any) []pgproto3.FrontendMessage {
+	var out []pgproto3.FrontendMessage
+	for _, p := range parts {
+		switch p := p.(type) {
+		case pgproto3.FrontendMessage:
+			out = append(out, p)
+		case []pgproto3.FrontendMessage:
+			out = append(out, p...)
+		}
+	}
+	return out
+}
+
+// TestHostile9DropBetweenParseAndBind: a client prepares a timestamped read
+// and drops it (DISCARD ALL, DEALLOCATE ALL, DEALLOCATE s, a protocol
+// Close) before its Bind: in another exchange, or in the same batch. The
+// Bind fails as PostgreSQL's does (26000, its message), the next batch
+// works, the statement can be prepared again: message for message what
+// PostgreSQL answers. (Not covered: DISCARD ALL in the batch, which
+// PostgreSQL runs there as the batch's first statement, and which fails
+// through the proxy with 25001, "cannot be executed within a pipeline".)
+func TestHostile9DropBetweenParseAndBind(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	role := ordinaryRole(t, ctx)
+	db := freshDatabase(t, ctx)
+	p, loop := startProxy(t), startProxy(t, "--event-loop")
+	pointTable(t, ctx, p.URL("postgres", db), role, 10)
+	const read = "SELECT v FROM g WHERE k = $1 AS OF mz_now()"
+	sync := &pgproto3.Sync{}
+	for _, drop := range []string{"DISCARD ALL", "DEALLOCATE ALL", "DEALLOCATE s"} {
+		t.Run(drop, func(t *testing.T) {
+			script := []exchange{
+				{syncs: 1, msgs: func(d bool) []pgproto3.FrontendMessage {
+					return msgs(prepared("s", read, d), run("s", "1"), sync)
+				}},
+				{syncs: 1, msgs: func(d bool) []pgproto3.FrontendMessage { return msgs(&pgproto3.Query{String: drop}) }},
+				{syncs: 1, msgs: func(d bool) []pgproto3.FrontendMessage { return msgs(run("s", "2"), sync) }},
+				// Dropped in the batch, between the Parse and the Bind
+				// (DISCARD ALL: see below).
+				{syncs: 1, msgs: func(d bool) []pgproto3.FrontendMessage {
+					if drop == "DISCARD ALL" {
+						return msgs(&pgproto3.Query{String: "DEALLOCATE s"})
+					}
+					return msgs(prepared("s", read, d), prepared("", drop, d), run(""), run("s", "3"), sync)
+				}},
+				{syncs: 1, msgs: func(d bool) []pgproto3.FrontendMessage {
+					return msgs(prepared("s", read, d), run("s", "4"), sync)
+				}},
+				// A protocol Close between the Parse and the Bind.
+				{syncs: 2, msgs: func(d bool) []pgproto3.FrontendMessage {
+					return msgs(&pgproto3.Close{ObjectType: 'S', Name: "s"}, run("s", "5"), sync, run("s", "6"), sync)
+				}},
+				{syncs: 1, msgs: func(d bool) []pgproto3.FrontendMessage {
+					return msgs(prepared("s", read, d), &pgproto3.Close{ObjectType: 'S', Name: "s"}, prepared("s", read, d), run("s", "7"), sync)
+				}},
+				{syncs: 1, msgs: func(d bool) []pgproto3.FrontendMessage {
+					return msgs(&pgproto3.Query{String: directText("SELECT v FROM g WHERE k = 8 AS OF mz_now()", d)})
+				}},
+			}
+			sameOnWire(t, role, db, script, p, loop)
+		})
+	}
+	p.mustAlive(t, ctx)
+	loop.mustAlive(t, ctx)
+}
+
+// TestHostile9BadBind: Binds of a prepared timestamped read that PostgreSQL
+// refuses: too many or too few parameters, parameter and result format
+// counts that do not match, a format code that does not exist, binary
+// data of the wrong length, and a portal described that the failed Bind
+// never made. Each fails as PostgreSQL's does (SQLSTATE and message: the
+// proxy's timestamp parameter never shows), the batch's later messages are
+// skipped to its Sync, and the session goes on.
+func TestHostile9BadBind(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	role := ordinaryRole(t, ctx)
+	db := freshDatabase(t, ctx)
+	p, loop := startProxy(t), startProxy(t, "--event-loop")
+	pointTable(t, ctx, p.URL("postgres", db), role, 10)
+	const read = "SELECT v FROM g WHERE k = $1 AS OF mz_now()"
+	binds := []*pgproto3.Bind{
+		{PreparedStatement: "s", Parameters: [][]byte{[]byte("1"), []byte("2")}},
+		{PreparedStatement: "s"},
+		{PreparedStatement: "s", ParameterFormatCodes: []int16{0, 0, 0}, Parameters: [][]byte{[]byte("1")}},
+		{PreparedStatement: "s", ParameterFormatCodes: []int16{7}, Parameters: [][]byte{[]byte("1")}},
+		{PreparedStatement: "s", ParameterFormatCodes: []int16{1}, Parameters: [][]byte{{0, 1}}},
+		{PreparedStatement: "s", ParameterFormatCodes: []int16{1}, Parameters: [][]byte{{0, 0, 0, 0, 1}}},
+		{PreparedStatement: "s", ResultFormatCodes: []int16{0, 1, 0}, Parameters: [][]byte{[]byte("1")}},
+		{PreparedStatement: "s", ResultFormatCodes: []int16{9}, Parameters: [][]byte{[]byte("1")}},
+		{PreparedStatement: "s", Parameters: [][]byte{[]byte("x")}},
+		{PreparedStatement: "s", Parameters: [][]byte{[]byte("99999999999")}},
+		{PreparedStatement: "nope", Parameters: [][]byte{[]byte("1")}},
+	}
+	sync := &pgproto3.Sync{}
+	script := []exchange{{syncs: 1, msgs: func(d bool) []pgproto3.FrontendMessage {
+		return msgs(prepared("s", read, d), &pgproto3.Describe{ObjectType: 'S', Name: "s"}, sync)
+	}}}
+	for i, b := range binds {
+		script = append(script, exchange{syncs: 2, msgs: func(d bool) []pgproto3.FrontendMessage {
+			return msgs(b, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, sync,
+				run("s", fmt.Sprint(1+i%10)), sync)
+		}})
+	}
+	sameOnWire(t, role, db, script, p, loop)
+	p.mustAlive(t, ctx)
+	loop.mustAlive(t, ctx)
+}
