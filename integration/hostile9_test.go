@@ -444,3 +444,118 @@ func TestHostile9BadBind(t *testing.T) {
 	p.mustAlive(t, ctx)
 	loop.mustAlive(t, ctx)
 }
+
+// TestHostile9PipelineRefused: pipelined batches of prepared timestamped
+// reads (each counting its runs in a temporary sequence) mixed with
+// errors and Syncs, while another proxy changes the catalog before each
+// pipeline: the guard in front of a batch's first Bind is refused, at the
+// first batch or one in the middle, and the kept batch is sent again.
+// Message for message the answers are PostgreSQL's: each read ran once,
+// none after an error in its batch.
+func TestHostile9PipelineRefused(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	role := ordinaryRole(t, ctx)
+	db := freshDatabase(t, ctx)
+	p, q := startProxy(t), startProxy(t)
+	pointTable(t, ctx, p.URL("postgres", db), role, 10)
+	other := connectTo(t, ctx, q.URL("postgres", db))
+	changes := 0
+	changeCatalog := func() {
+		changes++
+		mustExec(t, ctx, other, fmt.Sprintf("CREATE TABLE changed_%d (x int)", changes))
+	}
+	const read = "SELECT nextval('runs'), v FROM g WHERE k = $1 AS OF mz_now()"
+	sync := &pgproto3.Sync{}
+	fail := func(d bool) []pgproto3.FrontendMessage { return msgs(prepared("", "SELECT 1/0", d), run("")) }
+	script := []exchange{
+		{syncs: 2, msgs: func(d bool) []pgproto3.FrontendMessage {
+			return msgs(&pgproto3.Query{String: "CREATE TEMPORARY SEQUENCE runs"},
+				prepared("s", read, d), prepared("c", "SELECT count(*) FROM g AS OF mz_now()", d), sync)
+		}},
+		{syncs: 3, before: changeCatalog, msgs: func(d bool) []pgproto3.FrontendMessage {
+			return msgs(run("s", "1"), fail(d), run("s", "2"), sync,
+				run("c"), run("s", "3"), sync,
+				prepared("", read, d), run("", "4"), sync)
+		}},
+		// Refused in the second batch: the first has no timestamped read.
+		{syncs: 3, before: changeCatalog, msgs: func(d bool) []pgproto3.FrontendMessage {
+			return msgs(fail(d), sync, run("s", "5"), run("s", "6"), sync, run("c"), fail(d), run("s", "7"), sync)
+		}},
+		// A Parse, a Flush and a Describe after the read, before the Sync.
+		{syncs: 2, before: changeCatalog, msgs: func(d bool) []pgproto3.FrontendMessage {
+			return msgs(run("s", "8"), prepared("p", "SELECT 2", d), &pgproto3.Flush{}, &pgproto3.Describe{ObjectType: 'S', Name: "s"},
+				run("p"), sync, run("s", "9"), &pgproto3.Close{ObjectType: 'P'}, sync)
+		}},
+		// A bad Bind first, then the read in the next batch.
+		{syncs: 2, before: changeCatalog, msgs: func(d bool) []pgproto3.FrontendMessage {
+			return msgs(&pgproto3.Bind{PreparedStatement: "s"}, &pgproto3.Execute{}, sync, run("s", "10"), sync)
+		}},
+		{syncs: 1, msgs: func(d bool) []pgproto3.FrontendMessage {
+			return msgs(&pgproto3.Query{String: "SELECT currval('runs')"})
+		}},
+	}
+	sameOnWire(t, role, db, script, p)
+	p.mustAlive(t, ctx)
+}
+
+// TestHostile9CutDuringReplay: a client closes its socket while the proxy
+// replays its refused batch (or before it sent the batch's end, or during
+// the read). The proxy lives on, the client's backend session ends, no
+// read hold is left, and another session of the proxy reads right.
+func TestHostile9CutDuringReplay(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	role := ordinaryRole(t, ctx)
+	db := freshDatabase(t, ctx)
+	p, q := startProxy(t, "--metrics-listen", "127.0.0.1:0"), startProxy(t)
+	pointTable(t, ctx, p.URL("postgres", db), role, 10)
+	other := connectTo(t, ctx, q.URL("postgres", db))
+	admin := connectTo(t, ctx, directURL("postgres", db))
+	bystander := connectTo(t, ctx, p.URL(role, db))
+	const read = "SELECT v, pg_sleep($2) FROM g WHERE k = $1 AS OF mz_now()"
+	bind := func(k, sleep string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: "s", Parameters: [][]byte{[]byte(k), []byte(sleep)}},
+			&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}}
+	}
+	cuts := map[string][]pgproto3.FrontendMessage{
+		"after the Sync":        msgs(bind("1", "0"), &pgproto3.Sync{}),
+		"before the Sync":       msgs(bind("2", "0")),
+		"after a Flush":         msgs(bind("3", "0"), &pgproto3.Flush{}),
+		"during the read":       msgs(bind("4", "1"), &pgproto3.Sync{}),
+		"behind a second read":  msgs(bind("5", "0"), bind("6", "0.5"), &pgproto3.Sync{}, bind("7", "0"), &pgproto3.Sync{}),
+		"half of the next Bind": msgs(bind("8", "0")),
+	}
+	for what, batch := range cuts {
+		for i := range 3 {
+			app := fmt.Sprintf("cut%d", i)
+			w := dialWire(t, p.addr, role, db, app)
+			w.send(&pgproto3.Parse{Name: "s", Query: read}, &pgproto3.Sync{})
+			w.answers(1)
+			mustExec(t, ctx, other, fmt.Sprintf("CREATE TABLE IF NOT EXISTS changed_%d (x int)", i), fmt.Sprintf("DROP TABLE changed_%d", i))
+			w.send(batch...)
+			if what == "half of the next Bind" {
+				b, _ := (&pgproto3.Bind{PreparedStatement: "s", Parameters: [][]byte{[]byte("9"), []byte("0")}}).Encode(nil)
+				_, _ = w.nc.Write(b[:len(b)/2])
+			}
+			if i > 0 {
+				time.Sleep(time.Duration(i) * 150 * time.Millisecond)
+			}
+			w.nc.Close()
+			eventually(t, 30*time.Second, what+": the cut session's backend ended", func() bool {
+				var n int
+				if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n == 0
+			})
+			var v string
+			if err := bystander.QueryRow(ctx, "SELECT v FROM g WHERE k = $1 AS OF mz_now()", i+1).Scan(&v); err != nil || v != fmt.Sprintf("v%d", i+1) {
+				t.Fatalf("%s: another session's read: %q, %v", what, v, err)
+			}
+		}
+	}
+	bystander.Close(ctx)
+	p.awaitHolds(t, 0, "after the cut sessions")
+	p.mustAlive(t, ctx)
+}
