@@ -559,3 +559,135 @@ func TestHostile9CutDuringReplay(t *testing.T) {
 	p.awaitHolds(t, 0, "after the cut sessions")
 	p.mustAlive(t, ctx)
 }
+
+// untilReady reads c's answers up to a ReadyForQuery, which must report
+// status; it returns the first column of the rows.
+func untilReady(t *testing.T, c *rawClient, status byte) []string {
+	t.Helper()
+	var rows []string
+	for {
+		switch m := c.receive().(type) {
+		case *pgproto3.DataRow:
+			rows = append(rows, string(m.Values[0]))
+		case *pgproto3.ErrorResponse:
+			t.Fatalf("error %s: %s", m.Code, m.Message)
+		case *pgproto3.ReadyForQuery:
+			if m.TxStatus != status {
+				t.Fatalf("status %c, want %c", m.TxStatus, status)
+			}
+			return rows
+		}
+	}
+}
+
+// TestHostile9RawIOFrames: malformed frames on sessions the event loop
+// does not drive, which its goroutine serves with raw system calls (a
+// transaction block that read a managed table, or one in the middle of a
+// refused prepared read's replay): a truncated frame, lengths too large,
+// over the limit or zero, junk after a Query. Each gets 08P01 for its own
+// connection only (a cut-short frame just ends it), its backend session
+// ends, and a bystander's block, with a read at the backend meanwhile,
+// reads on and commits.
+func TestHostile9RawIOFrames(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	p := startProxy(t, "--event-loop", "--max-message-size", "4096")
+	table := tableName(t)
+	setup := p.connect(t, ctx)
+	mustExec(t, ctx, setup, "CREATE TABLE "+table+" (k int PRIMARY KEY, v text)", "INSERT INTO "+table+" VALUES (1, 'one')")
+	admin := connectDirect(t, ctx)
+	read := "SELECT v FROM " + table + " WHERE k = 1"
+	bystander := p.dialRaw(t)
+	bystander.startup()
+	bystander.write(queryFrame("BEGIN; " + read))
+	untilReady(t, bystander, 'T')
+	bystander.write(queryFrame("SELECT v || pg_sleep(2) FROM " + table))
+
+	junk := []byte{'y', 0, 0, 0, 4}
+	tests := []struct {
+		name string
+		send []byte
+		code string // "" when the proxy just closes
+	}{
+		{name: "truncated header", send: queryFrame(read)[:3]},
+		{name: "truncated Query", send: queryFrame(read)[:9]},
+		{name: "huge length", send: []byte{'Q', 0x7f, 0xff, 0xff, 0xff, 'S'}, code: "08P01"},
+		{name: "negative length", send: []byte{'Q', 0x80, 0, 0, 0, 'S'}, code: "08P01"},
+		{name: "length over the limit", send: []byte{'P', 0, 0, 0x10, 1, 0}, code: "08P01"},
+		{name: "zero length", send: []byte{'B', 0, 0, 0, 0}, code: "08P01"},
+		{name: "junk after a Query", send: append(queryFrame(read), junk...), code: "08P01"},
+	}
+	for _, tt := range tests {
+		for _, replaying := range []bool{false, true} {
+			name := tt.name
+			if replaying {
+				name += " (in a replay)"
+			}
+			t.Run(name, func(t *testing.T) {
+				c := p.dialRaw(t)
+				c.startup()
+				var pid int
+				c.write(queryFrame("SELECT pg_backend_pid()"))
+				fmt.Sscan(untilReady(t, c, 'I')[0], &pid)
+				if replaying {
+					// Another session's DDL makes the guard refuse; the
+					// frame follows the batch at once.
+					c.write(mustEncodeAll(t, &pgproto3.Parse{Name: "s", Query: read + " AS OF mz_now()"}, &pgproto3.Sync{}))
+					untilReady(t, c, 'I')
+					mustExec(t, ctx, setup, "CREATE TABLE "+table+"_x (x int)", "DROP TABLE "+table+"_x")
+					c.write(append(mustEncodeAll(t, &pgproto3.Bind{PreparedStatement: "s"}, &pgproto3.Execute{}, &pgproto3.Sync{}), tt.send...))
+				} else {
+					c.write(queryFrame("BEGIN; " + read))
+					if rows := untilReady(t, c, 'T'); len(rows) != 1 || rows[0] != "one" {
+						t.Fatalf("the block's read: %q", rows)
+					}
+					c.write(tt.send)
+				}
+				if tt.code == "" {
+					_ = c.nc.(interface{ CloseWrite() error }).CloseWrite()
+					if replaying {
+						if rows := untilReady(t, c, 'I'); len(rows) != 1 || rows[0] != "one" {
+							t.Fatalf("the replayed read: %q", rows)
+						}
+					}
+				}
+				for tt.code != "" {
+					m := c.receive()
+					if er, ok := m.(*pgproto3.ErrorResponse); ok {
+						if er.Code != tt.code {
+							t.Fatalf("got %s %s, want %s", er.Code, er.Message, tt.code)
+						}
+						break
+					}
+				}
+				c.expectClosed()
+				eventually(t, 30*time.Second, "the session's backend ended", func() bool {
+					var n int
+					if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&n); err != nil {
+						t.Fatal(err)
+					}
+					return n == 0
+				})
+			})
+		}
+	}
+	if rows := untilReady(t, bystander, 'T'); len(rows) != 1 || rows[0] != "one" {
+		t.Fatalf("the bystander's read: %q", rows)
+	}
+	bystander.write(queryFrame("COMMIT"))
+	untilReady(t, bystander, 'I')
+	p.mustAlive(t, ctx)
+}
+
+// mustEncodeAll encodes messages into one buffer.
+func mustEncodeAll(t *testing.T, msgs ...pgproto3.FrontendMessage) []byte {
+	t.Helper()
+	var b []byte
+	for _, m := range msgs {
+		var err error
+		if b, err = m.Encode(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b
+}
