@@ -691,3 +691,125 @@ func mustEncodeAll(t *testing.T, msgs ...pgproto3.FrontendMessage) []byte {
 	}
 	return b
 }
+
+// slotAttacks are what an ordinary role runs against the deferred slots
+// of other roles' blocks (deferred_slots rows, storage slot_state.sql) and
+// the functions that keep them: each is refused.
+var slotAttacks = []string{
+	"SELECT * FROM mzproxy.deferred_slots",
+	"INSERT INTO mzproxy.deferred_slots (xid, inc) VALUES (pg_current_xact_id(), 1)",
+	"UPDATE mzproxy.deferred_slots SET read_writes = NULL, fixed_t = 0",
+	"DELETE FROM mzproxy.deferred_slots",
+	"TRUNCATE mzproxy.deferred_slots",
+	"LOCK TABLE mzproxy.deferred_slots",
+	"ALTER TABLE mzproxy.deferred_slots DISABLE TRIGGER ALL",
+	"DROP TABLE mzproxy.deferred_slots",
+	"SELECT mzproxy.fix_write(true)",
+	"SELECT mzproxy.fix_write(false)",
+	"SELECT mzproxy.fix_at_commit()",
+	"SELECT mzproxy.stamp_ts('acc'::regclass)",
+	"SELECT mzproxy.stamp_ts(0)",
+	"SELECT mzproxy.check_reads(0, 0)",
+	"SELECT mzproxy.mark_written(NULL)",
+	"SELECT mzproxy.set_slot(0, 0)",
+	"CREATE OR REPLACE FUNCTION mzproxy.write_slot(OUT t bigint, OUT e bigint) LANGUAGE sql AS $$ SELECT 0::bigint, 0::bigint $$",
+}
+
+// slotSettings are set inside a block, after its read and again after its
+// write: mzproxy's transaction-local settings, forged, reset or emptied,
+// and its functions any role may call, with forged arguments.
+var slotSettings = []string{
+	"SET LOCAL mzproxy.write_ts = ''",
+	"RESET ALL",
+	"SET LOCAL mzproxy.read_writes = '0 0'",
+	"SET LOCAL mzproxy.read_writes = ''",
+	"SET LOCAL mzproxy.read_ts = '0'",
+	"SET LOCAL mzproxy.in_ddl = 'on'",
+	"SET LOCAL mzproxy.touched = ''",
+	"SET LOCAL mzproxy.expected_upper = '0'",
+	"SELECT pg_catalog.set_config('mzproxy.write_ts', '-1 1 forged', true)",
+	"SELECT mzproxy.open_write_deferred(0)",
+	"SELECT mzproxy.open_write_deferred(-1, 9223372036854775807)",
+	"SELECT mzproxy.begin_write_occ(0, 0)",
+	"SELECT mzproxy.commit_write_tx(0)",
+}
+
+// TestHostile9SlotForgery: an ordinary role runs slotAttacks, directly and
+// through the proxy, each in a block left open while another role's write
+// skew runs: none succeeds and the write skew still fails its second
+// COMMIT. Then in its own table's write skews, the role's second block
+// runs each of slotSettings after its read and after its write: the two
+// blocks never both commit, the sum is what the committed one left, and
+// lone read-then-write transactions still commit.
+func TestHostile9SlotForgery(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	role := ordinaryRole(t, ctx)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	admin := connectTo(t, ctx, directURL("postgres", db))
+	mustExec(t, ctx, admin, "GRANT CREATE ON SCHEMA public TO "+role)
+	owner := connectTo(t, ctx, p.URL("postgres", db))
+	accTable(t, ctx, owner, admin)
+	victimA, victimB := connectTo(t, ctx, p.URL("postgres", db)), connectTo(t, ctx, p.URL("postgres", db))
+	for _, via := range []struct{ name, url string }{{"direct", directURL(role, db)}, {"proxy", p.URL(role, db)}} {
+		attacker := connectTo(t, ctx, via.url)
+		for _, sql := range slotAttacks {
+			mustExec(t, ctx, attacker, "BEGIN")
+			if _, err := attacker.Exec(ctx, sql); sqlState(err) == "" || sqlState(err) == "XX000" {
+				t.Errorf("%s: %s: %v, want it refused", via.name, sql, err)
+			}
+			writeSkew(t, ctx, victimA, victimB, via.name+": "+sql)
+			mustExec(t, ctx, attacker, "ROLLBACK")
+		}
+	}
+
+	// The role's own table, written through the proxy.
+	a, b := connectTo(t, ctx, p.URL(role, db)), connectTo(t, ctx, p.URL(role, db))
+	mustExec(t, ctx, a, "CREATE TABLE mine (id int PRIMARY KEY, bal int)", "INSERT INTO mine VALUES (1, 100), (2, 100)")
+	sum := func() int {
+		var s int
+		if err := a.QueryRow(ctx, "SELECT sum(bal) FROM mine").Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for _, forged := range slotSettings {
+		before := sum()
+		var s int
+		mustExec(t, ctx, a, "BEGIN")
+		if err := a.QueryRow(ctx, "SELECT sum(bal) FROM mine").Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		// b's block, forged after its read and after its write: the two
+		// must not both commit (b's write in progress fails a's COMMIT, or
+		// a's commit fails b's).
+		_, errB := b.PgConn().Exec(ctx, "BEGIN; SELECT sum(bal) FROM mine; "+forged+"; UPDATE mine SET bal = bal - 10 WHERE id = 2; "+forged).ReadAll()
+		mustExec(t, ctx, a, "UPDATE mine SET bal = bal - 10 WHERE id = 1")
+		_, errA := a.Exec(ctx, "COMMIT")
+		tag, errCommit := b.Exec(ctx, "COMMIT")
+		commits := 0
+		if errA == nil {
+			commits++
+		}
+		if errB == nil && errCommit == nil && tag.String() == "COMMIT" {
+			commits++
+		}
+		if commits == 2 {
+			t.Errorf("%s: both blocks of a write skew committed", forged)
+		}
+		if after := sum(); after != before-10*commits {
+			t.Errorf("%s: sum %d after %d commits, want %d (errors %v, %v, %v)", forged, after, commits, before-10*commits, errA, errB, errCommit)
+		}
+		if err := pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
+			if err := tx.QueryRow(ctx, "SELECT sum(bal) FROM mine").Scan(&s); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "UPDATE mine SET bal = bal + 10 WHERE id = 2")
+			return err
+		}); err != nil {
+			t.Errorf("%s: a lone read-then-write transaction after it: %v", forged, err)
+		}
+	}
+	p.mustAlive(t, ctx)
+}
