@@ -268,6 +268,46 @@ func TestHostile9ReadStatementNames(t *testing.T) {
 	}
 }
 
+// TestHostile9ReadStatementCollision: a client that read the proxy's
+// suffix from pg_prepared_statements prepares statements of its own under
+// the names the proxy gives its next read statements, and then uses new
+// read shapes. The reads answer right (the proxy closes a statement of
+// that name before it prepares its own); the client's statement is gone,
+// as README's Security section says of a client that names them.
+func TestHostile9ReadStatementCollision(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	role := ordinaryRole(t, ctx)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	pointTable(t, ctx, p.URL("postgres", db), role, 10)
+	conn := connectTo(t, ctx, p.URL(role, db))
+	read := func(shape, k int) {
+		t.Helper()
+		var v string
+		var s int
+		sql := fmt.Sprintf("SELECT v, %d, mz_now() > 0 FROM g WHERE k = %d", shape, k)
+		if err := conn.QueryRow(ctx, sql, pgx.QueryExecModeSimpleProtocol).Scan(&v, &s, new(bool)); err != nil || v != fmt.Sprintf("v%d", k) || s != shape {
+			t.Fatalf("%s: %q %d, %v", sql, v, s, err)
+		}
+	}
+	for k := 1; k <= 3; k++ {
+		read(0, k)
+	}
+	first := ownStatementName(t, ctx, conn, "mzproxy_read_0")
+	for n := 1; n <= 3; n++ {
+		next := strings.Replace(first, "_read_0_", fmt.Sprintf("_read_%d_", n), 1)
+		mustExec(t, ctx, conn, fmt.Sprintf("PREPARE %s(int) AS SELECT 'mine', $1, false", next))
+		for k := 1; k <= 4; k++ {
+			read(n, k)
+		}
+	}
+	for k := 5; k <= 7; k++ {
+		read(0, k)
+	}
+	p.mustAlive(t, ctx)
+}
+
 // TestHostile9ReadStatementsFlood: a client makes 1000 shapes of a
 // repeated read (each used twice, so each is prepared), then reads the
 // first shapes again, with a DEALLOCATE ALL in the middle. Every answer is
