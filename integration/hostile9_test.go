@@ -853,3 +853,52 @@ func TestHostile9SlotForgery(t *testing.T) {
 	}
 	p.mustAlive(t, ctx)
 }
+
+// TestHostile9PgxBatchRefused: pgx batches (one Sync for the batch) of
+// prepared timestamped reads, in each of pgx's modes that prepare or
+// describe, with an error among them, while another proxy changes the
+// catalog before each batch: each answers as PostgreSQL's own (the
+// reads before the error, then the error), and the session goes on.
+func TestHostile9PgxBatchRefused(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	role := ordinaryRole(t, ctx)
+	db := freshDatabase(t, ctx)
+	p, q := startProxy(t), startProxy(t)
+	pointTable(t, ctx, p.URL("postgres", db), role, 10)
+	other := connectTo(t, ctx, q.URL("postgres", db))
+	changes := 0
+	batchAnswers := func(conn *pgx.Conn, direct bool, withError bool) string {
+		changes++
+		mustExec(t, ctx, other, fmt.Sprintf("CREATE TABLE batch_%d (x int)", changes))
+		b := &pgx.Batch{}
+		var out []string
+		for k := 1; k <= 4; k++ {
+			sql := "SELECT v FROM g WHERE k = $1 AS OF mz_now()"
+			if withError && k == 3 {
+				sql = "SELECT (1 / ($1 - 3))::text"
+			}
+			b.Queue(directText(sql, direct), k).QueryRow(func(row pgx.Row) error {
+				var v string
+				err := row.Scan(&v)
+				out = append(out, fmt.Sprintf("%s %s", v, sqlState(err)))
+				return nil
+			})
+		}
+		err := conn.SendBatch(ctx, b).Close()
+		return strings.Join(out, ",") + " / " + sqlState(err)
+	}
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec} {
+		var answers [2][]string
+		for i, url := range []string{directURL(role, db), p.URL(role, db)} {
+			conn := connectMode(t, ctx, url, mode)
+			for _, withError := range []bool{false, true, false, true} {
+				answers[i] = append(answers[i], batchAnswers(conn, i == 0, withError))
+			}
+		}
+		if d, px := strings.Join(answers[0], "\n"), strings.Join(answers[1], "\n"); d != px {
+			t.Errorf("mode %v: directly:\n%s\nthrough the proxy:\n%s", mode, d, px)
+		}
+	}
+	p.mustAlive(t, ctx)
+}
