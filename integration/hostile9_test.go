@@ -480,6 +480,12 @@ func TestHostile9BadBind(t *testing.T) {
 				run("s", fmt.Sprint(1+i%10)), sync)
 		}})
 	}
+	// A Parse that declares more parameter types than its text uses: the
+	// Bind supplies as many values as it declared.
+	script = append(script, exchange{syncs: 3, msgs: func(d bool) []pgproto3.FrontendMessage {
+		declared := &pgproto3.Parse{Name: "t", Query: directText(read, d), ParameterOIDs: []uint32{23, 23}}
+		return msgs(declared, sync, run("t", "2", "5"), sync, run("t", "3"), sync)
+	}})
 	sameOnWire(t, role, db, script, p, loop)
 	p.mustAlive(t, ctx)
 	loop.mustAlive(t, ctx)

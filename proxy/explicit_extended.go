@@ -55,8 +55,8 @@ func (s *Session) parseExplicit(ctx context.Context, m *pgproto3.Parse, st *plan
 	sql := st.SQL
 	if st.Template != nil && st.Template.Holes() > 0 {
 		sql = tsParamSQL(st.Template)
+		rec.tsParam, rec.params = true, max(len(oids), st.Template.Param()-1)
 		oids = withParamOID(oids, st.Template.Param(), int8OID)
-		rec.tsParam = true
 	}
 	s.defineStatement(m.Name, rec)
 	if err := s.be.w.Send(&pgproto3.Parse{Name: m.Name, Query: sql, ParameterOIDs: oids}); err != nil {
@@ -86,7 +86,7 @@ func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, p *portal)
 			"current transaction is aborted, commands ignored until end of transaction block"))
 	}
 	if p.stmt.tsParam {
-		if err := bindCountsError(m, st.Template.Param()-1); err != nil {
+		if err := bindCountsError(m, p.stmt.params); err != nil {
 			return s.failExtended(ctx, err)
 		}
 	}

@@ -33,6 +33,10 @@ type preparedStmt struct {
 	// the proxy's timestamp as one more, last, parameter.
 	explicit *planner.Statement
 	tsParam  bool
+	// params is the number of parameters the client's statement has, as
+	// PostgreSQL counts them (the highest $n, or the types the Parse
+	// declared), when tsParam is set: the Bind must supply as many.
+	params int
 }
 
 // portal is what the session knows of one of the client's portals.
