@@ -482,10 +482,14 @@ func TestHostile9BadBind(t *testing.T) {
 	}
 	// A Parse that declares more parameter types than its text uses: the
 	// Bind supplies as many values as it declared.
-	script = append(script, exchange{syncs: 3, msgs: func(d bool) []pgproto3.FrontendMessage {
-		declared := &pgproto3.Parse{Name: "t", Query: directText(read, d), ParameterOIDs: []uint32{23, 23}}
-		return msgs(declared, sync, run("t", "2", "5"), sync, run("t", "3"), sync)
-	}})
+	for _, oids := range [][]uint32{{23, 23}, {23, 23, 25}} {
+		script = append(script, exchange{syncs: 4, msgs: func(d bool) []pgproto3.FrontendMessage {
+			declared := &pgproto3.Parse{Name: "t", Query: directText(read, d), ParameterOIDs: oids}
+			values := []string{"2", "5", "x"}[:len(oids)]
+			return msgs(&pgproto3.Close{ObjectType: 'S', Name: "t"}, declared, &pgproto3.Describe{ObjectType: 'S', Name: "t"}, sync,
+				run("t", values...), sync, run("t", "3"), sync, run("t", "4", "5", "6", "7"), sync)
+		}})
+	}
 	sameOnWire(t, role, db, script, p, loop)
 	p.mustAlive(t, ctx)
 	loop.mustAlive(t, ctx)

@@ -61,10 +61,10 @@ type pendingReadGuard struct {
 }
 
 // tsParamSQL is the text a rewrite is prepared with over the extended
-// protocol: its timestamp holes read the timestamp parameter, or, bound
-// NULL, the timestamp the read guard pinned (boundReadTSExpr).
-func tsParamSQL(t *planner.Template) string {
-	return t.Render("coalesce($" + strconv.Itoa(t.Param()) + ", " + boundReadTSExpr + ")")
+// protocol: its timestamp holes read the timestamp parameter, $n, or,
+// bound NULL, the timestamp the read guard pinned (boundReadTSExpr).
+func tsParamSQL(t *planner.Template, n int) string {
+	return t.Render("coalesce($" + strconv.Itoa(n) + ", " + boundReadTSExpr + ")")
 }
 
 // boundReadTSExpr is readTSExpr for tsParamSQL. COALESCE evaluates it

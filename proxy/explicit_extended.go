@@ -54,9 +54,12 @@ func (s *Session) parseExplicit(ctx context.Context, m *pgproto3.Parse, st *plan
 	}
 	sql := st.SQL
 	if st.Template != nil && st.Template.Holes() > 0 {
-		sql = tsParamSQL(st.Template)
+		// The timestamp comes after the client's parameters, those its
+		// Parse declared types for included (beyond the text's highest
+		// $n, which Template.Param follows, PostgreSQL counts them too).
 		rec.tsParam, rec.params = true, max(len(oids), st.Template.Param()-1)
-		oids = withParamOID(oids, st.Template.Param(), int8OID)
+		sql = tsParamSQL(st.Template, rec.params+1)
+		oids = withParamOID(oids, rec.params+1, int8OID)
 	}
 	s.defineStatement(m.Name, rec)
 	if err := s.be.w.Send(&pgproto3.Parse{Name: m.Name, Query: sql, ParameterOIDs: oids}); err != nil {
@@ -158,7 +161,7 @@ func (s *Session) forwardExplicitBind(m *pgproto3.Bind, p *portal, st *planner.S
 	bind := *m
 	bind.Parameters = params
 	if p.stmt.tsParam {
-		n := st.Template.Param()
+		n := p.stmt.params + 1
 		params := make([][]byte, n)
 		copy(params, bind.Parameters)
 		params[n-1] = ts
