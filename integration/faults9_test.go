@@ -229,6 +229,9 @@ func TestFault9ConnectionBurst(t *testing.T) {
 	}()
 	var errs []error
 	floor := func() int { mu.Lock(); defer mu.Unlock(); return acked }
+	// A session start once waited a minute for its backend (08006) under
+	// load: what the backends do then is logged.
+	defer watchBackends(t, ctx, pg.url(), 20*time.Second)()
 	start := time.Now()
 	errs = burst(ctx, url, 200, floor)
 	t.Logf("200 clients in %v, %d failed", time.Since(start), len(errs))
@@ -302,4 +305,40 @@ func burstClient(ctx context.Context, url string, i int, acked func() int) error
 		}
 	}
 	return nil
+}
+
+// watchBackends logs, once after d unless stopped (the returned func), what
+// the backends of url that are not idle do and the locks they wait for.
+func watchBackends(t *testing.T, ctx context.Context, url string, d time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-done:
+			return
+		case <-time.After(d):
+		}
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Logf("watching the backends: %v", err)
+			return
+		}
+		defer conn.Close(ctx)
+		rows, err := conn.Query(ctx, `SELECT a.pid, a.state, a.wait_event_type, a.wait_event, left(a.query, 200),
+			(SELECT string_agg(l.locktype || ' ' || coalesce(l.relation::regclass::text, '') || ' ' || l.mode, '; ')
+			   FROM pg_locks l WHERE l.pid = a.pid AND NOT l.granted)
+			FROM pg_stat_activity a WHERE a.pid <> pg_backend_pid() AND a.backend_type = 'client backend'
+			AND (a.state IS DISTINCT FROM 'idle' OR a.wait_event_type = 'Lock')`)
+		if err != nil {
+			t.Logf("watching the backends: %v", err)
+			return
+		}
+		for rows.Next() {
+			vals, _ := rows.Values()
+			t.Logf("after %v, a backend: %v", d, vals)
+		}
+	}()
+	return func() { close(done); wg.Wait() }
 }
