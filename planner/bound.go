@@ -131,35 +131,58 @@ func boundInWhere(n *pg.Node, markers map[int64]int, out map[int]bool) {
 }
 
 // bound makes the Bound of a statement whose Template pieces are ls.tmpl,
-// for sql's literals lits; nil when no literal is a parameter.
+// for sql's literals lits; nil when no literal is a parameter. Like
+// template, it writes its text into one buffer sized first, and its
+// values into another (a Bound is made at every call of a cached
+// timestamped read).
 func (ls *literalStmt) bound(sql string, lits []literal) *Bound {
 	if !ls.anyBound {
 		return nil
 	}
-	bd := &Bound{Template: &Template{}}
-	var b strings.Builder
+	var text, values strings.Builder
+	text.Grow(ls.splicedSize(sql, lits) + 4*len(lits)) // "$n" in place of a literal
+	ends := make([]int, 0, ls.holes())
+	var valueEnds []int
 	for _, p := range ls.tmpl {
-		b.WriteString(p.text)
+		text.WriteString(p.text)
 		if p.lit >= 0 {
 			tok := sql[lits[p.lit].start:lits[p.lit].end]
 			if !p.bound {
-				spellConstant(&b, tok, lits[p.lit].class, p.negated) // checked by template
+				spellConstant(&text, tok, lits[p.lit].class, p.negated) // checked by template
 			} else {
-				var v strings.Builder
-				spellConstant(&v, tok, lits[p.lit].class, p.negated)
-				bd.Values = append(bd.Values, v.String())
-				bd.OIDs = append(bd.OIDs, int4OID)
-				b.WriteString("$" + strconv.Itoa(len(bd.Values)))
+				if valueEnds == nil {
+					n := ls.boundPieces()
+					valueEnds = make([]int, 0, n)
+					values.Grow(11 * n) // an int4's digits and sign
+				}
+				spellConstant(&values, tok, lits[p.lit].class, p.negated)
+				valueEnds = append(valueEnds, values.Len())
+				text.WriteByte('$')
+				var digits [20]byte
+				text.Write(strconv.AppendInt(digits[:0], int64(len(valueEnds)), 10))
 			}
 		}
 		if p.tsHole {
-			bd.Template.segs = append(bd.Template.segs, b.String())
-			bd.Template.size += b.Len()
-			b.Reset()
+			ends = append(ends, text.Len())
 		}
 	}
-	bd.Template.segs = append(bd.Template.segs, b.String())
-	bd.Template.size += b.Len()
-	bd.Template.param = len(bd.Values) + 1 // the timestamp's, after the literals
+	bd := &Bound{Template: templateOf(text.String(), ends, len(valueEnds)+1), // the timestamp's, after the literals
+		Values: make([]string, len(valueEnds)), OIDs: make([]uint32, len(valueEnds))}
+	all, start := values.String(), 0
+	for i, e := range valueEnds {
+		bd.Values[i], bd.OIDs[i] = all[start:e], int4OID
+		start = e
+	}
 	return bd
+}
+
+// boundPieces is the number of the pieces' literals that are parameters.
+func (ls *literalStmt) boundPieces() int {
+	n := 0
+	for _, p := range ls.tmpl {
+		if p.bound {
+			n++
+		}
+	}
+	return n
 }

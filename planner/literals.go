@@ -381,22 +381,59 @@ func (lp *literalPlan) statements(orig []*Statement, sql string, lits []literal)
 
 // template splices the literals of sql into the pieces.
 func (ls *literalStmt) template(param int, sql string, lits []literal) (*Template, bool) {
-	t := &Template{param: param}
 	var b strings.Builder
+	b.Grow(ls.splicedSize(sql, lits))
+	ends := make([]int, 0, ls.holes())
 	for _, p := range ls.tmpl {
 		b.WriteString(p.text)
 		if p.lit >= 0 && !spellConstant(&b, sql[lits[p.lit].start:lits[p.lit].end], lits[p.lit].class, p.negated) {
 			return nil, false
 		}
 		if p.tsHole {
-			t.segs = append(t.segs, b.String())
-			t.size += b.Len()
-			b.Reset()
+			ends = append(ends, b.Len())
 		}
 	}
-	t.segs = append(t.segs, b.String())
-	t.size += b.Len()
-	return t, true
+	return templateOf(b.String(), ends, param), true
+}
+
+// splicedSize is about the size of the pieces with sql's literals spliced
+// in (a string literal's quotes may make it a little more): a Template is
+// made at every call of a cached timestamped read, and growing its text
+// piece by piece was most of what the proxy allocates to plan one (issue
+// 15).
+func (ls *literalStmt) splicedSize(sql string, lits []literal) int {
+	n := 0
+	for _, p := range ls.tmpl {
+		n += len(p.text)
+		if p.lit >= 0 {
+			n += lits[p.lit].end - lits[p.lit].start + 1 // a folded '-'
+		}
+	}
+	return n
+}
+
+// holes is the number of the pieces' timestamp holes.
+func (ls *literalStmt) holes() int {
+	n := 0
+	for _, p := range ls.tmpl {
+		if p.tsHole {
+			n++
+		}
+	}
+	return n
+}
+
+// templateOf is the Template of text with holes at the offsets ends: its
+// segments share text.
+func templateOf(text string, ends []int, param int) *Template {
+	t := &Template{param: param, size: len(text), segs: make([]string, 0, len(ends)+1)}
+	start := 0
+	for _, e := range ends {
+		t.segs = append(t.segs, text[start:e])
+		start = e
+	}
+	t.segs = append(t.segs, text[start:])
+	return t
 }
 
 // spellConstant writes the literal tok of class as pg_query's deparser
@@ -412,7 +449,8 @@ func spellConstant(b *strings.Builder, tok, class string, negated bool) bool {
 		if negated {
 			v = -v
 		}
-		b.WriteString(strconv.FormatInt(v, 10)) // "%d": 007 is 7
+		var digits [20]byte
+		b.Write(strconv.AppendInt(digits[:0], v, 10)) // "%d": 007 is 7
 	case litNumeric:
 		if negated {
 			b.WriteByte('-')

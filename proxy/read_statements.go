@@ -89,45 +89,74 @@ type boundRead struct {
 // tsText when it is not empty, else as a parameter of value ts, for the
 // guard key g; nil at the text's first use.
 func (r *readStatements) boundReadOf(bd *planner.Bound, g guardKey, tsText string, ts uint64) *boundRead {
-	oids, values := bd.OIDs, make([][]byte, len(bd.Values), len(bd.Values)+1)
-	for i, v := range bd.Values {
-		values[i] = []byte(v)
-	}
-	text := bd.Template.Render(tsText)
-	if tsText == "" && bd.Template.Holes() > 0 {
-		text = bd.Template.Render("$" + strconv.Itoa(bd.Template.Param()) + "::int8")
-		oids = append(oids[:len(oids):len(oids)], int8OID)
-		values = append(values, []byte(strconv.FormatUint(ts, 10)))
-	}
-	br := &boundRead{key: readStatementKey{text: text, rev: g.rev, path: g.path}}
+	text, oids, values := boundReadParams(bd, tsText, ts)
+	key := readStatementKey{text: text, rev: g.rev, path: g.path}
 	c := r.cache()
-	name, ok := c.Get(br.key)
+	name, ok := c.Get(key)
+	parsed := false
 	if !ok {
-		if !r.seenOnce.Contains(br.key) {
-			r.seenOnce.Add(br.key, struct{}{})
+		if !r.seenOnce.Contains(key) {
+			r.seenOnce.Add(key, struct{}{})
 			return nil
 		}
-		r.seenOnce.Remove(br.key)
+		r.seenOnce.Remove(key)
 		name = ownName("mzproxy_read_" + strconv.Itoa(r.made))
 		r.made++
-		c.Add(br.key, name) // may evict one: closed below
-		br.parsed = true
+		c.Add(key, name) // may evict one: closed below
+		parsed = true
 	}
+	// Sized for every message at once: a read runs at every call, and
+	// growing the slices message by message was a good part of what the
+	// proxy allocates for it.
+	n := len(r.closing) + boundReadMessages
+	br := &boundRead{key: key, parsed: parsed,
+		msgs: make([]pgproto3.FrontendMessage, 0, n), units: make([]unit, 0, n)}
 	br.closing, r.closing = r.closing, nil
 	for _, name := range br.closing {
 		br.add(&pgproto3.Close{ObjectType: 'S', Name: name}, unit{kind: uClose, disp: swallow})
 	}
-	if br.parsed {
+	forget := r.forget(key)
+	if parsed {
 		// Closed first: a statement of that name may have outlived a
 		// forgetAll the client's own DEALLOCATE caused.
 		br.add(&pgproto3.Close{ObjectType: 'S', Name: name}, unit{kind: uClose, disp: swallow})
-		br.add(&pgproto3.Parse{Name: name, Query: text, ParameterOIDs: oids}, unit{kind: uParse, disp: swallow, failed: r.forget(br.key)})
+		br.add(&pgproto3.Parse{Name: name, Query: text, ParameterOIDs: oids}, unit{kind: uParse, disp: swallow, failed: forget})
 	}
-	br.add(&pgproto3.Bind{PreparedStatement: name, Parameters: values}, unit{kind: uBind, disp: swallow, failed: r.forget(br.key), readStatement: true})
+	br.add(&pgproto3.Bind{PreparedStatement: name, Parameters: values}, unit{kind: uBind, disp: swallow, failed: forget, readStatement: true})
 	br.add(&pgproto3.Describe{ObjectType: 'P'}, unit{kind: uDescribePortal})
 	br.add(&pgproto3.Execute{}, unit{kind: uExecute})
 	br.add(&pgproto3.Sync{}, unit{kind: uSync, relayZ: true})
 	return br
+}
+
+// boundReadMessages is the most messages a bound read sends besides the
+// closes of evicted statements: Close, Parse, Bind, Describe, Execute,
+// Sync.
+const boundReadMessages = 6
+
+// boundReadParams are the text, parameter types and values of bd's
+// statement, with its timestamp holes rendered as tsText when it is not
+// empty, else as a last parameter of value ts. The values share one
+// buffer: one allocation, not one per value.
+func boundReadParams(bd *planner.Bound, tsText string, ts uint64) (text string, oids []uint32, values [][]byte) {
+	oids, values = bd.OIDs, make([][]byte, len(bd.Values), len(bd.Values)+1)
+	size := 20 // ts's digits at most
+	for _, v := range bd.Values {
+		size += len(v)
+	}
+	buf := make([]byte, 0, size)
+	for i, v := range bd.Values {
+		buf = append(buf, v...)
+		values[i] = buf[len(buf)-len(v) : len(buf) : len(buf)]
+	}
+	if tsText != "" || bd.Template.Holes() == 0 {
+		return bd.Template.Render(tsText), oids, values
+	}
+	text = bd.Template.Render("$" + strconv.Itoa(bd.Template.Param()) + "::int8")
+	oids = append(oids[:len(oids):len(oids)], int8OID)
+	start := len(buf)
+	buf = strconv.AppendUint(buf, ts, 10)
+	return text, oids, append(values, buf[start:len(buf):len(buf)])
 }
 
 func (br *boundRead) add(m pgproto3.FrontendMessage, u unit) {
