@@ -536,6 +536,9 @@ func (s *Session) answerUnit(ctx context.Context, u *unit, typ byte, frame []byt
 	if typ == 'E' && ctx.Err() != nil {
 		frame = s.canceledByProxy(ctx, frame)
 	}
+	if typ == 'E' && s.peekRefusedView(u, frame) {
+		return false, nil
+	}
 	if typ == 't' && u.stripParam {
 		if frame, err = stripTimestampParam(frame); err != nil {
 			return true, s.lost(err)

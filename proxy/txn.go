@@ -155,7 +155,7 @@ func (s *Session) peekBeforeBegin() error {
 	if !s.pinPeekPrepared {
 		// Closed first: a client may have prepared the name.
 		steps = append(steps, step{&pgproto3.Close{ObjectType: 'S', Name: pinPeekStatement}, uClose},
-			step{&pgproto3.Parse{Name: pinPeekStatement, Query: storage.PinPeekSQL}, uParse})
+			step{&pgproto3.Parse{Name: pinPeekStatement, Query: s.pinPeekSQL()}, uParse})
 		s.pinPeekPrepared = true
 	}
 	steps = append(steps, step{&pgproto3.Bind{DestinationPortal: pinPeekStatement, PreparedStatement: pinPeekStatement}, uBind},
@@ -169,6 +169,48 @@ func (s *Session) peekBeforeBegin() error {
 		s.units.push(unit{kind: st.kind, disp: swallow, beforeBegin: peek})
 	}
 	return nil
+}
+
+// pinPeekSQL is the peek's text: it reads a view (storage.PinPeekSQL)
+// unless the session restricts views.
+func (s *Session) pinPeekSQL() string {
+	if s.be.viewsRestricted {
+		return storage.PinPeekFunctionSQL
+	}
+	return storage.PinPeekSQL
+}
+
+// peekRefusedView reports whether frame, an ErrorResponse to u, is the
+// peek's (a unit before a BEGIN) refused for reading a view: the session
+// restricts views (see restrictedView). Then nothing ran, the client does
+// not see it (its BEGIN, behind the peek's Sync, runs as usual), the
+// transaction pins with the gate (no peek), and the session's pin
+// statements call the functions from now on.
+func (s *Session) peekRefusedView(u *unit, frame []byte) bool {
+	if u.beforeBegin == nil || errorCode(wire.Body(frame)) != string(pgerr.ObjectNotInPrerequisiteState) {
+		return false
+	}
+	var er pgproto3.ErrorResponse
+	if er.Decode(wire.Body(frame)) != nil || !restrictedView(backendError(&er)) {
+		return false
+	}
+	s.restrictViews()
+	*u.beforeBegin = ""
+	// The backend skips to the peek's own Sync.
+	s.skipping = true
+	for u := s.units.front(); u != nil && u.kind != uSync; u = s.units.front() {
+		s.units.pop()
+	}
+	return true
+}
+
+// restrictViews notes that the session restricts views: the pin's
+// statements, prepared again at their next use, call pin_peek and
+// pin_check rather than read the views (storage.PinPeekFunctionSQL), and
+// the read guard calls pin() (readGuardSQL).
+func (s *Session) restrictViews() {
+	s.be.viewsRestricted = true
+	s.pinPeekPrepared, s.pinCheckPrepared, s.pinGuardPrepared = false, false, false
 }
 
 // The proxy's prepared statements of the gate-less pin: pin_peek, the
@@ -457,6 +499,13 @@ var pinAsks = []string{"SHOW transaction_isolation", "SHOW search_path", "SHOW t
 // client's ran in it yet.
 func (s *Session) pinQuick(ctx context.Context, expected txnCharacteristics) error {
 	v, err := s.quickPinValue(ctx, !snapshotIsolation(expected.isolation), peekValue(*s.txn.peek))
+	if pe := (*pgerr.Error)(nil); errors.As(err, &pe) && restrictedView(pe) && !s.be.clientBatch {
+		// The check read a view the session now restricts (its plan was
+		// made again): nothing of the client's ran; pinned anew with the
+		// gate, as when the check fails.
+		s.restrictViews()
+		return s.pinGatedAfter(ctx, []string{"ROLLBACK", s.txn.beginSQL}, expected, true)
+	}
 	if err != nil {
 		return s.pinFailed(err, true, expected)
 	}
@@ -513,7 +562,7 @@ func (s *Session) quickPinValue(ctx context.Context, raise bool, peek int64) (st
 		// After the SET: parsing a SELECT takes the transaction's
 		// snapshot.
 		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: pinCheckStatement},
-			&pgproto3.Parse{Name: pinCheckStatement, Query: quickPinSQL, ParameterOIDs: []uint32{int8OID}})
+			&pgproto3.Parse{Name: pinCheckStatement, Query: quickPinSQL(s.be.viewsRestricted), ParameterOIDs: []uint32{int8OID}})
 		closes++
 	}
 	msgs = append(msgs, &pgproto3.Bind{DestinationPortal: pinCheckStatement, PreparedStatement: pinCheckStatement,
@@ -566,10 +615,23 @@ func (s *Session) readPinValue(closes int) (v string, failed *pgerr.Error, err e
 // quickPinSQL is pinQuick's check for pin_peek's answer ($1), one text:
 // default_transaction_isolation|transaction_read_only|t|writes|catalog
 // revision|search_path (t empty when the check failed; the search_path
-// last, as it may hold any character).
-var quickPinSQL = "SELECT pg_catalog.current_setting('default_transaction_isolation') || '|' || pg_catalog.current_setting('transaction_read_only') || '|' || " +
-	"coalesce(" + strings.TrimPrefix(storage.PinCheckSQL("$1"), "SELECT ") + "::text, '') || '|' || $1 || '|' || " +
-	catalogRevisionSubquery + " || '|' || pg_catalog.current_setting('search_path')"
+// last, as it may hold any character). The check reads a view, or calls
+// pin_check in a session that restricts views (viewless).
+func quickPinSQL(viewless bool) string {
+	return "SELECT pg_catalog.current_setting('default_transaction_isolation') || '|' || pg_catalog.current_setting('transaction_read_only') || '|' || " +
+		"coalesce(" + pinCheckExpr(viewless, "$1") + "::text, '') || '|' || $1 || '|' || " +
+		catalogRevisionSubquery + " || '|' || pg_catalog.current_setting('search_path')"
+}
+
+// pinCheckExpr is the gate-less pin's check of peek as an expression:
+// storage.PinCheckSQL, or PinCheckFunctionSQL when viewless.
+func pinCheckExpr(viewless bool, peek string) string {
+	check := storage.PinCheckSQL
+	if viewless {
+		check = storage.PinCheckFunctionSQL
+	}
+	return strings.TrimPrefix(check(peek), "SELECT ")
+}
 
 // peekValue is pin_peek's answer as a number (it is one, or empty).
 func peekValue(peek string) int64 {
