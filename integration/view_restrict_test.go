@@ -102,6 +102,32 @@ func TestRestrictedViewsReads(t *testing.T) {
 	}
 }
 
+// TestRestrictedViewsDatabase: with the setting a database's own (ALTER
+// DATABASE ... SET), the proxy's own connection to it has it too: the
+// catalog and frontiers it reads for a timestamped read must not come
+// from a view either.
+func TestRestrictedViewsDatabase(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	setup := connectTo(t, ctx, p.URL("postgres", db))
+	table := tableName(t)
+	mustExec(t, ctx, setup, "CREATE TABLE "+table+" (id int PRIMARY KEY, v text)",
+		"ALTER TABLE "+table+" SET (RETAIN HISTORY FOR '1h')",
+		"INSERT INTO "+table+" VALUES (1, 'one'), (2, 'two')")
+	execDirect(t, ctx, "ALTER DATABASE "+db+" SET restrict_nonsystem_relation_kind = 'view'")
+	// A proxy started now: its connections to db have the setting.
+	q := startProxy(t)
+	url := q.URL("postgres", db)
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		t.Run(mode.String(), func(t *testing.T) {
+			plain := connectMode(t, ctx, url+"&options=-c%20restrict_nonsystem_relation_kind%3D", mode)
+			conn := connectMode(t, ctx, url, mode)
+			sameAnswers(t, ctx, plain, conn, table)
+		})
+	}
+}
+
 // sameAnswers runs restrictedReads, EXPLAIN TIMESTAMP and restrictedBlocks
 // in conn and in plain, and fails unless they answer alike.
 func sameAnswers(t *testing.T, ctx context.Context, plain, conn *pgx.Conn, table string) {
@@ -110,6 +136,9 @@ func sameAnswers(t *testing.T, ctx context.Context, plain, conn *pgx.Conn, table
 		ts := readTS(t, ctx, plain)
 		sql := strings.NewReplacer("TBL", table, "TS", strconv.FormatUint(ts, 10)).Replace(read)
 		want := answerOf(t, ctx, plain, sql)
+		if strings.HasPrefix(want, "error: ") {
+			t.Fatalf("%s without the setting: %s", sql, want)
+		}
 		for range 3 {
 			if got := answerOf(t, ctx, conn, sql); got != want {
 				t.Fatalf("%s: %s, want %s", sql, got, want)

@@ -18,6 +18,12 @@
 -- functions again must keep the setting (view_safe_test.go checks every
 -- function that names a view of the schema).
 --
+-- The proxy's own statements read no view either: its read guard calls
+-- pin() in a session that refused settled_pin, its read-only pin calls
+-- pin_peek() and pin_check() in one that refused the views of
+-- pin_views.sql, and it reads the upper from upper(), not txns (a
+-- database's or a role's settings restrict its own connections too).
+--
 -- The setting exists since PostgreSQL 15.8 (and 14.13, 13.16, 12.20); an
 -- older server has no such restriction, and refuses the name, so the
 -- functions are altered only where it exists.
