@@ -102,6 +102,46 @@ func TestRestrictedViewsReads(t *testing.T) {
 	}
 }
 
+// TestRestrictedViewsPreparedAfter: set_config restricts views after the
+// peek before BEGIN was prepared (its plan still reads its view), and
+// before the pin's check (a read with mz_now() first in a block) or its
+// guard (a plain read first) was: the peek tells that the session
+// restricts views, so the check and the guard are prepared calling the
+// functions, and the reads answer as without the setting. Before, the
+// check, prepared inside the client's batch, failed it with 55000.
+func TestRestrictedViewsPreparedAfter(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	url := p.URL("postgres", db)
+	setup := connectTo(t, ctx, url)
+	table := tableName(t)
+	mustExec(t, ctx, setup, "CREATE TABLE "+table+" (id int PRIMARY KEY, v text)",
+		"INSERT INTO "+table+" VALUES (1, 'one'), (2, 'two')")
+	plainRead := []string{"BEGIN", "SELECT id, v FROM TBL ORDER BY id", "COMMIT"}
+	timestamped := []string{"BEGIN", "SELECT id, v, mz_now() AS ts FROM TBL ORDER BY id", "COMMIT"}
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		t.Run(mode.String(), func(t *testing.T) {
+			plain := connectMode(t, ctx, url, mode)
+			for _, order := range [][2][]string{{plainRead, timestamped}, {timestamped, plainRead}} {
+				conn := connectMode(t, ctx, url, mode)
+				for i, block := range order {
+					if i == 1 {
+						mustExec(t, ctx, conn, "SELECT set_config('restrict_nonsystem_relation_kind', 'view', false)")
+					}
+					for range 2 {
+						// Every write settled: the peek answers.
+						readTS(t, ctx, setup)
+						if got, want := blockAnswers(t, ctx, conn, table, block), blockAnswers(t, ctx, plain, table, block); got != want {
+							t.Fatalf("%q after %q: %s, want %s", block, order[0], got, want)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
 // TestRestrictedViewsDatabase: with the setting a database's own (ALTER
 // DATABASE ... SET), the proxy's own connection to it has it too: the
 // catalog and frontiers it reads for a timestamped read must not come

@@ -556,7 +556,7 @@ func (s *Session) answerUnit(ctx context.Context, u *unit, typ byte, frame []byt
 		done = true
 	case 'D':
 		if u.beforeBegin != nil {
-			keepFirstValue(frame, u.beforeBegin)
+			s.keepPeek(frame, u.beforeBegin)
 		}
 	case '1', '2', '3':
 		done = true

@@ -171,13 +171,39 @@ func (s *Session) peekBeforeBegin() error {
 	return nil
 }
 
-// pinPeekSQL is the peek's text: it reads a view (storage.PinPeekSQL)
-// unless the session restricts views.
+// pinPeekSQL is the peek's text: it reads a view (viewPeekSQL) unless the
+// session restricts views.
 func (s *Session) pinPeekSQL() string {
 	if s.be.viewsRestricted {
 		return storage.PinPeekFunctionSQL
 	}
-	return storage.PinPeekSQL
+	return viewPeekSQL
+}
+
+// viewsRestrictedPeek is what viewPeekSQL answers in a session that
+// restricts views now.
+const viewsRestrictedPeek = "views restricted"
+
+// viewPeekSQL is storage.PinPeekSQL, which reads the view settled_writes,
+// answering viewsRestrictedPeek instead when the session restricts views.
+// Its plan, made before the session did (SET restrict_nonsystem_relation_kind
+// or set_config), still reads the view until the backend plans it again;
+// the check and the guard may be prepared only now, in the transaction,
+// and would then fail, the check inside a batch of the client's too. So
+// the peek tells, and they are prepared calling the functions.
+const viewPeekSQL = "SELECT CASE WHEN pg_catalog.current_setting('restrict_nonsystem_relation_kind', true) LIKE '%view%'" +
+	" THEN '" + viewsRestrictedPeek + "' ELSE p.w::text END FROM (" + storage.PinPeekSQL + ") p"
+
+// keepPeek keeps the peek's answer, a DataRow, in peek; an answer that
+// the session restricts views is kept as none (the transaction pins with
+// the gate), and the session's pin statements call the functions from now
+// on.
+func (s *Session) keepPeek(frame []byte, peek *string) {
+	keepFirstValue(frame, peek)
+	if *peek == viewsRestrictedPeek {
+		*peek = ""
+		s.restrictViews()
+	}
 }
 
 // peekRefusedView reports whether frame, an ErrorResponse to u, is the
@@ -499,12 +525,15 @@ var pinAsks = []string{"SHOW transaction_isolation", "SHOW search_path", "SHOW t
 // client's ran in it yet.
 func (s *Session) pinQuick(ctx context.Context, expected txnCharacteristics) error {
 	v, err := s.quickPinValue(ctx, !snapshotIsolation(expected.isolation), peekValue(*s.txn.peek))
-	if pe := (*pgerr.Error)(nil); errors.As(err, &pe) && restrictedView(pe) && !s.be.clientBatch {
-		// The check read a view the session now restricts (its plan was
-		// made again): nothing of the client's ran; pinned anew with the
-		// gate, as when the check fails.
+	if err != nil && restrictedView(pgerr.As(err)) {
+		// The check read a view the session restricts now (prepared, or
+		// planned again, since the peek): nothing of the client's ran.
+		// Outside a batch of the client's it is pinned anew with the gate,
+		// as when the check fails.
 		s.restrictViews()
-		return s.pinGatedAfter(ctx, []string{"ROLLBACK", s.txn.beginSQL}, expected, true)
+		if !s.be.clientBatch {
+			return s.pinGatedAfter(ctx, []string{"ROLLBACK", s.txn.beginSQL}, expected, true)
+		}
 	}
 	if err != nil {
 		return s.pinFailed(err, true, expected)
