@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -86,4 +87,40 @@ func deref(v *int64) any {
 		return nil
 	}
 	return *v
+}
+
+// BenchmarkPinViews measures the server's own time per read-only
+// transaction pin, peek and check, as the functions pin_peek and
+// pin_check (before version 26, and in a session that restricts views)
+// and as the views (PinPeekSQL, PinCheckSQL): a loop of 2,000 of each in
+// one DO block (no round trip, no parse), interleaved rounds, medians.
+//
+//	go test ./proxy/storage/ -run '^$' -bench PinViews -benchtime 20x
+func BenchmarkPinViews(b *testing.B) {
+	ctx := context.Background()
+	_, conn := installedDB(b)
+	queryInt(b, conn, ReadTSSQL)
+	pins := []struct{ name, peek, check string }{
+		{"functions", PinPeekFunctionSQL, PinCheckFunctionSQL("peek")},
+		{"views", PinPeekSQL, PinCheckSQL("peek")},
+	}
+	server := make([][]time.Duration, len(pins))
+	for i := 0; i < b.N; i++ {
+		for p, pin := range pins {
+			var us float64
+			_, err := conn.Exec(ctx, `DO $$ DECLARE s timestamptz := clock_timestamp(); peek bigint; BEGIN
+				FOR i IN 1 .. 2000 LOOP peek := (`+pin.peek+`); PERFORM (`+pin.check+`); END LOOP;
+				PERFORM set_config('bench.us', (extract(epoch FROM clock_timestamp() - s) * 1e6 / 2000)::text, false); END $$`)
+			if err == nil {
+				err = conn.QueryRow(ctx, "SELECT current_setting('bench.us')::float8").Scan(&us)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			server[p] = append(server[p], time.Duration(us*1000))
+		}
+	}
+	for p, pin := range pins {
+		b.ReportMetric(medianNs(server[p])/1000, pin.name+"-server-µs")
+	}
 }
