@@ -59,6 +59,10 @@ type backend struct {
 	// shape (seen_read.go, guardSlot); guardUsed is the one sent last.
 	guards    [guardSlots]preparedGuard
 	guardUsed int
+	// viewsRestricted: the session refused a view of mzproxy's
+	// (restrict_nonsystem_relation_kind, see restrictedView), so the
+	// proxy's statements in front of its reads use the functions instead.
+	viewsRestricted bool
 	// reads are the simple Queries' reads prepared on this connection
 	// (read_statements.go).
 	reads readStatements

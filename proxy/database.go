@@ -105,10 +105,13 @@ func (p *Proxy) adminConn(ctx context.Context, database string) (*pgx.Conn, erro
 }
 
 // frontiersSQL reads the catalog revision, the upper and every live
-// collection's since in one statement (one snapshot, one round trip).
+// collection's since in one statement (one snapshot, one round trip). The
+// upper is upper()'s, as the view txns answers it: a database or role
+// may restrict non-system views (restrict_nonsystem_relation_kind) for
+// the proxy's own connection too.
 const frontiersSQL = `
 SELECT (SELECT revision FROM ` + storage.Schema + `.catalog_revision), x.upper, c.id, c.since
-  FROM ` + storage.Schema + `.txns x
+  FROM (SELECT ` + storage.Schema + `.upper() AS upper) x
   LEFT JOIN (` + storage.Schema + `.collections c
              JOIN ` + storage.Schema + `.catalog k ON k.id = c.id AND k.dropped_ts IS NULL) ON true`
 

@@ -4,13 +4,11 @@ import (
 	"context"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
-	"github.com/mzproxy/mzproxy/proxy/storage"
 	"github.com/mzproxy/mzproxy/timeouts"
 )
 
@@ -69,15 +67,23 @@ const pinRefusedMarker = "mzproxy: pin refused"
 // pinGuardSQL pins for pin_peek's answer ($1) and answers "t writes
 // revision" (notePin's form) when the catalog is at revision $2, the
 // search_path is $3 (as SHOW spells it), default_transaction_isolation is
-// $4 and transaction_read_only is $5; else it fails. OFFSET 0 keeps the
-// subquery from being pulled up, so pin_check runs once.
-var pinGuardSQL = "SELECT (CASE WHEN p.t IS NOT NULL AND p.rev = $2" +
-	" AND pg_catalog.current_setting('search_path') = $3" +
-	" AND pg_catalog.current_setting('default_transaction_isolation') = $4" +
-	" AND pg_catalog.current_setting('transaction_read_only') = $5" +
-	" THEN p.t::text ELSE '" + pinRefusedMarker + "' END)::int8::text || ' ' || $1 || ' ' || p.rev::text" +
-	" FROM (SELECT " + strings.TrimPrefix(storage.PinCheckSQL("$1"), "SELECT ") + " AS t, " +
-	catalogRevisionSubquery + " AS rev OFFSET 0) p"
+// $4 and transaction_read_only is $5; else it fails. The check
+// (storage.PinCheckSQL) is a scalar subquery reading the view pin_state,
+// which reads P and then the writes counted, as pin_check did
+// (pin_views.sql), so the header of pin_trim.sql holds as it is: the peek
+// came before this snapshot, the check is in it; in a session that
+// restricts views (viewless) it calls pin_check. OFFSET 0 keeps the
+// subquery p from being pulled up: t is named twice, and each copy of the
+// check would read the sequences again.
+func pinGuardSQL(viewless bool) string {
+	return "SELECT (CASE WHEN p.t IS NOT NULL AND p.rev = $2" +
+		" AND pg_catalog.current_setting('search_path') = $3" +
+		" AND pg_catalog.current_setting('default_transaction_isolation') = $4" +
+		" AND pg_catalog.current_setting('transaction_read_only') = $5" +
+		" THEN p.t::text ELSE '" + pinRefusedMarker + "' END)::int8::text || ' ' || $1 || ' ' || p.rev::text" +
+		" FROM (SELECT " + pinCheckExpr(viewless, "$1") + " AS t, " +
+		catalogRevisionSubquery + " AS rev OFFSET 0) p"
+}
 
 // pinGuard is a pin sent in front of the transaction's first read, whose
 // answers have not been read.
@@ -133,7 +139,7 @@ func (s *Session) sendPinGuard(g *pinGuard) error {
 	if prepare {
 		// After the SET: parsing a SELECT takes the snapshot.
 		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: pinGuardStatement},
-			&pgproto3.Parse{Name: pinGuardStatement, Query: pinGuardSQL,
+			&pgproto3.Parse{Name: pinGuardStatement, Query: pinGuardSQL(s.be.viewsRestricted),
 				ParameterOIDs: []uint32{int8OID, int8OID, textOID, textOID, textOID}})
 		g.closes++
 	}
@@ -199,7 +205,7 @@ func (s *Session) firstReadAfterGuard(ctx context.Context, sql string, frame []b
 // anew and pins it with the gate (nil: pinned); any other error fails the
 // transaction, as a failed pin does.
 func (s *Session) guardFailed(ctx context.Context, g *pinGuard, failed *pgerr.Error) error {
-	refused := refusedBy(failed, pinRefusedMarker)
+	refused := refusedBy(failed, pinRefusedMarker) || s.guardRefusedView(failed)
 	if !refused {
 		// Prepared again next time (the Parse may be what failed).
 		s.pinGuardPrepared = false
@@ -208,6 +214,18 @@ func (s *Session) guardFailed(ctx context.Context, g *pinGuard, failed *pgerr.Er
 		return s.pinFailed(err, true, g.expected)
 	}
 	return s.pinGatedAfter(ctx, []string{"ROLLBACK", s.txn.beginSQL}, g.expected, true)
+}
+
+// guardRefusedView reports whether the guard failed for reading a view
+// the session now restricts (its plan was made again under the setting):
+// nothing ran, so it is followed as a refusal, and the session's pin
+// statements call the functions from now on.
+func (s *Session) guardRefusedView(failed *pgerr.Error) bool {
+	if !restrictedView(failed) {
+		return false
+	}
+	s.restrictViews()
+	return true
 }
 
 // pinnedByGuard follows the guard's answer v while the read runs: the
@@ -273,7 +291,7 @@ func (s *Session) settleGuard(ctx context.Context, sendFlush bool) error {
 		return err
 	case failed == nil:
 		return s.guardPassedExtended(ctx, g.sql, v)
-	case refusedBy(failed, pinRefusedMarker):
+	case refusedBy(failed, pinRefusedMarker) || s.guardRefusedView(failed):
 		return s.guardRefusedExtended(ctx, g)
 	}
 	// Prepared again next time (the Parse may be what failed).

@@ -548,6 +548,9 @@ func (s *Session) answerUnit(ctx context.Context, u *unit, typ byte, frame []byt
 		s.be.reads.lost = true
 		s.muted = true
 	}
+	if typ == 'E' && s.peekRefusedView(u, frame) {
+		return false, nil
+	}
 	if typ == 't' && u.stripParam {
 		if frame, err = stripTimestampParam(frame); err != nil {
 			return true, s.lost(err)
@@ -565,7 +568,7 @@ func (s *Session) answerUnit(ctx context.Context, u *unit, typ byte, frame []byt
 		done = true
 	case 'D':
 		if u.beforeBegin != nil {
-			keepFirstValue(frame, u.beforeBegin)
+			s.keepPeek(frame, u.beforeBegin)
 		}
 	case '1', '2', '3':
 		done = true

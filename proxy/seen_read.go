@@ -64,27 +64,34 @@ const readTSExpr = "(pg_catalog.current_setting('mzproxy.read_ts')::int8)"
 // bigint, so the guard fails with 22P02 and this text in its message.
 const staleMarker = "mzproxy: plan of a changed catalog"
 
-// readGuardSQL is the guard of a read planned at catalog revision rev with
-// search_path path (as SHOW spells it; "" when not known), which pins the
-// oracle when pin is set. A failing cast is the only way a
+// readGuardSQL is the guard of a read planned at catalog revision key.rev
+// with search_path key.path (as SHOW spells it; "" when not known), which
+// pins the oracle when key.pin is set. A failing cast is the only way a
 // plain SQL statement can fail on a condition (no function of the proxy's
 // may be added for it); the CASE is not constant (it reads a table), so
 // it is evaluated when the statement runs, not when it is planned.
-func readGuardSQL(rev int64, path string, pin bool) string {
-	ok := "(SELECT revision FROM " + storage.Schema + ".catalog_revision) = " + strconv.FormatInt(rev, 10)
-	if path != "" {
-		ok += " AND pg_catalog.current_setting('search_path') = " + quoteLiteral(path)
+func readGuardSQL(key guardKey) string {
+	ok := "(SELECT revision FROM " + storage.Schema + ".catalog_revision) = " + strconv.FormatInt(key.rev, 10)
+	if key.path != "" {
+		ok += " AND pg_catalog.current_setting('search_path') = " + quoteLiteral(key.path)
 	}
 	value := "'0'"
-	if pin {
-		ok += " AND pg_catalog.current_setting('transaction_isolation') IN ('read committed', 'read uncommitted')"
+	switch {
+	case key.pin && key.viewless:
+		// The session restricts views: pin() reads settled_pin with the
+		// restriction lifted (view_safe.sql).
+		value = storage.Schema + ".pin()::text"
+	case key.pin:
 		// The lock-free pin first, as a view the guard's plan includes
 		// (no function call: see pin_cheap.sql); pin() only when it does
 		// not apply. COALESCE evaluates pin() only then.
 		value = "coalesce((SELECT t FROM " + storage.Schema + ".settled_pin), " + storage.Schema + ".pin())::text"
 	}
+	if key.pin {
+		ok += " AND pg_catalog.current_setting('transaction_isolation') IN ('read committed', 'read uncommitted')"
+	}
 	guarded := "(CASE WHEN " + ok + " THEN " + value + " ELSE '" + staleMarker + "' END)::int8::text"
-	if !pin {
+	if !key.pin {
 		return "SELECT " + guarded
 	}
 	return "SELECT pg_catalog.set_config('mzproxy.read_ts', " + guarded + ", true)"
@@ -195,13 +202,25 @@ func (s *Session) skippedBoundRead(br *boundRead, err error) error {
 	}
 }
 
-// isStale reports whether err is the guard's refusal (readGuardSQL), or
-// says that its prepared statement is gone (the client's DEALLOCATE ALL or
-// DISCARD ALL): either way nothing ran, and the read is planned again.
+// isStale reports whether err is the guard's refusal (readGuardSQL), says
+// that its prepared statement is gone (the client's DEALLOCATE ALL or
+// DISCARD ALL), or that the session restricts the view the guard read
+// (readGuard noted it: the next guard calls pin() instead): either way
+// nothing ran, and the read is planned again, the ordinary way.
 func isStale(err error) bool {
 	pe := pgerr.As(err)
-	return refusedBy(pe, staleMarker) ||
+	return refusedBy(pe, staleMarker) || restrictedView(pe) ||
 		pe.Code == pgerr.InvalidSQLStatementName && strings.Contains(pe.Message, guardStatement)
+}
+
+// restrictedView reports whether pe is PostgreSQL's refusal of a view in a
+// session with restrict_nonsystem_relation_kind = 'view' (pg_dump sets it;
+// so may a role's settings or startup options, or set_config in a
+// function): mzproxy's views are non-system views. The backend refuses
+// when it rewrites the statement, so nothing of it ran.
+func restrictedView(pe *pgerr.Error) bool {
+	return pe.Code == pgerr.ObjectNotInPrerequisiteState &&
+		strings.HasPrefix(pe.Message, "access to non-system view ") && strings.HasSuffix(pe.Message, " is restricted")
 }
 
 // refusedBy reports whether pe is a guard's deliberate refusal: the cast
@@ -253,11 +272,15 @@ func (s *Session) sendGuarded(guard guardKey, msgs []pgproto3.FrontendMessage) (
 var guardStatement = ownName("mzproxy_read_guard")
 
 // guardKey is what the text of a read guard depends on (readGuardSQL's
-// arguments).
+// argument). viewless is set by sendGuard, not by its callers: the session
+// restricts views (backend.viewsRestricted), and a guard that pins calls
+// pin() rather than read the view settled_pin. It shares its slot with the
+// view's shape: a session does not go back.
 type guardKey struct {
-	rev  int64
-	path string
-	pin  bool
+	rev      int64
+	path     string
+	pin      bool
+	viewless bool
 }
 
 // guardSlots is the number of shapes of a read guard: with or without the
@@ -293,6 +316,7 @@ type preparedGuard struct {
 // catalog revision, not once per read. closes is where readGuard starts
 // counting CloseCompletes.
 func (b *backend) sendGuard(key guardKey) (closes int, err error) {
+	key.viewless = key.pin && b.viewsRestricted
 	slot, name := guardSlot(key)
 	b.guardUsed = slot
 	msgs := make([]pgproto3.FrontendMessage, 0, 5)
@@ -301,7 +325,7 @@ func (b *backend) sendGuard(key guardKey) (closes int, err error) {
 		// Closed first: it may exist for another key (closing one that
 		// does not is no error, and answers CloseComplete all the same).
 		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: name},
-			&pgproto3.Parse{Name: name, Query: readGuardSQL(key.rev, key.path, key.pin)})
+			&pgproto3.Parse{Name: name, Query: readGuardSQL(key)})
 		*g, closes = preparedGuard{key: key, ok: true}, 0
 	}
 	msgs = append(msgs,
@@ -318,11 +342,17 @@ func (b *backend) sendGuard(key guardKey) (closes int, err error) {
 
 // readGuard reads the answers to sendGuard's messages and returns the
 // guard's value. After a failure the guard is prepared again next time:
-// the statement may be gone (a client's DEALLOCATE ALL) or half made.
+// the statement may be gone (a client's DEALLOCATE ALL) or half made. A
+// refused view marks the session: its guards call pin() from now on (its
+// Parse, or its Bind after the backend planned it again, failed).
 func (b *backend) readGuard(closes int) ([]string, error) {
 	values, err := b.readValues(1, closes)
 	if err != nil {
 		b.guards[b.guardUsed].ok = false
+		var pe *pgerr.Error
+		if errors.As(err, &pe) && restrictedView(pe) {
+			b.viewsRestricted = true
+		}
 	}
 	return values, err
 }

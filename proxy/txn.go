@@ -155,7 +155,7 @@ func (s *Session) peekBeforeBegin() error {
 	if !s.pinPeekPrepared {
 		// Closed first: a client may have prepared the name.
 		steps = append(steps, step{&pgproto3.Close{ObjectType: 'S', Name: pinPeekStatement}, uClose},
-			step{&pgproto3.Parse{Name: pinPeekStatement, Query: storage.PinPeekSQL}, uParse})
+			step{&pgproto3.Parse{Name: pinPeekStatement, Query: s.pinPeekSQL()}, uParse})
 		s.pinPeekPrepared = true
 	}
 	steps = append(steps, step{&pgproto3.Bind{DestinationPortal: pinPeekStatement, PreparedStatement: pinPeekStatement}, uBind},
@@ -169,6 +169,74 @@ func (s *Session) peekBeforeBegin() error {
 		s.units.push(unit{kind: st.kind, disp: swallow, beforeBegin: peek})
 	}
 	return nil
+}
+
+// pinPeekSQL is the peek's text: it reads a view (viewPeekSQL) unless the
+// session restricts views.
+func (s *Session) pinPeekSQL() string {
+	if s.be.viewsRestricted {
+		return storage.PinPeekFunctionSQL
+	}
+	return viewPeekSQL
+}
+
+// viewsRestrictedPeek is what viewPeekSQL answers in a session that
+// restricts views now.
+const viewsRestrictedPeek = "views restricted"
+
+// viewPeekSQL is storage.PinPeekSQL, which reads the view settled_writes,
+// answering viewsRestrictedPeek instead when the session restricts views.
+// Its plan, made before the session did (SET restrict_nonsystem_relation_kind
+// or set_config), still reads the view until the backend plans it again;
+// the check and the guard may be prepared only now, in the transaction,
+// and would then fail, the check inside a batch of the client's too. So
+// the peek tells, and they are prepared calling the functions.
+const viewPeekSQL = "SELECT CASE WHEN pg_catalog.current_setting('restrict_nonsystem_relation_kind', true) LIKE '%view%'" +
+	" THEN '" + viewsRestrictedPeek + "' ELSE p.w::text END FROM (" + storage.PinPeekSQL + ") p"
+
+// keepPeek keeps the peek's answer, a DataRow, in peek; an answer that
+// the session restricts views is kept as none (the transaction pins with
+// the gate), and the session's pin statements call the functions from now
+// on.
+func (s *Session) keepPeek(frame []byte, peek *string) {
+	keepFirstValue(frame, peek)
+	if *peek == viewsRestrictedPeek {
+		*peek = ""
+		s.restrictViews()
+	}
+}
+
+// peekRefusedView reports whether frame, an ErrorResponse to u, is the
+// peek's (a unit before a BEGIN) refused for reading a view: the session
+// restricts views (see restrictedView). Then nothing ran, the client does
+// not see it (its BEGIN, behind the peek's Sync, runs as usual), the
+// transaction pins with the gate (no peek), and the session's pin
+// statements call the functions from now on.
+func (s *Session) peekRefusedView(u *unit, frame []byte) bool {
+	if u.beforeBegin == nil || errorCode(wire.Body(frame)) != string(pgerr.ObjectNotInPrerequisiteState) {
+		return false
+	}
+	var er pgproto3.ErrorResponse
+	if er.Decode(wire.Body(frame)) != nil || !restrictedView(backendError(&er)) {
+		return false
+	}
+	s.restrictViews()
+	*u.beforeBegin = ""
+	// The backend skips to the peek's own Sync.
+	s.skipping = true
+	for u := s.units.front(); u != nil && u.kind != uSync; u = s.units.front() {
+		s.units.pop()
+	}
+	return true
+}
+
+// restrictViews notes that the session restricts views: the pin's
+// statements, prepared again at their next use, call pin_peek and
+// pin_check rather than read the views (storage.PinPeekFunctionSQL), and
+// the read guard calls pin() (readGuardSQL).
+func (s *Session) restrictViews() {
+	s.be.viewsRestricted = true
+	s.pinPeekPrepared, s.pinCheckPrepared, s.pinGuardPrepared = false, false, false
 }
 
 // The proxy's prepared statements of the gate-less pin: pin_peek, the
@@ -457,6 +525,16 @@ var pinAsks = []string{"SHOW transaction_isolation", "SHOW search_path", "SHOW t
 // client's ran in it yet.
 func (s *Session) pinQuick(ctx context.Context, expected txnCharacteristics) error {
 	v, err := s.quickPinValue(ctx, !snapshotIsolation(expected.isolation), peekValue(*s.txn.peek))
+	if err != nil && restrictedView(pgerr.As(err)) {
+		// The check read a view the session restricts now (prepared, or
+		// planned again, since the peek): nothing of the client's ran.
+		// Outside a batch of the client's it is pinned anew with the gate,
+		// as when the check fails.
+		s.restrictViews()
+		if !s.be.clientBatch {
+			return s.pinGatedAfter(ctx, []string{"ROLLBACK", s.txn.beginSQL}, expected, true)
+		}
+	}
 	if err != nil {
 		return s.pinFailed(err, true, expected)
 	}
@@ -513,7 +591,7 @@ func (s *Session) quickPinValue(ctx context.Context, raise bool, peek int64) (st
 		// After the SET: parsing a SELECT takes the transaction's
 		// snapshot.
 		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: pinCheckStatement},
-			&pgproto3.Parse{Name: pinCheckStatement, Query: quickPinSQL, ParameterOIDs: []uint32{int8OID}})
+			&pgproto3.Parse{Name: pinCheckStatement, Query: quickPinSQL(s.be.viewsRestricted), ParameterOIDs: []uint32{int8OID}})
 		closes++
 	}
 	msgs = append(msgs, &pgproto3.Bind{DestinationPortal: pinCheckStatement, PreparedStatement: pinCheckStatement,
@@ -566,10 +644,23 @@ func (s *Session) readPinValue(closes int) (v string, failed *pgerr.Error, err e
 // quickPinSQL is pinQuick's check for pin_peek's answer ($1), one text:
 // default_transaction_isolation|transaction_read_only|t|writes|catalog
 // revision|search_path (t empty when the check failed; the search_path
-// last, as it may hold any character).
-var quickPinSQL = "SELECT pg_catalog.current_setting('default_transaction_isolation') || '|' || pg_catalog.current_setting('transaction_read_only') || '|' || " +
-	"coalesce(" + strings.TrimPrefix(storage.PinCheckSQL("$1"), "SELECT ") + "::text, '') || '|' || $1 || '|' || " +
-	catalogRevisionSubquery + " || '|' || pg_catalog.current_setting('search_path')"
+// last, as it may hold any character). The check reads a view, or calls
+// pin_check in a session that restricts views (viewless).
+func quickPinSQL(viewless bool) string {
+	return "SELECT pg_catalog.current_setting('default_transaction_isolation') || '|' || pg_catalog.current_setting('transaction_read_only') || '|' || " +
+		"coalesce(" + pinCheckExpr(viewless, "$1") + "::text, '') || '|' || $1 || '|' || " +
+		catalogRevisionSubquery + " || '|' || pg_catalog.current_setting('search_path')"
+}
+
+// pinCheckExpr is the gate-less pin's check of peek as an expression:
+// storage.PinCheckSQL, or PinCheckFunctionSQL when viewless.
+func pinCheckExpr(viewless bool, peek string) string {
+	check := storage.PinCheckSQL
+	if viewless {
+		check = storage.PinCheckFunctionSQL
+	}
+	return strings.TrimPrefix(check(peek), "SELECT ")
+}
 
 // peekValue is pin_peek's answer as a number (it is one, or empty).
 func peekValue(peek string) int64 {

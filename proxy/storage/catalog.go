@@ -169,7 +169,7 @@ type FrontierState struct {
 
 const frontiersSQL = `
 SELECT x.upper, c.id, c.since
-  FROM ` + Schema + `.txns x
+  FROM (SELECT ` + Schema + `.upper() AS upper) x
   LEFT JOIN (` + Schema + `.collections c JOIN ` + Schema + `.catalog k ON k.id = c.id AND k.dropped_ts IS NULL) ON true`
 
 // Frontiers reads the upper and each live collection's since in one query.

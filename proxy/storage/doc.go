@@ -15,7 +15,7 @@
 // pin_fast.sql 14 to 15, ddl_fast.sql 15 to 16, rw_check.sql 16 to 17,
 // pin_cheap.sql 17 to 18, ddl_lean.sql 18 to 19, ddl_marks.sql 19 to 20,
 // rw_check_gate.sql 20 to 21, ins_gap.sql 21 to 22, slot_state.sql 22 to 23,
-// ddl_alter.sql 23 to 24
+// ddl_alter.sql 23 to 24, view_safe.sql 24 to 25, pin_views.sql 25 to 26
 // (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
@@ -106,14 +106,24 @@
 //     write slot was taken since the last pin), capped at a second ahead of
 //     the clock; and records P = t. In a transaction that holds a slot it
 //     is that transaction's T. pin_held() is the pin of a transaction that
-//     locked the gate itself, before its snapshot (PinSnapshotSQL).
+//     locked the gate itself, before its snapshot (PinSnapshotSQL). Since
+//     version 25 (view_safe.sql) pin(), compact() and register(), which
+//     read or name a view of mzproxy's, set restrict_nonsystem_relation_kind
+//     = '' in their SET clause: they answer in a session that restricts
+//     non-system views (pg_dump's), where a direct read of settled_pin
+//     fails; the proxy then guards with pin() (proxy/seen_read.go).
 //   - pin_peek() / pin_check(peek) (PinPeekSQL, PinCheckSQL):
 //     a read-only transaction's pin without the gate (pin_trim.sql).
 //     pin_peek, outside any block before the BEGIN, answers the writes
 //     counted when a pin has settled them all, else NULL; pin_check in the transaction's first
 //     statement answers P when no write slot was taken since, so the
 //     snapshot holds exactly the writes at or below P; NULL otherwise
-//     (the transaction is begun again and pinned with the gate).
+//     (the transaction is begun again and pinned with the gate). Since
+//     version 26 (pin_views.sql) PinPeekSQL and PinCheckSQL ask the same
+//     of the views settled_writes and pin_state, without any function
+//     call; a session that restricts non-system views calls the
+//     functions (PinPeekFunctionSQL, PinCheckFunctionSQL), as do the
+//     proxies of older versions.
 //   - tick(wait_ms): a pin that gives up (NULL) after wait_ms of waiting for
 //     writers, and records the upper in txns_durable.
 //   - register, heartbeat, deregister, acquire_hold, compact,

@@ -167,8 +167,24 @@ var slotStateSQL string
 //go:embed ddl_alter.sql
 var ddlAlterSQL string
 
+// viewSafeSQL upgrades version 24 to 25: the functions that read a view
+// of mzproxy's (pin(), compact(), register()) lift
+// restrict_nonsystem_relation_kind for their own duration, so they answer
+// in a session that restricts non-system views.
+//
+//go:embed view_safe.sql
+var viewSafeSQL string
+
+// pinViewsSQL upgrades version 25 to 26: a read-only transaction's pin
+// reads the views settled_writes and pin_state instead of calling the
+// PL/pgSQL functions pin_peek and pin_check (which a session that
+// restricts non-system views still calls).
+//
+//go:embed pin_views.sql
+var pinViewsSQL string
+
 // migrations[v] upgrades a database at version v to v+1.
-var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL, 9: ddlCostSQL, 10: blockCostSQL, 11: writeTrimSQL, 12: ddlTrimSQL, 13: pinTrimSQL, 14: pinFastSQL, 15: ddlFastSQL, 16: rwCheckSQL, 17: pinCheapSQL, 18: ddlLeanSQL, 19: ddlMarksSQL, 20: rwCheckGateSQL, 21: insGapSQL, 22: slotStateSQL, 23: ddlAlterSQL}
+var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL, 9: ddlCostSQL, 10: blockCostSQL, 11: writeTrimSQL, 12: ddlTrimSQL, 13: pinTrimSQL, 14: pinFastSQL, 15: ddlFastSQL, 16: rwCheckSQL, 17: pinCheapSQL, 18: ddlLeanSQL, 19: ddlMarksSQL, 20: rwCheckGateSQL, 21: insGapSQL, 22: slotStateSQL, 23: ddlAlterSQL, 24: viewSafeSQL, 25: pinViewsSQL}
 
 // InstallScript returns the SQL that Install runs on an empty database for
 // SchemaVersion, with the schema name filled in. Exposed for inspection and

@@ -17,7 +17,7 @@ import (
 const Schema = "mzproxy"
 
 // SchemaVersion is the version of the backend layout this package installs.
-const SchemaVersion = 24
+const SchemaVersion = 26
 
 // Infinity is mz_to of a current version: a version is visible at ts when
 // mz_from <= ts AND mz_to > ts.
@@ -55,8 +55,13 @@ const (
 	// PinPeekSQL, run outside a transaction block before the BEGIN of a
 	// read-only transaction, returns what PinCheckSQL checks in its
 	// snapshot (NULL when the writes in progress rule the gate-less pin
-	// out).
-	PinPeekSQL = "SELECT " + Schema + ".pin_peek()"
+	// out). It reads the view settled_writes, which asks what the
+	// function pin_peek() asks without calling any (pin_views.sql).
+	PinPeekSQL = "SELECT w FROM " + Schema + ".settled_writes"
+	// PinPeekFunctionSQL is PinPeekSQL for a session that restricts
+	// non-system views (restrict_nonsystem_relation_kind), which cannot
+	// read settled_writes: it calls pin_peek().
+	PinPeekFunctionSQL = "SELECT " + Schema + ".pin_peek()"
 )
 
 // PinCheckSQL is the gate-less pin of a read-only transaction (see
@@ -64,7 +69,20 @@ const (
 // PinPeekSQL answered before its BEGIN (peek: a literal or a parameter): the timestamp t (the upper is
 // t+1), or NULL when no write slot may be taken since and the transaction
 // must pin again with PinSnapshotSQL in a new backend transaction.
+//
+// It answers what the function pin_check(peek) answers from the view
+// pin_state (pin_views.sql), without calling any function, as one scalar
+// subquery after the SELECT, so a caller may use what follows the SELECT
+// as an expression. The view's w is named once: each mention would read
+// the sequence writes again.
 func PinCheckSQL(peek string) string {
+	return "SELECT (SELECT CASE WHEN s.w = " + peek + " THEN s.t END FROM " + Schema + ".pin_state s)"
+}
+
+// PinCheckFunctionSQL is PinCheckSQL for a session that restricts
+// non-system views (see PinPeekFunctionSQL): it calls pin_check(peek).
+// What follows its SELECT is an expression too.
+func PinCheckFunctionSQL(peek string) string {
 	return "SELECT " + Schema + ".pin_check(" + peek + ")"
 }
 
