@@ -121,11 +121,14 @@ func TestUpgradeToVersion24(t *testing.T) {
 		t.Fatal(err)
 	}
 	inWrite(t, conn, "CREATE TABLE old (k int PRIMARY KEY, v int)", "INSERT INTO old VALUES (1, 0)")
-	if err := Install(ctx, conn); err != nil {
+	// Only to 24: a later upgrade that makes every table's trigger
+	// functions again (27) records the shape itself.
+	to24 := strings.ReplaceAll(migrations[23], "@SCHEMA@", Schema)
+	if _, err := conn.PgConn().Exec(ctx, "BEGIN; SET LOCAL check_function_bodies = off; "+to24+"; COMMIT").ReadAll(); err != nil {
 		t.Fatal(err)
 	}
-	if got := queryInt(t, conn, "SELECT max(version) FROM "+Schema+".schema_version"); got != SchemaVersion {
-		t.Fatalf("version %d after the upgrade, want %d", got, SchemaVersion)
+	if got := queryInt(t, conn, "SELECT max(version) FROM "+Schema+".schema_version"); got != 24 {
+		t.Fatalf("version %d after the upgrade, want 24", got)
 	}
 	if calls := syncCalls(t, cs, "ALTER TABLE old ADD COLUMN w int"); len(calls) == 0 {
 		t.Errorf("the first column change after the upgrade called no sync, want them (no shape yet)")

@@ -15,7 +15,8 @@
 // pin_fast.sql 14 to 15, ddl_fast.sql 15 to 16, rw_check.sql 16 to 17,
 // pin_cheap.sql 17 to 18, ddl_lean.sql 18 to 19, ddl_marks.sql 19 to 20,
 // rw_check_gate.sql 20 to 21, ins_gap.sql 21 to 22, slot_state.sql 22 to 23,
-// ddl_alter.sql 23 to 24, view_safe.sql 24 to 25, pin_views.sql 25 to 26
+// ddl_alter.sql 23 to 24, view_safe.sql 24 to 25, pin_views.sql 25 to 26,
+// write_lean.sql 26 to 27
 // (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
@@ -138,10 +139,12 @@
 //     cost one call. INSERT adds versions at T; DELETE retracts one current
 //     version per deleted row (by key when the table has a non-deferrable
 //     primary key, in one statement that UPDATE's trigger also inserts
-//     with; it prefers a version of the key written at T, a search it
-//     skips when its own stamp_ts chose T, the transaction having written
-//     none yet; otherwise as a multiset by whole-row text found through
-//     mz_hash); UPDATE retracts and inserts; TRUNCATE retracts everything;
+//     with; it prefers a version of the key written at T, checked by
+//     whole-row text, a search it skips when it chose T itself, the
+//     transaction having written none yet: such a trigger finds a pending
+//     slot and chooses T in its own query (stamp_ts' query for it, version
+//     27), then closes the key's one current version found by key alone;
+//     otherwise as a multiset by whole-row text found through mz_hash); UPDATE retracts and inserts; TRUNCATE retracts everything;
 //     a version both written and retracted at T is deleted outright. A
 //     statement that would close a version written at a later T (a write
 //     that committed after this transaction's T was chosen) fails with
