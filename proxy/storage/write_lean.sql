@@ -1,5 +1,5 @@
--- mzproxy backend state, version 26 to 27: an autocommit write's history trigger without the nested
--- stamp_ts call and, when it chose T itself, without the whole-row text
+-- mzproxy backend state, version 26 to 27: an autocommit write's history
+-- trigger without the nested stamp_ts call and, when it chose T itself, without the whole-row text
 -- (issue 14). docs/write-cost.md has the measured breakdown.
 --
 -- Counted with callgrind in a single-user backend (plan_cache_mode =
