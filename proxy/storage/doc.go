@@ -15,7 +15,8 @@
 // pin_fast.sql 14 to 15, ddl_fast.sql 15 to 16, rw_check.sql 16 to 17,
 // pin_cheap.sql 17 to 18, ddl_lean.sql 18 to 19, ddl_marks.sql 19 to 20,
 // rw_check_gate.sql 20 to 21, ins_gap.sql 21 to 22, slot_state.sql 22 to 23,
-// ddl_alter.sql 23 to 24
+// ddl_alter.sql 23 to 24, ddl_small.sql 27 to 28 (written against 24;
+// 25 to 27 are merged from other branches)
 // (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
@@ -150,9 +151,11 @@
 //     has are copied into history at T); CREATE VIEW is recorded with its
 //     pg_get_viewdef text; ALTER TABLE reconciles the history table (see
 //     reconcile in ddl_cost.sql: current versions are compared with the
-//     rows only when a value can have changed), CREATE INDEX syncs its
-//     lookup mirrors; DROP marks dropped_ts = T and keeps the
-//     history; every DDL bumps the revision. Outside the proxy: DDL that
+//     rows only when a value can have changed), CREATE UNIQUE INDEX syncs
+//     its lookup mirrors (since version 28 no other index does: it has
+//     none); DROP marks dropped_ts = T and keeps the history, and since
+//     version 28 the table's trigger functions too, which compaction drops
+//     with the history table; every DDL bumps the revision. Outside the proxy: DDL that
 //     changes or drops a managed relation fails with MZ003 (index DDL,
 //     COMMENT, GRANT and REVOKE are allowed), other DDL passes untouched and
 //     what it creates stays unmanaged.
