@@ -30,6 +30,10 @@
 --  * Both guards compute the mark only when mzproxy.in_ddl is set: an
 --    empty setting never equals a mark (64 hex digits). A client's DDL
 --    pays no hash there; mzproxy's own nested DDL compares as before.
+--    on_ddl_command_end set the mark (another hash) for every DDL; it now
+--    sets it just before each call that runs DDL of mzproxy's own
+--    (sync_grants, sync_indexes, reconcile, manage_table), the only
+--    statements the guards must let through.
 --  * DROP TABLE dropped the table's four trigger functions in its own
 --    transaction (a DROP FUNCTION, which fired both event triggers again).
 --    They are now dropped with the history table by compaction, which
@@ -103,7 +107,27 @@ $$, $$        EXECUTE format('DROP TABLE IF EXISTS %s', d.history);
             EXECUTE format('DROP FUNCTION IF EXISTS @SCHEMA@.%I(), @SCHEMA@.%I(), @SCHEMA@.%I(), @SCHEMA@.%I()',
                            'h' || d.id || '_ins', 'h' || d.id || '_upd', 'h' || d.id || '_del', 'h' || d.id || '_trunc');
         END IF;
-$$]];
+$$],
+        -- (8) to (12): mzproxy.in_ddl set only before a call that runs
+        -- DDL of mzproxy's own (a view's record, a DROP and a plain
+        -- CREATE INDEX run none).
+        ['on_ddl_command_end()', $$    PERFORM set_config('mzproxy.in_ddl', @SCHEMA@.ddl_mark(), true);
+    UPDATE @SCHEMA@.catalog_revision$$, $$    -- (Version 28: mzproxy.in_ddl is set before each call below that
+    -- runs DDL of mzproxy's own, not for every DDL.)
+    UPDATE @SCHEMA@.catalog_revision$$],
+        ['on_ddl_command_end()', $$            PERFORM @SCHEMA@.sync_grants(g.id) FROM @SCHEMA@.catalog g WHERE g.kind = 'table' AND g.dropped_ts IS NULL;
+            CONTINUE;$$, $$            PERFORM set_config('mzproxy.in_ddl', @SCHEMA@.ddl_mark(), true);
+            PERFORM @SCHEMA@.sync_grants(g.id) FROM @SCHEMA@.catalog g WHERE g.kind = 'table' AND g.dropped_ts IS NULL;
+            CONTINUE;$$],
+        ['on_ddl_command_end()', $$                    PERFORM @SCHEMA@.sync_indexes(k.id);$$,
+         $$                    PERFORM set_config('mzproxy.in_ddl', @SCHEMA@.ddl_mark(), true);
+                    PERFORM @SCHEMA@.sync_indexes(k.id);$$],
+        ['on_ddl_command_end()', $$                PERFORM @SCHEMA@.reconcile(k.id, ts, false);$$,
+         $$                PERFORM set_config('mzproxy.in_ddl', @SCHEMA@.ddl_mark(), true);
+                PERFORM @SCHEMA@.reconcile(k.id, ts, false);$$],
+        ['on_ddl_command_end()', $$            PERFORM @SCHEMA@.manage_table(rel_oid, ts, rev);$$,
+         $$            PERFORM set_config('mzproxy.in_ddl', @SCHEMA@.ddl_mark(), true);
+            PERFORM @SCHEMA@.manage_table(rel_oid, ts, rev);$$]];
     i int;
     def text;
 BEGIN
