@@ -1,6 +1,7 @@
 -- mzproxy backend state, version 26 to 27: an autocommit write's history
--- trigger without the nested stamp_ts call and, when it chose T itself, without the whole-row text
--- (issue 14). docs/write-cost.md has the measured breakdown.
+-- trigger without the nested stamp_ts call and, when it chose T itself,
+-- without the whole-row text (issue 14). docs/write-cost.md has the
+-- measured breakdown.
 --
 -- Counted with callgrind in a single-user backend (plan_cache_mode =
 -- force_generic_plan, as the nested statements run through the proxy

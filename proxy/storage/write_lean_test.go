@@ -15,7 +15,7 @@ func TestUpgradeToVersion27(t *testing.T) {
 	cs := newDB(t)
 	ctx := context.Background()
 	conn := connect(t, cs)
-	prev := strings.ReplaceAll(strings.Join(migrations[:len(migrations)-1], "\n"), "@SCHEMA@", Schema)
+	prev := strings.ReplaceAll(strings.Join(migrations[:26], "\n"), "@SCHEMA@", Schema)
 	if _, err := conn.PgConn().Exec(ctx, "BEGIN; SET LOCAL check_function_bodies = off; "+prev+"; COMMIT").ReadAll(); err != nil {
 		t.Fatal(err)
 	}
