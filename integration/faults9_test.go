@@ -308,7 +308,10 @@ func burstClient(ctx context.Context, url string, i int, acked func() int) error
 }
 
 // watchBackends logs, once after d unless stopped (the returned func), what
-// the backends of url that are not idle do and the locks they wait for.
+// the backends of url that are not idle do and the locks they wait for,
+// and the backends idle for over half of d: one that answered a session's
+// start and was never read shows as idle after its start's query (as when
+// pgconn's background reader took that answer: TestConnectBackendSlowStartupWrite).
 func watchBackends(t *testing.T, ctx context.Context, url string, d time.Duration) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -330,7 +333,8 @@ func watchBackends(t *testing.T, ctx context.Context, url string, d time.Duratio
 			(SELECT string_agg(l.locktype || ' ' || coalesce(l.relation::regclass::text, '') || ' ' || l.mode, '; ')
 			   FROM pg_locks l WHERE l.pid = a.pid AND NOT l.granted)
 			FROM pg_stat_activity a WHERE a.pid <> pg_backend_pid() AND a.backend_type = 'client backend'
-			AND (a.state IS DISTINCT FROM 'idle' OR a.wait_event_type = 'Lock')`)
+			AND (a.state IS DISTINCT FROM 'idle' OR a.wait_event_type = 'Lock' OR a.state_change < now() - $1::interval)`,
+			(d / 2).String())
 		if err != nil {
 			t.Logf("watching the backends: %v", err)
 			return

@@ -139,6 +139,17 @@ func connectBackend(ctx context.Context, base *pgconn.Config, start wire.Startup
 	if err != nil {
 		return nil, connectError(err)
 	}
+	// A write of the startup that lasts over 15 ms (a loaded machine)
+	// makes pgconn start its background reader, which may still be
+	// blocked in a read of the socket when the connection is ready: it
+	// would take the backend's answer to the proxy's first query, which
+	// then waits for an answer already read (TestConnectBackendSlowStartupWrite).
+	// SyncConn stops it (with a ping, only then), as Hijack's
+	// documentation asks.
+	if err := pc.SyncConn(ctx); err != nil {
+		pc.Close(ctx)
+		return nil, connectError(err)
+	}
 	hj, err := pc.Hijack()
 	if err != nil {
 		pc.Close(ctx)
