@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"strings"
@@ -121,7 +122,12 @@ func TestMalformedInput(t *testing.T) {
 			c.expectFatal(tt.code)
 		})
 	}
-	t.Cleanup(func() { p.mustAlive(t, ctx) })
+	t.Cleanup(func() {
+		// Not ctx: the parallel subtests may have waited out its time.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		p.mustAlive(t, ctx)
+	})
 
 	t.Run("message just under the limit", func(t *testing.T) {
 		t.Parallel()

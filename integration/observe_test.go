@@ -149,9 +149,23 @@ func TestOpsStatementMetrics(t *testing.T) {
 	if _, err := conn.Exec(ctx, "SELECT pg_sleep(10)"); !errors.As(err, &pe) || pe.Code != "57014" {
 		t.Fatalf("statement timeout: %v", err)
 	}
-	// A cancel: pgx sends a CancelRequest when the context ends.
-	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, err := conn.Exec(cctx, "SELECT pg_sleep(5)")
+	// A cancel: pgx sends a CancelRequest when the context ends, here once
+	// the backend runs the statement. (A timer could end it before the
+	// statement reached the backend on a loaded machine: PostgreSQL
+	// ignores a cancel that finds its backend waiting for a command.)
+	direct := connectTo(t, ctx, directURL("postgres", db))
+	cctx, cancel := context.WithCancel(ctx)
+	go func() {
+		defer cancel()
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			var n int
+			err := direct.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'SELECT pg_sleep(5) /*to cancel*/%'").Scan(&n)
+			if err == nil && n == 1 {
+				return
+			}
+		}
+	}()
+	_, err := conn.Exec(cctx, "SELECT pg_sleep(5) /*to cancel*/")
 	cancel()
 	if err == nil {
 		t.Fatal("the canceled statement succeeded")

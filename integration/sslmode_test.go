@@ -22,7 +22,6 @@ import (
 // cluster's socket), since TLS settings do not apply to Unix sockets.
 func TestPassthroughBackendSSLMode(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
 	plain := tcpRelay(t, false)
 	brokenTLS := tcpRelay(t, true)
 	tests := []struct {
@@ -38,6 +37,9 @@ func TestPassthroughBackendSSLMode(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
+			// Its own context: a parallel subtest may wait long for its
+			// turn on a loaded machine.
+			ctx := testContext(t)
 			backend := "postgres://postgres@" + tt.relay + "/postgres"
 			if tt.sslmode != "" {
 				backend += "?sslmode=" + tt.sslmode
