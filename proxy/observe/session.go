@@ -232,6 +232,26 @@ func (s *Session) Bound(name string) {
 	}
 }
 
+// BeginBound is a Bind of the prepared statement name: it begins a
+// statement when none is open, of that statement's kind and text when
+// they are remembered (else of kind unknown), and makes them the open
+// statement's as Bound does. A prepared statement's Bind begins with its
+// own kind, not unknown then corrected: a kind other than the session's
+// last is looked up in the observer's shared table, which costs an
+// allocation (a prepared read's Bind, Describe, Execute, Sync would pay
+// it each time).
+func (s *Session) BeginBound(name, unknownKind string) {
+	if !s.active {
+		if p, ok := s.prepared[name]; ok {
+			s.Begin(p.kind, p.sql)
+			return
+		}
+		s.Begin(unknownKind, "")
+		return
+	}
+	s.Bound(name)
+}
+
 // End closes the statement: the client has its ReadyForQuery, whose
 // transaction status is tx.
 func (s *Session) End(tx byte) {
