@@ -322,3 +322,48 @@ func TestAdmitBoundsBatchNames(t *testing.T) {
 		}
 	}
 }
+
+// TestAdmitReusesOnlyEqualRecords: the loop's Parse and Bind reuse a
+// statement's or portal's record only when a new one would be equal: a
+// Parse of another text under the same name gets its own record, and a
+// Bind of it a portal of that record, not of the one bound before.
+func TestAdmitReusesOnlyEqualRecords(t *testing.T) {
+	obs, err := observe.New(observe.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Session{obs: obs.OpenSession(observe.SessionInfo{ID: 1}, logrus.NewEntry(logrus.New()))}
+	ready, _ := (&pgproto3.ReadyForQuery{TxStatus: 'I'}).Encode(nil)
+	run := func(sql string) (*preparedStmt, *portal) {
+		t.Helper()
+		var batch []byte
+		for _, m := range []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{},
+			&pgproto3.Execute{}, &pgproto3.Sync{}} {
+			batch, _ = m.Encode(batch)
+		}
+		if !s.Admit(batch) {
+			t.Fatalf("%s: not admitted", sql)
+		}
+		st, p := s.stmts[""], s.portals[""]
+		if st == nil || st.sql != sql || p == nil || p.stmt != st {
+			t.Fatalf("%s: statement %+v, portal %+v", sql, st, p)
+		}
+		s.Answer('Z', ready)
+		return st, p
+	}
+	st1, p1 := run("SELECT 1")
+	st2, p2 := run("SELECT 1")
+	if st2 != st1 || p2 != p1 {
+		t.Error("the same text parsed and bound again: new records")
+	}
+	st3, p3 := run("SELECT 2")
+	if st3 == st1 || p3 == p1 || st1.sql != "SELECT 1" {
+		t.Errorf("another text: statement %p (was %p), portal %p (was %p), first still %q", st3, st1, p3, p1, st1.sql)
+	}
+	// A record the session's own path made for the name, different from
+	// the loop's (a write's route): never reused for a plain read.
+	s.stmts[""] = &preparedStmt{sql: "SELECT 2", route: route{write: true}}
+	if st4, _ := run("SELECT 2"); st4.route.write {
+		t.Error("a plain read's Parse reused a write's record")
+	}
+}
