@@ -308,9 +308,11 @@ func (s *Session) admitted(m *plainMsg) {
 		s.observeParse(name, m.sql)
 		s.defineStatement(name, s.plainStmtRecord(name, m.sql))
 	case 'B':
-		stmt := string(m.stmt)
-		s.observeBind(stmt)
-		s.definePlainPortal(string(m.name), s.statement(stmt))
+		// The statement's name is looked up, not copied: a driver's names
+		// are often longer than a copy that costs no allocation (pgx's
+		// stmtcache_ and 40 hex digits).
+		s.obs.BeginBoundBytes(m.stmt, kindUnknown)
+		s.definePlainPortal(string(m.name), s.stmts[string(m.stmt)])
 	case 'D', 'E':
 		s.observeStep()
 	}

@@ -83,7 +83,7 @@ func BenchmarkLoopTransaction(b *testing.B) {
 // a simple one costs one, its new text. Each used to cost two, in a loop
 // whose own CPU is otherwise the system calls PgBouncer makes too.
 func TestLoopTransactionAllocations(t *testing.T) {
-	want := map[string]float64{"simple": 1, "extended": 0, "prepared": 0}
+	want := map[string]float64{"simple": 1, "extended": 0, "prepared": 0, "prepared-pgx": 0}
 	for _, c := range loopTransactionCases(t) {
 		next := c.start(t)
 		next() // the first transaction's records are new
@@ -102,6 +102,7 @@ type loopTransactionCase struct {
 
 func loopTransactionCases(tb testing.TB) []loopTransactionCase {
 	const sql = "SELECT abalance FROM pgbench_accounts WHERE aid = $1;"
+	const pgxName = "stmtcache_5f1e9a7c0b3d2e4f6a8b9c0d1e2f3a4b5c6d7e8f"
 	param := [][]byte{[]byte("12345")}
 	answer := func(typs ...byte) [][]byte {
 		var frames [][]byte
@@ -166,6 +167,15 @@ func loopTransactionCases(tb testing.TB) []loopTransactionCase {
 			name:    "prepared",
 			prepare: encode(&pgproto3.Parse{Name: "P_0", Query: sql}, &pgproto3.Sync{}),
 			batch: encode(&pgproto3.Bind{PreparedStatement: "P_0", Parameters: param},
+				&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{}),
+			answer: answer('2', 'T', 'C', 'Z'),
+		},
+		{
+			// pgx's statement cache names its statements stmtcache_ and a
+			// digest: longer than a string conversion's stack buffer.
+			name:    "prepared-pgx",
+			prepare: encode(&pgproto3.Parse{Name: pgxName, Query: sql}, &pgproto3.Sync{}),
+			batch: encode(&pgproto3.Bind{PreparedStatement: pgxName, Parameters: param},
 				&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{}),
 			answer: answer('2', 'T', 'C', 'Z'),
 		},

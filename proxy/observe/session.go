@@ -241,15 +241,27 @@ func (s *Session) Bound(name string) {
 // allocation (a prepared read's Bind, Describe, Execute, Sync would pay
 // it each time).
 func (s *Session) BeginBound(name, unknownKind string) {
-	if !s.active {
-		if p, ok := s.prepared[name]; ok {
-			s.Begin(p.kind, p.sql)
-			return
-		}
+	p, ok := s.prepared[name]
+	s.beginBound(p, ok, unknownKind)
+}
+
+// BeginBoundBytes is BeginBound of a name still in the client's bytes
+// (the event loop's Bind): looked up without a copy of it.
+func (s *Session) BeginBoundBytes(name []byte, unknownKind string) {
+	p, ok := s.prepared[string(name)]
+	s.beginBound(p, ok, unknownKind)
+}
+
+func (s *Session) beginBound(p preparedStatement, known bool, unknownKind string) {
+	switch {
+	case !s.active && known:
+		s.Begin(p.kind, p.sql)
+	case !s.active:
 		s.Begin(unknownKind, "")
-		return
+	case known:
+		s.SetKind(p.kind)
+		s.sql = p.sql
 	}
-	s.Bound(name)
 }
 
 // End closes the statement: the client has its ReadyForQuery, whose
