@@ -96,6 +96,9 @@ type loopScratch struct {
 	msgs   []plainMsg
 	parsed []named // statements parsed earlier in the batch: plain?
 	bound  []named // portals bound earlier in the batch: plain?
+	// lastPortal is the record of the last portal admitted (reused for the
+	// next Bind of the same statement: definePlainPortal).
+	lastPortal *portal
 }
 
 // named is whether the statement or portal name defined earlier in a
@@ -303,15 +306,48 @@ func (s *Session) admitted(m *plainMsg) {
 	case 'P':
 		name := string(m.name)
 		s.observeParse(name, m.sql)
-		s.forgetStatement(name)
-		s.defineStatement(name, &preparedStmt{sql: m.sql})
+		s.defineStatement(name, s.plainStmtRecord(name, m.sql))
 	case 'B':
-		stmt := string(m.stmt)
-		s.observeBind(stmt)
-		s.definePortal(string(m.name), stmt)
+		// The statement's name is looked up, not copied: a driver's names
+		// are often longer than a copy that costs no allocation (pgx's
+		// stmtcache_ and 40 hex digits).
+		s.obs.BeginBoundBytes(m.stmt, kindUnknown)
+		s.definePlainPortal(string(m.name), s.stmts[string(m.stmt)])
 	case 'D', 'E':
 		s.observeStep()
 	}
+}
+
+// plainStmtRecord is the record of a Parse of the plain read sql under
+// name: the one name has now when it is that same record (an extended
+// client parses its unnamed statement again for each read), else a new
+// one. Records are never changed once made (statements.go), so an equal
+// one serves as well as a copy, and a point read's Parse costs no
+// allocation.
+func (s *Session) plainStmtRecord(name, sql string) *preparedStmt {
+	if st := s.stmts[name]; st != nil && *st == (preparedStmt{sql: sql}) {
+		return st
+	}
+	return &preparedStmt{sql: sql}
+}
+
+// definePlainPortal records a Bind of the plain statement st to the
+// portal name. Every portal bound from a plain statement has the same
+// record, never changed (only a portal of an explicit-timestamp statement
+// gets its explain later), so the one of the statement's last Bind is
+// reused: the session forgets its portals at each ReadyForQuery outside
+// a transaction, and a new record each time would cost a prepared point
+// read an allocation.
+func (s *Session) definePlainPortal(name string, st *preparedStmt) {
+	p := s.loop.lastPortal
+	if p == nil || p.stmt != st {
+		p = &portal{stmt: st}
+		s.loop.lastPortal = p
+	}
+	if s.portals == nil {
+		s.portals = map[string]*portal{}
+	}
+	s.portals[name] = p
 }
 
 // Answer implements evloop.Peer: it follows the backend's answer as

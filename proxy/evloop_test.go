@@ -65,7 +65,44 @@ func TestAdmitShowsBackendPhase(t *testing.T) {
 // (DataRows are only counted past). Its allocations and time are what the
 // loop adds per transaction to its system calls.
 func BenchmarkLoopTransaction(b *testing.B) {
+	for _, c := range loopTransactionCases(b) {
+		b.Run(c.name, func(b *testing.B) {
+			next := c.start(b)
+			b.ReportAllocs()
+			for b.Loop() {
+				next()
+			}
+		})
+	}
+}
+
+// TestLoopTransactionAllocations: a prepared or extended point read
+// served by the event loop costs the session no allocation per
+// transaction (its Bind reuses the portal record, its Parse the
+// statement's, its Bind begins the observed statement with its kind);
+// a simple one costs one, its new text. Each used to cost two, in a loop
+// whose own CPU is otherwise the system calls PgBouncer makes too.
+func TestLoopTransactionAllocations(t *testing.T) {
+	want := map[string]float64{"simple": 1, "extended": 0, "prepared": 0, "prepared-pgx": 0}
+	for _, c := range loopTransactionCases(t) {
+		next := c.start(t)
+		next() // the first transaction's records are new
+		if got := testing.AllocsPerRun(200, next); got > want[c.name] {
+			t.Errorf("%s: %.1f allocations per transaction, want at most %.0f", c.name, got, want[c.name])
+		}
+	}
+}
+
+// loopTransactionCase is pgbench -S's transaction in one protocol; start
+// makes a session, prepares it, and returns one transaction in the loop.
+type loopTransactionCase struct {
+	name  string
+	start func(tb testing.TB) func()
+}
+
+func loopTransactionCases(tb testing.TB) []loopTransactionCase {
 	const sql = "SELECT abalance FROM pgbench_accounts WHERE aid = $1;"
+	const pgxName = "stmtcache_5f1e9a7c0b3d2e4f6a8b9c0d1e2f3a4b5c6d7e8f"
 	param := [][]byte{[]byte("12345")}
 	answer := func(typs ...byte) [][]byte {
 		var frames [][]byte
@@ -85,7 +122,7 @@ func BenchmarkLoopTransaction(b *testing.B) {
 			}
 			frame, err := msg.Encode(nil)
 			if err != nil {
-				b.Fatal(err)
+				tb.Fatal(err)
 			}
 			frames = append(frames, frame)
 		}
@@ -96,7 +133,7 @@ func BenchmarkLoopTransaction(b *testing.B) {
 		for _, m := range msgs {
 			var err error
 			if batch, err = m.Encode(batch); err != nil {
-				b.Fatal(err)
+				tb.Fatal(err)
 			}
 		}
 		return batch
@@ -133,37 +170,49 @@ func BenchmarkLoopTransaction(b *testing.B) {
 				&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{}),
 			answer: answer('2', 'T', 'C', 'Z'),
 		},
+		{
+			// pgx's statement cache names its statements stmtcache_ and a
+			// digest: longer than a string conversion's stack buffer.
+			name:    "prepared-pgx",
+			prepare: encode(&pgproto3.Parse{Name: pgxName, Query: sql}, &pgproto3.Sync{}),
+			batch: encode(&pgproto3.Bind{PreparedStatement: pgxName, Parameters: param},
+				&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{}),
+			answer: answer('2', 'T', 'C', 'Z'),
+		},
 	}
+	var out []loopTransactionCase
 	for _, c := range cases {
-		b.Run(c.name, func(b *testing.B) {
+		out = append(out, loopTransactionCase{name: c.name, start: func(tb testing.TB) func() {
 			obs, err := observe.New(observe.Config{})
 			if err != nil {
-				b.Fatal(err)
+				tb.Fatal(err)
 			}
 			s := &Session{obs: obs.OpenSession(observe.SessionInfo{ID: 1}, logrus.NewEntry(logrus.New()))}
 			transaction := func(batch []byte, answer [][]byte) {
 				if !s.Admit(batch) {
-					b.Fatal("batch not admitted")
+					tb.Fatal("batch not admitted")
 				}
 				for _, frame := range answer {
 					if !s.Answer(frame[0], frame) {
-						b.Fatalf("answer %c ends the loop's turn", frame[0])
+						tb.Fatalf("answer %c ends the loop's turn", frame[0])
 					}
 				}
 			}
 			if c.prepare != nil {
 				transaction(c.prepare, answer('1', 'Z'))
 			}
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
+			i := 0
+			return func() {
 				batch := c.batch
 				if c.batches != nil {
 					batch = c.batches[i%len(c.batches)]
 				}
+				i++
 				transaction(batch, c.answer)
 			}
-		})
+		}})
 	}
+	return out
 }
 
 // FuzzReadPlain: the event loop's reader of a batch's frames is never more
@@ -281,5 +330,50 @@ func TestAdmitBoundsBatchNames(t *testing.T) {
 		if st := s.stmts["s"]; c.want && (st == nil || st.sql != c.last) {
 			t.Errorf("%d Parses: statement s recorded as %+v, want the last Parse's", c.parses, st)
 		}
+	}
+}
+
+// TestAdmitReusesOnlyEqualRecords: the loop's Parse and Bind reuse a
+// statement's or portal's record only when a new one would be equal: a
+// Parse of another text under the same name gets its own record, and a
+// Bind of it a portal of that record, not of the one bound before.
+func TestAdmitReusesOnlyEqualRecords(t *testing.T) {
+	obs, err := observe.New(observe.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Session{obs: obs.OpenSession(observe.SessionInfo{ID: 1}, logrus.NewEntry(logrus.New()))}
+	ready, _ := (&pgproto3.ReadyForQuery{TxStatus: 'I'}).Encode(nil)
+	run := func(sql string) (*preparedStmt, *portal) {
+		t.Helper()
+		var batch []byte
+		for _, m := range []pgproto3.FrontendMessage{&pgproto3.Parse{Query: sql}, &pgproto3.Bind{},
+			&pgproto3.Execute{}, &pgproto3.Sync{}} {
+			batch, _ = m.Encode(batch)
+		}
+		if !s.Admit(batch) {
+			t.Fatalf("%s: not admitted", sql)
+		}
+		st, p := s.stmts[""], s.portals[""]
+		if st == nil || st.sql != sql || p == nil || p.stmt != st {
+			t.Fatalf("%s: statement %+v, portal %+v", sql, st, p)
+		}
+		s.Answer('Z', ready)
+		return st, p
+	}
+	st1, p1 := run("SELECT 1")
+	st2, p2 := run("SELECT 1")
+	if st2 != st1 || p2 != p1 {
+		t.Error("the same text parsed and bound again: new records")
+	}
+	st3, p3 := run("SELECT 2")
+	if st3 == st1 || p3 == p1 || st1.sql != "SELECT 1" {
+		t.Errorf("another text: statement %p (was %p), portal %p (was %p), first still %q", st3, st1, p3, p1, st1.sql)
+	}
+	// A record the session's own path made for the name, different from
+	// the loop's (a write's route): never reused for a plain read.
+	s.stmts[""] = &preparedStmt{sql: "SELECT 2", route: route{write: true}}
+	if st4, _ := run("SELECT 2"); st4.route.write {
+		t.Error("a plain read's Parse reused a write's record")
 	}
 }

@@ -58,8 +58,7 @@ func (s *Session) observeParse(name, sql string) {
 }
 
 func (s *Session) observeBind(stmt string) {
-	s.observeStep()
-	s.obs.Bound(stmt)
+	s.obs.BeginBound(stmt, kindUnknown)
 }
 
 func (s *Session) observeStep() {

@@ -232,6 +232,38 @@ func (s *Session) Bound(name string) {
 	}
 }
 
+// BeginBound is a Bind of the prepared statement name: it begins a
+// statement when none is open, of that statement's kind and text when
+// they are remembered (else of kind unknown), and makes them the open
+// statement's as Bound does. A prepared statement's Bind begins with its
+// own kind, not unknown then corrected: a kind other than the session's
+// last is looked up in the observer's shared table, which costs an
+// allocation (a prepared read's Bind, Describe, Execute, Sync would pay
+// it each time).
+func (s *Session) BeginBound(name, unknownKind string) {
+	p, ok := s.prepared[name]
+	s.beginBound(p, ok, unknownKind)
+}
+
+// BeginBoundBytes is BeginBound of a name still in the client's bytes
+// (the event loop's Bind): looked up without a copy of it.
+func (s *Session) BeginBoundBytes(name []byte, unknownKind string) {
+	p, ok := s.prepared[string(name)]
+	s.beginBound(p, ok, unknownKind)
+}
+
+func (s *Session) beginBound(p preparedStatement, known bool, unknownKind string) {
+	switch {
+	case !s.active && known:
+		s.Begin(p.kind, p.sql)
+	case !s.active:
+		s.Begin(unknownKind, "")
+	case known:
+		s.SetKind(p.kind)
+		s.sql = p.sql
+	}
+}
+
 // End closes the statement: the client has its ReadyForQuery, whose
 // transaction status is tx.
 func (s *Session) End(tx byte) {
