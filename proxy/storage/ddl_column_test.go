@@ -192,6 +192,10 @@ func TestUpgradeToVersion29(t *testing.T) {
 	if got := queryInt(t, conn, "SELECT max(version) FROM "+Schema+".schema_version"); got != 29 {
 		t.Fatalf("version %d after the upgrade, want 29", got)
 	}
+	if got := queryText(t, conn, `SELECT string_agg(p.proname || ' ' || array_to_string(p.proconfig, ','), '; ' ORDER BY p.proname)
+		FROM pg_proc p WHERE p.pronamespace = $1::regnamespace AND p.proname IN ('on_ddl_command_end', 'on_sql_drop')`, Schema); strings.Count(got, "plan_cache_mode=force_generic_plan") != 2 {
+		t.Errorf("the event triggers' settings are %q, want plan_cache_mode=force_generic_plan in both", got)
+	}
 	calls := writeCalls(t, cs, -1, "ALTER TABLE old DROP COLUMN v, ADD COLUMN x text")
 	if callCount(calls, "plain_column_change") != 1 || callCount(calls, "user_columns") != 0 {
 		t.Errorf("the first column change after the upgrade called %v, want plain_column_change and no user_columns", calls)
