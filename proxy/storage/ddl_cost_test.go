@@ -9,23 +9,30 @@ import (
 
 // TestAlterTableCatalogReads: ALTER TABLE ADD/DROP COLUMN on a table with a
 // primary key reads the user's columns once (version 10 read them six
-// times in reconcile), and compares the table's rows with their current
-// versions (resync: a scan of both) only when a value can have changed.
+// times in reconcile; since version 29 a plain column's ADD or DROP reads
+// them in plain_column_change, not user_columns), and compares the table's
+// rows with their current versions (resync: a scan of both) only when a
+// value can have changed.
 func TestAlterTableCatalogReads(t *testing.T) {
 	cs, conn := installedDB(t)
 	inWrite(t, conn, "CREATE TABLE k (a int PRIMARY KEY, b text)", "INSERT INTO k SELECT g, 'v' || g FROM generate_series(1, 50) g")
 	for _, st := range []struct {
-		sql    string
-		resync int
+		sql          string
+		resync       int
+		reader       string // the function that reads the columns
+		otherReaders string
 	}{
-		{"ALTER TABLE k ADD COLUMN c int", 0},
-		{"ALTER TABLE k DROP COLUMN c", 0},
-		{"ALTER TABLE k ADD COLUMN d int DEFAULT 7", 1},
-		{"ALTER TABLE k ALTER COLUMN d TYPE bigint", 1},
+		{"ALTER TABLE k ADD COLUMN c int", 0, "plain_column_change", "user_columns"},
+		{"ALTER TABLE k DROP COLUMN c", 0, "plain_column_change", "user_columns"},
+		{"ALTER TABLE k ADD COLUMN d int DEFAULT 7", 1, "user_columns", ""},
+		{"ALTER TABLE k ALTER COLUMN d TYPE bigint", 1, "user_columns", ""},
 	} {
 		calls := writeCalls(t, cs, -1, st.sql)
-		if n := callCount(calls, "user_columns"); n != 1 {
-			t.Errorf("%s: user_columns ran %d times, want 1 (%v)", st.sql, n, calls)
+		if n := callCount(calls, st.reader); n != 1 {
+			t.Errorf("%s: %s ran %d times, want 1 (%v)", st.sql, st.reader, n, calls)
+		}
+		if n := callCount(calls, st.otherReaders); st.otherReaders != "" && n != 0 {
+			t.Errorf("%s: %s ran %d times, want none (%v)", st.sql, st.otherReaders, n, calls)
 		}
 		if n := callCount(calls, "resync"); n != st.resync {
 			t.Errorf("%s: resync ran %d times, want %d (%v)", st.sql, n, st.resync, calls)

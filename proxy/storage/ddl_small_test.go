@@ -22,7 +22,9 @@ import (
 func TestSmallDDLTriggerWork(t *testing.T) {
 	cs, conn := installedDB(t)
 	inWrite(t, conn, "CREATE TABLE k (a int PRIMARY KEY, b text)", "INSERT INTO k VALUES (1, 'x')")
-	funcs := []string{"sync_indexes", "ddl_mark", "current_write_ts"}
+	// (Since version 29 the event triggers take the timestamp through
+	// ddl_ts, current_write_ts in one statement.)
+	funcs := []string{"sync_indexes", "ddl_mark", "ddl_ts", "current_write_ts"}
 	revision := func() int64 { return queryInt(t, conn, "SELECT revision FROM "+Schema+".catalog_revision") }
 	mirrors := func() int64 {
 		return queryInt(t, conn, `SELECT count(*) FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
@@ -33,13 +35,13 @@ func TestSmallDDLTriggerWork(t *testing.T) {
 		want map[string]int64 // calls of funcs (absent: none)
 	}{
 		// No DDL of mzproxy's own: no mark computed, none set.
-		{"CREATE INDEX k_b ON k (b)", map[string]int64{"current_write_ts": 1}},
+		{"CREATE INDEX k_b ON k (b)", map[string]int64{"ddl_ts": 1}},
 		// The mark set for the mirror's CREATE INDEX, whose guard compares it.
-		{"CREATE UNIQUE INDEX k_ub ON k (b)", map[string]int64{"sync_indexes": 1, "ddl_mark": 2, "current_write_ts": 1}},
-		{"DROP INDEX k_b", map[string]int64{"current_write_ts": 1}},
-		{"CREATE VIEW v AS SELECT a, b FROM k", map[string]int64{"current_write_ts": 1}},
+		{"CREATE UNIQUE INDEX k_ub ON k (b)", map[string]int64{"sync_indexes": 1, "ddl_mark": 2, "ddl_ts": 1}},
+		{"DROP INDEX k_b", map[string]int64{"ddl_ts": 1}},
+		{"CREATE VIEW v AS SELECT a, b FROM k", map[string]int64{"ddl_ts": 1}},
 		// (on_sql_drop stamps the view's dropped_ts, on_ddl_command_end the DDL.)
-		{"DROP VIEW v", map[string]int64{"current_write_ts": 2}},
+		{"DROP VIEW v", map[string]int64{"ddl_ts": 2}},
 	} {
 		before := revision()
 		calls := writeCalls(t, cs, -1, st.sql)

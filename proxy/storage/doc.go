@@ -16,7 +16,7 @@
 // pin_cheap.sql 17 to 18, ddl_lean.sql 18 to 19, ddl_marks.sql 19 to 20,
 // rw_check_gate.sql 20 to 21, ins_gap.sql 21 to 22, slot_state.sql 22 to 23,
 // ddl_alter.sql 23 to 24, view_safe.sql 24 to 25, pin_views.sql 25 to 26,
-// write_lean.sql 26 to 27, ddl_small.sql 27 to 28
+// write_lean.sql 26 to 27, ddl_small.sql 27 to 28, ddl_column.sql 28 to 29
 // (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
@@ -309,6 +309,11 @@
 // guard mark, and DROP TABLE leaves the trigger functions to compaction;
 // docs/ddl-cost.md breaks down what CREATE/DROP VIEW, CREATE/DROP INDEX and
 // DROP TABLE still cost (mostly the timestamp's PL/pgSQL chain and
-// begin_write_occ). TestDDLScansNoCatalog checks that bench/ddl.sh's
+// begin_write_occ). Since version 29 (ddl_column.sql) an ALTER TABLE that
+// only adds plain nullable columns without a default or drops columns, on
+// a table with a primary key, reads the table's columns in one statement
+// and changes history with one ALTER (plain_column_change; anything else
+// takes reconcile's full path), and the event triggers take the DDL's
+// timestamp in one statement (ddl_ts). TestDDLScansNoCatalog checks that bench/ddl.sh's
 // statements scan no growing catalog.
 package storage
