@@ -90,7 +90,12 @@ func pinGuardSQL(viewless bool) string {
 type pinGuard struct {
 	expected txnCharacteristics
 	revision int64
-	closes   int // the CloseCompletes its answers end with
+	ends     int // the CloseCompletes and CommandCompletes its answers end with
+	// portal is the portal the raise and the guard run in: the unnamed
+	// one when the read that follows replaces it (a simple Query, or a
+	// Bind of the unnamed portal), so no Close is sent; else the guard's
+	// own, closed after it.
+	portal string
 	// extended: the read is a Bind (sql its statement's text); frames
 	// are the client's messages forwarded behind the guard, sent again
 	// when it refuses.
@@ -101,8 +106,9 @@ type pinGuard struct {
 
 // pinWithRead returns the guard to send in front of sql, the first
 // statement of a fresh transaction block, when it can ride with it; nil
-// when the transaction is pinned the ordinary way first.
-func (s *Session) pinWithRead(ctx context.Context, sql string) *pinGuard {
+// when the transaction is pinned the ordinary way first. readPortal is
+// the portal the read runs in ("" for a simple Query).
+func (s *Session) pinWithRead(ctx context.Context, sql, readPortal string) *pinGuard {
 	// Over the extended protocol, the read's Bind begins the batch.
 	if s.txn.phase != txnFresh || s.tx != txBlock || s.be.unsynced ||
 		s.units.len() > 0 || s.skipping || s.proxy.cfg.HistoryReads || ctx.Err() != nil ||
@@ -114,7 +120,11 @@ func (s *Session) pinWithRead(ctx context.Context, sql string) *pinGuard {
 	if !guessed || seen == nil {
 		return nil
 	}
-	return &pinGuard{expected: expected, revision: seen.catalog.cat.Revision}
+	g := &pinGuard{expected: expected, revision: seen.catalog.cat.Revision}
+	if readPortal != "" {
+		g.portal = pinGuardStatement
+	}
+	return g
 }
 
 // sendPinGuard queues, unflushed, the raise to REPEATABLE READ when the
@@ -127,32 +137,46 @@ func (s *Session) sendPinGuard(g *pinGuard) error {
 		// Closed first: a client may have prepared the names.
 		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: pinRaiseStatement},
 			&pgproto3.Parse{Name: pinRaiseStatement, Query: "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"})
-		g.closes++
+		g.ends++
 		s.pinGuardPrepared = true
 	}
 	if !snapshotIsolation(g.expected.isolation) {
-		msgs = append(msgs, &pgproto3.Bind{DestinationPortal: pinRaiseStatement, PreparedStatement: pinRaiseStatement},
-			&pgproto3.Execute{Portal: pinRaiseStatement},
-			&pgproto3.Close{ObjectType: 'P', Name: pinRaiseStatement})
-		g.closes++
+		// In the unnamed portal, which the guard's Bind replaces; a named
+		// one of its own is closed (a named portal is not replaced).
+		raisePortal := ""
+		if g.portal != "" {
+			raisePortal = pinRaiseStatement
+		}
+		msgs = append(msgs, &pgproto3.Bind{DestinationPortal: raisePortal, PreparedStatement: pinRaiseStatement},
+			&pgproto3.Execute{Portal: raisePortal})
+		g.ends++
+		if raisePortal != "" {
+			msgs = append(msgs, &pgproto3.Close{ObjectType: 'P', Name: raisePortal})
+			g.ends++
+		}
 	}
 	if prepare {
 		// After the SET: parsing a SELECT takes the snapshot.
 		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: pinGuardStatement},
 			&pgproto3.Parse{Name: pinGuardStatement, Query: pinGuardSQL(s.be.viewsRestricted),
 				ParameterOIDs: []uint32{int8OID, int8OID, textOID, textOID, textOID}})
-		g.closes++
+		g.ends++
 	}
 	readOnly := "off"
 	if g.expected.readOnly {
 		readOnly = "on"
 	}
-	msgs = append(msgs, &pgproto3.Bind{DestinationPortal: pinGuardStatement, PreparedStatement: pinGuardStatement,
+	msgs = append(msgs, &pgproto3.Bind{DestinationPortal: g.portal, PreparedStatement: pinGuardStatement,
 		Parameters: [][]byte{[]byte(*s.txn.peek), strconv.AppendInt(nil, g.revision, 10),
 			[]byte(s.known.searchPathShown), []byte(s.known.defaults.isolation), []byte(readOnly)}},
-		&pgproto3.Execute{Portal: pinGuardStatement},
-		&pgproto3.Close{ObjectType: 'P', Name: pinGuardStatement})
-	g.closes++
+		&pgproto3.Execute{Portal: g.portal})
+	g.ends++
+	if g.portal != "" {
+		// Left open, it would stay until the transaction ends (and show
+		// in pg_cursors), and the read's portal is named.
+		msgs = append(msgs, &pgproto3.Close{ObjectType: 'P', Name: g.portal})
+		g.ends++
+	}
 	for _, m := range msgs {
 		if err := s.be.w.Send(m); err != nil {
 			return err
@@ -178,7 +202,7 @@ func (s *Session) firstReadAfterGuard(ctx context.Context, sql string, frame []b
 	s.busy.Store(true)
 	s.midRequest = true
 	s.enter(timeouts.PhaseTimestamp)
-	v, failed, err := s.readPinValue(g.closes)
+	v, failed, err := s.readPinValue(g.ends)
 	if err == nil && failed != nil {
 		err = s.guardFailed(ctx, g, failed)
 		if err == nil {
@@ -285,7 +309,7 @@ func (s *Session) settleGuard(ctx context.Context, sendFlush bool) error {
 		return s.lostWrite(err)
 	}
 	s.enter(timeouts.PhaseTimestamp)
-	v, failed, err := s.readPinValue(g.closes)
+	v, failed, err := s.readPinValue(g.ends)
 	switch {
 	case err != nil:
 		return err

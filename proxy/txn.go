@@ -114,7 +114,7 @@ func (s *Session) txnQuery(ctx context.Context, sql string) error {
 	switch {
 	case s.tx == txFailed:
 	case s.txn.phase == txnFresh || s.pinned():
-		if g := s.pinWithRead(ctx, sql); g != nil {
+		if g := s.pinWithRead(ctx, sql, ""); g != nil {
 			// Answered in firstReadAfterGuard, which sends the read.
 			return s.orLost(s.sendPinGuard(g))
 		}
@@ -158,9 +158,11 @@ func (s *Session) peekBeforeBegin() error {
 			step{&pgproto3.Parse{Name: pinPeekStatement, Query: s.pinPeekSQL()}, uParse})
 		s.pinPeekPrepared = true
 	}
+	// No Close of the portal: the Sync ends the peek's implicit
+	// transaction, and the portal with it (two messages less per
+	// read-only transaction).
 	steps = append(steps, step{&pgproto3.Bind{DestinationPortal: pinPeekStatement, PreparedStatement: pinPeekStatement}, uBind},
 		step{&pgproto3.Execute{Portal: pinPeekStatement}, uExecute},
-		step{&pgproto3.Close{ObjectType: 'P', Name: pinPeekStatement}, uClose},
 		step{&pgproto3.Sync{}, uSync})
 	for _, st := range steps {
 		if err := s.be.w.Send(st.msg); err != nil {
@@ -333,7 +335,7 @@ func (s *Session) txnBind(ctx context.Context, m *pgproto3.Bind) error {
 	switch {
 	case !ok || s.tx == txFailed:
 	case s.txn.phase == txnFresh || s.pinned():
-		if g := s.pinWithRead(ctx, sql); g != nil {
+		if g := s.pinWithRead(ctx, sql, m.DestinationPortal); g != nil {
 			// Answered in settleGuard, before the read's answers.
 			g.sql, g.extended = sql, true
 			return s.orLost(s.sendPinGuard(g))
@@ -571,35 +573,35 @@ func (s *Session) quickPinValue(ctx context.Context, raise bool, peek int64) (st
 	if ctx.Err() != nil {
 		return "", pgerr.Wrap(pgerr.QueryCanceled, context.Cause(ctx))
 	}
-	closes := 0 // the CloseCompletes to come
+	ends := 0 // the CloseCompletes and CommandCompletes to come
 	var msgs []pgproto3.FrontendMessage
 	prepare := !s.pinCheckPrepared
 	if prepare {
 		// Closed first: a client may have prepared the names.
 		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: pinRaiseStatement},
 			&pgproto3.Parse{Name: pinRaiseStatement, Query: "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"})
-		closes++
+		ends++
 		s.pinCheckPrepared = true
 	}
 	if raise {
 		msgs = append(msgs, &pgproto3.Bind{DestinationPortal: pinRaiseStatement, PreparedStatement: pinRaiseStatement},
 			&pgproto3.Execute{Portal: pinRaiseStatement},
 			&pgproto3.Close{ObjectType: 'P', Name: pinRaiseStatement})
-		closes++
+		ends += 2
 	}
 	if prepare {
 		// After the SET: parsing a SELECT takes the transaction's
 		// snapshot.
 		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: pinCheckStatement},
 			&pgproto3.Parse{Name: pinCheckStatement, Query: quickPinSQL(s.be.viewsRestricted), ParameterOIDs: []uint32{int8OID}})
-		closes++
+		ends++
 	}
 	msgs = append(msgs, &pgproto3.Bind{DestinationPortal: pinCheckStatement, PreparedStatement: pinCheckStatement,
 		Parameters: [][]byte{strconv.AppendInt(nil, peek, 10)}},
 		&pgproto3.Execute{Portal: pinCheckStatement},
 		&pgproto3.Close{ObjectType: 'P', Name: pinCheckStatement},
 		&pgproto3.Flush{})
-	closes++
+	ends += 2
 	for _, m := range msgs {
 		if err := s.be.w.Send(m); err != nil {
 			return "", err
@@ -608,7 +610,7 @@ func (s *Session) quickPinValue(ctx context.Context, raise bool, peek int64) (st
 	if err := s.be.w.Flush(); err != nil {
 		return "", err
 	}
-	v, failed, err := s.readPinValue(closes)
+	v, failed, err := s.readPinValue(ends)
 	if failed != nil {
 		// Prepared again next time (the Parse may be what failed).
 		s.pinCheckPrepared = false
@@ -618,11 +620,12 @@ func (s *Session) quickPinValue(ctx context.Context, raise bool, peek int64) (st
 }
 
 // readPinValue reads the answers to the pin's messages, up to the last of
-// their closes CloseCompletes, and returns the first column of the row
-// they answered; failed is the backend's error, not followed yet (the
-// backend now skips to a Sync).
-func (s *Session) readPinValue(closes int) (v string, failed *pgerr.Error, err error) {
-	for closes > 0 {
+// their ends CloseCompletes and CommandCompletes (each Close and Execute
+// of theirs ends with one), and returns the first column of the row they
+// answered; failed is the backend's error, not followed yet (the backend
+// now skips to a Sync).
+func (s *Session) readPinValue(ends int) (v string, failed *pgerr.Error, err error) {
+	for ends > 0 {
 		typ, frame, err := s.be.next()
 		if err != nil {
 			return "", nil, connectionLost(err)
@@ -630,8 +633,8 @@ func (s *Session) readPinValue(closes int) (v string, failed *pgerr.Error, err e
 		switch typ {
 		case 'D':
 			keepFirstValue(frame, &v)
-		case '3':
-			closes--
+		case '3', 'C':
+			ends--
 		case 'E':
 			var er pgproto3.ErrorResponse
 			_ = er.Decode(wire.Body(frame))
