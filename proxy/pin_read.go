@@ -131,59 +131,132 @@ func (s *Session) pinWithRead(ctx context.Context, sql, readPortal string) *pinG
 // transaction needs it and the guard (both prepared once per session);
 // the client's Query follows them in the same write.
 func (s *Session) sendPinGuard(g *pinGuard) error {
-	var msgs []pgproto3.FrontendMessage
+	m := &s.pinMsgs
 	prepare := !s.pinGuardPrepared
 	if prepare {
 		// Closed first: a client may have prepared the names.
-		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: pinRaiseStatement},
-			&pgproto3.Parse{Name: pinRaiseStatement, Query: "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"})
+		if err := s.sendAll(m.closeOf('S', pinRaiseStatement),
+			m.parseOf(pinRaiseStatement, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", nil)); err != nil {
+			return err
+		}
 		g.ends++
 		s.pinGuardPrepared = true
 	}
 	if !snapshotIsolation(g.expected.isolation) {
-		// In the unnamed portal, which the guard's Bind replaces; a named
-		// one of its own is closed (a named portal is not replaced).
-		raisePortal := ""
-		if g.portal != "" {
-			raisePortal = pinRaiseStatement
-		}
-		msgs = append(msgs, &pgproto3.Bind{DestinationPortal: raisePortal, PreparedStatement: pinRaiseStatement},
-			&pgproto3.Execute{Portal: raisePortal})
-		g.ends++
-		if raisePortal != "" {
-			msgs = append(msgs, &pgproto3.Close{ObjectType: 'P', Name: raisePortal})
-			g.ends++
+		if err := s.sendPinRaise(g); err != nil {
+			return err
 		}
 	}
 	if prepare {
 		// After the SET: parsing a SELECT takes the snapshot.
-		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: pinGuardStatement},
-			&pgproto3.Parse{Name: pinGuardStatement, Query: pinGuardSQL(s.be.viewsRestricted),
-				ParameterOIDs: []uint32{int8OID, int8OID, textOID, textOID, textOID}})
+		if err := s.sendAll(m.closeOf('S', pinGuardStatement), m.parseOf(pinGuardStatement, pinGuardSQL(s.be.viewsRestricted),
+			[]uint32{int8OID, int8OID, textOID, textOID, textOID})); err != nil {
+			return err
+		}
 		g.ends++
 	}
 	readOnly := "off"
 	if g.expected.readOnly {
 		readOnly = "on"
 	}
-	msgs = append(msgs, &pgproto3.Bind{DestinationPortal: g.portal, PreparedStatement: pinGuardStatement,
-		Parameters: [][]byte{[]byte(*s.txn.peek), strconv.AppendInt(nil, g.revision, 10),
-			[]byte(s.known.searchPathShown), []byte(s.known.defaults.isolation), []byte(readOnly)}},
-		&pgproto3.Execute{Portal: g.portal})
+	params := m.guardParams(*s.txn.peek, g.revision, s.known.searchPathShown, s.known.defaults.isolation, readOnly)
+	if err := s.sendAll(m.bindOf(g.portal, pinGuardStatement, params), m.executeOf(g.portal)); err != nil {
+		return err
+	}
 	g.ends++
 	if g.portal != "" {
 		// Left open, it would stay until the transaction ends (and show
 		// in pg_cursors), and the read's portal is named.
-		msgs = append(msgs, &pgproto3.Close{ObjectType: 'P', Name: g.portal})
-		g.ends++
-	}
-	for _, m := range msgs {
-		if err := s.be.w.Send(m); err != nil {
+		if err := s.be.w.Send(m.closeOf('P', g.portal)); err != nil {
 			return err
 		}
+		g.ends++
 	}
 	s.txn.guard = g
 	return nil
+}
+
+// sendPinRaise queues the raise to REPEATABLE READ in the unnamed portal,
+// which the guard's Bind replaces; in a named one of its own, closed,
+// when the guard's portal is named (a named portal is not replaced).
+func (s *Session) sendPinRaise(g *pinGuard) error {
+	m := &s.pinMsgs
+	portal := ""
+	if g.portal != "" {
+		portal = pinRaiseStatement
+	}
+	if err := s.sendAll(m.bindOf(portal, pinRaiseStatement, nil), m.executeOf(portal)); err != nil {
+		return err
+	}
+	g.ends++
+	if portal == "" {
+		return nil
+	}
+	g.ends++
+	return s.be.w.Send(m.closeOf('P', portal))
+}
+
+// sendAll queues two messages to the backend, unflushed.
+func (s *Session) sendAll(a, b pgproto3.FrontendMessage) error {
+	if err := s.be.w.Send(a); err != nil {
+		return err
+	}
+	return s.be.w.Send(b)
+}
+
+// pinMessages are the messages of a read-only transaction's pin, kept by
+// the session and reused: each is encoded as it is queued, so the pin
+// allocates none of them per transaction.
+type pinMessages struct {
+	bind   pgproto3.Bind
+	exec   pgproto3.Execute
+	close  pgproto3.Close
+	parse  pgproto3.Parse
+	sync   pgproto3.Sync
+	params [5][]byte
+	buf    []byte // the bytes of params
+}
+
+func (m *pinMessages) bindOf(portal, statement string, params [][]byte) *pgproto3.Bind {
+	m.bind = pgproto3.Bind{DestinationPortal: portal, PreparedStatement: statement, Parameters: params}
+	return &m.bind
+}
+
+func (m *pinMessages) executeOf(portal string) *pgproto3.Execute {
+	m.exec = pgproto3.Execute{Portal: portal}
+	return &m.exec
+}
+
+func (m *pinMessages) closeOf(kind byte, name string) *pgproto3.Close {
+	m.close = pgproto3.Close{ObjectType: kind, Name: name}
+	return &m.close
+}
+
+func (m *pinMessages) parseOf(name, query string, oids []uint32) *pgproto3.Parse {
+	m.parse = pgproto3.Parse{Name: name, Query: query, ParameterOIDs: oids}
+	return &m.parse
+}
+
+// guardParams are the guard's parameters (see pinGuardSQL), in m's buffer.
+func (m *pinMessages) guardParams(peek string, revision int64, searchPath, isolation, readOnly string) [][]byte {
+	var ends [len(m.params)]int
+	m.buf = append(m.buf[:0], peek...)
+	ends[0] = len(m.buf)
+	m.buf = strconv.AppendInt(m.buf, revision, 10)
+	ends[1] = len(m.buf)
+	m.buf = append(m.buf, searchPath...)
+	ends[2] = len(m.buf)
+	m.buf = append(m.buf, isolation...)
+	ends[3] = len(m.buf)
+	m.buf = append(m.buf, readOnly...)
+	ends[4] = len(m.buf)
+	from := 0
+	for i, end := range ends {
+		// Not nil even when empty: nil is SQL NULL.
+		m.params[i] = m.buf[from:end:end]
+		from = end
+	}
+	return m.params[:]
 }
 
 // firstReadAfterGuard sends the client's Query (frame, sql) behind the

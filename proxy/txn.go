@@ -147,30 +147,34 @@ func (s *Session) peekBeforeBegin() error {
 	}
 	peek := new(string)
 	s.txn.peek = peek
-	type step struct {
-		msg  pgproto3.FrontendMessage
-		kind unitKind
+	m := &s.pinMsgs
+	send := func(msg pgproto3.FrontendMessage, kind unitKind) error {
+		if err := s.be.w.Send(msg); err != nil {
+			return err
+		}
+		s.units.push(unit{kind: kind, disp: swallow, beforeBegin: peek})
+		return nil
 	}
-	var steps []step
 	if !s.pinPeekPrepared {
 		// Closed first: a client may have prepared the name.
-		steps = append(steps, step{&pgproto3.Close{ObjectType: 'S', Name: pinPeekStatement}, uClose},
-			step{&pgproto3.Parse{Name: pinPeekStatement, Query: s.pinPeekSQL()}, uParse})
+		if err := send(m.closeOf('S', pinPeekStatement), uClose); err != nil {
+			return err
+		}
+		if err := send(m.parseOf(pinPeekStatement, s.pinPeekSQL(), nil), uParse); err != nil {
+			return err
+		}
 		s.pinPeekPrepared = true
 	}
 	// No Close of the portal: the Sync ends the peek's implicit
 	// transaction, and the portal with it (two messages less per
 	// read-only transaction).
-	steps = append(steps, step{&pgproto3.Bind{DestinationPortal: pinPeekStatement, PreparedStatement: pinPeekStatement}, uBind},
-		step{&pgproto3.Execute{Portal: pinPeekStatement}, uExecute},
-		step{&pgproto3.Sync{}, uSync})
-	for _, st := range steps {
-		if err := s.be.w.Send(st.msg); err != nil {
-			return err
-		}
-		s.units.push(unit{kind: st.kind, disp: swallow, beforeBegin: peek})
+	if err := send(m.bindOf(pinPeekStatement, pinPeekStatement, nil), uBind); err != nil {
+		return err
 	}
-	return nil
+	if err := send(m.executeOf(pinPeekStatement), uExecute); err != nil {
+		return err
+	}
+	return send(&m.sync, uSync)
 }
 
 // pinPeekSQL is the peek's text: it reads a view (viewPeekSQL) unless the
