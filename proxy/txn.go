@@ -124,12 +124,14 @@ func (s *Session) txnQuery(ctx context.Context, sql string) error {
 	case s.tx == txIdle && startsWithWord(sql, "begin", "start"):
 		// The Sync's ReadyForQuery ends the implicit transaction, and with
 		// it what the session follows of one: it comes first.
-		if isBegin(s.proxy.planner, sql) {
+		// Planned once (it was twice per BEGIN).
+		opts := beginOptions(s.proxy.planner, sql)
+		if opts != nil {
 			if err := s.orLost(s.syncBeforeBegin(ctx)); err != nil {
 				return err
 			}
 		}
-		s.noteBegin(sql)
+		s.noteBegin(sql, opts)
 		return s.orLost(s.peekBeforeBegin())
 	}
 	return nil
@@ -307,8 +309,12 @@ func (s *Session) syncBeforeBegin(ctx context.Context) error {
 // error the backend sent before it closed, if it sent one (an idle
 // transaction's timeout).
 func (s *Session) orLost(err error) error {
+	if err == nil {
+		// Before pe: its address escapes, so declaring it allocates.
+		return nil
+	}
 	var pe *pgerr.Error
-	if err == nil || errors.As(err, &pe) {
+	if errors.As(err, &pe) {
 		return err
 	}
 	return s.lostWrite(err)
@@ -346,7 +352,7 @@ func (s *Session) txnBind(ctx context.Context, m *pgproto3.Bind) error {
 		}
 		return s.txnExtended(ctx, sql)
 	case s.tx == txIdle && startsWithWord(sql, "begin", "start"):
-		s.noteBegin(sql)
+		s.noteBegin(sql, beginOptions(s.proxy.planner, sql))
 		return s.orLost(s.peekBeforeBegin())
 	}
 	return nil
@@ -364,18 +370,15 @@ func (s *Session) txnExtended(ctx context.Context, sql string) error {
 }
 
 // noteBegin starts following a transaction block when sql is BEGIN or
-// START TRANSACTION alone.
-func (s *Session) noteBegin(sql string) {
-	if opts := beginOptions(s.proxy.planner, sql); opts != nil {
+// START TRANSACTION alone: opts, its beginOptions, are not nil.
+func (s *Session) noteBegin(sql string, opts *planner.TxnOptions) {
+	if opts != nil {
 		s.endTxn()
 		s.txn.phase = txnFresh
 		s.txn.begin = opts
 		s.txn.beginSQL = sql
 	}
 }
-
-// isBegin reports whether sql is BEGIN or START TRANSACTION alone.
-func isBegin(p *planner.Planner, sql string) bool { return beginOptions(p, sql) != nil }
 
 // txnStatements pins a fresh transaction whose first statement in sql
 // reads, and checks the reads in sql against the timedomain. ready is
