@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // A read-only transaction's pin (proxy/txn.go, storage pin_trim.sql): when
@@ -170,7 +171,9 @@ func TestReadOnlyTxnPinAfterWrite(t *testing.T) {
 // a few times at most, not once per read), and the backend's requests
 // (Sync or Query) per transaction are counted and bounded by today's
 // five: pin_peek's Sync, BEGIN, the two reads and COMMIT; the pin itself
-// ends with a Flush. Its round trips (mzproxy's writes to the backend, each
+// ends with a Flush. No portal is closed: the peek's portal ends with its
+// Sync, the raise and the guard run in the unnamed portal, which the read
+// replaces (three Closes and their CloseCompletes less per transaction). Its round trips (mzproxy's writes to the backend, each
 // sent once the last was answered) are four over the simple protocol, as
 // many as directly, in both protocols: pin_peek rides with BEGIN, the pin
 // with the first read.
@@ -232,6 +235,8 @@ func TestReadOnlyTxnShape(t *testing.T) {
 			switch {
 			case strings.HasPrefix(e, "P "):
 				t.Errorf("%v: the backend was sent a Parse in a read-only transaction: %q", mode, e)
+			case strings.HasPrefix(e, "C "):
+				t.Errorf("%v: the backend was sent a Close in a read-only transaction: %q", mode, e)
 			case e == "S" || strings.HasPrefix(e, "Q "):
 				requests++
 			case e == "W":
@@ -347,4 +352,79 @@ func TestReadOnlyTxnPinWithFirstRead(t *testing.T) {
 	_, err := readIn("SELECT v FROM s1.sp")
 	wantCode(t, err, "25000")
 	mustExec(t, ctx, reader, "ROLLBACK")
+}
+
+// TestReadOnlyTxnPinPortals: the pin that rides in front of a read-only
+// transaction's first read runs in the unnamed portal when the read
+// replaces it (a Bind of the unnamed portal, or a simple Query), and in
+// portals of its own, closed, when the read binds a named portal (a named
+// portal is not replaced). Either way the read answers, and pg_cursors in
+// the transaction lists what it lists directly: no portal of mzproxy's.
+func TestReadOnlyTxnPinPortals(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	proxied := connectTo(t, ctx, p.URL("postgres", db))
+	mustExec(t, ctx, proxied, "CREATE TABLE pc (id int PRIMARY KEY, v int NOT NULL)",
+		"INSERT INTO pc SELECT g, g * 10 FROM generate_series(1, 10) g")
+	direct := connectTo(t, ctx, directURL("postgres", db))
+	const cursors = "SELECT coalesce(string_agg(name || ': ' || statement, ', ' ORDER BY name), 'none') FROM pg_cursors"
+	// run is a read-only transaction whose first read binds portal; it
+	// returns what the read and pg_cursors answered.
+	run := func(conn *pgx.Conn, begin pgx.QueryExecMode, portal string) string {
+		t.Helper()
+		rotxnBegin(t, ctx, conn, begin)
+		pc := conn.PgConn()
+		pc.Frontend().SendBind(&pgproto3.Bind{DestinationPortal: portal, PreparedStatement: "pc_read",
+			Parameters: [][]byte{[]byte("3")}})
+		pc.Frontend().SendExecute(&pgproto3.Execute{Portal: portal})
+		pc.Frontend().SendSync(&pgproto3.Sync{})
+		if err := pc.Frontend().Flush(); err != nil {
+			t.Fatal(err)
+		}
+		var answer []string
+		for {
+			m, err := pc.ReceiveMessage(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch m := m.(type) {
+			case *pgproto3.DataRow:
+				answer = append(answer, "row "+string(m.Values[0]))
+			case *pgproto3.ErrorResponse:
+				answer = append(answer, "error "+m.Code+" "+m.Message)
+			}
+			if _, ok := m.(*pgproto3.ReadyForQuery); ok {
+				break
+			}
+		}
+		var listed string
+		if err := conn.QueryRow(ctx, cursors, pgx.QueryExecModeSimpleProtocol).Scan(&listed); err != nil {
+			t.Fatal(err)
+		}
+		mustExec(t, ctx, conn, "COMMIT")
+		return strings.Join(answer, "; ") + " | " + listed
+	}
+	for _, conn := range []*pgx.Conn{proxied, direct} {
+		if _, err := conn.PgConn().Prepare(ctx, "rotxn_begin", "BEGIN", nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.PgConn().Prepare(ctx, "pc_read", "SELECT v FROM pc WHERE id = $1", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, begin := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		for _, portal := range []string{"", "pc_portal"} {
+			want := run(direct, begin, portal)
+			// The first transactions learn the defaults; the third pins
+			// with its first read.
+			for i := 0; i < 3; i++ {
+				if got := run(proxied, begin, portal); got != want {
+					t.Errorf("%v BEGIN, read in portal %q, transaction %d: through mzproxy %q, directly %q",
+						begin, portal, i, got, want)
+				}
+			}
+		}
+	}
 }

@@ -122,7 +122,8 @@ func TestWritesOneRoundTrip(t *testing.T) {
 
 // backendTap relays TCP connections to the test PostgreSQL and records,
 // per connection, what each carries: "Q <text>" and "P <text>" for a Query
-// or a Parse, "S" for a Sync the frontend sent, "Z" for a ReadyForQuery
+// or a Parse, "C <kind><name>" for a Close (kind S or P), "S" for a Sync
+// the frontend sent, "Z" for a ReadyForQuery
 // the backend sent, "W" where a write of mzproxy's begins (recordWrite),
 // in the order the tap saw them.
 type backendTap struct {
@@ -237,6 +238,8 @@ func (tap *backendTap) record(i int, frontend bool, typ byte, body []byte) {
 		name, text, _ := strings.Cut(string(body), "\x00")
 		text, _, _ = strings.Cut(text, "\x00")
 		e = "P " + name + ": " + text
+	case frontend && typ == 'C':
+		e = "C " + strings.TrimRight(string(body), "\x00")
 	case frontend && typ == 'S':
 		e = "S"
 	case !frontend && typ == 'Z':

@@ -90,7 +90,12 @@ func pinGuardSQL(viewless bool) string {
 type pinGuard struct {
 	expected txnCharacteristics
 	revision int64
-	closes   int // the CloseCompletes its answers end with
+	ends     int // the CloseCompletes and CommandCompletes its answers end with
+	// portal is the portal the raise and the guard run in: the unnamed
+	// one when the read that follows replaces it (a simple Query, or a
+	// Bind of the unnamed portal), so no Close is sent; else the guard's
+	// own, closed after it.
+	portal string
 	// extended: the read is a Bind (sql its statement's text); frames
 	// are the client's messages forwarded behind the guard, sent again
 	// when it refuses.
@@ -101,8 +106,9 @@ type pinGuard struct {
 
 // pinWithRead returns the guard to send in front of sql, the first
 // statement of a fresh transaction block, when it can ride with it; nil
-// when the transaction is pinned the ordinary way first.
-func (s *Session) pinWithRead(ctx context.Context, sql string) *pinGuard {
+// when the transaction is pinned the ordinary way first. readPortal is
+// the portal the read runs in ("" for a simple Query).
+func (s *Session) pinWithRead(ctx context.Context, sql, readPortal string) *pinGuard {
 	// Over the extended protocol, the read's Bind begins the batch.
 	if s.txn.phase != txnFresh || s.tx != txBlock || s.be.unsynced ||
 		s.units.len() > 0 || s.skipping || s.proxy.cfg.HistoryReads || ctx.Err() != nil ||
@@ -114,52 +120,143 @@ func (s *Session) pinWithRead(ctx context.Context, sql string) *pinGuard {
 	if !guessed || seen == nil {
 		return nil
 	}
-	return &pinGuard{expected: expected, revision: seen.catalog.cat.Revision}
+	g := &pinGuard{expected: expected, revision: seen.catalog.cat.Revision}
+	if readPortal != "" {
+		g.portal = pinGuardStatement
+	}
+	return g
 }
 
 // sendPinGuard queues, unflushed, the raise to REPEATABLE READ when the
 // transaction needs it and the guard (both prepared once per session);
 // the client's Query follows them in the same write.
 func (s *Session) sendPinGuard(g *pinGuard) error {
-	var msgs []pgproto3.FrontendMessage
+	m := &s.pinMsgs
 	prepare := !s.pinGuardPrepared
 	if prepare {
 		// Closed first: a client may have prepared the names.
-		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: pinRaiseStatement},
-			&pgproto3.Parse{Name: pinRaiseStatement, Query: "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"})
-		g.closes++
+		if err := s.sendAll(m.closeOf('S', pinRaiseStatement),
+			m.parseOf(pinRaiseStatement, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", nil)); err != nil {
+			return err
+		}
+		g.ends++
 		s.pinGuardPrepared = true
 	}
 	if !snapshotIsolation(g.expected.isolation) {
-		msgs = append(msgs, &pgproto3.Bind{DestinationPortal: pinRaiseStatement, PreparedStatement: pinRaiseStatement},
-			&pgproto3.Execute{Portal: pinRaiseStatement},
-			&pgproto3.Close{ObjectType: 'P', Name: pinRaiseStatement})
-		g.closes++
+		if err := s.sendPinRaise(g); err != nil {
+			return err
+		}
 	}
 	if prepare {
 		// After the SET: parsing a SELECT takes the snapshot.
-		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: pinGuardStatement},
-			&pgproto3.Parse{Name: pinGuardStatement, Query: pinGuardSQL(s.be.viewsRestricted),
-				ParameterOIDs: []uint32{int8OID, int8OID, textOID, textOID, textOID}})
-		g.closes++
+		if err := s.sendAll(m.closeOf('S', pinGuardStatement), m.parseOf(pinGuardStatement, pinGuardSQL(s.be.viewsRestricted),
+			[]uint32{int8OID, int8OID, textOID, textOID, textOID})); err != nil {
+			return err
+		}
+		g.ends++
 	}
 	readOnly := "off"
 	if g.expected.readOnly {
 		readOnly = "on"
 	}
-	msgs = append(msgs, &pgproto3.Bind{DestinationPortal: pinGuardStatement, PreparedStatement: pinGuardStatement,
-		Parameters: [][]byte{[]byte(*s.txn.peek), strconv.AppendInt(nil, g.revision, 10),
-			[]byte(s.known.searchPathShown), []byte(s.known.defaults.isolation), []byte(readOnly)}},
-		&pgproto3.Execute{Portal: pinGuardStatement},
-		&pgproto3.Close{ObjectType: 'P', Name: pinGuardStatement})
-	g.closes++
-	for _, m := range msgs {
-		if err := s.be.w.Send(m); err != nil {
+	params := m.guardParams(*s.txn.peek, g.revision, s.known.searchPathShown, s.known.defaults.isolation, readOnly)
+	if err := s.sendAll(m.bindOf(g.portal, pinGuardStatement, params), m.executeOf(g.portal)); err != nil {
+		return err
+	}
+	g.ends++
+	if g.portal != "" {
+		// Left open, it would stay until the transaction ends (and show
+		// in pg_cursors), and the read's portal is named.
+		if err := s.be.w.Send(m.closeOf('P', g.portal)); err != nil {
 			return err
 		}
+		g.ends++
 	}
 	s.txn.guard = g
 	return nil
+}
+
+// sendPinRaise queues the raise to REPEATABLE READ in the unnamed portal,
+// which the guard's Bind replaces; in a named one of its own, closed,
+// when the guard's portal is named (a named portal is not replaced).
+func (s *Session) sendPinRaise(g *pinGuard) error {
+	m := &s.pinMsgs
+	portal := ""
+	if g.portal != "" {
+		portal = pinRaiseStatement
+	}
+	if err := s.sendAll(m.bindOf(portal, pinRaiseStatement, nil), m.executeOf(portal)); err != nil {
+		return err
+	}
+	g.ends++
+	if portal == "" {
+		return nil
+	}
+	g.ends++
+	return s.be.w.Send(m.closeOf('P', portal))
+}
+
+// sendAll queues two messages to the backend, unflushed.
+func (s *Session) sendAll(a, b pgproto3.FrontendMessage) error {
+	if err := s.be.w.Send(a); err != nil {
+		return err
+	}
+	return s.be.w.Send(b)
+}
+
+// pinMessages are the messages of a read-only transaction's pin, kept by
+// the session and reused: each is encoded as it is queued, so the pin
+// allocates none of them per transaction.
+type pinMessages struct {
+	bind   pgproto3.Bind
+	exec   pgproto3.Execute
+	close  pgproto3.Close
+	parse  pgproto3.Parse
+	sync   pgproto3.Sync
+	params [5][]byte
+	buf    []byte // the bytes of params
+}
+
+func (m *pinMessages) bindOf(portal, statement string, params [][]byte) *pgproto3.Bind {
+	m.bind = pgproto3.Bind{DestinationPortal: portal, PreparedStatement: statement, Parameters: params}
+	return &m.bind
+}
+
+func (m *pinMessages) executeOf(portal string) *pgproto3.Execute {
+	m.exec = pgproto3.Execute{Portal: portal}
+	return &m.exec
+}
+
+func (m *pinMessages) closeOf(kind byte, name string) *pgproto3.Close {
+	m.close = pgproto3.Close{ObjectType: kind, Name: name}
+	return &m.close
+}
+
+func (m *pinMessages) parseOf(name, query string, oids []uint32) *pgproto3.Parse {
+	m.parse = pgproto3.Parse{Name: name, Query: query, ParameterOIDs: oids}
+	return &m.parse
+}
+
+// guardParams are the guard's parameters (see pinGuardSQL), in m's buffer.
+func (m *pinMessages) guardParams(peek string, revision int64, searchPath, isolation, readOnly string) [][]byte {
+	var ends [len(m.params)]int
+	m.buf = append(m.buf[:0], peek...)
+	ends[0] = len(m.buf)
+	m.buf = strconv.AppendInt(m.buf, revision, 10)
+	ends[1] = len(m.buf)
+	m.buf = append(m.buf, searchPath...)
+	ends[2] = len(m.buf)
+	m.buf = append(m.buf, isolation...)
+	ends[3] = len(m.buf)
+	m.buf = append(m.buf, readOnly...)
+	ends[4] = len(m.buf)
+	from := 0
+	for i, end := range ends {
+		// Not nil even when empty: nil is SQL NULL.
+		m.params[i] = m.buf[from:end:end]
+		from = end
+	}
+	return m.params[:]
 }
 
 // firstReadAfterGuard sends the client's Query (frame, sql) behind the
@@ -178,7 +275,7 @@ func (s *Session) firstReadAfterGuard(ctx context.Context, sql string, frame []b
 	s.busy.Store(true)
 	s.midRequest = true
 	s.enter(timeouts.PhaseTimestamp)
-	v, failed, err := s.readPinValue(g.closes)
+	v, failed, err := s.readPinValue(g.ends)
 	if err == nil && failed != nil {
 		err = s.guardFailed(ctx, g, failed)
 		if err == nil {
@@ -285,7 +382,7 @@ func (s *Session) settleGuard(ctx context.Context, sendFlush bool) error {
 		return s.lostWrite(err)
 	}
 	s.enter(timeouts.PhaseTimestamp)
-	v, failed, err := s.readPinValue(g.closes)
+	v, failed, err := s.readPinValue(g.ends)
 	switch {
 	case err != nil:
 		return err

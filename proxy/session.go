@@ -193,6 +193,7 @@ type ownStatements struct {
 	lostHoldPrepared                        bool
 	pinPeekPrepared, pinCheckPrepared       bool
 	pinGuardPrepared                        bool
+	pinMsgs                                 pinMessages // reused by the pin (pin_read.go)
 }
 
 func newSession(ctx context.Context, p *Proxy, be *backend, client *wire.Writer, log *logrus.Entry) *Session {

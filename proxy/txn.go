@@ -114,7 +114,7 @@ func (s *Session) txnQuery(ctx context.Context, sql string) error {
 	switch {
 	case s.tx == txFailed:
 	case s.txn.phase == txnFresh || s.pinned():
-		if g := s.pinWithRead(ctx, sql); g != nil {
+		if g := s.pinWithRead(ctx, sql, ""); g != nil {
 			// Answered in firstReadAfterGuard, which sends the read.
 			return s.orLost(s.sendPinGuard(g))
 		}
@@ -124,12 +124,14 @@ func (s *Session) txnQuery(ctx context.Context, sql string) error {
 	case s.tx == txIdle && startsWithWord(sql, "begin", "start"):
 		// The Sync's ReadyForQuery ends the implicit transaction, and with
 		// it what the session follows of one: it comes first.
-		if isBegin(s.proxy.planner, sql) {
+		// Planned once (it was twice per BEGIN).
+		opts := beginOptions(s.proxy.planner, sql)
+		if opts != nil {
 			if err := s.orLost(s.syncBeforeBegin(ctx)); err != nil {
 				return err
 			}
 		}
-		s.noteBegin(sql)
+		s.noteBegin(sql, opts)
 		return s.orLost(s.peekBeforeBegin())
 	}
 	return nil
@@ -147,28 +149,34 @@ func (s *Session) peekBeforeBegin() error {
 	}
 	peek := new(string)
 	s.txn.peek = peek
-	type step struct {
-		msg  pgproto3.FrontendMessage
-		kind unitKind
-	}
-	var steps []step
-	if !s.pinPeekPrepared {
-		// Closed first: a client may have prepared the name.
-		steps = append(steps, step{&pgproto3.Close{ObjectType: 'S', Name: pinPeekStatement}, uClose},
-			step{&pgproto3.Parse{Name: pinPeekStatement, Query: s.pinPeekSQL()}, uParse})
-		s.pinPeekPrepared = true
-	}
-	steps = append(steps, step{&pgproto3.Bind{DestinationPortal: pinPeekStatement, PreparedStatement: pinPeekStatement}, uBind},
-		step{&pgproto3.Execute{Portal: pinPeekStatement}, uExecute},
-		step{&pgproto3.Close{ObjectType: 'P', Name: pinPeekStatement}, uClose},
-		step{&pgproto3.Sync{}, uSync})
-	for _, st := range steps {
-		if err := s.be.w.Send(st.msg); err != nil {
+	m := &s.pinMsgs
+	send := func(msg pgproto3.FrontendMessage, kind unitKind) error {
+		if err := s.be.w.Send(msg); err != nil {
 			return err
 		}
-		s.units.push(unit{kind: st.kind, disp: swallow, beforeBegin: peek})
+		s.units.push(unit{kind: kind, disp: swallow, beforeBegin: peek})
+		return nil
 	}
-	return nil
+	if !s.pinPeekPrepared {
+		// Closed first: a client may have prepared the name.
+		if err := send(m.closeOf('S', pinPeekStatement), uClose); err != nil {
+			return err
+		}
+		if err := send(m.parseOf(pinPeekStatement, s.pinPeekSQL(), nil), uParse); err != nil {
+			return err
+		}
+		s.pinPeekPrepared = true
+	}
+	// No Close of the portal: the Sync ends the peek's implicit
+	// transaction, and the portal with it (two messages less per
+	// read-only transaction).
+	if err := send(m.bindOf(pinPeekStatement, pinPeekStatement, nil), uBind); err != nil {
+		return err
+	}
+	if err := send(m.executeOf(pinPeekStatement), uExecute); err != nil {
+		return err
+	}
+	return send(&m.sync, uSync)
 }
 
 // pinPeekSQL is the peek's text: it reads a view (viewPeekSQL) unless the
@@ -301,8 +309,12 @@ func (s *Session) syncBeforeBegin(ctx context.Context) error {
 // error the backend sent before it closed, if it sent one (an idle
 // transaction's timeout).
 func (s *Session) orLost(err error) error {
+	if err == nil {
+		// Before pe: its address escapes, so declaring it allocates.
+		return nil
+	}
 	var pe *pgerr.Error
-	if err == nil || errors.As(err, &pe) {
+	if errors.As(err, &pe) {
 		return err
 	}
 	return s.lostWrite(err)
@@ -333,14 +345,14 @@ func (s *Session) txnBind(ctx context.Context, m *pgproto3.Bind) error {
 	switch {
 	case !ok || s.tx == txFailed:
 	case s.txn.phase == txnFresh || s.pinned():
-		if g := s.pinWithRead(ctx, sql); g != nil {
+		if g := s.pinWithRead(ctx, sql, m.DestinationPortal); g != nil {
 			// Answered in settleGuard, before the read's answers.
 			g.sql, g.extended = sql, true
 			return s.orLost(s.sendPinGuard(g))
 		}
 		return s.txnExtended(ctx, sql)
 	case s.tx == txIdle && startsWithWord(sql, "begin", "start"):
-		s.noteBegin(sql)
+		s.noteBegin(sql, beginOptions(s.proxy.planner, sql))
 		return s.orLost(s.peekBeforeBegin())
 	}
 	return nil
@@ -358,18 +370,15 @@ func (s *Session) txnExtended(ctx context.Context, sql string) error {
 }
 
 // noteBegin starts following a transaction block when sql is BEGIN or
-// START TRANSACTION alone.
-func (s *Session) noteBegin(sql string) {
-	if opts := beginOptions(s.proxy.planner, sql); opts != nil {
+// START TRANSACTION alone: opts, its beginOptions, are not nil.
+func (s *Session) noteBegin(sql string, opts *planner.TxnOptions) {
+	if opts != nil {
 		s.endTxn()
 		s.txn.phase = txnFresh
 		s.txn.begin = opts
 		s.txn.beginSQL = sql
 	}
 }
-
-// isBegin reports whether sql is BEGIN or START TRANSACTION alone.
-func isBegin(p *planner.Planner, sql string) bool { return beginOptions(p, sql) != nil }
 
 // txnStatements pins a fresh transaction whose first statement in sql
 // reads, and checks the reads in sql against the timedomain. ready is
@@ -571,35 +580,35 @@ func (s *Session) quickPinValue(ctx context.Context, raise bool, peek int64) (st
 	if ctx.Err() != nil {
 		return "", pgerr.Wrap(pgerr.QueryCanceled, context.Cause(ctx))
 	}
-	closes := 0 // the CloseCompletes to come
+	ends := 0 // the CloseCompletes and CommandCompletes to come
 	var msgs []pgproto3.FrontendMessage
 	prepare := !s.pinCheckPrepared
 	if prepare {
 		// Closed first: a client may have prepared the names.
 		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: pinRaiseStatement},
 			&pgproto3.Parse{Name: pinRaiseStatement, Query: "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"})
-		closes++
+		ends++
 		s.pinCheckPrepared = true
 	}
 	if raise {
 		msgs = append(msgs, &pgproto3.Bind{DestinationPortal: pinRaiseStatement, PreparedStatement: pinRaiseStatement},
 			&pgproto3.Execute{Portal: pinRaiseStatement},
 			&pgproto3.Close{ObjectType: 'P', Name: pinRaiseStatement})
-		closes++
+		ends += 2
 	}
 	if prepare {
 		// After the SET: parsing a SELECT takes the transaction's
 		// snapshot.
 		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: pinCheckStatement},
 			&pgproto3.Parse{Name: pinCheckStatement, Query: quickPinSQL(s.be.viewsRestricted), ParameterOIDs: []uint32{int8OID}})
-		closes++
+		ends++
 	}
 	msgs = append(msgs, &pgproto3.Bind{DestinationPortal: pinCheckStatement, PreparedStatement: pinCheckStatement,
 		Parameters: [][]byte{strconv.AppendInt(nil, peek, 10)}},
 		&pgproto3.Execute{Portal: pinCheckStatement},
 		&pgproto3.Close{ObjectType: 'P', Name: pinCheckStatement},
 		&pgproto3.Flush{})
-	closes++
+	ends += 2
 	for _, m := range msgs {
 		if err := s.be.w.Send(m); err != nil {
 			return "", err
@@ -608,7 +617,7 @@ func (s *Session) quickPinValue(ctx context.Context, raise bool, peek int64) (st
 	if err := s.be.w.Flush(); err != nil {
 		return "", err
 	}
-	v, failed, err := s.readPinValue(closes)
+	v, failed, err := s.readPinValue(ends)
 	if failed != nil {
 		// Prepared again next time (the Parse may be what failed).
 		s.pinCheckPrepared = false
@@ -618,11 +627,12 @@ func (s *Session) quickPinValue(ctx context.Context, raise bool, peek int64) (st
 }
 
 // readPinValue reads the answers to the pin's messages, up to the last of
-// their closes CloseCompletes, and returns the first column of the row
-// they answered; failed is the backend's error, not followed yet (the
-// backend now skips to a Sync).
-func (s *Session) readPinValue(closes int) (v string, failed *pgerr.Error, err error) {
-	for closes > 0 {
+// their ends CloseCompletes and CommandCompletes (each Close and Execute
+// of theirs ends with one), and returns the first column of the row they
+// answered; failed is the backend's error, not followed yet (the backend
+// now skips to a Sync).
+func (s *Session) readPinValue(ends int) (v string, failed *pgerr.Error, err error) {
+	for ends > 0 {
 		typ, frame, err := s.be.next()
 		if err != nil {
 			return "", nil, connectionLost(err)
@@ -630,8 +640,8 @@ func (s *Session) readPinValue(closes int) (v string, failed *pgerr.Error, err e
 		switch typ {
 		case 'D':
 			keepFirstValue(frame, &v)
-		case '3':
-			closes--
+		case '3', 'C':
+			ends--
 		case 'E':
 			var er pgproto3.ErrorResponse
 			_ = er.Decode(wire.Body(frame))
