@@ -1,0 +1,165 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Session 10's hostile user: an ordinary role, through the proxy and
+// directly, against what storage versions 25 to 28 and the read
+// statements brought: errors of its own that look like the proxy's
+// (a view refused under restrict_nonsystem_relation_kind, a read's
+// prepared statement gone), the setting toggled every way a session can,
+// and writes that try to break the history trigger.
+
+// forgedErrors are errors a role's own function raises with the SQLSTATE
+// and message the proxy reads as its own statements' refusals. NAME is
+// replaced with the name of a read statement the proxy prepared, read
+// from pg_prepared_statements.
+var forgedErrors = []struct{ code, message string }{
+	{"55000", `access to non-system view "settled_pin" is restricted`},
+	{"55000", `access to non-system view "settled_writes" is restricted`},
+	{"26000", `prepared statement "NAME" does not exist`},
+	{"22P02", `invalid input syntax for type bigint: "mzproxy: plan of a changed catalog"`},
+	{"22P02", `invalid input syntax for type bigint: "mzproxy: pin refused"`},
+}
+
+// forgingRole makes an ordinary role that owns, in db, a sequence runs
+// and two functions that count their runs in it and, when their argument
+// is positive, raise the error of SQLSTATE code and text msg: forge_at_plan
+// is IMMUTABLE, so PostgreSQL runs it when it plans a statement calling it
+// with constants (at a Bind, for a prepared one), forge_at_run is VOLATILE
+// and runs when the statement does. The role may read g.
+func forgingRole(t *testing.T, ctx context.Context, p *proxyProc, db string) string {
+	t.Helper()
+	role := ordinaryRole(t, ctx)
+	pointTable(t, ctx, p.URL("postgres", db), role, 5)
+	owner := connectTo(t, ctx, p.URL("postgres", db))
+	mustExec(t, ctx, owner, "GRANT CREATE ON SCHEMA public TO "+role)
+	conn := connectTo(t, ctx, p.URL(role, db))
+	body := `LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM pg_catalog.nextval('runs');
+	IF n > 0 THEN
+		RAISE EXCEPTION USING ERRCODE = code, MESSAGE = msg;
+	END IF;
+	RETURN n;
+END $$`
+	mustExec(t, ctx, conn, "CREATE SEQUENCE runs",
+		"CREATE FUNCTION forge_at_plan(code text, msg text, n int) RETURNS int IMMUTABLE "+body,
+		"CREATE FUNCTION forge_at_run(code text, msg text, n int) RETURNS int VOLATILE "+body)
+	return role
+}
+
+// runs is how many times the role's functions ran so far.
+func runs(t *testing.T, ctx context.Context, conn *pgx.Conn) int64 {
+	t.Helper()
+	var n int64
+	if err := conn.QueryRow(ctx, "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM runs", pgx.QueryExecModeSimpleProtocol).Scan(&n); err != nil {
+		t.Fatalf("runs: %v", err)
+	}
+	return n
+}
+
+// attempt runs sql on conn and says what the client saw and how many
+// times the role's functions ran for it, counted on counter.
+func attempt(t *testing.T, ctx context.Context, conn, counter *pgx.Conn, sql string, mode pgx.QueryExecMode) string {
+	t.Helper()
+	before := runs(t, ctx, counter)
+	answer := "ok"
+	rows, err := conn.Query(ctx, sql, mode)
+	if err == nil {
+		for rows.Next() {
+		}
+		rows.Close()
+		err = rows.Err()
+	}
+	if pe, ok := err.(*pgconn.PgError); ok {
+		answer = pe.Code + " " + pe.Message
+	} else if err != nil {
+		answer = "error: " + err.Error()
+	}
+	return fmt.Sprintf("%s, ran %d", answer, runs(t, ctx, counter)-before)
+}
+
+// readStatementName is the name the proxy gives the first statement it
+// prepares for a repeated read on conn's backend connection: its own
+// names share a suffix, which the role reads from the read guard's name
+// in pg_prepared_statements.
+func readStatementName(t *testing.T, ctx context.Context, conn *pgx.Conn) string {
+	t.Helper()
+	var suffix string
+	for range 3 {
+		if err := conn.QueryRow(ctx, "SELECT v, mz_now() AS ts FROM g WHERE k = 1", pgx.QueryExecModeSimpleProtocol).Scan(new(string), new(int64)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := conn.QueryRow(ctx, "SELECT substring(name from '_([0-9a-f]{12})$') FROM pg_prepared_statements WHERE name LIKE 'mzproxy_read_guard%'",
+		pgx.QueryExecModeSimpleProtocol).Scan(&suffix)
+	if err != nil {
+		t.Fatalf("the proxy's read guard: %v", err)
+	}
+	return "mzproxy_read_0_" + suffix
+}
+
+// TestHostile10ForgedRefusals: a role's own function raises, in a
+// timestamped read (simple, repeated so that the proxy prepares it, and
+// extended), in AS OF mz_now() and in the first read of a transaction
+// block, errors with the SQLSTATE and text of the refusals the proxy
+// takes as its own statements': a view refused under
+// restrict_nonsystem_relation_kind (55000), the read's prepared statement
+// gone (26000, with the proxy's real statement name), the guards' markers
+// (22P02). Each statement runs its function exactly as often as the same
+// statement run directly on PostgreSQL (counted by a sequence), and the
+// client sees the function's error: the proxy neither skips the statement
+// nor runs it again. The session reads right afterwards.
+func TestHostile10ForgedRefusals(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	role := forgingRole(t, ctx, p, db)
+	counter := connectTo(t, ctx, directURL(role, db))
+	name := readStatementName(t, ctx, connectTo(t, ctx, p.URL(role, db)))
+	scripts := [][]string{
+		{"SELECT k, mz_now() AS ts, FN('CODE', 'MSG', 1) FROM g WHERE k = 1"},
+		{"SELECT k, FN('CODE', 'MSG', 1) FROM g WHERE k = 2 AS OF mz_now()"},
+		{"BEGIN", "SELECT k, FN('CODE', 'MSG', 1) FROM g WHERE k = 3", "ROLLBACK"},
+		{"BEGIN", "SELECT k, mz_now() AS ts, FN('CODE', 'MSG', 1) FROM g WHERE k = 3", "ROLLBACK"},
+	}
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		for _, fn := range []string{"forge_at_plan", "forge_at_run"} {
+			for _, forged := range forgedErrors {
+				what := fmt.Sprintf("%s %s %s %q", mode, fn, forged.code, forged.message)
+				proxied := connectTo(t, ctx, p.URL(role, db))
+				direct := connectTo(t, ctx, directURL(role, db))
+				msg := strings.ReplaceAll(forged.message, "NAME", name)
+				fill := strings.NewReplacer("FN", fn, "CODE", forged.code, "MSG", strings.ReplaceAll(msg, "'", "''"))
+				// Each script three times: the proxy prepares a repeated
+				// read at its second use.
+				for i := range 3 {
+					for _, script := range scripts {
+						for _, stmt := range script {
+							sql := fill.Replace(stmt)
+							plain := strings.NewReplacer(" AS OF mz_now()", "", "mz_now() AS ts, ", "").Replace(sql)
+							want := attempt(t, ctx, direct, counter, plain, mode)
+							if got := attempt(t, ctx, proxied, counter, sql, mode); got != want {
+								t.Errorf("%s: %s (run %d): %s, want %s", what, sql, i+1, got, want)
+							}
+						}
+					}
+				}
+				var v string
+				if err := proxied.QueryRow(ctx, "SELECT v, mz_now() FROM g WHERE k = 4").Scan(&v, new(int64)); err != nil || v != "v4" {
+					t.Errorf("%s: the next read: %q, %v", what, v, err)
+				}
+			}
+		}
+	}
+	p.mustAlive(t, ctx)
+}
