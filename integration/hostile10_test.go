@@ -163,3 +163,83 @@ func TestHostile10ForgedRefusals(t *testing.T) {
 	}
 	p.mustAlive(t, ctx)
 }
+
+// restrictToggles are the ways a session turns restrict_nonsystem_relation_kind
+// on and off behind the proxy's back, each followed by the reads of
+// toggledReads. A function of the role's (restrict_in) restricts views for
+// its own duration (its SET clause); restrict_session sets it for the
+// session with set_config, which no statement text shows.
+var restrictToggles = [][]string{
+	{"SET restrict_nonsystem_relation_kind = 'view'"},
+	{"RESET restrict_nonsystem_relation_kind"},
+	{"SELECT restrict_session('view')"},
+	{"SELECT k, restrict_in(k) FROM g WHERE k = 1"},
+	{"SELECT restrict_session('')"},
+	{"BEGIN", "SET LOCAL restrict_nonsystem_relation_kind = 'view'", "SELECT v FROM g WHERE k = 2", "SELECT v, mz_now() AS ts FROM g WHERE k = 2", "COMMIT"},
+	{"BEGIN", "SELECT v FROM g WHERE k = 2", "SELECT set_config('restrict_nonsystem_relation_kind', 'view', true)", "SELECT v, mz_now() AS ts FROM g WHERE k = 2", "SELECT v FROM g WHERE k = 3 AS OF mz_now()", "COMMIT"},
+	{"BEGIN READ ONLY", "SELECT restrict_session('view, foreign-table')", "SELECT v, mz_now() AS ts FROM g WHERE k = 2", "ROLLBACK"},
+	{"DO $$ BEGIN PERFORM set_config('restrict_nonsystem_relation_kind', 'view', false); END $$"},
+	{"BEGIN", "SELECT v, mz_now() AS ts FROM g WHERE k = 1", "SET LOCAL restrict_nonsystem_relation_kind = ''", "SELECT v FROM g WHERE k = 3 AS OF mz_now()", "COMMIT"},
+	{"SELECT k, restrict_in(k), mz_now() AS ts FROM g WHERE k = 1"},
+	{"RESET ALL"},
+}
+
+// toggledReads are what each toggle is followed by: timestamped reads
+// (the first twice, prepared at its second use), AS OF, and transaction
+// blocks whose first read is plain or timestamped.
+var toggledReads = [][]string{
+	{"SELECT k, v, mz_now() AS ts FROM g WHERE k = 4"},
+	{"SELECT k, v, mz_now() AS ts FROM g WHERE k = 4"},
+	{"SELECT k, v FROM g ORDER BY k AS OF mz_now()"},
+	{"BEGIN", "SELECT k, v FROM g ORDER BY k", "SELECT k, v, mz_now() AS ts FROM g WHERE k = 5", "COMMIT"},
+	{"BEGIN READ ONLY", "SELECT k, v, mz_now() AS ts FROM g WHERE k = 5", "SELECT count(*) FROM g", "COMMIT"},
+	{"BEGIN ISOLATION LEVEL REPEATABLE READ", "SELECT k, v FROM g WHERE k = 1 AS OF mz_now()", "COMMIT"},
+}
+
+// TestHostile10RestrictToggles: a role turns restrict_nonsystem_relation_kind
+// on and off mid-session every way it can (SET and RESET, SET LOCAL and
+// set_config(..., true) in a block, after the block's first read or
+// before it, a function's SET clause, set_config in a function or a DO
+// block, RESET ALL), over the simple and the extended protocol. After
+// each, every statement answers as in a session of the role that never
+// restricted views: the same rows, or the same SQLSTATE, and a timestamp
+// wherever mz_now() is read.
+func TestHostile10RestrictToggles(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	role := ordinaryRole(t, ctx)
+	pointTable(t, ctx, p.URL("postgres", db), role, 5)
+	owner := connectTo(t, ctx, p.URL("postgres", db))
+	mustExec(t, ctx, owner, "GRANT CREATE ON SCHEMA public TO "+role)
+	mustExec(t, ctx, connectTo(t, ctx, p.URL(role, db)),
+		"CREATE FUNCTION restrict_in(k int) RETURNS int LANGUAGE sql SET restrict_nonsystem_relation_kind = 'view' AS 'SELECT k'",
+		"CREATE FUNCTION restrict_session(kinds text) RETURNS text LANGUAGE sql AS $$SELECT set_config('restrict_nonsystem_relation_kind', kinds, false)$$")
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		plain := connectMode(t, ctx, p.URL(role, db), mode)
+		conn := connectMode(t, ctx, p.URL(role, db), mode)
+		for _, toggle := range restrictToggles {
+			// The toggle in conn only; its reads answer as plain's.
+			for _, stmt := range toggle {
+				got, want := answerOf(t, ctx, conn, stmt), ""
+				if strings.HasPrefix(stmt, "SELECT v") || strings.HasPrefix(stmt, "SELECT k") {
+					want = answerOf(t, ctx, plain, stmt)
+				} else if !strings.HasPrefix(got, "error: ") {
+					want = got
+				}
+				if got != want {
+					t.Errorf("%s: toggle %q: %s: %s, want %s", mode, toggle, stmt, got, want)
+				}
+			}
+			for _, script := range toggledReads {
+				for _, stmt := range script {
+					if got, want := answerOf(t, ctx, conn, stmt), answerOf(t, ctx, plain, stmt); got != want {
+						t.Errorf("%s after %q: %s: %s, want %s", mode, toggle, stmt, got, want)
+					}
+				}
+			}
+		}
+	}
+	p.mustAlive(t, ctx)
+}
