@@ -243,3 +243,71 @@ func TestHostile10RestrictToggles(t *testing.T) {
 	}
 	p.mustAlive(t, ctx)
 }
+
+// keyShuffles are writes that move, delete and re-create primary keys
+// inside one statement or one block: the history trigger of version 27
+// closes an old version by key alone on its first write of a
+// transaction, and must still close exactly the versions the statement
+// changed. Each script runs on a fresh table of rows (k, v) = (1..4).
+var keyShuffles = [][]string{
+	{"UPDATE TBL SET k = k + 1"},
+	{"UPDATE TBL SET k = 5 - k"},
+	{"UPDATE TBL SET k = k - 1 WHERE k > 1"},
+	{"WITH d AS (DELETE FROM TBL WHERE k = 2 RETURNING k, v) INSERT INTO TBL SELECT k, v || '!' FROM d"},
+	{"WITH d AS (DELETE FROM TBL WHERE k <= 2 RETURNING k, v) INSERT INTO TBL SELECT k + 10, v FROM d"},
+	{"INSERT INTO TBL VALUES (2, 'x'), (5, 'y') ON CONFLICT (k) DO UPDATE SET v = excluded.v || TBL.v"},
+	{"DELETE FROM TBL WHERE k = 1", "INSERT INTO TBL VALUES (1, 'again')"},
+	{"BEGIN", "UPDATE TBL SET k = k + 10", "UPDATE TBL SET k = k - 10", "DELETE FROM TBL WHERE k = 3", "INSERT INTO TBL VALUES (3, 'new')", "COMMIT"},
+	{"BEGIN", "DELETE FROM TBL", "INSERT INTO TBL VALUES (1, 'a'), (2, 'b')", "UPDATE TBL SET k = 3 - k", "COMMIT"},
+	{"UPDATE TBL SET v = v WHERE k = 1", "UPDATE TBL SET v = v || v"},
+}
+
+// TestHostile10KeyShuffles: an ordinary role's writes that move and
+// re-create primary keys (keyShuffles), through the proxy on a managed
+// table, leave the same rows as on a plain table directly, and the table's
+// history answers, AS OF the timestamp after each statement, exactly the
+// rows the table had then: no version lost, none current twice (a second
+// current version would answer a key twice). session_replication_role,
+// which would skip the history trigger, is refused to the role (42501).
+func TestHostile10KeyShuffles(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db, plainDB := freshDatabase(t, ctx), freshDatabase(t, ctx)
+	p := startProxy(t)
+	role := ordinaryRole(t, ctx)
+	for _, url := range []string{p.URL("postgres", db), directURL("postgres", plainDB)} {
+		mustExec(t, ctx, connectTo(t, ctx, url), "GRANT CREATE ON SCHEMA public TO "+role)
+	}
+	managed := connectTo(t, ctx, p.URL(role, db))
+	plain := connectTo(t, ctx, directURL(role, plainDB))
+	_, err := managed.Exec(ctx, "SET session_replication_role = replica")
+	wantCode(t, err, "42501")
+	for i, script := range keyShuffles {
+		table := fmt.Sprintf("shuffle_%d", i)
+		create := []string{"CREATE TABLE " + table + " (k int PRIMARY KEY, v text)",
+			"INSERT INTO " + table + " SELECT i, 'v' || i FROM generate_series(1, 4) i"}
+		mustExec(t, ctx, managed, append(create, "ALTER TABLE "+table+" SET (RETAIN HISTORY FOR '1h')")...)
+		mustExec(t, ctx, plain, create...)
+		contents := "SELECT k, v FROM " + table + " ORDER BY k"
+		seen := map[uint64]string{readTS(t, ctx, managed): answerOf(t, ctx, managed, contents)}
+		for _, stmt := range script {
+			sql := strings.ReplaceAll(stmt, "TBL", table)
+			if got, want := answerOf(t, ctx, managed, sql), answerOf(t, ctx, plain, sql); got != want {
+				t.Errorf("%s: %s, want %s", sql, got, want)
+			}
+			if got, want := answerOf(t, ctx, managed, contents), answerOf(t, ctx, plain, contents); got != want {
+				t.Errorf("%q after %s: %s, want %s", script, sql, got, want)
+			}
+			if managed.PgConn().TxStatus() == 'I' {
+				seen[readTS(t, ctx, managed)] = answerOf(t, ctx, managed, contents)
+			}
+		}
+		for ts, want := range seen {
+			asOf := fmt.Sprintf("%s AS OF %d", contents, ts)
+			if got := answerOf(t, ctx, managed, asOf); got != want {
+				t.Errorf("%q: %s: %s, want %s", script, asOf, got, want)
+			}
+		}
+	}
+	p.mustAlive(t, ctx)
+}
