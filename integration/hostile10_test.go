@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -309,5 +310,99 @@ func TestHostile10KeyShuffles(t *testing.T) {
 			}
 		}
 	}
+	p.mustAlive(t, ctx)
+}
+
+// churnWriteCodes are the SQLSTATEs a write may fail with while another
+// session drops and creates its table: the table gone (42P01), a conflict
+// with the DDL or another write (40001, 40P01), a key taken (23505).
+var churnWriteCodes = map[string]bool{"42P01": true, "40001": true, "40P01": true, "23505": true}
+
+// TestHostile10TableChurn: an ordinary role drops and creates a table of
+// the same name over and over (version 28 leaves a dropped table's
+// trigger functions to compaction), with a plain index and a unique one,
+// while another of its sessions writes to whatever table has the name and
+// the proxy compacts every 100 ms. The writes fail only as a write to a
+// table being dropped does, never with XX000 or a missing function; each
+// new table starts with only its own rows and its history answers them
+// AS OF its writes; the role cannot attach a table's trigger function to
+// a table of its own (42501); and compaction drops the trigger functions
+// of every dropped table.
+func TestHostile10TableChurn(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t, leaseArgs()...)
+	role := ordinaryRole(t, ctx)
+	mustExec(t, ctx, connectTo(t, ctx, p.URL("postgres", db)), "GRANT CREATE ON SCHEMA public TO "+role)
+	ddl := connectTo(t, ctx, p.URL(role, db))
+	writes := connectTo(t, ctx, p.URL(role, db))
+	admin := connectTo(t, ctx, directURL("postgres", db))
+	stop := make(chan struct{})
+	written := make(chan map[string]int, 1)
+	go func() {
+		codes := map[string]int{}
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				written <- codes
+				return
+			default:
+			}
+			sql := fmt.Sprintf("INSERT INTO churn VALUES (%d, 'w') ON CONFLICT (k) DO UPDATE SET v = churn.v || '.'", 100+i%7)
+			if i%3 == 0 {
+				sql = "UPDATE churn SET v = v || '+' WHERE k = 1"
+			}
+			_, err := writes.Exec(ctx, sql, pgx.QueryExecModeSimpleProtocol)
+			if code := sqlState(err); err == nil {
+				codes["ok"]++
+			} else if code == "" {
+				codes["error: "+err.Error()]++
+				time.Sleep(50 * time.Millisecond)
+			} else {
+				codes[code]++
+				time.Sleep(5 * time.Millisecond) // the table is being made: no spin
+			}
+		}
+	}()
+	for round := range 12 {
+		mustExec(t, ctx, ddl, "DROP TABLE IF EXISTS churn",
+			"CREATE TABLE churn (k int PRIMARY KEY, v text)",
+			"ALTER TABLE churn SET (RETAIN HISTORY FOR '200ms')",
+			"CREATE INDEX churn_v ON churn (v)",
+			fmt.Sprintf("INSERT INTO churn VALUES (1, 'round %d'), (2, 'two')", round))
+		if round%4 == 0 {
+			mustExec(t, ctx, ddl, "CREATE UNIQUE INDEX churn_uv ON churn (k, v)")
+		}
+	}
+	close(stop)
+	codes := <-written
+	t.Logf("writes while the table churned: %v", codes)
+	for code := range codes {
+		if code != "ok" && !churnWriteCodes[code] {
+			t.Errorf("a write failed with %s (%d times)", code, codes[code])
+		}
+	}
+	// The last table: its own rows only, and its history.
+	mustExec(t, ctx, ddl, "DELETE FROM churn WHERE k > 2", "UPDATE churn SET v = 'one' WHERE k = 1")
+	ts := readTS(t, ctx, ddl)
+	if got := answerOf(t, ctx, ddl, fmt.Sprintf("SELECT k, v FROM churn ORDER BY k AS OF %d", ts)); got != "1one; 2two" {
+		t.Errorf("the last table AS OF %d: %s", ts, got)
+	}
+	// A table's trigger function on a table of the role's own.
+	var fn string
+	if err := admin.QueryRow(ctx, `SELECT p.oid::regprocedure::text FROM pg_trigger g JOIN pg_proc p ON p.oid = g.tgfoid
+		WHERE g.tgrelid = 'churn'::regclass AND p.proname LIKE 'h%_ins'`).Scan(&fn); err != nil {
+		t.Fatalf("the table's insert trigger function: %v", err)
+	}
+	_, err := connectTo(t, ctx, directURL(role, db)).Exec(ctx, "CREATE TABLE mine (k int, v text); CREATE TRIGGER steal AFTER INSERT ON mine REFERENCING NEW TABLE AS mz_new FOR EACH STATEMENT EXECUTE FUNCTION "+fn)
+	wantCode(t, err, "42501")
+	eventually(t, time.Minute, "compaction dropped the dropped tables' trigger functions", func() bool {
+		var left int
+		err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_proc p WHERE p.pronamespace = 'mzproxy'::regnamespace
+			AND p.proname ~ '^h[0-9]+_(ins|upd|del|trunc)$'
+			AND NOT EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgfoid = p.oid)`).Scan(&left)
+		return err == nil && left == 0
+	})
 	p.mustAlive(t, ctx)
 }
