@@ -406,3 +406,83 @@ func TestHostile10TableChurn(t *testing.T) {
 	})
 	p.mustAlive(t, ctx)
 }
+
+// viewAttacks are what an ordinary role tries against the views of
+// storage 26 and the functions storage 25 made view-safe, in a session
+// that restricts views and one that does not. leftOpen: a block others
+// must not wait for.
+var viewAttacks = []struct {
+	sql string
+	// code is the SQLSTATE it must fail with ("" when it answers);
+	// RESTRICTED: 55000 in a session that restricts views (it names a
+	// view), else it answers.
+	code     string
+	leftOpen bool
+}{
+	{sql: "SELECT * FROM mzproxy.settled_writes", code: "RESTRICTED"},
+	{sql: "SELECT * FROM mzproxy.pin_state", code: "RESTRICTED"},
+	{sql: "SELECT s.w, p.t, p.w FROM mzproxy.settled_writes s, mzproxy.pin_state p", code: "RESTRICTED"},
+	{sql: "SELECT mzproxy.pin_check(w) FROM mzproxy.settled_writes", code: "RESTRICTED"},
+	{sql: "SELECT mzproxy.pin()"},
+	{sql: "SELECT mzproxy.pin_check(mzproxy.pin_peek() - 1)"},
+	{sql: "SELECT mzproxy.compact(0, 9223372036854775807)", code: "42501"},
+	{sql: "SELECT mzproxy.compact(-1, -1)", code: "42501"},
+	{sql: "SELECT mzproxy.register(0, 0, 'forged', 1)", code: "42501"},
+	{sql: "INSERT INTO mzproxy.writes_seen VALUES (1)", code: "42501"},
+	{sql: "SELECT setval('mzproxy.writes_seen', 1)", code: "42501"},
+	{sql: "SELECT setval('mzproxy.pinned', 9223372036854775000)", code: "42501"},
+	{sql: "CREATE OR REPLACE VIEW mzproxy.settled_writes AS SELECT 0::bigint AS w", code: "42501"},
+	// The role's own view of the name of a proxy's view: its refusal has
+	// the text of the guard's.
+	{sql: "SELECT * FROM public.settled_pin", code: "RESTRICTED"},
+	{sql: "BEGIN; SELECT mzproxy.pin(); SELECT * FROM mzproxy.pin_state", code: "RESTRICTED", leftOpen: true},
+	{sql: "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT * FROM mzproxy.settled_writes", code: "RESTRICTED", leftOpen: true},
+}
+
+// TestHostile10PinViews: an ordinary role reads the pin's views and calls
+// the view-safe functions, with forged arguments, in sessions that
+// restrict views and sessions that do not, through the proxy and
+// directly (viewAttacks). The functions it may not call are refused with
+// 42501, a view (the proxy's, or its own of the name of one) is refused
+// as PostgreSQL refuses it (55000 when the session restricts views), the
+// proxy relaying its refusal, and after each
+// attack an acknowledged write is seen by another session's read of the
+// present three ways and the oracle never went back (presentWitness).
+func TestHostile10PinViews(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	role := ordinaryRole(t, ctx)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	admin := connectTo(t, ctx, directURL("postgres", db))
+	mustExec(t, ctx, admin, "GRANT CREATE ON SCHEMA public TO "+role)
+	owner := connectTo(t, ctx, p.URL(role, db))
+	mustExec(t, ctx, owner, "CREATE TABLE acct (k int PRIMARY KEY, v bigint)", "INSERT INTO acct VALUES (1, 0)",
+		"CREATE VIEW public.settled_pin AS SELECT 1::bigint AS t")
+	w := &presentWitness{t: t, ctx: ctx, admin: admin,
+		writer: connectTo(t, ctx, p.URL(role, db)), reader: connectTo(t, ctx, restrictedURL(p.URL(role, db)))}
+	w.check("before the attacks")
+	for _, via := range []struct{ name, url string }{
+		{"proxy", p.URL(role, db)}, {"proxy, restricted", restrictedURL(p.URL(role, db))},
+		{"direct", directURL(role, db)}, {"direct, restricted", restrictedURL(directURL(role, db))},
+	} {
+		attacker := connectTo(t, ctx, via.url)
+		restricted := strings.HasSuffix(via.name, "restricted")
+		for _, a := range viewAttacks {
+			_, err := attacker.PgConn().Exec(ctx, a.sql).ReadAll()
+			want := a.code
+			if want == "RESTRICTED" {
+				want = map[bool]string{true: "55000"}[restricted]
+			}
+			if code := sqlState(err); code != want {
+				t.Errorf("%s: %s: %v, want SQLSTATE %q", via.name, a.sql, err, want)
+			}
+			w.check(via.name + ": " + a.sql)
+			if a.leftOpen {
+				mustExec(t, ctx, attacker, "ROLLBACK")
+			}
+		}
+	}
+	noHoldsOn(t, ctx, admin, "acct")
+	p.mustAlive(t, ctx)
+}
