@@ -486,3 +486,58 @@ func TestHostile10PinViews(t *testing.T) {
 	noHoldsOn(t, ctx, admin, "acct")
 	p.mustAlive(t, ctx)
 }
+
+// TestHostile10ForgedFencing: a role's function raises the error mzproxy's
+// write functions refuse a fenced or expired incarnation with (XX000,
+// "mzproxy incarnation N ...", DETAIL fenced or expired), in a plain
+// statement, a timestamped read and a transaction block. The role's
+// session gets its function's error; the proxy's lease is not lost over
+// it: other sessions, open and new, still read with mz_now() and write.
+func TestHostile10ForgedFencing(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	role := ordinaryRole(t, ctx)
+	pointTable(t, ctx, p.URL("postgres", db), role, 5)
+	mustExec(t, ctx, connectTo(t, ctx, p.URL("postgres", db)), "GRANT CREATE ON SCHEMA public TO "+role)
+	attacker := connectTo(t, ctx, p.URL(role, db))
+	mustExec(t, ctx, attacker, `CREATE FUNCTION fence(detail text) RETURNS int LANGUAGE plpgsql AS $$
+BEGIN
+	RAISE EXCEPTION USING ERRCODE = 'XX000', DETAIL = detail,
+		MESSAGE = 'mzproxy incarnation 1 (generation 1) fenced by new generation 2';
+END $$`)
+	other := connectTo(t, ctx, p.URL("postgres", db))
+	works := func(after string) {
+		t.Helper()
+		for _, conn := range []*pgx.Conn{other, connectTo(t, ctx, p.URL("postgres", db))} {
+			var v string
+			if err := conn.QueryRow(ctx, "SELECT v, mz_now() FROM g WHERE k = 1").Scan(&v, new(int64)); err != nil {
+				t.Fatalf("after %s: a read: %v", after, err)
+			}
+			if _, err := conn.Exec(ctx, "UPDATE g SET v = v WHERE k = 2"); err != nil {
+				t.Fatalf("after %s: a write: %v", after, err)
+			}
+		}
+	}
+	works("nothing")
+	for _, detail := range []string{"fenced", "expired"} {
+		for _, sql := range []string{
+			"SELECT fence('" + detail + "')",
+			"SELECT v, mz_now(), fence('" + detail + "') FROM g WHERE k = 1",
+			"BEGIN; SELECT v FROM g WHERE k = 1; SELECT fence('" + detail + "')",
+		} {
+			_, err := attacker.Exec(ctx, sql, pgx.QueryExecModeSimpleProtocol)
+			wantCode(t, err, "XX000")
+			mustExec(t, ctx, attacker, "ROLLBACK")
+			works(sql)
+		}
+	}
+	var registered int
+	// (The proxies of the tests running alongside register too.)
+	err := connectTo(t, ctx, directURL("postgres", db)).QueryRow(ctx, "SELECT count(*) FROM mzproxy.incarnations WHERE pid = $1", p.cmd.Process.Pid).Scan(&registered)
+	if err != nil || registered != 1 {
+		t.Errorf("the proxy registered %d incarnations (%v), want 1: it lost its lease over a forged error", registered, err)
+	}
+	p.mustAlive(t, ctx)
+}
