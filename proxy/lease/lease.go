@@ -289,7 +289,11 @@ func (l *Lease) loseLocked(err error) {
 // its holds, at will). A heartbeat run now asks the backend, and loses
 // the lease only if it refuses this incarnation too.
 func (l *Lease) Refused(err error) {
-	if storage.IsFenced(err) {
+	switch {
+	case !storage.IsFenced(err):
+	case l.conn == nil:
+		l.lose(lost(err)) // Granted: no backend to ask
+	default:
 		_ = l.Heartbeat(context.Background())
 	}
 }
