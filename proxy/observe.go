@@ -141,21 +141,28 @@ func (s *Session) noteBackendError(frame []byte) {
 // errorCode is the SQLSTATE field of an ErrorResponse body, without
 // decoding the rest.
 func errorCode(body []byte) string {
+	if code, ok := errorField(body, 'C'); ok {
+		return code
+	}
+	return string(pgerr.InternalError)
+}
+
+// errorField is the field of type field of an ErrorResponse body.
+func errorField(body []byte, field byte) (string, bool) {
 	for len(body) > 1 {
-		field := body[0]
 		end := 1
 		for end < len(body) && body[end] != 0 {
 			end++
 		}
-		if field == 'C' {
-			return string(body[1:end])
+		if body[0] == field {
+			return string(body[1:end]), true
 		}
 		if end >= len(body) {
 			break
 		}
 		body = body[end+1:]
 	}
-	return string(pgerr.InternalError)
+	return "", false
 }
 
 // showSessions answers SHOW mzproxy_sessions: the proxy's sessions, what

@@ -47,6 +47,18 @@ type unit struct {
 	readStatement bool
 }
 
+// readStatementGone reports whether body, an ErrorResponse to the Bind of
+// a read's statement (unit.readStatement), says the statement does not
+// exist. PostgreSQL's own 26000 at a Bind has no context: the same
+// SQLSTATE and text raised by a function of the client's that the Bind
+// runs (an IMMUTABLE one is run when the statement is planned, at its
+// Bind) carries the function's, and is the client's error, relayed: the
+// read ran, and must not run again.
+func readStatementGone(body []byte) bool {
+	_, inFunction := errorField(body, 'W')
+	return errorCode(body) == string(pgerr.InvalidSQLStatementName) && !inFunction
+}
+
 type unitKind uint8
 
 const (
@@ -542,7 +554,7 @@ func (s *Session) answerUnit(ctx context.Context, u *unit, typ byte, frame []byt
 	if typ == 'E' && ctx.Err() != nil {
 		frame = s.canceledByProxy(ctx, frame)
 	}
-	if typ == 'E' && u.readStatement && errorCode(wire.Body(frame)) == string(pgerr.InvalidSQLStatementName) {
+	if typ == 'E' && u.readStatement && readStatementGone(wire.Body(frame)) {
 		// Neither this error nor the ReadyForQuery of the read's Sync is
 		// the client's: the read runs again.
 		s.be.reads.lost = true

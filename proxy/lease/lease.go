@@ -282,10 +282,19 @@ func (l *Lease) loseLocked(err error) {
 
 // Refused loses the lease at once when err is a write function refusing
 // this incarnation (storage.IsFenced), rather than at the next heartbeat:
-// a proxy that a session saw fenced starts no new session on it.
+// a proxy that a session saw fenced starts no new session on it. The
+// error is not taken at its word: a client's own function may raise the
+// same SQLSTATE, message and detail, and its session relays it like any
+// other (an ordinary role made the proxy lose its lease, and every session
+// its holds, at will). A heartbeat run now asks the backend, and loses
+// the lease only if it refuses this incarnation too.
 func (l *Lease) Refused(err error) {
-	if storage.IsFenced(err) {
-		l.lose(lost(err))
+	switch {
+	case !storage.IsFenced(err):
+	case l.conn == nil:
+		l.lose(lost(err)) // Granted: no backend to ask
+	default:
+		_ = l.Heartbeat(context.Background())
 	}
 }
 
