@@ -28,6 +28,8 @@ type Planner struct {
 	literalsAtFirst bool
 	fingerprints    fingerprintMemo
 	plans           planMemo
+	// shapes is planMemo for Shape, whose statements Plan may not return.
+	shapes planMemo
 }
 
 // planMemo remembers the plans returned last, by text: a session plans one
@@ -55,10 +57,15 @@ type memoPlan struct {
 // interface holding another cannot be compared), is remembered; nil when
 // it is not.
 func (p *Planner) memoSlot(key cacheKey, cat Catalog) *atomic.Pointer[memoPlan] {
+	return p.plans.slot(p.fingerprints.seed, key, cat)
+}
+
+// slot is where m remembers the plan of key for cat (see memoSlot).
+func (m *planMemo) slot(seed maphash.Seed, key cacheKey, cat Catalog) *atomic.Pointer[memoPlan] {
 	if len(key.sql) > memoMaxText || !reflect.TypeOf(cat).Comparable() {
 		return nil
 	}
-	return &p.plans.slots[maphash.String(p.fingerprints.seed, key.sql)%uint64(len(p.plans.slots))]
+	return &m.slots[maphash.String(seed, key.sql)%uint64(len(m.slots))]
 }
 
 // fingerprintMemo remembers the fingerprints made last, by text: a session
@@ -204,14 +211,27 @@ func (p *Planner) Shape(sql string, cat Catalog, opts Options) ([]*Statement, er
 	}
 	key := cacheKey{sql: sql, path: joinPath(opts.SearchPath), history: opts.ExplicitTimestamp}
 	rev := cat.Revision()
+	// The text's plan, or its shape, remembered: a session asks for the
+	// shape of a text several times in a row.
 	if slot := p.memoSlot(key, cat); slot != nil {
 		if e := slot.Load(); e != nil && e.key == key && e.rev == rev && e.cat == cat {
 			p.hits.Add(1)
 			return e.stmts, nil
 		}
 	}
-	// Not remembered in the memo: Plan would return another text's SQL.
-	return p.planCached(key, cat, opts, rev, true)
+	slot := p.shapes.slot(p.fingerprints.seed, key, cat)
+	if slot != nil {
+		if e := slot.Load(); e != nil && e.key == key && e.rev == rev && e.cat == cat {
+			p.hits.Add(1)
+			return e.stmts, nil
+		}
+	}
+	stmts, err := p.planCached(key, cat, opts, rev, true)
+	if err == nil && slot != nil {
+		// Not in Plan's memo: Plan would return another text's SQL.
+		slot.Store(&memoPlan{key: key, cat: cat, rev: rev, stmts: stmts})
+	}
+	return stmts, err
 }
 
 // planCached is Plan through the cache, for the key and revision rev; with
@@ -429,5 +449,6 @@ func (p *Planner) Purge() {
 	}
 	for i := range p.plans.slots {
 		p.plans.slots[i].Store(nil)
+		p.shapes.slots[i].Store(nil)
 	}
 }

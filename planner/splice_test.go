@@ -48,7 +48,8 @@ func TestSplicedPlanAllocations(t *testing.T) {
 }
 
 // TestShapeAllocations: Shape of a text whose skeleton's plan is cached
-// splices nothing, only fingerprints the text (Plan: 20, 25 and 9) (issue 15: the proxy's kind, settings and route checks
+// splices nothing, only fingerprints the text (Plan: 20, 25 and 9), and
+// the shape of the same text again is remembered (issue 15: the proxy's kind, settings and route checks
 // of each timestamped read spliced a plan they did not use), and its
 // statements have the kinds and flags of the text's own plan.
 func TestShapeAllocations(t *testing.T) {
@@ -59,9 +60,9 @@ func TestShapeAllocations(t *testing.T) {
 		name, format string
 		most         float64
 	}{
-		{"tsread", "SELECT abalance, mz_now() FROM pgbench_accounts WHERE aid = %d", 6},
-		{"asof", "SELECT abalance FROM pgbench_accounts WHERE aid = %d AND bid > 2 AS OF 1796137811143", 10},
-		{"write", "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = %d", 6},
+		{"tsread", "SELECT abalance, mz_now() FROM pgbench_accounts WHERE aid = %d", 7},
+		{"asof", "SELECT abalance FROM pgbench_accounts WHERE aid = %d AND bid > 2 AS OF 1796137811143", 11},
+		{"write", "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = %d", 7},
 	} {
 		p := New(128)
 		texts := make([]string, 512)
@@ -89,6 +90,9 @@ func TestShapeAllocations(t *testing.T) {
 		shape, err := p.Shape(text, cat, opts)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if again := testing.AllocsPerRun(10, func() { _, _ = p.Shape(text, cat, opts) }); again != 0 {
+			t.Errorf("%s: %.0f allocations per shape of the same text again", c.name, again)
 		}
 		full, err := New(0).Plan(text, cat, opts)
 		if err != nil {
