@@ -131,49 +131,81 @@ func boundInWhere(n *pg.Node, markers map[int64]int, out map[int]bool) {
 }
 
 // bound makes the Bound of a statement whose Template pieces are ls.tmpl,
-// for sql's literals lits; nil when no literal is a parameter. Like
-// template, it writes its text into one buffer sized first, and its
-// values into another (a Bound is made at every call of a cached
-// timestamped read).
+// for sql's literals lits; nil when no literal is a parameter. Its
+// Template and OIDs are the ones made once for the statement when every
+// literal is a parameter (markBound): they are the same for every text
+// (issue 15: a Bound is made at every call of a cached timestamped read,
+// and the proxy renders its text at each). Like template, it writes its
+// values into one buffer sized first.
 func (ls *literalStmt) bound(sql string, lits []literal) *Bound {
 	if !ls.anyBound {
 		return nil
 	}
-	var text, values strings.Builder
-	text.Grow(ls.splicedSize(sql, lits) + 4*len(lits)) // "$n" in place of a literal
+	bd := ls.boundShared
+	if bd == nil {
+		bd = ls.boundTemplate(sql, lits)
+	}
+	n := len(bd.OIDs)
+	var values strings.Builder
+	values.Grow(11 * n) // an int4's digits and sign
+	valueEnds := make([]int, 0, n)
+	for _, p := range ls.tmpl {
+		if p.lit >= 0 && p.bound {
+			spellConstant(&values, sql[lits[p.lit].start:lits[p.lit].end], lits[p.lit].class, p.negated)
+			valueEnds = append(valueEnds, values.Len())
+		}
+	}
+	out := &Bound{Template: bd.Template, OIDs: bd.OIDs, Values: make([]string, n)}
+	all, start := values.String(), 0
+	for i, e := range valueEnds {
+		out.Values[i] = all[start:e]
+		start = e
+	}
+	return out
+}
+
+// boundTemplate is the Bound of a statement without its Values: its
+// Template, the pieces with each bound literal as $k and the others
+// spliced from sql's literals lits (none when every literal is bound),
+// and the parameters' types.
+func (ls *literalStmt) boundTemplate(sql string, lits []literal) *Bound {
+	var text strings.Builder
+	n, size := 0, 0
+	for _, p := range ls.tmpl {
+		size += len(p.text)
+		switch {
+		case p.lit < 0:
+		case p.bound:
+			n++
+			size += 4 // "$n"
+		default:
+			size += lits[p.lit].end - lits[p.lit].start + 1 // a folded '-'
+		}
+	}
+	text.Grow(size)
 	ends := make([]int, 0, ls.holes())
-	var valueEnds []int
+	k := 0
 	for _, p := range ls.tmpl {
 		text.WriteString(p.text)
-		if p.lit >= 0 {
-			tok := sql[lits[p.lit].start:lits[p.lit].end]
-			if !p.bound {
-				spellConstant(&text, tok, lits[p.lit].class, p.negated) // checked by template
-			} else {
-				if valueEnds == nil {
-					n := ls.boundPieces()
-					valueEnds = make([]int, 0, n)
-					values.Grow(11 * n) // an int4's digits and sign
-				}
-				spellConstant(&values, tok, lits[p.lit].class, p.negated)
-				valueEnds = append(valueEnds, values.Len())
-				text.WriteByte('$')
-				var digits [20]byte
-				text.Write(strconv.AppendInt(digits[:0], int64(len(valueEnds)), 10))
-			}
+		switch {
+		case p.lit < 0:
+		case !p.bound:
+			spellConstant(&text, sql[lits[p.lit].start:lits[p.lit].end], lits[p.lit].class, p.negated) // checked by template
+		default:
+			k++
+			text.WriteByte('$')
+			var digits [20]byte
+			text.Write(strconv.AppendInt(digits[:0], int64(k), 10))
 		}
 		if p.tsHole {
 			ends = append(ends, text.Len())
 		}
 	}
-	bd := &Bound{Template: templateOf(text.String(), ends, len(valueEnds)+1), // the timestamp's, after the literals
-		Values: make([]string, len(valueEnds)), OIDs: make([]uint32, len(valueEnds))}
-	all, start := values.String(), 0
-	for i, e := range valueEnds {
-		bd.Values[i], bd.OIDs[i] = all[start:e], int4OID
-		start = e
+	oids := make([]uint32, n)
+	for i := range oids {
+		oids[i] = int4OID
 	}
-	return bd
+	return &Bound{Template: templateOf(text.String(), ends, n+1), OIDs: oids} // the timestamp's, after the literals
 }
 
 // boundPieces is the number of the pieces' literals that are parameters.

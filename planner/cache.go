@@ -28,6 +28,8 @@ type Planner struct {
 	literalsAtFirst bool
 	fingerprints    fingerprintMemo
 	plans           planMemo
+	// shapes is planMemo for Shape, whose statements Plan may not return.
+	shapes planMemo
 }
 
 // planMemo remembers the plans returned last, by text: a session plans one
@@ -55,10 +57,15 @@ type memoPlan struct {
 // interface holding another cannot be compared), is remembered; nil when
 // it is not.
 func (p *Planner) memoSlot(key cacheKey, cat Catalog) *atomic.Pointer[memoPlan] {
+	return p.plans.slot(p.fingerprints.seed, key, cat)
+}
+
+// slot is where m remembers the plan of key for cat (see memoSlot).
+func (m *planMemo) slot(seed maphash.Seed, key cacheKey, cat Catalog) *atomic.Pointer[memoPlan] {
 	if len(key.sql) > memoMaxText || !reflect.TypeOf(cat).Comparable() {
 		return nil
 	}
-	return &p.plans.slots[maphash.String(p.fingerprints.seed, key.sql)%uint64(len(p.plans.slots))]
+	return &m.slots[maphash.String(seed, key.sql)%uint64(len(m.slots))]
 }
 
 // fingerprintMemo remembers the fingerprints made last, by text: a session
@@ -180,15 +187,56 @@ func (p *Planner) Plan(sql string, cat Catalog, opts Options) ([]*Statement, err
 			return e.stmts, nil
 		}
 	}
-	stmts, err := p.planCached(key, cat, opts, rev)
+	stmts, err := p.planCached(key, cat, opts, rev, false)
 	if err == nil && slot != nil {
 		slot.Store(&memoPlan{key: key, cat: cat, rev: rev, stmts: stmts})
 	}
 	return stmts, err
 }
 
-// planCached is Plan through the cache, for the key and revision rev.
-func (p *Planner) planCached(key cacheKey, cat Catalog, opts Options, rev uint64) ([]*Statement, error) {
+// Shape is Plan for callers that need a query string's statements' kinds
+// and flags only (Kind, Tag, Params, relations, UsesMzNow, Locking,
+// whether AsOf is set, ...), not the values of its literals: a read or
+// write planned from a cached skeleton or fingerprint is then the cached
+// plan of another text with the same skeleton, not a copy with this
+// text's literals spliced in (issue 15: half the cost of a cached plan,
+// made for nothing by the routing, settings and observer checks of every
+// timestamped read). Such a statement's SQL, AsOf.Expr, Template and Bound
+// may be another text's. Statements that keep literal values (SET, RETAIN
+// HISTORY, transaction and cursor statements, SUBSCRIBE, EXPLAIN
+// TIMESTAMP) are never cached that way: Shape returns their full plan.
+func (p *Planner) Shape(sql string, cat Catalog, opts Options) ([]*Statement, error) {
+	if p.cache == nil {
+		return p.Plan(sql, cat, opts)
+	}
+	key := cacheKey{sql: sql, path: joinPath(opts.SearchPath), history: opts.ExplicitTimestamp}
+	rev := cat.Revision()
+	// The text's plan, or its shape, remembered: a session asks for the
+	// shape of a text several times in a row.
+	if slot := p.memoSlot(key, cat); slot != nil {
+		if e := slot.Load(); e != nil && e.key == key && e.rev == rev && e.cat == cat {
+			p.hits.Add(1)
+			return e.stmts, nil
+		}
+	}
+	slot := p.shapes.slot(p.fingerprints.seed, key, cat)
+	if slot != nil {
+		if e := slot.Load(); e != nil && e.key == key && e.rev == rev && e.cat == cat {
+			p.hits.Add(1)
+			return e.stmts, nil
+		}
+	}
+	stmts, err := p.planCached(key, cat, opts, rev, true)
+	if err == nil && slot != nil {
+		// Not in Plan's memo: Plan would return another text's SQL.
+		slot.Store(&memoPlan{key: key, cat: cat, rev: rev, stmts: stmts})
+	}
+	return stmts, err
+}
+
+// planCached is Plan through the cache, for the key and revision rev; with
+// shape, Shape.
+func (p *Planner) planCached(key cacheKey, cat Catalog, opts Options, rev uint64, shape bool) ([]*Statement, error) {
 	sql := key.sql
 	if c := p.lookup(key, cat, opts.SearchPath, rev); c != nil {
 		p.hits.Add(1)
@@ -208,10 +256,17 @@ func (p *Planner) planCached(key cacheKey, cat Catalog, opts Options, rev uint64
 		fpKey.sql, fpKey.kind = fp.key, fingerprintKey
 		if c := p.lookup(fpKey, cat, opts.SearchPath, rev); c != nil && len(c.stmts) == len(fp.stmts) {
 			p.hits.Add(1)
+			if shape {
+				return c.stmts, nil
+			}
 			return c.withText(sql, fp.stmts), nil
 		}
 		skKey.sql, skKey.kind = skeleton(sql, fp.lits), skeletonKey
 		if c := p.lookup(skKey, cat, opts.SearchPath, rev); c != nil {
+			if shape && c.literals != nil {
+				p.hits.Add(1)
+				return c.stmts, nil
+			}
 			if stmts, ok := c.withLiterals(sql, fp.lits); ok {
 				p.hits.Add(1)
 				return stmts, nil
@@ -394,5 +449,6 @@ func (p *Planner) Purge() {
 	}
 	for i := range p.plans.slots {
 		p.plans.slots[i].Store(nil)
+		p.shapes.slots[i].Store(nil)
 	}
 }

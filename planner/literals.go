@@ -51,6 +51,9 @@ type literalStmt struct {
 	tmpl      []piece
 	tmplIsSQL bool
 	anyBound  bool // a piece is bound: the statement has a Bound (bound.go)
+	// boundShared is the Bound's Template and OIDs, made once, when every
+	// literal of the pieces is bound (the same for every text).
+	boundShared *Bound
 }
 
 // anchor is a place in a query string: off bytes after the end of literal
@@ -223,10 +226,16 @@ func newLiteralStmt(sql string, fp fingerprint, i int, st, mst *Statement, marke
 
 // markBound marks the pieces of the literals that may be parameters.
 func (ls *literalStmt) markBound(bound map[int]bool) {
+	allBound := true
 	for i := range ls.tmpl {
 		if p := &ls.tmpl[i]; p.lit >= 0 && bound[p.lit] {
 			p.bound, ls.anyBound = true, true
+		} else if p.lit >= 0 {
+			allBound = false
 		}
+	}
+	if ls.anyBound && allBound {
+		ls.boundShared = ls.boundTemplate("", nil)
 	}
 }
 

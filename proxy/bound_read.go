@@ -47,7 +47,6 @@ import (
 // pendingReadGuard is a read guard sent in front of the client's Bind,
 // whose answers have not been read.
 type pendingReadGuard struct {
-	closes  int // where readGuard starts counting CloseCompletes
 	present bool
 	c       *choice // the read's timestamp (a read of the present: set by the guard's answer)
 	// To bind again when the guard refuses: the client's Bind and portal,
@@ -96,8 +95,7 @@ func (s *Session) guardedBind(ctx context.Context, m *pgproto3.Bind, p *portal, 
 		s.enter(timeouts.PhaseTimestamp)
 		s.proxy.obs.OracleRoundTrip(ctx, "read_ts")
 	}
-	closes, err := s.be.sendGuard(guardKey{rev: seen.catalog.cat.Revision, pin: present})
-	if err != nil {
+	if err := s.be.sendGuard(guardKey{rev: seen.catalog.cat.Revision, pin: present}); err != nil {
 		s.release(hold)
 		return false, s.lost(err)
 	}
@@ -111,7 +109,7 @@ func (s *Session) guardedBind(ctx context.Context, m *pgproto3.Bind, p *portal, 
 	if err := s.forwardExplicitBind(m, p, st, params, ts, true); err != nil {
 		return false, err
 	}
-	s.be.pendingRead = &pendingReadGuard{closes: closes, present: present, c: c,
+	s.be.pendingRead = &pendingReadGuard{present: present, c: c,
 		bind: cloneBind(m), portal: p, st: st, params: cloneParams(params)}
 	return true, nil
 }
@@ -135,7 +133,7 @@ func (s *Session) settleReadGuard(ctx context.Context, sendFlush bool) error {
 	// followed here, not by a Sync of readValues' own.
 	clientBatch := s.be.clientBatch
 	s.be.clientBatch = true
-	values, err := s.be.readGuard(g.closes)
+	values, err := s.be.readGuard()
 	s.be.clientBatch = clientBatch
 	if err == nil && g.present {
 		if err = g.c.pinnedBy(values[0]); err != nil {

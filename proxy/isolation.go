@@ -45,7 +45,7 @@ func isolationLevel(v string) (string, bool) {
 // sessionSetting answers SET, SHOW and RESET of transaction_isolation from
 // the proxy. It reports whether it handled the query string.
 func (s *Session) sessionSetting(ctx context.Context, sql string) (bool, error) {
-	stmts, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
+	stmts, err := s.proxy.planner.Shape(sql, emptyCatalog{}, planner.Options{})
 	if err != nil || len(stmts) != 1 || stmts[0].Var == nil {
 		return false, nil
 	}
@@ -91,7 +91,7 @@ func (s *Session) isolationShow(sql string) *planner.Statement {
 	if !strings.Contains(strings.ToLower(sql), "isolation") {
 		return nil // most statements: not worth parsing again
 	}
-	stmts, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
+	stmts, err := s.proxy.planner.Shape(sql, emptyCatalog{}, planner.Options{})
 	if err != nil || len(stmts) != 1 || !showsIsolation(stmts[0]) {
 		return nil
 	}

@@ -223,7 +223,7 @@ func (s *Session) failLostHold(ctx context.Context, l *lease.Lease, simple bool)
 // retentionStatement returns sql's statement when it sets or resets RETAIN
 // HISTORY (nil otherwise); an error when such a statement is not alone.
 func (s *Session) retentionStatement(sql string) (*planner.Statement, error) {
-	stmts, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
+	stmts, err := s.proxy.planner.Shape(sql, emptyCatalog{}, planner.Options{})
 	if err != nil {
 		return nil, nil
 	}

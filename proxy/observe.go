@@ -117,7 +117,7 @@ func (s *Session) statementKind(sql string) string {
 	if s.plainRead(sql) {
 		return planner.KindRead.String()
 	}
-	stmts, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
+	stmts, err := s.proxy.planner.Shape(sql, emptyCatalog{}, planner.Options{})
 	switch {
 	case err != nil:
 		return "invalid"
@@ -222,7 +222,7 @@ func (s *Session) isShowSessions(sql string) bool {
 	if !containsWordFold(sql, "mzproxy_sessions") {
 		return false
 	}
-	stmts, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
+	stmts, err := s.proxy.planner.Shape(sql, emptyCatalog{}, planner.Options{})
 	return err == nil && len(stmts) == 1 && stmts[0].Kind == planner.KindShow &&
 		stmts[0].Var != nil && stmts[0].Var.Name == "mzproxy_sessions"
 }

@@ -45,6 +45,8 @@ type readStatements struct {
 	// lost: a read's statement was gone when it was bound (see
 	// unit.readStatement); the read is run again.
 	lost bool
+	// rendered is the last Bound's text (renderedText).
+	rendered renderedBound
 }
 
 // readStatementKey is what a prepared read's statement depends on.
@@ -89,7 +91,7 @@ type boundRead struct {
 // tsText when it is not empty, else as a parameter of value ts, for the
 // guard key g; nil at the text's first use.
 func (r *readStatements) boundReadOf(bd *planner.Bound, g guardKey, tsText string, ts uint64) *boundRead {
-	text, oids, values := boundReadParams(bd, tsText, ts)
+	text, oids, values := r.boundReadParams(bd, tsText, ts)
 	key := readStatementKey{text: text, rev: g.rev, path: g.path}
 	c := r.cache()
 	name, ok := c.Get(key)
@@ -138,8 +140,8 @@ const boundReadMessages = 6
 // statement, with its timestamp holes rendered as tsText when it is not
 // empty, else as a last parameter of value ts. The values share one
 // buffer: one allocation, not one per value.
-func boundReadParams(bd *planner.Bound, tsText string, ts uint64) (text string, oids []uint32, values [][]byte) {
-	oids, values = bd.OIDs, make([][]byte, len(bd.Values), len(bd.Values)+1)
+func (r *readStatements) boundReadParams(bd *planner.Bound, tsText string, ts uint64) (text string, oids []uint32, values [][]byte) {
+	values = make([][]byte, len(bd.Values), len(bd.Values)+1)
 	size := 20 // ts's digits at most
 	for _, v := range bd.Values {
 		size += len(v)
@@ -149,14 +151,43 @@ func boundReadParams(bd *planner.Bound, tsText string, ts uint64) (text string, 
 		buf = append(buf, v...)
 		values[i] = buf[len(buf)-len(v) : len(buf) : len(buf)]
 	}
-	if tsText != "" || bd.Template.Holes() == 0 {
-		return bd.Template.Render(tsText), oids, values
+	text, oids = r.renderedText(bd, tsText)
+	if len(oids) == len(values) {
+		return text, oids, values
 	}
-	text = bd.Template.Render("$" + strconv.Itoa(bd.Template.Param()) + "::int8")
-	oids = append(oids[:len(oids):len(oids)], int8OID)
 	start := len(buf)
 	buf = strconv.AppendUint(buf, ts, 10)
 	return text, oids, append(values, buf[start:len(buf):len(buf)])
+}
+
+// renderedBound is the text and parameter types a Bound's Template was
+// rendered to last.
+type renderedBound struct {
+	tmpl   *planner.Template
+	tsText string
+	text   string
+	oids   []uint32
+}
+
+// renderedText is the text of bd's statement, its timestamp holes
+// rendered as tsText when it is not empty, else as a last parameter (an
+// int8, after bd's), and its parameters' types. The last rendering is
+// remembered: the Bounds of a cached skeleton whose literals are all
+// parameters share their Template (issue 15: rendering it was the
+// largest allocation of a repeated read). Templates are never modified.
+func (r *readStatements) renderedText(bd *planner.Bound, tsText string) (string, []uint32) {
+	if m := &r.rendered; m.tmpl == bd.Template && m.tsText == tsText {
+		return m.text, m.oids
+	}
+	text, oids := "", bd.OIDs
+	if tsText != "" || bd.Template.Holes() == 0 {
+		text = bd.Template.Render(tsText)
+	} else {
+		text = bd.Template.Render("$" + strconv.Itoa(bd.Template.Param()) + "::int8")
+		oids = append(oids[:len(oids):len(oids)], int8OID)
+	}
+	r.rendered = renderedBound{tmpl: bd.Template, tsText: tsText, text: text, oids: oids}
+	return text, oids
 }
 
 func (br *boundRead) add(m pgproto3.FrontendMessage, u unit) {

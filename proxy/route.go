@@ -89,7 +89,7 @@ func (s *Session) routeOf(sql string) route {
 	if s.plainRead(sql) {
 		return route{}
 	}
-	stmts, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
+	stmts, err := s.proxy.planner.Shape(sql, emptyCatalog{}, planner.Options{})
 	if err != nil {
 		switch pgerr.Of(err) {
 		case pgerr.FeatureNotSupported, pgerr.StatementTooComplex:

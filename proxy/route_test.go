@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -31,5 +32,42 @@ func TestPlainReadRemembersLastAnswer(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestTimestampedReadChecksSpliceNothing: the checks a simple Query's
+// timestamped read goes through before it is planned with the catalog
+// (its metric kind, settings, route) take the shape of its cached skeleton
+// and splice nothing (issue 15: each spliced the text's literals into a
+// plan of its own, half the cost of planning it).
+func TestTimestampedReadChecksSpliceNothing(t *testing.T) {
+	p := planner.New(64)
+	s := &Session{proxy: &Proxy{planner: p}}
+	texts := make([]string, 402)
+	for i := range texts {
+		texts[i] = fmt.Sprintf("SELECT abalance, mz_now() FROM pgbench_accounts WHERE aid = %d", 1+i*7919%100000)
+	}
+	for _, text := range texts[:2] { // the skeleton's literal plan
+		if _, err := p.Plan(text, emptyCatalog{}, planner.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	i := 2
+	allocs := testing.AllocsPerRun(len(texts)-3, func() {
+		text := texts[i]
+		i++
+		if kind := s.statementKind(text); kind != planner.KindRead.String() {
+			t.Fatalf("kind of %q: %s", text, kind)
+		}
+		if s.trackSettings(text) != nil || s.routeOf(text) != (route{}) {
+			t.Fatalf("%q: settings or route", text)
+		}
+	})
+	t.Logf("%.0f allocations per read's checks", allocs)
+	// The text's fingerprint and skeleton (the plan with the catalog
+	// uses them too), its shape remembered; a spliced plan took 20 more.
+	const most = 8
+	if allocs > most {
+		t.Errorf("%.0f allocations per read's checks, want at most %d", allocs, most)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
 	"github.com/mzproxy/mzproxy/proxy/storage"
@@ -251,8 +252,7 @@ func (c *choice) pinnedBy(value string) error {
 // sendGuarded sends the guard, then the client's read msgs, and returns
 // the guard's value.
 func (s *Session) sendGuarded(guard guardKey, msgs []pgproto3.FrontendMessage) ([]string, error) {
-	closes, err := s.be.sendGuard(guard)
-	if err != nil {
+	if err := s.be.sendGuard(guard); err != nil {
 		return nil, s.lost(err)
 	}
 	for _, m := range msgs {
@@ -263,7 +263,7 @@ func (s *Session) sendGuarded(guard guardKey, msgs []pgproto3.FrontendMessage) (
 	if err := s.be.w.Flush(); err != nil {
 		return nil, s.lostWrite(err)
 	}
-	return s.be.readGuard(closes)
+	return s.be.readGuard()
 }
 
 // guardStatement names the read guard's prepared statement and portal on
@@ -313,48 +313,66 @@ type preparedGuard struct {
 // sendGuard queues the read guard of key, unflushed, as the Bind and
 // Execute of its shape's statement, prepared first unless the connection
 // has it for key already: the backend parses and plans the guard once per
-// catalog revision, not once per read. closes is where readGuard starts
-// counting CloseCompletes.
-func (b *backend) sendGuard(key guardKey) (closes int, err error) {
+// catalog revision, not once per read.
+//
+// Its portal is not closed (issue 15: a message each way per read): the
+// guard runs only outside a transaction block, at the start of what the
+// backend runs as one implicit transaction (a simple Query's, or a
+// client's batch up to its Sync), whose end drops the portal, before the
+// next guard binds it again. Its name is the proxy's own, which no client
+// statement may name (own_names.go).
+func (b *backend) sendGuard(key guardKey) error {
 	key.viewless = key.pin && b.viewsRestricted
 	slot, name := guardSlot(key)
 	b.guardUsed = slot
-	msgs := make([]pgproto3.FrontendMessage, 0, 5)
-	closes = 1
 	if g := &b.guards[slot]; !g.ok || g.key != key {
 		// Closed first: it may exist for another key (closing one that
 		// does not is no error, and answers CloseComplete all the same).
-		msgs = append(msgs, &pgproto3.Close{ObjectType: 'S', Name: name},
-			&pgproto3.Parse{Name: name, Query: readGuardSQL(key)})
-		*g, closes = preparedGuard{key: key, ok: true}, 0
-	}
-	msgs = append(msgs,
-		&pgproto3.Bind{DestinationPortal: name, PreparedStatement: name},
-		&pgproto3.Execute{Portal: name},
-		&pgproto3.Close{ObjectType: 'P', Name: name})
-	for _, m := range msgs {
-		if err := b.w.Send(m); err != nil {
-			return 0, err
+		if err := b.w.Send(&pgproto3.Close{ObjectType: 'S', Name: name}); err != nil {
+			return err
 		}
+		if err := b.w.Send(&pgproto3.Parse{Name: name, Query: readGuardSQL(key)}); err != nil {
+			return err
+		}
+		*g = preparedGuard{key: key, ok: true}
 	}
-	return closes, nil
+	if err := b.w.Send(&pgproto3.Bind{DestinationPortal: name, PreparedStatement: name}); err != nil {
+		return err
+	}
+	return b.w.Send(&pgproto3.Execute{Portal: name})
 }
 
-// readGuard reads the answers to sendGuard's messages and returns the
-// guard's value. After a failure the guard is prepared again next time:
-// the statement may be gone (a client's DEALLOCATE ALL) or half made. A
-// refused view marks the session: its guards call pin() from now on (its
-// Parse, or its Bind after the backend planned it again, failed).
-func (b *backend) readGuard(closes int) ([]string, error) {
-	values, err := b.readValues(1, closes)
-	if err != nil {
-		b.guards[b.guardUsed].ok = false
-		var pe *pgerr.Error
-		if errors.As(err, &pe) && restrictedView(pe) {
-			b.viewsRestricted = true
+// readGuard reads the answers to sendGuard's messages, up to its
+// Execute's CommandComplete, and returns the guard's value. After a
+// failure the guard is prepared again next time: the statement may be
+// gone (a client's DEALLOCATE ALL) or half made. A refused view marks the
+// session: its guards call pin() from now on (its Parse, or its Bind after
+// the backend planned it again, failed).
+func (b *backend) readGuard() ([]string, error) {
+	values := make([]string, 1)
+	var gotRow bool
+	for {
+		typ, frame, err := b.next()
+		if err != nil {
+			b.guards[b.guardUsed].ok = false
+			return nil, connectionLost(err)
+		}
+		switch typ {
+		case 'D':
+			firstValue(frame, &values[0], &gotRow)
+		case 'C':
+			return values, nil
+		case 'E':
+			b.guards[b.guardUsed].ok = false
+			var er pgproto3.ErrorResponse
+			_ = er.Decode(wire.Body(frame))
+			pe := backendError(&er)
+			if restrictedView(pe) {
+				b.viewsRestricted = true
+			}
+			return nil, b.internalFailed(pe)
 		}
 	}
-	return values, err
 }
 
 // guardedChoice chooses a guarded read's timestamp (a read of the present:

@@ -22,7 +22,7 @@ import (
 // entry per statement (nil for the others), or nil when none does. A string of several statements runs in an implicit
 // transaction block of its own, which begins here.
 func (s *Session) trackSettings(sql string) []*planner.Statement {
-	stmts, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
+	stmts, err := s.proxy.planner.Shape(sql, emptyCatalog{}, planner.Options{})
 	if err != nil {
 		return nil
 	}
@@ -50,7 +50,7 @@ func (s *Session) effectOf(sql string) *planner.Statement {
 	if s.plainRead(sql) {
 		return nil
 	}
-	stmts, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
+	stmts, err := s.proxy.planner.Shape(sql, emptyCatalog{}, planner.Options{})
 	if err != nil || len(stmts) != 1 || !hasEffect(stmts[0]) {
 		return nil
 	}

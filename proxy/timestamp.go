@@ -36,7 +36,7 @@ func (s *Session) explicitPlan(ctx context.Context, sql string) (*planner.Statem
 // (see explicitSnapshot).
 func (s *Session) planExplicit(ctx context.Context, sql string, seen bool) (*planner.Statement, *storage.FrontierState, error) {
 	s.seenPlan = nil
-	cheap, err := s.proxy.planner.Plan(sql, emptyCatalog{}, planner.Options{})
+	cheap, err := s.proxy.planner.Shape(sql, emptyCatalog{}, planner.Options{})
 	if errors.Is(err, planner.ErrAsOf) {
 		return nil, nil, err
 	}
