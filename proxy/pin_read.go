@@ -135,7 +135,7 @@ func (s *Session) sendPinGuard(g *pinGuard) error {
 	prepare := !s.pinGuardPrepared
 	if prepare {
 		// Closed first: a client may have prepared the names.
-		if err := s.sendAll(m.closeOf('S', pinRaiseStatement),
+		if err := s.be.sendPair(m.closeOf('S', pinRaiseStatement),
 			m.parseOf(pinRaiseStatement, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", nil)); err != nil {
 			return err
 		}
@@ -149,7 +149,7 @@ func (s *Session) sendPinGuard(g *pinGuard) error {
 	}
 	if prepare {
 		// After the SET: parsing a SELECT takes the snapshot.
-		if err := s.sendAll(m.closeOf('S', pinGuardStatement), m.parseOf(pinGuardStatement, pinGuardSQL(s.be.viewsRestricted),
+		if err := s.be.sendPair(m.closeOf('S', pinGuardStatement), m.parseOf(pinGuardStatement, pinGuardSQL(s.be.viewsRestricted),
 			[]uint32{int8OID, int8OID, textOID, textOID, textOID})); err != nil {
 			return err
 		}
@@ -160,7 +160,7 @@ func (s *Session) sendPinGuard(g *pinGuard) error {
 		readOnly = "on"
 	}
 	params := m.guardParams(*s.txn.peek, g.revision, s.known.searchPathShown, s.known.defaults.isolation, readOnly)
-	if err := s.sendAll(m.bindOf(g.portal, pinGuardStatement, params), m.executeOf(g.portal)); err != nil {
+	if err := s.be.sendPair(m.bindOf(g.portal, pinGuardStatement, params), m.executeOf(g.portal)); err != nil {
 		return err
 	}
 	g.ends++
@@ -185,7 +185,7 @@ func (s *Session) sendPinRaise(g *pinGuard) error {
 	if g.portal != "" {
 		portal = pinRaiseStatement
 	}
-	if err := s.sendAll(m.bindOf(portal, pinRaiseStatement, nil), m.executeOf(portal)); err != nil {
+	if err := s.be.sendPair(m.bindOf(portal, pinRaiseStatement, nil), m.executeOf(portal)); err != nil {
 		return err
 	}
 	g.ends++
@@ -196,12 +196,13 @@ func (s *Session) sendPinRaise(g *pinGuard) error {
 	return s.be.w.Send(m.closeOf('P', portal))
 }
 
-// sendAll queues two messages to the backend, unflushed.
-func (s *Session) sendAll(a, b pgproto3.FrontendMessage) error {
-	if err := s.be.w.Send(a); err != nil {
+// sendPair queues two messages to the backend, unflushed: a statement's
+// Close and Parse, or a portal's Bind and Execute.
+func (b *backend) sendPair(first, second pgproto3.FrontendMessage) error {
+	if err := b.w.Send(first); err != nil {
 		return err
 	}
-	return s.be.w.Send(b)
+	return b.w.Send(second)
 }
 
 // pinMessages are the messages of a read-only transaction's pin, kept by

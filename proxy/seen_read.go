@@ -328,18 +328,12 @@ func (b *backend) sendGuard(key guardKey) error {
 	if g := &b.guards[slot]; !g.ok || g.key != key {
 		// Closed first: it may exist for another key (closing one that
 		// does not is no error, and answers CloseComplete all the same).
-		if err := b.w.Send(&pgproto3.Close{ObjectType: 'S', Name: name}); err != nil {
-			return err
-		}
-		if err := b.w.Send(&pgproto3.Parse{Name: name, Query: readGuardSQL(key)}); err != nil {
+		if err := b.sendPair(&pgproto3.Close{ObjectType: 'S', Name: name}, &pgproto3.Parse{Name: name, Query: readGuardSQL(key)}); err != nil {
 			return err
 		}
 		*g = preparedGuard{key: key, ok: true}
 	}
-	if err := b.w.Send(&pgproto3.Bind{DestinationPortal: name, PreparedStatement: name}); err != nil {
-		return err
-	}
-	return b.w.Send(&pgproto3.Execute{Portal: name})
+	return b.sendPair(&pgproto3.Bind{DestinationPortal: name, PreparedStatement: name}, &pgproto3.Execute{Portal: name})
 }
 
 // readGuard reads the answers to sendGuard's messages, up to its
