@@ -194,6 +194,7 @@ func classify(st *Statement, n *pg.Node) {
 	default:
 		if tag, ok := ddlTag(n); ok {
 			st.Kind, st.Tag = KindDDL, tag
+			st.CatalogNeutral = catalogNeutral(n)
 		} else {
 			st.Tag = passThroughTag(n)
 		}
@@ -360,6 +361,17 @@ func objectTypeName(t pg.ObjectType) string {
 		return "CONSTRAINT"
 	}
 	return strings.ReplaceAll(strings.TrimPrefix(t.String(), "OBJECT_"), "_", " ")
+}
+
+// catalogNeutral reports whether DDL n is Statement.CatalogNeutral.
+func catalogNeutral(n *pg.Node) bool {
+	switch x := n.Node.(type) {
+	case *pg.Node_IndexStmt:
+		return !x.IndexStmt.Unique
+	case *pg.Node_DropStmt:
+		return x.DropStmt.RemoveType == pg.ObjectType_OBJECT_INDEX
+	}
+	return false
 }
 
 // ddlTag returns the command tag of a DDL statement (CREATE, ALTER, DROP,

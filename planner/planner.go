@@ -59,6 +59,12 @@ type Statement struct {
 	// Deallocate is the prepared statement DEALLOCATE drops ("" for
 	// DEALLOCATE ALL).
 	Deallocate string
+	// CatalogNeutral marks DDL that changes nothing mzproxy records or
+	// plans by: CREATE INDEX that is not UNIQUE (a unique one gets a
+	// lookup mirror on the history table) and DROP INDEX (a mirror goes
+	// with its index whoever drops it). It needs no timestamp and no
+	// catalog revision.
+	CatalogNeutral bool
 	// Inner is the statement inside EXPLAIN, DECLARE, PREPARE and COPY
 	// (query) TO: Kind and Tag only (relations, template etc. are on the
 	// outer statement). For SUBSCRIBE it is the subscribed read (TABLE

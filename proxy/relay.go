@@ -262,7 +262,7 @@ func (s *Session) handleQuery(ctx context.Context, m *pgproto3.Query, frame []by
 		if r.refused != nil {
 			return r.refused
 		}
-		if r.write {
+		if r.write && !(r.slotOnlyInBlock && s.tx == txIdle) {
 			return s.writeQuery(ctx, frame, m.String, r, settings, "")
 		}
 	}

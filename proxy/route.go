@@ -32,6 +32,17 @@ type route struct {
 	// rows that pessimistic writers lock after the slot, and taking the
 	// slot first keeps that order.
 	ddl bool
+	// slotOnlyInBlock: every statement that made write true is
+	// catalog-neutral DDL (planner.Statement.CatalogNeutral) and the
+	// string has no transaction control. Outside a transaction block a
+	// simple Query of it then runs as it is, without the slot: the event
+	// triggers take it for an index change from outside mzproxy, which
+	// they allow, and the slot would only buy an oracle timestamp and a
+	// catalog revision that nothing reads for an index. In a block the
+	// slot is still taken first (the lock order of ddl). The extended
+	// protocol routes at Parse, before it knows where the statement will
+	// run, and keeps the slot.
+	slotOnlyInBlock bool
 	// refused: the planner refuses the string outright (mz_now() in a
 	// write: 0A000); the client gets this instead of running it.
 	refused error
@@ -103,7 +114,9 @@ func (s *Session) routeOf(sql string) route {
 	}
 	var r route
 	r.replayable = len(stmts) == 1 && stmts[0].Kind == planner.KindWrite && !stmts[0].CopyFromStdin
+	neutral, control := true, false
 	for _, st := range stmts {
+		control = control || st.Kind == planner.KindTransaction
 		if st.Kind == planner.KindTransaction && st.Txn != nil &&
 			(st.Txn.Kind == planner.TxnCommit || st.Txn.Kind == planner.TxnPrepare) {
 			r.commits = true
@@ -111,11 +124,13 @@ func (s *Session) routeOf(sql string) route {
 		if needsCommitSlot(st) {
 			r.write = true
 			r.ddl = r.ddl || st.Kind == planner.KindDDL
+			neutral = neutral && st.Kind == planner.KindDDL && st.CatalogNeutral
 		}
 		if st.CopyFromStdin {
 			r.copyIn = true
 		}
 	}
+	r.slotOnlyInBlock = r.write && neutral && !control
 	return r
 }
 

@@ -71,3 +71,31 @@ func TestTimestampedReadChecksSpliceNothing(t *testing.T) {
 		t.Errorf("%.0f allocations per read's checks, want at most %d", allocs, most)
 	}
 }
+
+// TestRouteSlotOutsideBlock: only strings whose slot-taking statements
+// are all catalog-neutral DDL, with no transaction control, may run
+// outside a block without the write slot.
+func TestRouteSlotOnlyInBlock(t *testing.T) {
+	s := &Session{proxy: &Proxy{planner: planner.New(64)}}
+	for sql, want := range map[string]bool{
+		"CREATE INDEX i ON t (a)":                           true,
+		"create index on t using hash (a) where b > 0":      true,
+		"DROP INDEX i":                                      true,
+		"DROP INDEX i, j; CREATE INDEX k ON t (b)":          true,
+		"CREATE UNIQUE INDEX i ON t (a)":                    false,
+		"CREATE INDEX i ON t (a); INSERT INTO t VALUES (1)": false,
+		"BEGIN; CREATE INDEX i ON t (a)":                    false,
+		"CREATE INDEX i ON t (a); COMMIT":                   false,
+		"DROP TABLE t":                                      false,
+		"CREATE VIEW v AS SELECT 1":                         false,
+		"ALTER INDEX i RENAME TO j":                         false,
+	} {
+		r := s.routeOf(sql)
+		if !r.write {
+			t.Errorf("%q: no write slot at all", sql)
+		}
+		if r.slotOnlyInBlock != want {
+			t.Errorf("%q: slotOnlyInBlock %v, want %v", sql, r.slotOnlyInBlock, want)
+		}
+	}
+}
