@@ -72,7 +72,7 @@ func TestTimestampedReadChecksSpliceNothing(t *testing.T) {
 	}
 }
 
-// TestRouteSlotOutsideBlock: only strings whose slot-taking statements
+// TestRouteSlotOnlyInBlock: only strings whose slot-taking statements
 // are all catalog-neutral DDL, with no transaction control, may run
 // outside a block without the write slot.
 func TestRouteSlotOnlyInBlock(t *testing.T) {
