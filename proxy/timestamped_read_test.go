@@ -1,0 +1,108 @@
+package proxy
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// BenchmarkTimestampedRead is the proxy's side of a timestamped point read
+// (bench/managed.sh's tsread and asof), per protocol, on a session against
+// the test server: its time includes the backend's round trip, its
+// allocations are the proxy's alone. The simple protocol's texts differ in
+// their key, as pgbench's do.
+func BenchmarkTimestampedRead(b *testing.B) {
+	for _, c := range timestampedReadCases(b) {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				c.next()
+			}
+		})
+	}
+}
+
+type timestampedReadCase struct {
+	name string
+	next func()
+}
+
+// timestampedReadCases opens a session, makes a managed table of 1,000
+// rows, and returns one read per case, each checking its answer.
+func timestampedReadCases(tb testing.TB) []timestampedReadCase {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	tb.Cleanup(cancel)
+	s, client := openSession(tb, ctx, Config{})
+	table := fmt.Sprintf("tsr_%d", time.Now().UnixNano())
+	for _, sql := range []string{
+		"CREATE TABLE " + table + " (aid int PRIMARY KEY, abalance int NOT NULL)",
+		"INSERT INTO " + table + " SELECT g, 0 FROM generate_series(1, 1000) g",
+		"ALTER TABLE " + table + " SET (RETAIN HISTORY FOR '1h')",
+	} {
+		if out := query(tb, ctx, s, client, sql); strings.Contains(out, "ERROR") {
+			tb.Fatalf("%s: %s", sql, out)
+		}
+	}
+	ts := firstValueOf(tb, query(tb, ctx, s, client, "SELECT mz_now()::text"))
+	handle := func(msgs ...pgproto3.FrontendMessage) string {
+		for _, m := range msgs {
+			frame, err := m.Encode(nil)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			if err := s.Handle(ctx, m, frame); err != nil {
+				tb.Fatalf("%T: %v", m, err)
+			}
+		}
+		return client.take()
+	}
+	tsread := "SELECT abalance, mz_now() FROM " + table + " WHERE aid = "
+	asof := "SELECT abalance FROM " + table + " WHERE aid = %d AS OF " + ts
+	handle(&pgproto3.Parse{Name: "tsread", Query: tsread + "$1"}, &pgproto3.Sync{})
+	handle(&pgproto3.Parse{Name: "asof", Query: strings.Replace(asof, "%d", "$1", 1)}, &pgproto3.Sync{})
+	aid := 0
+	key := func() int { aid = aid%1000 + 1; return aid }
+	check := func(out string) {
+		if !strings.Contains(out, "SELECT 1") {
+			tb.Fatalf("a point read answered %q", out)
+		}
+	}
+	prepared := func(stmt string) func() {
+		param := make([]byte, 0, 8)
+		return func() {
+			param = fmt.Appendf(param[:0], "%d", key())
+			check(handle(&pgproto3.Bind{PreparedStatement: stmt, Parameters: [][]byte{param}},
+				&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{}))
+		}
+	}
+	return []timestampedReadCase{
+		{"tsread-simple", func() { check(query(tb, ctx, s, client, fmt.Sprintf("%s%d", tsread, key()))) }},
+		{"tsread-prepared", prepared("tsread")},
+		{"asof-simple", func() { check(query(tb, ctx, s, client, fmt.Sprintf(asof, key()))) }},
+		{"asof-prepared", prepared("asof")},
+	}
+}
+
+// firstValueOf is the first column of the first DataRow in a session's
+// answer (as its client received it).
+func firstValueOf(tb testing.TB, answer string) string {
+	tb.Helper()
+	for b := []byte(answer); len(b) > 5; {
+		n := 1 + int(binary.BigEndian.Uint32(b[1:5]))
+		if b[0] == 'D' {
+			var row pgproto3.DataRow
+			if err := row.Decode(b[5:n]); err != nil || len(row.Values) == 0 {
+				tb.Fatalf("DataRow: %v", err)
+			}
+			return string(row.Values[0])
+		}
+		b = b[n:]
+	}
+	tb.Fatalf("no DataRow in %q", answer)
+	return ""
+}
