@@ -55,6 +55,7 @@ import (
 type seenPlan struct {
 	sql      string // the client's query string, to plan again
 	revision int64
+	ok       bool // set: the zero value is no plan
 }
 
 // readTSExpr is what a guarded read of the present has in its timestamp
@@ -103,10 +104,10 @@ func readGuardSQL(key guardKey) string {
 // proxy saw last (the read is then guarded, see seenPlan); otherwise the
 // backend's current ones.
 func (s *Session) explicitSnapshot(ctx context.Context, sql string) (*catalogSnapshot, *storage.FrontierState, error) {
-	s.seenPlan = nil
+	s.seenPlan = seenPlan{}
 	if !s.be.clientBatch && s.tx == txIdle && s.isolation == strictSerializable {
 		if seen := s.db.seen.Load(); seen != nil {
-			s.seenPlan = &seenPlan{sql: sql, revision: seen.catalog.cat.Revision}
+			s.seenPlan = seenPlan{sql: sql, revision: seen.catalog.cat.Revision, ok: true}
 			return seen.catalog, seen.frontiers, nil
 		}
 	}
