@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,15 +15,19 @@ import (
 // BenchmarkTimestampedRead is the proxy's side of a timestamped point read
 // (bench/managed.sh's tsread and asof), per protocol, on a session against
 // the test server: its time includes the backend's round trip, its
-// allocations are the proxy's alone. The simple protocol's texts differ in
-// their key, as pgbench's do.
+// allocations are the proxy's alone, and so is most of its cpu-µs/op (the
+// process's CPU time, the test's client included; the backend is another
+// process), which load moves much less than ns/op. The simple protocol's
+// texts differ in their key, as pgbench's do.
 func BenchmarkTimestampedRead(b *testing.B) {
 	for _, c := range timestampedReadCases(b) {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
+			cpu0 := processCPU(b)
 			for b.Loop() {
 				c.next()
 			}
+			b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
 		})
 	}
 }
@@ -123,4 +128,13 @@ func firstValueOf(tb testing.TB, answer string) string {
 	}
 	tb.Fatalf("no DataRow in %q", answer)
 	return ""
+}
+
+// processCPU is the test process's CPU time so far, user and system.
+func processCPU(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
