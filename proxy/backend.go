@@ -69,6 +69,8 @@ type backend struct {
 	// pendingRead is the read guard queued in front of the client's Bind
 	// whose answers have not been read (bound_read.go).
 	pendingRead *pendingReadGuard
+	// readGuardScratch is the storage pendingRead points to when set.
+	readGuardScratch pendingReadGuard
 }
 
 // next reads the backend's next message. Every read of a session's

@@ -45,18 +45,60 @@ import (
 //     batch's, as an error of the client's Bind would be.
 
 // pendingReadGuard is a read guard sent in front of the client's Bind,
-// whose answers have not been read.
+// whose answers have not been read. A connection has one at a time, and
+// reuses its storage from one read to the next (backend.readGuardScratch):
+// what it keeps for a refusal, which rarely comes, costs a read no
+// allocation of its own once the buffers have grown.
 type pendingReadGuard struct {
 	present bool
 	c       *choice // the read's timestamp (a read of the present: set by the guard's answer)
 	// To bind again when the guard refuses: the client's Bind and portal,
 	// its statement (AS OF resolved) and the parameters to forward; frames
-	// are the client's messages forwarded behind the Bind.
-	bind   *pgproto3.Bind
+	// are the client's messages forwarded behind the Bind. The Bind's and
+	// frames' bytes are copies in kept: the client's are in the frame they
+	// were read from, which the next message overwrites.
+	bind   pgproto3.Bind
 	portal *portal
 	st     *planner.Statement
 	params [][]byte
 	frames [][]byte
+	kept   []byte
+}
+
+// keep copies b into g.kept (nil stays nil: a NULL parameter). Earlier
+// copies stay valid when kept grows: they keep the array they are in.
+func (g *pendingReadGuard) keep(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	start := len(g.kept)
+	g.kept = append(g.kept, b...)
+	return g.kept[start:len(g.kept):len(g.kept)]
+}
+
+// keepParams copies params into dst's storage (reused) and g.kept.
+func (g *pendingReadGuard) keepParams(dst, params [][]byte) [][]byte {
+	dst = dst[:0]
+	for _, p := range params {
+		dst = append(dst, g.keep(p))
+	}
+	return dst
+}
+
+// pend makes the connection's pending read guard, in its reused storage.
+func (b *backend) pend(present bool, c *choice, m *pgproto3.Bind, p *portal, st *planner.Statement, params [][]byte) {
+	g := &b.readGuardScratch
+	bindParams, formats, results := g.bind.Parameters, g.bind.ParameterFormatCodes, g.bind.ResultFormatCodes
+	*g = pendingReadGuard{present: present, c: c, portal: p, st: st,
+		bind: *m, params: g.params, frames: g.frames[:0], kept: g.kept[:0]}
+	if g.kept == nil {
+		g.kept = make([]byte, 0, 512)
+	}
+	g.bind.ParameterFormatCodes = append(formats[:0], m.ParameterFormatCodes...)
+	g.bind.ResultFormatCodes = append(results[:0], m.ResultFormatCodes...)
+	g.bind.Parameters = g.keepParams(bindParams, m.Parameters)
+	g.params = g.keepParams(g.params, params)
+	b.pendingRead = g
 }
 
 // tsParamSQL is the text a rewrite is prepared with over the extended
@@ -95,7 +137,7 @@ func (s *Session) guardedBind(ctx context.Context, m *pgproto3.Bind, p *portal, 
 		s.enter(timeouts.PhaseTimestamp)
 		s.proxy.obs.OracleRoundTrip(ctx, "read_ts")
 	}
-	if err := s.be.sendGuard(guardKey{rev: seen.catalog.cat.Revision, pin: present}); err != nil {
+	if err := s.be.sendGuard(guardKey{rev: seen.catalog.cat.Revision, pin: present}, &s.pinMsgs); err != nil {
 		s.release(hold)
 		return false, s.lost(err)
 	}
@@ -109,8 +151,7 @@ func (s *Session) guardedBind(ctx context.Context, m *pgproto3.Bind, p *portal, 
 	if err := s.forwardExplicitBind(m, p, st, params, ts, true); err != nil {
 		return false, err
 	}
-	s.be.pendingRead = &pendingReadGuard{present: present, c: c,
-		bind: cloneBind(m), portal: p, st: st, params: cloneParams(params)}
+	s.be.pend(present, c, m, p, st, params)
 	return true, nil
 }
 
@@ -133,10 +174,10 @@ func (s *Session) settleReadGuard(ctx context.Context, sendFlush bool) error {
 	// followed here, not by a Sync of readValues' own.
 	clientBatch := s.be.clientBatch
 	s.be.clientBatch = true
-	values, err := s.be.readGuard()
+	value, err := s.be.readGuard()
 	s.be.clientBatch = clientBatch
 	if err == nil && g.present {
-		if err = g.c.pinnedBy(values[0]); err != nil {
+		if err = g.c.pinnedBy(value); err != nil {
 			// The read is bound already, at a timestamp the proxy cannot
 			// tell: nothing may relay its answers.
 			pe := pgerr.As(err)
@@ -199,32 +240,8 @@ func (s *Session) readGuardRefused(ctx context.Context, g *pendingReadGuard) err
 		}
 		return err
 	}
-	if err := s.forwardExplicitBind(g.bind, g.portal, g.st, g.params, strconv.AppendUint(nil, ts, 10), false); err != nil {
+	if err := s.forwardExplicitBind(&g.bind, g.portal, g.st, g.params, strconv.AppendUint(nil, ts, 10), false); err != nil {
 		return err
 	}
 	return s.sendKeptFrames(g.frames)
-}
-
-// cloneBind copies a Bind: its parameters are in the frame it was read
-// from, which the next message overwrites.
-func cloneBind(m *pgproto3.Bind) *pgproto3.Bind {
-	c := *m
-	c.ParameterFormatCodes = slices.Clone(m.ParameterFormatCodes)
-	c.ResultFormatCodes = slices.Clone(m.ResultFormatCodes)
-	c.Parameters = cloneParams(m.Parameters)
-	return &c
-}
-
-// cloneParams copies parameter values (nil stays NULL).
-func cloneParams(params [][]byte) [][]byte {
-	out := make([][]byte, len(params))
-	for i, p := range params {
-		if p != nil {
-			out[i] = slices.Clone(p)
-			if out[i] == nil {
-				out[i] = []byte{}
-			}
-		}
-	}
-	return out
 }

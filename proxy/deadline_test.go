@@ -49,7 +49,7 @@ func (c *clientBuffer) take() string {
 // openSession opens a session of a new proxy against the test server,
 // without a frontend: the test calls Handle as the client's connection
 // would.
-func openSession(t *testing.T, ctx context.Context, cfg Config) (*Session, *clientBuffer) {
+func openSession(t testing.TB, ctx context.Context, cfg Config) (*Session, *clientBuffer) {
 	t.Helper()
 	backend, err := pgconn.ParseConfig(server.ConnString("postgres", "postgres"))
 	if err != nil {
@@ -74,7 +74,7 @@ func openSession(t *testing.T, ctx context.Context, cfg Config) (*Session, *clie
 // query handles a simple Query as the frontend does, and returns what the
 // client was sent, with an error the frontend would send rendered as
 // "ERROR <code> <message>".
-func query(t *testing.T, ctx context.Context, s *Session, client *clientBuffer, sql string) string {
+func query(t testing.TB, ctx context.Context, s *Session, client *clientBuffer, sql string) string {
 	t.Helper()
 	msg := &pgproto3.Query{String: sql}
 	frame, err := msg.Encode(nil)

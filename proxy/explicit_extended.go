@@ -158,17 +158,20 @@ func (s *Session) chooseForBind(ctx context.Context, st *planner.Statement) (uin
 // queues the Bind's unit (false: it is queued already, for a Bind sent
 // again).
 func (s *Session) forwardExplicitBind(m *pgproto3.Bind, p *portal, st *planner.Statement, params [][]byte, ts []byte, push bool) error {
-	bind := *m
+	// The session's Bind and parameter slice, reused: Send encodes them.
+	bind := &s.explicitBind
+	*bind = *m
 	bind.Parameters = params
 	if p.stmt.tsParam {
 		n := p.stmt.params + 1
-		params := make([][]byte, n)
-		copy(params, bind.Parameters)
-		params[n-1] = ts
-		bind.Parameters = params
+		withTS := append(s.explicitParams[:0], make([][]byte, n)...)
+		copy(withTS, params)
+		withTS[n-1] = ts
+		s.explicitParams = withTS
+		bind.Parameters = withTS
 		bind.ParameterFormatCodes = paramFormats(m.ParameterFormatCodes, n)
 	}
-	if err := s.be.w.Send(&bind); err != nil {
+	if err := s.be.w.Send(bind); err != nil {
 		return s.lost(err)
 	}
 	if push {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"sync"
 	"time"
@@ -245,8 +246,14 @@ func firstValue(frame []byte, value *string, seen *bool) {
 		return
 	}
 	*seen = true
-	var row pgproto3.DataRow
-	if err := row.Decode(wire.Body(frame)); err == nil && len(row.Values) > 0 {
-		*value = string(row.Values[0])
+	// Read in place (a DataRow's decoder makes a slice of every column):
+	// the column count, then the first column's length and bytes.
+	body := wire.Body(frame)
+	if len(body) < 6 || binary.BigEndian.Uint16(body) == 0 {
+		return
+	}
+	n := int32(binary.BigEndian.Uint32(body[2:]))
+	if n >= 0 && int(n) <= len(body)-6 {
+		*value = string(body[6 : 6+n])
 	}
 }

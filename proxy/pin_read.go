@@ -205,9 +205,9 @@ func (b *backend) sendPair(first, second pgproto3.FrontendMessage) error {
 	return b.w.Send(second)
 }
 
-// pinMessages are the messages of a read-only transaction's pin, kept by
-// the session and reused: each is encoded as it is queued, so the pin
-// allocates none of them per transaction.
+// pinMessages are the messages of a read-only transaction's pin and of a
+// read guard (sendGuard), kept by the session and reused: each is encoded
+// as it is queued, so neither allocates them per statement.
 type pinMessages struct {
 	bind   pgproto3.Bind
 	exec   pgproto3.Execute

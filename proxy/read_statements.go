@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"slices"
 	"strconv"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -47,6 +48,10 @@ type readStatements struct {
 	lost bool
 	// rendered is the last Bound's text (renderedText).
 	rendered renderedBound
+	// scratch is the storage of the read boundReadOf returns, reused from
+	// one read to the next: a read's messages are encoded as they are
+	// sent, and nothing of it is kept past its answers.
+	scratch boundRead
 }
 
 // readStatementKey is what a prepared read's statement depends on.
@@ -85,13 +90,23 @@ type boundRead struct {
 	closing []string
 	key     readStatementKey
 	parsed  bool // msgs prepare the statement
+	// The messages msgs point to, and the Bind's parameters (in buf).
+	close    pgproto3.Close
+	parse    pgproto3.Parse
+	bind     pgproto3.Bind
+	describe pgproto3.Describe
+	execute  pgproto3.Execute
+	sync     pgproto3.Sync
+	values   [][]byte
+	buf      []byte
 }
 
 // boundReadOf is the read of bd, with its timestamp holes rendered as
 // tsText when it is not empty, else as a parameter of value ts, for the
 // guard key g; nil at the text's first use.
 func (r *readStatements) boundReadOf(bd *planner.Bound, g guardKey, tsText string, ts uint64) *boundRead {
-	text, oids, values := r.boundReadParams(bd, tsText, ts)
+	br := &r.scratch
+	text, oids, values := br.params(r, bd, tsText, ts)
 	key := readStatementKey{text: text, rev: g.rev, path: g.path}
 	c := r.cache()
 	name, ok := c.Get(key)
@@ -107,12 +122,8 @@ func (r *readStatements) boundReadOf(bd *planner.Bound, g guardKey, tsText strin
 		c.Add(key, name) // may evict one: closed below
 		parsed = true
 	}
-	// Sized for every message at once: a read runs at every call, and
-	// growing the slices message by message was a good part of what the
-	// proxy allocates for it.
-	n := len(r.closing) + boundReadMessages
-	br := &boundRead{key: key, parsed: parsed,
-		msgs: make([]pgproto3.FrontendMessage, 0, n), units: make([]unit, 0, n)}
+	br.key, br.parsed = key, parsed
+	br.msgs, br.units = br.msgs[:0], br.units[:0]
 	br.closing, r.closing = r.closing, nil
 	for _, name := range br.closing {
 		br.add(&pgproto3.Close{ObjectType: 'S', Name: name}, unit{kind: uClose, disp: swallow})
@@ -121,43 +132,44 @@ func (r *readStatements) boundReadOf(bd *planner.Bound, g guardKey, tsText strin
 	if parsed {
 		// Closed first: a statement of that name may have outlived a
 		// forgetAll the client's own DEALLOCATE caused.
-		br.add(&pgproto3.Close{ObjectType: 'S', Name: name}, unit{kind: uClose, disp: swallow})
-		br.add(&pgproto3.Parse{Name: name, Query: text, ParameterOIDs: oids}, unit{kind: uParse, disp: swallow, failed: forget})
+		br.close = pgproto3.Close{ObjectType: 'S', Name: name}
+		br.add(&br.close, unit{kind: uClose, disp: swallow})
+		br.parse = pgproto3.Parse{Name: name, Query: text, ParameterOIDs: oids}
+		br.add(&br.parse, unit{kind: uParse, disp: swallow, failed: forget})
 	}
-	br.add(&pgproto3.Bind{PreparedStatement: name, Parameters: values}, unit{kind: uBind, disp: swallow, failed: forget, readStatement: true})
-	br.add(&pgproto3.Describe{ObjectType: 'P'}, unit{kind: uDescribePortal})
-	br.add(&pgproto3.Execute{}, unit{kind: uExecute})
-	br.add(&pgproto3.Sync{}, unit{kind: uSync, relayZ: true})
+	br.bind = pgproto3.Bind{PreparedStatement: name, Parameters: values}
+	br.add(&br.bind, unit{kind: uBind, disp: swallow, failed: forget, readStatement: true})
+	br.describe = pgproto3.Describe{ObjectType: 'P'}
+	br.add(&br.describe, unit{kind: uDescribePortal})
+	br.execute = pgproto3.Execute{}
+	br.add(&br.execute, unit{kind: uExecute})
+	br.add(&br.sync, unit{kind: uSync, relayZ: true})
 	return br
 }
 
-// boundReadMessages is the most messages a bound read sends besides the
-// closes of evicted statements: Close, Parse, Bind, Describe, Execute,
-// Sync.
-const boundReadMessages = 6
-
-// boundReadParams are the text, parameter types and values of bd's
-// statement, with its timestamp holes rendered as tsText when it is not
-// empty, else as a last parameter of value ts. The values share one
-// buffer: one allocation, not one per value.
-func (r *readStatements) boundReadParams(bd *planner.Bound, tsText string, ts uint64) (text string, oids []uint32, values [][]byte) {
-	values = make([][]byte, len(bd.Values), len(bd.Values)+1)
+// params are the text, parameter types and values of bd's statement,
+// with its timestamp holes rendered as tsText when it is not empty, else
+// as a last parameter of value ts. The values are in br's buffer, reused.
+func (br *boundRead) params(r *readStatements, bd *planner.Bound, tsText string, ts uint64) (text string, oids []uint32, values [][]byte) {
 	size := 20 // ts's digits at most
 	for _, v := range bd.Values {
 		size += len(v)
 	}
-	buf := make([]byte, 0, size)
-	for i, v := range bd.Values {
+	buf := slices.Grow(br.buf[:0], size)
+	values = br.values[:0]
+	for _, v := range bd.Values {
+		// Not nil even when empty: nil is SQL NULL.
 		buf = append(buf, v...)
-		values[i] = buf[len(buf)-len(v) : len(buf) : len(buf)]
+		values = append(values, buf[len(buf)-len(v):len(buf):len(buf)])
 	}
 	text, oids = r.renderedText(bd, tsText)
-	if len(oids) == len(values) {
-		return text, oids, values
+	if len(oids) > len(values) {
+		start := len(buf)
+		buf = strconv.AppendUint(buf, ts, 10)
+		values = append(values, buf[start:len(buf):len(buf)])
 	}
-	start := len(buf)
-	buf = strconv.AppendUint(buf, ts, 10)
-	return text, oids, append(values, buf[start:len(buf):len(buf)])
+	br.buf, br.values = buf, values
+	return text, oids, values
 }
 
 // renderedBound is the text and parameter types a Bound's Template was

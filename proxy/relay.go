@@ -429,7 +429,7 @@ func (s *Session) forward(frame []byte) error {
 	}
 	if g := s.be.pendingRead; g != nil {
 		// Sent again if the guard refuses (bound_read.go).
-		g.frames = append(g.frames, cloneFrame(frame))
+		g.frames = append(g.frames, g.keep(frame))
 	}
 	if err := s.be.w.WriteFrame(frame); err != nil {
 		return s.lostWrite(err)

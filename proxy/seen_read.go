@@ -55,6 +55,7 @@ import (
 type seenPlan struct {
 	sql      string // the client's query string, to plan again
 	revision int64
+	ok       bool // set: the zero value is no plan
 }
 
 // readTSExpr is what a guarded read of the present has in its timestamp
@@ -103,10 +104,10 @@ func readGuardSQL(key guardKey) string {
 // proxy saw last (the read is then guarded, see seenPlan); otherwise the
 // backend's current ones.
 func (s *Session) explicitSnapshot(ctx context.Context, sql string) (*catalogSnapshot, *storage.FrontierState, error) {
-	s.seenPlan = nil
+	s.seenPlan = seenPlan{}
 	if !s.be.clientBatch && s.tx == txIdle && s.isolation == strictSerializable {
 		if seen := s.db.seen.Load(); seen != nil {
-			s.seenPlan = &seenPlan{sql: sql, revision: seen.catalog.cat.Revision}
+			s.seenPlan = seenPlan{sql: sql, revision: seen.catalog.cat.Revision, ok: true}
 			return seen.catalog, seen.frontiers, nil
 		}
 	}
@@ -129,7 +130,7 @@ func (s *Session) guardedQuery(ctx context.Context, st *planner.Statement, fr *s
 		s.enter(timeouts.PhaseTimestamp)
 		s.proxy.obs.OracleRoundTrip(ctx, "read_ts")
 	}
-	values, err := s.sendGuarded(guard, msgs)
+	value, err := s.sendGuarded(guard, msgs)
 	if err != nil {
 		// The backend skipped the client's Query: it did not run.
 		if br != nil {
@@ -138,7 +139,7 @@ func (s *Session) guardedQuery(ctx context.Context, st *planner.Statement, fr *s
 		return isStale(err), ignoreStale(err)
 	}
 	if present {
-		if err := c.pinnedBy(values[0]); err != nil {
+		if err := c.pinnedBy(value); err != nil {
 			return false, err
 		}
 	}
@@ -251,17 +252,17 @@ func (c *choice) pinnedBy(value string) error {
 
 // sendGuarded sends the guard, then the client's read msgs, and returns
 // the guard's value.
-func (s *Session) sendGuarded(guard guardKey, msgs []pgproto3.FrontendMessage) ([]string, error) {
-	if err := s.be.sendGuard(guard); err != nil {
-		return nil, s.lost(err)
+func (s *Session) sendGuarded(guard guardKey, msgs []pgproto3.FrontendMessage) (string, error) {
+	if err := s.be.sendGuard(guard, &s.pinMsgs); err != nil {
+		return "", s.lost(err)
 	}
 	for _, m := range msgs {
 		if err := s.be.w.Send(m); err != nil {
-			return nil, s.lost(err)
+			return "", s.lost(err)
 		}
 	}
 	if err := s.be.w.Flush(); err != nil {
-		return nil, s.lostWrite(err)
+		return "", s.lostWrite(err)
 	}
 	return s.be.readGuard()
 }
@@ -293,15 +294,18 @@ const guardSlots = 4
 // OF, does not prepare the guard again at each (issue 15): only a new
 // catalog revision or search_path does.
 func guardSlot(key guardKey) (int, string) {
-	slot, name := 0, guardStatement
+	slot := 0
 	if !key.pin {
-		slot, name = slot+1, name+"_asof"
+		slot++
 	}
 	if key.path == "" {
-		slot, name = slot+2, name+"_bind"
+		slot += 2
 	}
-	return slot, name
+	return slot, guardNames[slot]
 }
+
+// guardNames are the guard's statement names by slot (guardSlot).
+var guardNames = [guardSlots]string{guardStatement, guardStatement + "_asof", guardStatement + "_bind", guardStatement + "_asof_bind"}
 
 // preparedGuard is a read guard prepared on a connection, for key, when
 // ok.
@@ -321,19 +325,19 @@ type preparedGuard struct {
 // client's batch up to its Sync), whose end drops the portal, before the
 // next guard binds it again. Its name is the proxy's own, which no client
 // statement may name (own_names.go).
-func (b *backend) sendGuard(key guardKey) error {
+func (b *backend) sendGuard(key guardKey, m *pinMessages) error {
 	key.viewless = key.pin && b.viewsRestricted
 	slot, name := guardSlot(key)
 	b.guardUsed = slot
 	if g := &b.guards[slot]; !g.ok || g.key != key {
 		// Closed first: it may exist for another key (closing one that
 		// does not is no error, and answers CloseComplete all the same).
-		if err := b.sendPair(&pgproto3.Close{ObjectType: 'S', Name: name}, &pgproto3.Parse{Name: name, Query: readGuardSQL(key)}); err != nil {
+		if err := b.sendPair(m.closeOf('S', name), m.parseOf(name, readGuardSQL(key), nil)); err != nil {
 			return err
 		}
 		*g = preparedGuard{key: key, ok: true}
 	}
-	return b.sendPair(&pgproto3.Bind{DestinationPortal: name, PreparedStatement: name}, &pgproto3.Execute{Portal: name})
+	return b.sendPair(m.bindOf(name, name, nil), m.executeOf(name))
 }
 
 // readGuard reads the answers to sendGuard's messages, up to its
@@ -342,20 +346,20 @@ func (b *backend) sendGuard(key guardKey) error {
 // gone (a client's DEALLOCATE ALL) or half made. A refused view marks the
 // session: its guards call pin() from now on (its Parse, or its Bind after
 // the backend planned it again, failed).
-func (b *backend) readGuard() ([]string, error) {
-	values := make([]string, 1)
+func (b *backend) readGuard() (string, error) {
+	var value string
 	var gotRow bool
 	for {
 		typ, frame, err := b.next()
 		if err != nil {
 			b.guards[b.guardUsed].ok = false
-			return nil, connectionLost(err)
+			return "", connectionLost(err)
 		}
 		switch typ {
 		case 'D':
-			firstValue(frame, &values[0], &gotRow)
+			firstValue(frame, &value, &gotRow)
 		case 'C':
-			return values, nil
+			return value, nil
 		case 'E':
 			b.guards[b.guardUsed].ok = false
 			var er pgproto3.ErrorResponse
@@ -364,7 +368,7 @@ func (b *backend) readGuard() ([]string, error) {
 			if restrictedView(pe) {
 				b.viewsRestricted = true
 			}
-			return nil, b.internalFailed(pe)
+			return "", b.internalFailed(pe)
 		}
 	}
 }

@@ -44,7 +44,7 @@ func TestReadGuardSendsNoClose(t *testing.T) {
 		{guardKey{rev: 8, pin: true}, "CPBE", []pgproto3.BackendMessage{&pgproto3.CloseComplete{}, &pgproto3.ParseComplete{}}},
 	} {
 		sent.Reset()
-		if err := b.sendGuard(c.key); err != nil {
+		if err := b.sendGuard(c.key, &pinMessages{}); err != nil {
 			t.Fatal(err)
 		}
 		if err := b.w.Flush(); err != nil {
@@ -59,9 +59,9 @@ func TestReadGuardSendsNoClose(t *testing.T) {
 			out, _ = m.Encode(out)
 		}
 		answers.Write(out)
-		values, err := b.readGuard()
-		if err != nil || len(values) != 1 || values[0] != "1234" {
-			t.Fatalf("guard of %+v: %q, %v", c.key, values, err)
+		value, err := b.readGuard()
+		if err != nil || value != "1234" {
+			t.Fatalf("guard of %+v: %q, %v", c.key, value, err)
 		}
 	}
 }

@@ -64,7 +64,7 @@ type Session struct {
 	lastPlain plainMemo
 	// seenPlan: explicitPlan planned the Query with the catalog seen last
 	// (seen_read.go).
-	seenPlan *seenPlan
+	seenPlan seenPlan
 	// known: what the proxy knows of the backend session's settings
 	// without asking (known.go).
 	known knownSession
@@ -193,7 +193,11 @@ type ownStatements struct {
 	lostHoldPrepared                        bool
 	pinPeekPrepared, pinCheckPrepared       bool
 	pinGuardPrepared                        bool
-	pinMsgs                                 pinMessages // reused by the pin (pin_read.go)
+	pinMsgs                                 pinMessages // reused by the pin and the read guard (pin_read.go, seen_read.go)
+	// explicitBind and explicitParams are the client's Bind as
+	// forwardExplicitBind sends it, reused from one read to the next.
+	explicitBind   pgproto3.Bind
+	explicitParams [][]byte
 }
 
 func newSession(ctx context.Context, p *Proxy, be *backend, client *wire.Writer, log *logrus.Entry) *Session {

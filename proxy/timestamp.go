@@ -35,7 +35,7 @@ func (s *Session) explicitPlan(ctx context.Context, sql string) (*planner.Statem
 // planExplicit is explicitPlan; seen allows the catalog the proxy saw last
 // (see explicitSnapshot).
 func (s *Session) planExplicit(ctx context.Context, sql string, seen bool) (*planner.Statement, *storage.FrontierState, error) {
-	s.seenPlan = nil
+	s.seenPlan = seenPlan{}
 	cheap, err := s.proxy.planner.Shape(sql, emptyCatalog{}, planner.Options{})
 	if errors.Is(err, planner.ErrAsOf) {
 		return nil, nil, err
@@ -326,8 +326,13 @@ func (s *Session) awaitUpper(ctx context.Context, c *choice) error {
 // it left open (see endImplicitTxn). A statement timed out in the upper
 // wait ends here.
 func (s *Session) failQuery(err error) error {
+	if err == nil {
+		// Before pe, which errors.As makes a heap variable: a read that
+		// succeeds allocates nothing here.
+		return nil
+	}
 	var pe *pgerr.Error
-	if err == nil || !errors.As(err, &pe) || pe.IsFatal() {
+	if !errors.As(err, &pe) || pe.IsFatal() {
 		return err
 	}
 	if serr := s.endImplicitTxn(); serr != nil {
@@ -372,8 +377,8 @@ func (s *Session) endImplicitTxn() error {
 
 // explicitQuery runs a simple Query on the explicit-timestamp path.
 func (s *Session) explicitQuery(ctx context.Context, st *planner.Statement, fr *storage.FrontierState) error {
-	if seen := s.seenPlan; seen != nil {
-		s.seenPlan = nil
+	if seen := s.seenPlan; seen.ok {
+		s.seenPlan = seenPlan{}
 		if st.ExplainTimestamp == nil && st.Kind == planner.KindRead {
 			stale, err := s.guardedQuery(ctx, st, fr, seen.revision)
 			if !stale {
