@@ -25,9 +25,10 @@ import (
 // itself, for exchanges no driver sends and answers compared message by
 // message.
 type wire struct {
-	t  *testing.T
-	nc net.Conn
-	fe *pgproto3.Frontend
+	t   *testing.T
+	nc  net.Conn
+	fe  *pgproto3.Frontend
+	key pgproto3.BackendKeyData // for a CancelRequest
 }
 
 // dialWire connects to the proxy at addr, or to the test PostgreSQL when
@@ -54,6 +55,8 @@ func dialWire(t *testing.T, addr, user, database, app string) *wire {
 		switch m := w.receive().(type) {
 		case *pgproto3.ErrorResponse:
 			t.Fatalf("startup as %s: %s %s", user, m.Code, m.Message)
+		case *pgproto3.BackendKeyData:
+			w.key = *m
 		case *pgproto3.ReadyForQuery:
 			return w
 		}
