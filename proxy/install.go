@@ -239,6 +239,56 @@ func (b *backend) internalFailed(failed *pgerr.Error) error {
 	return failed
 }
 
+// valueOwnBatch is internalValue for a backend between batches (no
+// extended-protocol message answered since its last ReadyForQuery): the
+// query is a batch of its own, ended by a Sync, as if it had run before
+// the client's batch. Run inside the client's batch, its Execute would put
+// the batch in a pipeline for PostgreSQL, which then refuses a later
+// DISCARD ALL or VACUUM of the batch (25001) that it runs when the batch
+// sent it first.
+func (b *backend) valueOwnBatch(ctx context.Context, sql string) (string, error) {
+	if ctx.Err() != nil {
+		return "", pgerr.Wrap(pgerr.QueryCanceled, context.Cause(ctx))
+	}
+	if _, err := b.sendValues([]string{sql}); err != nil {
+		return "", err
+	}
+	if err := b.w.Send(&pgproto3.Sync{}); err != nil {
+		return "", err
+	}
+	if err := b.w.Flush(); err != nil {
+		return "", err
+	}
+	var (
+		value  string
+		gotRow bool
+		failed *pgerr.Error
+	)
+	for {
+		typ, frame, err := b.next()
+		if err != nil {
+			return "", connectionLost(err)
+		}
+		switch typ {
+		case 'D':
+			firstValue(frame, &value, &gotRow)
+		case 'E':
+			var er pgproto3.ErrorResponse
+			_ = er.Decode(wire.Body(frame))
+			if failed = backendError(&er); failed.IsFatal() {
+				return "", failed
+			}
+			// The backend skipped the Closes to the Sync.
+			b.valueLeft = true
+		case 'Z':
+			if failed != nil {
+				return "", failed
+			}
+			return value, nil
+		}
+	}
+}
+
 // firstValue keeps the first column of the first DataRow seen.
 func firstValue(frame []byte, value *string, seen *bool) {
 	if *seen {
