@@ -20,7 +20,7 @@ import (
 // way the session's next statement runs undisturbed.
 func TestCancelBetweenBatchMessages(t *testing.T) {
 	t.Parallel()
-	proxies := []*proxyProc{startProxy(t), startProxy(t, "--event-loop=false")}
+	proxies := newStage(t, stageOpts{postgres: true, db: "postgres", proxies: [][]string{nil, {"--event-loop=false"}}}).proxies
 	extended := func(sleep string) []pgproto3.FrontendMessage {
 		return []pgproto3.FrontendMessage{
 			&pgproto3.Parse{Query: "SELECT pg_sleep(" + sleep + ")::text"},

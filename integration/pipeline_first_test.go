@@ -19,9 +19,8 @@ import (
 // and psycopg 3's (libpq's), each also run against PostgreSQL itself.
 func TestPipelineFirstStatement(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	db := freshDatabase(t, ctx)
-	p := startProxy(t)
+	st := newStage(t, stageOpts{postgres: true})
+	ctx, db, p := st.ctx, st.db, st.proxies[0]
 	owner := connectTo(t, ctx, p.URL("postgres", db))
 	mustExec(t, ctx, owner, "CREATE TABLE g (k int PRIMARY KEY, v text)", "INSERT INTO g VALUES (1, 'v1')")
 	const read = "SELECT v FROM g WHERE k = $1 AS OF mz_now()"
