@@ -33,11 +33,11 @@ import (
 // the batch whose Execute waits in the proxy for its Sync (PostgreSQL
 // would be running it); one between statements, or between messages of a
 // batch before its first Execute, is dropped, as PostgreSQL drops a cancel
-// of a backend waiting for a command. A statement's cancel reaches the backend once while its
-// work is there (exchange); and the session sends its backend nothing
-// more until the backend has taken the proxy's CancelRequest (the
-// postmaster closes the cancel connection once it has signaled the
-// backend). A signal that finds the backend idle is dropped by PostgreSQL,
+// of a backend waiting for a command. A statement's cancel reaches the
+// backend once while its work is there (exchange); and the session sends
+// its backend nothing more until the backend has taken the proxy's
+// CancelRequest (the postmaster closes the cancel connection once it has
+// signaled the backend). A signal that finds the backend idle is dropped by PostgreSQL,
 // so it cannot cancel the next statement.
 //
 // A statement's deadline covers all its messages: a simple Query (and the

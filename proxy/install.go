@@ -86,6 +86,13 @@ func (b *backend) queryValueStatus(ctx context.Context, sql string) (string, byt
 	if err := b.w.Flush(); err != nil {
 		return "", 0, err
 	}
+	return b.readToReady()
+}
+
+// readToReady reads the backend's answers up to its ReadyForQuery: the
+// first column of the first row as text, the transaction status, and the
+// error, if one came.
+func (b *backend) readToReady() (string, byte, error) {
 	var (
 		value  string
 		gotRow bool
@@ -259,34 +266,12 @@ func (b *backend) valueOwnBatch(ctx context.Context, sql string) (string, error)
 	if err := b.w.Flush(); err != nil {
 		return "", err
 	}
-	var (
-		value  string
-		gotRow bool
-		failed *pgerr.Error
-	)
-	for {
-		typ, frame, err := b.next()
-		if err != nil {
-			return "", connectionLost(err)
-		}
-		switch typ {
-		case 'D':
-			firstValue(frame, &value, &gotRow)
-		case 'E':
-			var er pgproto3.ErrorResponse
-			_ = er.Decode(wire.Body(frame))
-			if failed = backendError(&er); failed.IsFatal() {
-				return "", failed
-			}
-			// The backend skipped the Closes to the Sync.
-			b.valueLeft = true
-		case 'Z':
-			if failed != nil {
-				return "", failed
-			}
-			return value, nil
-		}
+	v, _, err := b.readToReady()
+	if err != nil {
+		// The backend skipped the Closes to the Sync.
+		b.valueLeft = true
 	}
+	return v, err
 }
 
 // firstValue keeps the first column of the first DataRow seen.
