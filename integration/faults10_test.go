@@ -55,9 +55,8 @@ func TestFault10RestartRestrictedReadOnly(t *testing.T) {
 	pg := newPrivateCluster(t, ctx)
 	pg.cfg.Settings["synchronous_commit"] = "on"
 	pg.restart(t, ctx)
-	p := startProxy(t, append([]string{"--backend", pg.url()}, fastLease...)...)
-	url := p.URL("postgres", "postgres")
-	pointTable(t, ctx, url, "postgres", 10)
+	st := newStage(t, stageOpts{ctx: ctx, postgres: true, backend: pg.url(), db: "postgres", rows: 10, proxies: [][]string{fastLease}})
+	p, url := st.proxies[0], st.url(0, "postgres")
 	setup := connectTo(t, ctx, url)
 	mustExec(t, ctx, setup, "CREATE TABLE counter (id int PRIMARY KEY, n int)", "INSERT INTO counter VALUES (1, 0)")
 	acked := 0
@@ -130,8 +129,9 @@ func TestFault10KillMidPin(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	d := newLeaseDB(t, ctx)
-	a, b := startProxy(t, fastLease...), startProxy(t, fastLease...)
-	pointTable(t, ctx, b.URL("postgres", d.name), "postgres", 10)
+	// g is made through b, the proxy that lives.
+	st := newStage(t, stageOpts{ctx: ctx, postgres: true, db: d.name, rows: 10, proxies: [][]string{fastLease, fastLease}})
+	b, a := st.proxies[0], st.proxies[1]
 	mustExec(t, ctx, connectTo(t, ctx, b.URL("postgres", d.name)),
 		"CREATE TABLE counter (id int PRIMARY KEY, n int)", "INSERT INTO counter VALUES (1, 0)")
 	var wg sync.WaitGroup

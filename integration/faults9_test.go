@@ -58,10 +58,9 @@ func TestFault9RestartBoundReads(t *testing.T) {
 	// The table's rows must survive the crash.
 	pg.cfg.Settings["synchronous_commit"] = "on"
 	pg.restart(t, ctx)
-	p := startProxy(t, append([]string{"--backend", pg.url()}, fastLease...)...)
-	loop := startProxy(t, append([]string{"--backend", pg.url(), "--event-loop"}, fastLease...)...)
-	url := p.URL("postgres", "postgres")
-	pointTable(t, ctx, url, "postgres", 10)
+	st := newStage(t, stageOpts{ctx: ctx, postgres: true, backend: pg.url(), db: "postgres", rows: 10,
+		proxies: [][]string{fastLease, append([]string{"--event-loop"}, fastLease...)}})
+	p, loop, url := st.proxies[0], st.proxies[1], st.url(0, "postgres")
 	var sessions []*pgx.Conn
 	for _, u := range []string{url, loop.URL("postgres", "postgres")} {
 		for range 3 {
@@ -132,8 +131,9 @@ func TestFault9KillBetweenGuardAndRead(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	d := newLeaseDB(t, ctx)
-	a, b := startProxy(t, fastLease...), startProxy(t, fastLease...)
-	pointTable(t, ctx, b.URL("postgres", d.name), "postgres", 10)
+	// g is made through b, the proxy that lives.
+	st := newStage(t, stageOpts{ctx: ctx, postgres: true, db: d.name, rows: 10, proxies: [][]string{fastLease, fastLease}})
+	b, a := st.proxies[0], st.proxies[1]
 	var wg sync.WaitGroup
 	for i := range 6 {
 		c := connectTo(t, ctx, a.URL("postgres", d.name)+"&application_name=killed")
@@ -200,9 +200,9 @@ func TestFault9ConnectionBurst(t *testing.T) {
 	pg := newPrivateCluster(t, ctx)
 	pg.cfg.Settings["max_connections"] = "300"
 	pg.restart(t, ctx)
-	p := startProxy(t, "--backend", pg.url(), "--metrics-listen", "127.0.0.1:0", "--max-connections", "250")
-	url := p.URL("postgres", "postgres")
-	pointTable(t, ctx, url, "postgres", 10)
+	st := newStage(t, stageOpts{ctx: ctx, postgres: true, backend: pg.url(), db: "postgres", rows: 10,
+		proxies: [][]string{{"--metrics-listen", "127.0.0.1:0", "--max-connections", "250"}}})
+	p, url := st.proxies[0], st.url(0, "postgres")
 	writer := connectTo(t, ctx, url)
 	mustExec(t, ctx, writer, "CREATE TABLE counter (id int PRIMARY KEY, n int)", "INSERT INTO counter VALUES (1, 0)")
 	var mu sync.Mutex

@@ -207,13 +207,8 @@ var toggledReads = [][]string{
 // wherever mz_now() is read.
 func TestHostile10RestrictToggles(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	db := freshDatabase(t, ctx)
-	p := startProxy(t)
-	role := ordinaryRole(t, ctx)
-	pointTable(t, ctx, p.URL("postgres", db), role, 5)
-	owner := connectTo(t, ctx, p.URL("postgres", db))
-	mustExec(t, ctx, owner, "GRANT CREATE ON SCHEMA public TO "+role)
+	st := newStage(t, stageOpts{rows: 5, create: true})
+	ctx, role, db, p := st.ctx, st.role, st.db, st.proxies[0]
 	mustExec(t, ctx, connectTo(t, ctx, p.URL(role, db)),
 		"CREATE FUNCTION restrict_in(k int) RETURNS int LANGUAGE sql SET restrict_nonsystem_relation_kind = 'view' AS 'SELECT k'",
 		"CREATE FUNCTION restrict_session(kinds text) RETURNS text LANGUAGE sql AS $$SELECT set_config('restrict_nonsystem_relation_kind', kinds, false)$$")
@@ -330,11 +325,8 @@ var churnWriteCodes = map[string]bool{"42P01": true, "40001": true, "40P01": tru
 // of every dropped table.
 func TestHostile10TableChurn(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	db := freshDatabase(t, ctx)
-	p := startProxy(t, leaseArgs()...)
-	role := ordinaryRole(t, ctx)
-	mustExec(t, ctx, connectTo(t, ctx, p.URL("postgres", db)), "GRANT CREATE ON SCHEMA public TO "+role)
+	st := newStage(t, stageOpts{create: true, proxies: [][]string{leaseArgs()}})
+	ctx, role, db, p := st.ctx, st.role, st.db, st.proxies[0]
 	ddl := connectTo(t, ctx, p.URL(role, db))
 	writes := connectTo(t, ctx, p.URL(role, db))
 	admin := connectTo(t, ctx, directURL("postgres", db))
@@ -450,12 +442,9 @@ var viewAttacks = []struct {
 // present three ways and the oracle never went back (presentWitness).
 func TestHostile10PinViews(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	role := ordinaryRole(t, ctx)
-	db := freshDatabase(t, ctx)
-	p := startProxy(t)
+	st := newStage(t, stageOpts{create: true})
+	ctx, role, db, p := st.ctx, st.role, st.db, st.proxies[0]
 	admin := connectTo(t, ctx, directURL("postgres", db))
-	mustExec(t, ctx, admin, "GRANT CREATE ON SCHEMA public TO "+role)
 	owner := connectTo(t, ctx, p.URL(role, db))
 	mustExec(t, ctx, owner, "CREATE TABLE acct (k int PRIMARY KEY, v bigint)", "INSERT INTO acct VALUES (1, 0)",
 		"CREATE VIEW public.settled_pin AS SELECT 1::bigint AS t")
@@ -495,12 +484,8 @@ func TestHostile10PinViews(t *testing.T) {
 // it: other sessions, open and new, still read with mz_now() and write.
 func TestHostile10ForgedFencing(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	db := freshDatabase(t, ctx)
-	p := startProxy(t)
-	role := ordinaryRole(t, ctx)
-	pointTable(t, ctx, p.URL("postgres", db), role, 5)
-	mustExec(t, ctx, connectTo(t, ctx, p.URL("postgres", db)), "GRANT CREATE ON SCHEMA public TO "+role)
+	st := newStage(t, stageOpts{rows: 5, create: true})
+	ctx, role, db, p := st.ctx, st.role, st.db, st.proxies[0]
 	attacker := connectTo(t, ctx, p.URL(role, db))
 	mustExec(t, ctx, attacker, `CREATE FUNCTION fence(detail text) RETURNS int LANGUAGE plpgsql AS $$
 BEGIN

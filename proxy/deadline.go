@@ -29,13 +29,15 @@ import (
 // deadline was the cause.
 //
 // No stray cancel: a client cancel reaches only the message being handled
-// when it arrives, or the COPY FROM STDIN waiting for the client's data
-// (one between statements is dropped, as PostgreSQL drops a cancel of an
-// idle backend); a statement's cancel reaches the backend once while its
-// work is there (exchange); and the session sends its backend nothing
-// more until the backend has taken the proxy's CancelRequest (the
-// postmaster closes the cancel connection once it has signaled the
-// backend). A signal that finds the backend idle is dropped by PostgreSQL,
+// when it arrives, the COPY FROM STDIN waiting for the client's data, or
+// the batch whose Execute waits in the proxy for its Sync (PostgreSQL
+// would be running it); one between statements, or between messages of a
+// batch before its first Execute, is dropped, as PostgreSQL drops a cancel
+// of a backend waiting for a command. A statement's cancel reaches the
+// backend once while its work is there (exchange); and the session sends
+// its backend nothing more until the backend has taken the proxy's
+// CancelRequest (the postmaster closes the cancel connection once it has
+// signaled the backend). A signal that finds the backend idle is dropped by PostgreSQL,
 // so it cannot cancel the next statement.
 //
 // A statement's deadline covers all its messages: a simple Query (and the
@@ -56,23 +58,33 @@ func (s *Session) handleStatement(ctx context.Context, msg pgproto3.FrontendMess
 	b.Enter(timeouts.PhasePlan)
 	sc := s.statementContext(ctx, b.Deadline())
 	s.setStatementCancel(sc.cancel)
+	if s.batchCanceled.Load() {
+		timeouts.Cancel(sc.cancel, timeouts.UserCancel)
+	}
 	err := s.handle(sc.ctx, msg, frame)
 	// Before the message's cancel is withdrawn: a Cancel that finds none
-	// sees whether a COPY now waits for data.
+	// sees whether a COPY now waits for data, or an Execute for its Sync.
 	s.copyWaiting.Store(s.copy != copyNone)
+	s.executeQueued.Store(s.units.holds(uExecute))
 	s.setStatementCancel(nil)
 	if sc.ctx.Err() != nil {
 		// The context ended during the message: the backend's cancel, if
 		// one was sent, must be taken before anything else is sent. A
-		// client's cancel ends only this message's context: the next
-		// message gets a new one.
+		// client's cancel ends only this message's context (the next
+		// message gets a new one), unless it left an Execute queued: then
+		// it is the batch's.
 		<-sc.acted
+		if timeouts.CauseOf(sc.ctx) == timeouts.UserCancel && s.executeQueued.Load() {
+			s.batchCanceled.Store(true)
+		}
 		err = s.interrupted(sc.ctx, b, err)
 		s.dropStatementContext()
 	}
 	if endsStatement(msg) && s.copy == copyNone {
 		s.budget = nil
 		s.inStatement.Store(false)
+		s.executeQueued.Store(false)
+		s.batchCanceled.Store(false)
 		if s.stmt != nil && !s.stmt.deadline.IsZero() {
 			s.dropStatementContext()
 		}
@@ -167,13 +179,20 @@ func (s *Session) setStatementCancel(cancel context.CancelCauseFunc) {
 // Cancel implements frontend.Session: a CancelRequest for this session
 // cancels the message being handled now, whatever phase it is in; between
 // messages it does nothing, except while a COPY FROM STDIN waits for the
-// client's data. It is called under stmtMu's protection, so a cancel that
+// client's data, or while an Execute of the client's waits in the proxy
+// for its batch's Sync (PostgreSQL would be running it: the batch's next
+// message is handled canceled, and its exchange cancels the Execute at
+// the backend). It is called under stmtMu's protection, so a cancel that
 // arrives after a message was answered cannot reach it.
 func (s *Session) Cancel() {
 	s.stmtMu.Lock()
 	defer s.stmtMu.Unlock()
 	if s.stmtCancel != nil {
 		timeouts.Cancel(s.stmtCancel, timeouts.UserCancel)
+		return
+	}
+	if s.executeQueued.Load() {
+		s.batchCanceled.Store(true)
 		return
 	}
 	// The COPY is the statement running: the backend gets the cancel now.

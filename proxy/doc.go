@@ -83,7 +83,10 @@
 //     stmtCancel, under stmtMu; the context's end then sends the
 //     backend's CancelRequest from the context's AfterFunc goroutine
 //     (inStatement and backendCanceled are atomic for it). Between the
-//     messages of a COPY FROM STDIN (copyWaiting) Cancel sends it itself.
+//     messages of a COPY FROM STDIN (copyWaiting) Cancel sends it itself;
+//     while an Execute waits for its batch's Sync (executeQueued) it marks
+//     the batch canceled (batchCanceled), which the batch's next exchange
+//     carries to the backend behind the Execute.
 //   - ownStatements: the proxy's own prepared statements on the backend
 //     connection (mzproxy_*), which never take a client's name.
 //   - stmts and portals: the client's prepared statements and portals,

@@ -87,6 +87,13 @@ func (b *backend) queryValueStatus(ctx context.Context, sql string) (string, byt
 	if err := b.w.Flush(); err != nil {
 		return "", 0, err
 	}
+	return b.readToReady()
+}
+
+// readToReady reads the backend's answers up to its ReadyForQuery: the
+// first column of the first row as text, the transaction status, and the
+// error, if one came.
+func (b *backend) readToReady() (string, byte, error) {
 	var (
 		value  string
 		gotRow bool
@@ -238,6 +245,34 @@ func (b *backend) internalFailed(failed *pgerr.Error) error {
 		}
 	}
 	return failed
+}
+
+// valueOwnBatch is internalValue for a backend between batches (no
+// extended-protocol message answered since its last ReadyForQuery): the
+// query is a batch of its own, ended by a Sync, as if it had run before
+// the client's batch. Run inside the client's batch, its Execute would put
+// the batch in a pipeline for PostgreSQL, which then refuses a later
+// DISCARD ALL or VACUUM of the batch (25001) that it runs when the batch
+// sent it first.
+func (b *backend) valueOwnBatch(ctx context.Context, sql string) (string, error) {
+	if ctx.Err() != nil {
+		return "", pgerr.Wrap(pgerr.QueryCanceled, context.Cause(ctx))
+	}
+	if _, err := b.sendValues([]string{sql}); err != nil {
+		return "", err
+	}
+	if err := b.w.Send(&pgproto3.Sync{}); err != nil {
+		return "", err
+	}
+	if err := b.w.Flush(); err != nil {
+		return "", err
+	}
+	v, _, err := b.readToReady()
+	if err != nil {
+		// The backend skipped the Closes to the Sync.
+		b.valueLeft = true
+	}
+	return v, err
 }
 
 // firstValue keeps the first column of the first DataRow seen.

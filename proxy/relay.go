@@ -127,6 +127,16 @@ func (q *queue) dropAfterFront(k unitKind) {
 	q.items = kept
 }
 
+// holds reports whether a unit of kind k is queued.
+func (q *queue) holds(k unitKind) bool {
+	for _, u := range q.items[q.head:] {
+		if u.kind == k {
+			return true
+		}
+	}
+	return false
+}
+
 func (q *queue) pop() {
 	q.head++
 	if q.head == len(q.items) {
@@ -490,6 +500,7 @@ func (s *Session) exchange(ctx context.Context) error {
 	if endedBefore {
 		s.backendCanceled.Store(true)
 		s.cancelBackend()
+		s.batchCanceled.Store(false)
 	}
 	streaming := false
 	for {

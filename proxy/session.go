@@ -171,6 +171,14 @@ type statementState struct {
 	// copyWaiting: a COPY FROM STDIN waits for the client's data (set
 	// before stmtCancel is withdrawn, for Cancel).
 	copyWaiting atomic.Bool
+	// executeQueued: the open batch has an Execute the backend has not
+	// answered, queued until the batch's Sync or Flush (set when a message
+	// has been handled, for Cancel). batchCanceled: a client's cancel came
+	// while it had: every later message of the batch is handled canceled
+	// until an exchange has sent the backend its cancel behind the
+	// Execute.
+	executeQueued atomic.Bool
+	batchCanceled atomic.Bool
 	// loopFlight: the event loop has a batch of the session's at the
 	// backend (evloop.go): a Cancel sends the backend's CancelRequest.
 	loopFlight atomic.Bool

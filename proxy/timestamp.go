@@ -92,7 +92,11 @@ func (s *Session) searchPath(ctx context.Context) ([]string, error) {
 	if path := s.known.searchPath; path != nil {
 		return path, nil
 	}
-	v, err := s.be.internalValue(ctx, "SHOW search_path")
+	show := s.be.internalValue
+	if s.tx == txIdle && !s.be.unsynced && s.units.len() == 0 {
+		show = s.be.valueOwnBatch
+	}
+	v, err := show(ctx, "SHOW search_path")
 	if err != nil {
 		return nil, err
 	}

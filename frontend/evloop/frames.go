@@ -19,15 +19,25 @@ const (
 // So does, from its type byte on, a frame after which no Sync may be
 // waited for, because the client may be waiting for its answer: a Flush
 // (asyncpg's prepare is Parse, Describe, Flush), a FunctionCall, a
-// Terminate, COPY data, or a type the frontend refuses. whole is how many
-// bytes at the start are whole frames.
+// Terminate, COPY data, or a type the frontend refuses. So does a batch cut
+// short after a whole Execute: PostgreSQL would be running that Execute,
+// and a CancelRequest the client sends before its Sync must stop it, which
+// the session can do only once it has the Execute. whole is how many bytes
+// at the start are whole frames.
 func judgeBatch(b []byte, maxBatch, maxFrame int) (state batchState, whole int) {
+	executed := false
+	short := func(off int) (batchState, int) {
+		if executed {
+			return batchOther, off
+		}
+		return partialOr(len(b), maxBatch), off
+	}
 	for off := 0; ; {
 		if off < len(b) && !batchType(b[off]) {
 			return batchOther, off
 		}
 		if len(b)-off < 5 {
-			return partialOr(len(b), maxBatch), off
+			return short(off)
 		}
 		n := int(binary.BigEndian.Uint32(b[off+1:]))
 		if n < 4 || 1+n > maxFrame {
@@ -38,8 +48,9 @@ func judgeBatch(b []byte, maxBatch, maxFrame int) (state batchState, whole int) 
 			return batchOther, off
 		}
 		if end > len(b) {
-			return batchPartial, off
+			return short(off)
 		}
+		executed = executed || b[off] == 'E'
 		if typ := b[off]; typ == 'Q' || typ == 'S' {
 			if end == len(b) {
 				return batchWhole, end

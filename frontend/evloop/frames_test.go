@@ -29,12 +29,15 @@ func randomSplit(rng *rand.Rand, b []byte) [][]byte {
 	return pieces
 }
 
-// TestJudgeBatchEveryPrefix: each prefix of an extended-protocol batch is
-// partial, with exactly the whole frames counted; the batch is whole at
-// its Sync; a byte more is a pipeline.
+// TestJudgeBatchEveryPrefix: each prefix of an extended-protocol batch up
+// to its Execute is partial, with exactly the whole frames counted; one
+// cut short after a whole Execute goes to the connection's goroutine (a
+// cancel before the Sync is for that Execute); the batch is whole at its
+// Sync; a byte more is a pipeline.
 func TestJudgeBatchEveryPrefix(t *testing.T) {
 	var batch []byte
 	var ends []int
+	executeEnd := 0
 	for _, f := range [][]byte{
 		frame('P', []byte("\x00SELECT 1\x00\x00\x00")),
 		frame('B', []byte("\x00\x00\x00\x00\x00\x00\x00\x00")),
@@ -44,6 +47,9 @@ func TestJudgeBatchEveryPrefix(t *testing.T) {
 	} {
 		batch = append(batch, f...)
 		ends = append(ends, len(batch))
+		if f[0] == 'E' {
+			executeEnd = len(batch)
+		}
 	}
 	for n := 0; n < len(batch); n++ {
 		whole := 0
@@ -52,8 +58,12 @@ func TestJudgeBatchEveryPrefix(t *testing.T) {
 				whole = e
 			}
 		}
-		if state, w := judgeBatch(batch[:n], 1<<20, 1<<20); state != batchPartial || w != whole {
-			t.Fatalf("prefix %d: %v, %d; want partial, %d", n, state, w, whole)
+		want := batchPartial
+		if n >= executeEnd {
+			want = batchOther
+		}
+		if state, w := judgeBatch(batch[:n], 1<<20, 1<<20); state != want || w != whole {
+			t.Fatalf("prefix %d: %v, %d; want %v, %d", n, state, w, want, whole)
 		}
 	}
 	if state, w := judgeBatch(batch, 1<<20, 1<<20); state != batchWhole || w != len(batch) {

@@ -234,18 +234,24 @@ func TestMalformedGoesBack(t *testing.T) {
 }
 
 // TestRandomSplitsThroughTheLoop: batches the client writes in pieces cut
-// anywhere, and answers the backend writes so (some larger than the
-// loop's buffer), each reach the other end whole and in order, every
-// batch forwarded by the loop; a Terminate then gives the session back.
+// anywhere before the end of an Execute (a batch cut after its Execute goes
+// back: TestCutAfterExecuteGoesBack), and answers the backend writes so
+// (some larger than the loop's buffer), each reach the other end whole and
+// in order, every batch forwarded by the loop; a Terminate then gives the
+// session back.
 func TestRandomSplitsThroughTheLoop(t *testing.T) {
 	rng := rand.New(rand.NewSource(2))
 	s := startSession(t)
 	const rounds = 150
 	for round := range rounds {
 		batch := encode(t, &pgproto3.Query{String: "SELECT 1"})
+		// The batch's tail that is written in one piece.
+		tail := 0
 		if round%2 == 1 {
 			batch = encode(t, &pgproto3.Parse{Query: "SELECT $1"}, &pgproto3.Bind{Parameters: [][]byte{[]byte("7")}},
 				&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{})
+			// The Execute's last byte and the Sync.
+			tail = len(encode(t, &pgproto3.Sync{})) + 1
 		}
 		answer := encode(t, &pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{Name: []byte("x")}}})
 		for range rng.Intn(4) {
@@ -254,7 +260,10 @@ func TestRandomSplitsThroughTheLoop(t *testing.T) {
 		answer = append(answer, encode(t, &pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})...)
 		backendErr := make(chan error, 1)
 		go func() { backendErr <- playBackend(s.backend, batch, answer, rand.New(rand.NewSource(int64(round)))) }()
-		writePieces(t, s.client, batch, rng)
+		writePieces(t, s.client, batch[:len(batch)-tail], rng)
+		if _, err := s.client.Write(batch[len(batch)-tail:]); err != nil {
+			t.Fatal(err)
+		}
 		got := make([]byte, len(answer))
 		if _, err := io.ReadFull(s.client, got); err != nil {
 			t.Fatalf("round %d: %v", round, err)
@@ -277,6 +286,22 @@ func TestRandomSplitsThroughTheLoop(t *testing.T) {
 	_ = s.loopClient.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.ReadFull(s.loopClient, rest); err != nil || !bytes.Equal(append(r.res.Leftover, rest...), terminate) {
 		t.Fatalf("the Terminate's rest: %q, %v", rest, err)
+	}
+}
+
+// TestCutAfterExecuteGoesBack: a batch whose bytes so far end after a
+// whole Execute goes back to the session's goroutine without waiting for
+// its Sync: PostgreSQL would be running the Execute, and a cancel the
+// client sends before the Sync must reach it.
+func TestCutAfterExecuteGoesBack(t *testing.T) {
+	in := encode(t, &pgproto3.Parse{Query: "SELECT pg_sleep(5)"}, &pgproto3.Bind{}, &pgproto3.Execute{})
+	s := startSession(t)
+	if _, err := s.client.Write(in); err != nil {
+		t.Fatal(err)
+	}
+	r := s.waitReturn(t, "a batch cut after its Execute")
+	if r.err != nil || r.res.Forwarded != 0 || !bytes.Equal(r.res.Leftover, in) {
+		t.Fatalf("Run %+v, %v; want it all back", r.res, r.err)
 	}
 }
 
