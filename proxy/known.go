@@ -60,9 +60,11 @@ var forgetWords = []string{
 }
 
 // viewRestrictionWords are the forgetWords of a text that may make the
-// session restrict views, which pin_peek tells (txn.go): only SET, RESET
-// and set_config change restrict_nonsystem_relation_kind, and RESET
-// lifts a restriction.
+// session restrict views, which pin_peek tells (txn.go): one that names
+// restrict_nonsystem_relation_kind or calls set_config. A function's SET
+// clause restricts them unseen; the check or the guard then learns it
+// from PostgreSQL's refusal, when the backend plans it again (README,
+// Limitations).
 var viewRestrictionWords = []string{"restrict_nonsystem", "set_config"}
 
 // noteStatementText forgets what sql may change, before it runs.

@@ -196,14 +196,16 @@ func (s *Session) peekBeforeBegin() error {
 // gated pin holds the gate itself. So the count serves as the peek of any
 // later transaction of the session: its check answers P only when the
 // count is still the same, no slot taken since, and every slot counted
-// ended before its snapshot too (pin_trim.sql). A stale count only fails
-// the check, and the transaction pins with the gate.
+// ended before its snapshot too (pin_trim.sql). The count only grows
+// while the session's backend connection lives (the unlogged sequence
+// restarts only with a crash, which ends the connection), so a stale
+// count only fails the check, and the transaction pins with the gate.
 //
 // steady: the pin before the last found the same count, no write came
 // between them. Only then is the count used: where writes come often the
 // peek, which a pin of anyone settles, fails less than an old count, and
-// a failed check costs a gated pin. A read-only workload skips the peek's
-// round trip and its implicit transaction in the backend.
+// a failed check costs a gated pin. A read-only workload skips the
+// peek's Sync and its implicit transaction in the backend (docs/read-cost.md).
 type settledWrites struct {
 	count  int64
 	writes string // count as text; "" before the session's first pin
