@@ -36,6 +36,11 @@ type knownSession struct {
 	// BEGIN has: default_transaction_isolation and
 	// default_transaction_read_only, learned at such a transaction's pin.
 	defaults txnCharacteristics
+	// settled is what the session's pins found of the database's writes
+	// (txn.go, peekBeforeBegin): a text that may restrict views
+	// (viewRestrictionWords) makes the next transaction ask pin_peek,
+	// which tells.
+	settled settledWrites
 }
 
 // txnCharacteristics are a backend transaction's isolation level and
@@ -51,8 +56,16 @@ type txnCharacteristics struct {
 // proxy forget what it knows of the session's settings. Lower case.
 var forgetWords = []string{
 	"search_path", "set_config", "reset", "discard", "rollback", "abort",
-	"default_transaction", "characteristics",
+	"default_transaction", "characteristics", "restrict_nonsystem",
 }
+
+// viewRestrictionWords are the forgetWords of a text that may make the
+// session restrict views, which pin_peek tells (txn.go): one that names
+// restrict_nonsystem_relation_kind or calls set_config. A function's SET
+// clause restricts them unseen; the check or the guard then learns it
+// from PostgreSQL's refusal, when the backend plans it again (README,
+// Limitations).
+var viewRestrictionWords = []string{"restrict_nonsystem", "set_config"}
 
 // noteStatementText forgets what sql may change, before it runs.
 func (s *Session) noteStatementText(sql string) {
@@ -61,6 +74,9 @@ func (s *Session) noteStatementText(sql string) {
 	}
 	s.known.searchPath, s.known.searchPathShown = nil, ""
 	s.known.defaults = txnCharacteristics{}
+	if planner.ContainsAnyFold(sql, viewRestrictionWords...) {
+		s.known.settled.steady = false
+	}
 	// Until the block ends (a later BEGIN, or the end of the block sql
 	// may begin), what is read may be undone by its end.
 	s.known.dirtyInBlock = true

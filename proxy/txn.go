@@ -143,12 +143,20 @@ func (s *Session) txnQuery(ctx context.Context, sql string) error {
 // for the gate-less pin of the transaction's first read (pinQuick). It
 // runs only when nothing of the client's is outstanding: that Sync would
 // end a batch of the client's.
+//
+// When the session's last two pins found the same count of writes, the
+// last one's count stands in for the peek, and nothing is sent (see
+// settledWrites).
 func (s *Session) peekBeforeBegin() error {
 	if s.txn.phase != txnFresh || s.units.len() > 0 || s.be.unsynced || s.skipping {
 		return nil
 	}
 	peek := new(string)
 	s.txn.peek = peek
+	if s.known.settled.steady {
+		*peek = s.known.settled.writes
+		return nil
+	}
 	m := &s.pinMsgs
 	send := func(msg pgproto3.FrontendMessage, kind unitKind) error {
 		if err := s.be.w.Send(msg); err != nil {
@@ -177,6 +185,39 @@ func (s *Session) peekBeforeBegin() error {
 		return err
 	}
 	return send(&m.sync, uSync)
+}
+
+// settledWrites is the count of write slots that the session's last pin
+// read (its writes: the peek it checked, or pinned_writes with the gate
+// held). Every slot counted up to it had ended before that pin's
+// snapshot: pin_peek answered the count only when a pin had settled every
+// slot counted (writes_seen, set with the gate held, which waits for the
+// writers), and the gate-less check found the count unchanged since; a
+// gated pin holds the gate itself. So the count serves as the peek of any
+// later transaction of the session: its check answers P only when the
+// count is still the same, no slot taken since, and every slot counted
+// ended before its snapshot too (pin_trim.sql). The count only grows
+// while the session's backend connection lives (the unlogged sequence
+// restarts only with a crash, which ends the connection), so a stale
+// count only fails the check, and the transaction pins with the gate.
+//
+// steady: the pin before the last found the same count, no write came
+// between them. Only then is the count used: where writes come often the
+// peek, which a pin of anyone settles, fails less than an old count, and
+// a failed check costs a gated pin. A read-only workload skips the
+// peek's Sync and its implicit transaction in the backend (docs/read-cost.md).
+type settledWrites struct {
+	count  int64
+	writes string // count as text; "" before the session's first pin
+	steady bool
+}
+
+// note follows a pin that read count.
+func (c *settledWrites) note(count int64) {
+	c.steady = c.writes != "" && c.count == count
+	if !c.steady {
+		c.count, c.writes = count, strconv.FormatInt(count, 10)
+	}
 }
 
 // pinPeekSQL is the peek's text: it reads a view (viewPeekSQL) unless the
@@ -830,6 +871,7 @@ func (s *Session) notePin(ctx context.Context, v string) error {
 	if err != nil {
 		return pgerr.New(pgerr.InternalError, "pinned timestamp, writes and catalog revision %q: %v", v, err)
 	}
+	s.known.settled.note(writes)
 	s.txn.writes = writes
 	// The pin is the snapshot's time, and the upper is just past it, so
 	// serializable reads there too.
