@@ -197,7 +197,7 @@ func pointTable(t *testing.T, ctx context.Context, url, role string, n int) {
 // exist"; with and without the event loop.
 func TestHostile9ReadStatementNames(t *testing.T) {
 	t.Parallel()
-	st := newStage(t, stageOpts{rows: 20, proxies: [][]string{nil, {"--event-loop"}}})
+	st := newStage(t, stageOpts{rows: 20, proxies: [][]string{{"--event-loop=false"}, nil}})
 	ctx, role, db, p, loop := st.ctx, st.role, st.db, st.proxies[0], st.proxies[1]
 	admin := connectTo(t, ctx, directURL("postgres", db))
 	mustExec(t, ctx, admin, `CREATE FUNCTION drop_statement(name text) RETURNS void LANGUAGE plpgsql
@@ -393,7 +393,7 @@ func msgs(parts ...any) []pgproto3.FrontendMessage {
 // own).
 func TestHostile9DropBetweenParseAndBind(t *testing.T) {
 	t.Parallel()
-	st := newStage(t, stageOpts{rows: 10, proxies: [][]string{nil, {"--event-loop"}}})
+	st := newStage(t, stageOpts{rows: 10, proxies: [][]string{{"--event-loop=false"}, nil}})
 	ctx, role, db, p, loop := st.ctx, st.role, st.db, st.proxies[0], st.proxies[1]
 	const read = "SELECT v FROM g WHERE k = $1 AS OF mz_now()"
 	sync := &pgproto3.Sync{}
@@ -439,7 +439,7 @@ func TestHostile9DropBetweenParseAndBind(t *testing.T) {
 // skipped to its Sync, and the session goes on.
 func TestHostile9BadBind(t *testing.T) {
 	t.Parallel()
-	st := newStage(t, stageOpts{rows: 10, proxies: [][]string{nil, {"--event-loop"}}})
+	st := newStage(t, stageOpts{rows: 10, proxies: [][]string{{"--event-loop=false"}, nil}})
 	ctx, role, db, p, loop := st.ctx, st.role, st.db, st.proxies[0], st.proxies[1]
 	const read = "SELECT v FROM g WHERE k = $1 AS OF mz_now()"
 	binds := []*pgproto3.Bind{
