@@ -109,7 +109,9 @@ func TestWritesOneRoundTrip(t *testing.T) {
 	// with the statement prepared again.
 	for _, write := range []func() (pgconn.CommandTag, error){
 		func() (pgconn.CommandTag, error) { return conn.Exec(ctx, "shape_update", 3) },
-		func() (pgconn.CommandTag, error) { return execSimple(ctx, conn, "UPDATE shape SET v = v + 1 WHERE id = 3") },
+		func() (pgconn.CommandTag, error) {
+			return execSimple(ctx, conn, "UPDATE shape SET v = v + 1 WHERE id = 3")
+		},
 	} {
 		if _, err := execSimple(ctx, conn, "DEALLOCATE "+ownStatementName(t, ctx, conn, "mzproxy_begin_write")); err != nil {
 			t.Fatal(err)
