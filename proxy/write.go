@@ -29,16 +29,22 @@ const OCCPauseMarker = "/*mzproxy:occ-pause*/"
 // ReadyForQuery: the write slot (begin_write_occ, T pending) and the
 // client's statement in one implicit transaction, which the backend
 // commits at the end of the Query (or at the client's Sync) and rolls back
-// whole at an error:
+// whole at an error. The slot is the Bind/Execute of mzproxy_begin_write
+// (parsed once per backend connection and incarnation), with no Sync
+// after it, then the client's messages as they came:
 //
-//	simple:   Query "SELECT begin_write_occ(inc, 0);\n<the client's text>"
-//	extended: Bind/Execute mzproxy_begin_write (parsed once per backend
-//	          connection and incarnation), then the client's Bind ... Sync
+//	simple:   Bind/Execute slot, Query "<the client's text>"
+//	extended: Bind/Execute slot, the client's Bind ... Sync
 //
-// No BEGIN, no COMMIT, no Close: the slot's portal ends with the
-// transaction. The client's Query destroys its unnamed statement anyway,
-// so sending ours instead changes nothing for it; in a batch the proxy's
-// messages name only its own statement and portal.
+// PostgreSQL runs a Query that follows an unsynced Execute in the
+// transaction the Execute began (TestSlotExecuteThenQuery), so the slot
+// costs no parse or plan per write, and error positions are the client's
+// own. An error in the slot makes the backend skip everything up to a
+// Sync, the client's Query included: the proxy then sends one. A statement
+// PostgreSQL refuses in a transaction block is refused behind the slot too
+// (25001), but none is replayable. No BEGIN, no COMMIT, no Close: the
+// slot's portal ends with the transaction; the proxy's messages name only
+// its own statement and portal.
 //
 // A write's T is chosen inside the backend (storage/frontier.sql) and is
 // not asked for: it would cost a statement per write, for the trace span

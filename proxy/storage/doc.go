@@ -85,8 +85,8 @@
 //     T is chosen when first asked for (current_write_ts: the first history
 //     row, a DDL, a read of the transaction's own writes, commit_write), as
 //     GREATEST(clock, P + 1). floor is ignored. An autocommit write needs
-//     nothing else: SELECT begin_write_occ(inc, 0); <statement> as one
-//     implicit transaction (the slot is taken and set with one query, the
+//     nothing else: begin_write_occ(inc, 0) and the statement in one
+//     implicit transaction (proxy/write.go; the slot is taken and set with one query, the
 //     history trigger's stamp_ts checks it, chooses T, tags and sets it
 //     with another).
 //   - begin_write(inc) / begin_write_at(T, inc) (BeginWriteFor,
