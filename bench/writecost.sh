@@ -16,7 +16,7 @@
 #        SHAPES="direct-simple direct-prepared slot-query slot-exec slot-prepared"
 #        PGOPTS="" (more -c settings for the measured server)
 #        CGSAVE=dir (keep each run's callgrind output there, for
-#                    callgrind_annotate)
+#                    callgrind_annotate, as <database>.<shape>.<write>.<n>)
 set -euo pipefail
 
 REVS=${REVS:-"main tree"}
@@ -69,7 +69,7 @@ for _ in $(seq 300); do
 done
 
 # instructions db shape write n seed: the backend's instructions for n
-# writes.
+# writes (the output kept under the name of the database copied, $d).
 instructions() {
 	local p f
 	p=$("$work/wirecost" -dsn "${backend/\/postgres\?//$1?}" -shape "$2" -write "$3" -n "$4" -seed "$5" | head -1)
