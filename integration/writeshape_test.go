@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,13 +16,16 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // TestWritesOneRoundTrip (issue 14): an autocommit write that takes the
 // optimistic loop is one backend round trip with one ReadyForQuery, in
 // both protocols, with no BEGIN, COMMIT or commit_write: a tap between
 // mzproxy and PostgreSQL counts what the client's backend connection
-// carries. A write's answers and an error's position are still
+// carries. The slot is the Bind/Execute of its prepared statement in both
+// (storage version 30): a simple-protocol write's Query is the client's
+// text alone. A write's answers and an error's position are still
 // PostgreSQL's own.
 func TestWritesOneRoundTrip(t *testing.T) {
 	t.Parallel()
@@ -76,8 +80,13 @@ func TestWritesOneRoundTrip(t *testing.T) {
 		switch {
 		case e == "Z":
 			readies++
-		case e == "S" || strings.HasPrefix(e, "Q "):
+		case e == "S":
 			requests++
+		case strings.HasPrefix(e, "Q "):
+			requests++
+			if !strings.HasPrefix(e, "Q UPDATE shape") && !strings.HasPrefix(e, "Q SELECT 'shape-") {
+				t.Errorf("a simple-protocol write's Query carried more than the client's text: %q", e)
+			}
 		}
 		for _, own := range []string{"BEGIN", "COMMIT", "commit_write"} {
 			if strings.Contains(e, own) {
@@ -94,16 +103,25 @@ func TestWritesOneRoundTrip(t *testing.T) {
 		t.Errorf("row 2 after two increments: %d, %v", v, err)
 	}
 
-	// A client that deallocates the proxy's prepared slot statement gets
-	// one error for it (PostgreSQL's 26000), and the next write prepares
-	// it again.
-	if _, err := execSimple(ctx, conn, "DEALLOCATE "+ownStatementName(t, ctx, conn, "mzproxy_begin_write")); err != nil {
-		t.Fatal(err)
+	// A client that deallocates the proxy's prepared slot statement by
+	// name sees nothing of it, in either protocol: the write's Bind of it
+	// fails before anything ran (26000), and the attempt is sent again
+	// with the statement prepared again.
+	for _, write := range []func() (pgconn.CommandTag, error){
+		func() (pgconn.CommandTag, error) { return conn.Exec(ctx, "shape_update", 3) },
+		func() (pgconn.CommandTag, error) {
+			return execSimple(ctx, conn, "UPDATE shape SET v = v + 1 WHERE id = 3")
+		},
+	} {
+		if _, err := execSimple(ctx, conn, "DEALLOCATE "+ownStatementName(t, ctx, conn, "mzproxy_begin_write")); err != nil {
+			t.Fatal(err)
+		}
+		if tag, err := write(); err != nil || tag.String() != "UPDATE 1" {
+			t.Fatalf("the write after its slot statement was deallocated: %q, %v", tag, err)
+		}
 	}
-	_, err := conn.Exec(ctx, "shape_update", 3)
-	wantCode(t, err, "26000")
-	if tag, err := conn.Exec(ctx, "shape_update", 3); err != nil || tag.String() != "UPDATE 1" {
-		t.Fatalf("the write after: %q, %v", tag, err)
+	if err := conn.QueryRow(ctx, "SELECT v FROM shape WHERE id = 3", pgx.QueryExecModeSimpleProtocol).Scan(&v); err != nil || v != 4 {
+		t.Errorf("row 3 after four increments: %d, %v", v, err)
 	}
 
 	// An error in the client's text points where PostgreSQL points.
@@ -280,4 +298,121 @@ func (tap *backendTap) between(start, end string) []string {
 		}
 	}
 	return nil
+}
+
+// TestSlotExecuteThenQuery: what PostgreSQL does with a Query that follows
+// an Execute with no Sync between them, which is how mzproxy sends a
+// simple-protocol autocommit write (the slot's Bind/Execute, then the
+// client's Query; proxy/write.go). Run against PostgreSQL directly, so a
+// server that behaved otherwise fails here, not in a write:
+//
+//   - the Execute and the Query are one transaction, committed at the end
+//     of the Query, with one ReadyForQuery;
+//   - an error in the Query rolls the Execute's work back too;
+//   - an error in the Execute skips the Query, and everything up to a Sync,
+//     which then ends the rolled-back transaction;
+//   - a statement PostgreSQL refuses in a transaction block (VACUUM) is
+//     refused there too (25001), the whole transaction rolled back: the
+//     proxy sends only one INSERT, UPDATE, DELETE, MERGE, TRUNCATE or COPY
+//     FROM a file behind the slot (route.replayable), none of which is.
+func TestSlotExecuteThenQuery(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	conn, err := pgconn.Connect(ctx, directURL("postgres", db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hj, err := conn.Hijack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hj.Conn.Close()
+	fe := hj.Frontend
+	// exchange sends msgs and returns what came back up to the
+	// ReadyForQuery (or up to the last message when ready is false).
+	exchange := func(ready bool, msgs ...pgproto3.FrontendMessage) []string {
+		t.Helper()
+		for _, m := range msgs {
+			fe.Send(m)
+		}
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		_ = hj.Conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		var got []string
+		for {
+			if !ready {
+				// Nothing more may come: read with a short deadline.
+				_ = hj.Conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+			}
+			m, err := fe.Receive()
+			if err != nil {
+				if !ready && errors.Is(err, os.ErrDeadlineExceeded) {
+					return got
+				}
+				t.Fatalf("after %v: %v", got, err)
+			}
+			switch m := m.(type) {
+			case *pgproto3.ErrorResponse:
+				got = append(got, "E "+m.Code)
+			case *pgproto3.CommandComplete:
+				got = append(got, "C "+string(m.CommandTag))
+			case *pgproto3.DataRow:
+				got = append(got, "D "+string(m.Values[0]))
+			case *pgproto3.ReadyForQuery:
+				return append(got, "Z "+string(m.TxStatus))
+			}
+		}
+	}
+	expect := func(what string, got []string, want ...string) {
+		t.Helper()
+		if strings.Join(got, ", ") != strings.Join(want, ", ") {
+			t.Errorf("%s:\n got %v\nwant %v", what, got, want)
+		}
+	}
+	execute := func(name string) []pgproto3.FrontendMessage {
+		return []pgproto3.FrontendMessage{
+			&pgproto3.Bind{DestinationPortal: name, PreparedStatement: name},
+			&pgproto3.Execute{Portal: name},
+		}
+	}
+	count := func() []string {
+		return exchange(true, &pgproto3.Query{String: "SELECT count(*) FROM x"})
+	}
+	expect("setup", exchange(true,
+		&pgproto3.Query{String: "CREATE TABLE x (i int)"},
+		&pgproto3.Parse{Name: "slot", Query: "SELECT set_config('mzproxy_test.slot', 'taken', true)"},
+		&pgproto3.Parse{Name: "ins", Query: "INSERT INTO x VALUES (1)"},
+		&pgproto3.Parse{Name: "bad", Query: "SELECT 1 / 0"},
+		&pgproto3.Sync{}), "C CREATE TABLE", "Z I")
+	// (The setup's Query had its own ReadyForQuery: read the Sync's.)
+	expect("setup's Sync", exchange(true), "Z I")
+
+	expect("the slot, then a Query that reads its transaction-local setting",
+		exchange(true, append(execute("slot"), &pgproto3.Query{String: "SELECT current_setting('mzproxy_test.slot')"})...),
+		"D taken", "C SELECT 1", "D taken", "C SELECT 1", "Z I")
+	expect("the next Query, in a transaction of its own",
+		exchange(true, &pgproto3.Query{String: "SELECT current_setting('mzproxy_test.slot')"}),
+		"D ", "C SELECT 1", "Z I")
+	expect("an INSERT's Execute, then a Query that writes",
+		exchange(true, append(execute("ins"), &pgproto3.Query{String: "INSERT INTO x VALUES (2)"})...),
+		"C INSERT 0 1", "C INSERT 0 1", "Z I")
+	expect("both committed", count(), "D 2", "C SELECT 1", "Z I")
+
+	expect("an INSERT's Execute, then a Query that fails",
+		exchange(true, append(execute("ins"), &pgproto3.Query{String: "SELECT 1 / 0"})...),
+		"C INSERT 0 1", "E 22012", "Z I")
+	expect("the Execute's INSERT rolled back", count(), "D 2", "C SELECT 1", "Z I")
+
+	expect("a failed Execute, then a Query: nothing until a Sync",
+		exchange(false, append(execute("bad"), &pgproto3.Query{String: "INSERT INTO x VALUES (3)"})...),
+		"E 22012")
+	expect("the Sync", exchange(true, &pgproto3.Sync{}), "Z I")
+	expect("the Query was skipped", count(), "D 2", "C SELECT 1", "Z I")
+
+	expect("an INSERT's Execute, then VACUUM",
+		exchange(true, append(execute("ins"), &pgproto3.Query{String: "VACUUM x"})...),
+		"C INSERT 0 1", "E 25001", "Z I")
+	expect("the INSERT rolled back", count(), "D 2", "C SELECT 1", "Z I")
 }

@@ -29,16 +29,22 @@ const OCCPauseMarker = "/*mzproxy:occ-pause*/"
 // ReadyForQuery: the write slot (begin_write_occ, T pending) and the
 // client's statement in one implicit transaction, which the backend
 // commits at the end of the Query (or at the client's Sync) and rolls back
-// whole at an error:
+// whole at an error. The slot is the Bind/Execute of mzproxy_begin_write
+// (parsed once per backend connection and incarnation), with no Sync
+// after it, then the client's messages as they came:
 //
-//	simple:   Query "SELECT begin_write_occ(inc, 0);\n<the client's text>"
-//	extended: Bind/Execute mzproxy_begin_write (parsed once per backend
-//	          connection and incarnation), then the client's Bind ... Sync
+//	simple:   Bind/Execute slot, Query "<the client's text>"
+//	extended: Bind/Execute slot, the client's Bind ... Sync
 //
-// No BEGIN, no COMMIT, no Close: the slot's portal ends with the
-// transaction. The client's Query destroys its unnamed statement anyway,
-// so sending ours instead changes nothing for it; in a batch the proxy's
-// messages name only its own statement and portal.
+// PostgreSQL runs a Query that follows an unsynced Execute in the
+// transaction the Execute began (TestSlotExecuteThenQuery), so the slot
+// costs no parse or plan per write, and error positions are the client's
+// own. An error in the slot makes the backend skip everything up to a
+// Sync, the client's Query included: the proxy then sends one. A statement
+// PostgreSQL refuses in a transaction block is refused behind the slot too
+// (25001), but none is replayable. No BEGIN, no COMMIT, no Close: the
+// slot's portal ends with the transaction; the proxy's messages name only
+// its own statement and portal.
 //
 // A write's T is chosen inside the backend (storage/frontier.sql) and is
 // not asked for: it would cost a statement per write, for the trace span
@@ -236,26 +242,37 @@ func (w *occWrite) step(t uint64, rows int64, r occ.AppendResult) occ.Action[str
 }
 
 // oneTripAttempt sends an attempt as one implicit transaction (see the
-// header) and reads its answers: the slot's are dropped up to its
-// CommandComplete (an error before it is the slot's, and the backend
-// skipped the client's statement), the client's are kept.
+// header) and reads its answers. When the slot's prepared statement is
+// gone (a client's DEALLOCATE of it by name: 26000 at its Bind, before
+// anything ran), it is prepared again and the attempt sent once more.
 func (s *Session) oneTripAttempt(ctx context.Context, req occRequest, inc int64) (attempt, error) {
-	var at attempt
-	shift, err := s.sendOneTrip(req, inc)
-	if err != nil {
-		return at, err
+	at, slotMissing, err := s.oneTrip(ctx, req, inc)
+	if err == nil && slotMissing {
+		at, _, err = s.oneTrip(ctx, req, inc)
+	}
+	return at, err
+}
+
+// oneTrip is one round trip of an attempt: the slot's answers are dropped
+// up to its CommandComplete (an error before it is the slot's, and the
+// backend skipped the client's statement), the client's are kept.
+// slotMissing: the slot's Bind found no prepared statement.
+func (s *Session) oneTrip(ctx context.Context, req occRequest, inc int64) (at attempt, slotMissing bool, err error) {
+	if err := s.sendSlotBind(inc); err != nil {
+		return at, false, err
+	}
+	if err := s.forwardAll(req.frames); err != nil {
+		return at, false, err
 	}
 	if err := s.be.w.Flush(); err != nil {
-		return at, s.lostWrite(err)
+		return at, false, s.lostWrite(err)
 	}
 	slotDone := false
-	err = s.occRead(ctx, func(typ byte, f []byte) {
-		if typ == 'E' {
-			f = shiftErrorPosition(f, shift)
-		}
+	err = s.occReadUntil(ctx, func(typ byte, f []byte) (done bool) {
 		switch {
 		case typ == 'Z':
 			at.ready = cloneFrame(f)
+			return true
 		case slotDone:
 			at.take(ctx, typ, f)
 		case typ == '1':
@@ -264,45 +281,41 @@ func (s *Session) oneTripAttempt(ctx context.Context, req occRequest, inc int64)
 			slotDone = true
 		case typ == 'E':
 			at.failed = cloneFrame(f)
+			slotMissing = pgerr.Code(errorCode(wire.Body(f))) == pgerr.InvalidSQLStatementName
 			// Whatever failed, the slot's statement is prepared again
-			// next time (a client's DEALLOCATE of it costs one error).
+			// next time.
 			s.writeSlotPrepared = 0
+			// A Query after the failed Execute is skipped with
+			// everything else up to a Sync, which the client's batch
+			// has and its Query has not.
+			return req.query != ""
+		}
+		return false
+	})
+	if err != nil || at.ready != nil {
+		return at, slotMissing, err
+	}
+	if err := s.be.w.Send(&pgproto3.Sync{}); err != nil {
+		return at, false, s.lost(err)
+	}
+	if err := s.be.w.Flush(); err != nil {
+		return at, false, s.lostWrite(err)
+	}
+	return at, slotMissing, s.occRead(ctx, func(typ byte, f []byte) {
+		if typ == 'Z' {
+			at.ready = cloneFrame(f)
 		}
 	})
-	return at, err
-}
-
-// sendOneTrip queues an attempt's messages. shift is how many characters
-// of the proxy's own precede the client's text in the Query (error
-// positions count from the Query's start).
-func (s *Session) sendOneTrip(req occRequest, inc int64) (shift int, err error) {
-	if req.query != "" {
-		prefix := slotQueryPrefix(inc)
-		if err := s.be.w.Send(&pgproto3.Query{String: prefix + req.query}); err != nil {
-			return 0, s.lost(err)
-		}
-		return len(prefix), nil
-	}
-	if err := s.sendSlotBind(inc); err != nil {
-		return 0, err
-	}
-	return 0, s.forwardAll(req.frames)
-}
-
-// slotQueryPrefix is the slot statement a simple Query of the client's
-// is sent after. The client's text is one statement the planner parsed:
-// whatever it ends with (a ';', a "--" comment) ends the Query, and
-// nothing in it can reach back across the ';' and newline.
-func slotQueryPrefix(inc int64) string {
-	return storage.OpenWriteFor(inc) + ";\n"
 }
 
 // sendSlotBind queues the Bind and Execute of the write slot's named
 // statement (writeSlotStatement, shared with takeWriteSlotExtended),
-// parsed first unless it is for inc already. No Sync: the client's batch
-// that follows ends the implicit transaction. writeSlotPrepared is set
-// only once the ParseComplete arrives, and reset when the slot's part
-// fails (oneTripAttempt).
+// parsed first unless it is for inc already. No Sync: the client's Query,
+// or its batch's Sync, ends the implicit transaction the Execute began
+// (PostgreSQL commits it at the end of a Query as at a Sync), so the
+// client's text is sent as it came and the slot costs no parse or plan.
+// writeSlotPrepared is set only once the ParseComplete arrives, and reset
+// when the slot's part fails (oneTripAttempt).
 func (s *Session) sendSlotBind(inc int64) error {
 	var msgs []pgproto3.FrontendMessage
 	if s.writeSlotPrepared != inc {
@@ -331,25 +344,6 @@ func (s *Session) forwardAll(frames [][]byte) error {
 		}
 	}
 	return nil
-}
-
-// shiftErrorPosition makes the position of an ErrorResponse to a Query
-// the proxy prefixed with shift characters (ASCII) of its own count from
-// the start of the client's text again.
-func shiftErrorPosition(frame []byte, shift int) []byte {
-	if shift == 0 {
-		return frame
-	}
-	var er pgproto3.ErrorResponse
-	if err := er.Decode(wire.Body(frame)); err != nil || er.Position <= int32(shift) {
-		return frame
-	}
-	er.Position -= int32(shift)
-	out, err := er.Encode(nil)
-	if err != nil {
-		return frame
-	}
-	return out
 }
 
 // explicitAttempt is the first attempt of a write stopped at the test-only
@@ -483,6 +477,14 @@ func (s *Session) sendOwn(sqls ...string) error {
 // to its ReadyForQuery, handing each to f. Asynchronous messages go straight to
 // the client; a FATAL error ends the session.
 func (s *Session) occRead(ctx context.Context, f func(typ byte, frame []byte)) error {
+	return s.occReadUntil(ctx, func(typ byte, frame []byte) bool {
+		f(typ, frame)
+		return typ == 'Z'
+	})
+}
+
+// occReadUntil is occRead up to the answer f says is the last.
+func (s *Session) occReadUntil(ctx context.Context, f func(typ byte, frame []byte) (done bool)) error {
 	for {
 		typ, frame, err := s.be.next()
 		if err != nil {
@@ -501,8 +503,7 @@ func (s *Session) occRead(ctx context.Context, f func(typ byte, frame []byte)) e
 		case 'Z':
 			s.tx = txStatus(frame[5])
 		}
-		f(typ, frame)
-		if typ == 'Z' {
+		if f(typ, frame) {
 			return nil
 		}
 	}

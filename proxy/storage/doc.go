@@ -16,8 +16,8 @@
 // pin_cheap.sql 17 to 18, ddl_lean.sql 18 to 19, ddl_marks.sql 19 to 20,
 // rw_check_gate.sql 20 to 21, ins_gap.sql 21 to 22, slot_state.sql 22 to 23,
 // ddl_alter.sql 23 to 24, view_safe.sql 24 to 25, pin_views.sql 25 to 26,
-// write_lean.sql 26 to 27, ddl_small.sql 27 to 28, ddl_column.sql 28 to 29
-// (a database at an older
+// write_lean.sql 26 to 27, ddl_small.sql 27 to 28, ddl_column.sql 28 to 29,
+// bypass_code.sql 29 to 30 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -85,8 +85,8 @@
 //     T is chosen when first asked for (current_write_ts: the first history
 //     row, a DDL, a read of the transaction's own writes, commit_write), as
 //     GREATEST(clock, P + 1). floor is ignored. An autocommit write needs
-//     nothing else: SELECT begin_write_occ(inc, 0); <statement> as one
-//     implicit transaction (the slot is taken and set with one query, the
+//     nothing else: begin_write_occ(inc, 0) and the statement in one
+//     implicit transaction (proxy/write.go; the slot is taken and set with one query, the
 //     history trigger's stamp_ts checks it, chooses T, tags and sets it
 //     with another).
 //   - begin_write(inc) / begin_write_at(T, inc) (BeginWriteFor,
