@@ -189,8 +189,8 @@ func TestUpgradeToVersion29(t *testing.T) {
 	if err := Install(ctx, conn); err != nil {
 		t.Fatal(err)
 	}
-	if got := queryInt(t, conn, "SELECT max(version) FROM "+Schema+".schema_version"); got != 29 {
-		t.Fatalf("version %d after the upgrade, want 29", got)
+	if got := queryInt(t, conn, "SELECT max(version) FROM "+Schema+".schema_version"); got != SchemaVersion {
+		t.Fatalf("version %d after the upgrade, want %d", got, SchemaVersion)
 	}
 	if got := queryText(t, conn, `SELECT string_agg(p.proname || ' ' || array_to_string(p.proconfig, ','), '; ' ORDER BY p.proname)
 		FROM pg_proc p WHERE p.pronamespace = $1::regnamespace AND p.proname IN ('on_ddl_command_end', 'on_sql_drop')`, Schema); strings.Count(got, "plan_cache_mode=force_generic_plan") != 2 {
