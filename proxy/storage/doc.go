@@ -147,7 +147,10 @@
 //     otherwise as a multiset by whole-row text found through mz_hash); UPDATE retracts and inserts; TRUNCATE retracts everything;
 //     the INSERT, UPDATE and DELETE triggers of every table choose T in
 //     that same query of their own when the slot is pending (a table
-//     without a usable key since version 31, hist_write.sql);
+//     without a usable key since version 31, hist_write.sql), and an
+//     UPDATE's that did so closes and inserts with two plain statements
+//     whose row counts it compares, looking for versions written at or
+//     after T only when they differ (version 31);
 //     a version both written and retracted at T is deleted outright. A
 //     statement that would close a version written at a later T (a write
 //     that committed after this transaction's T was chosen) fails with

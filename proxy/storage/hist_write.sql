@@ -1,29 +1,55 @@
--- mzproxy backend state, version 30 to 31: the history triggers of a table
--- without a usable key (none, or a deferrable primary key) choose T in
--- their own query when the slot is pending, as a keyed table's have since
--- version 27 (write_lean.sql), instead of through a nested stamp_ts call
--- (issue 14). docs/write-cost.md has the measured figures.
+-- mzproxy backend state, version 30 to 31: the history write of an
+-- autocommit write, cheaper for the backend (issue 14). docs/write-cost.md
+-- has the method and the figures.
 --
--- A blind autocommit INSERT into such a table (pgbench_history) ran its
--- _ins function, which called stamp_ts (PL/pgSQL) to check the pending
--- slot's tag, choose T, tag it and set the table's marker. That query now
--- runs in the trigger's own body (the text keyed tables run, moved ahead
--- of gen_triggers' branch on the key and otherwise unchanged, so a keyed
--- table's functions keep their text and are not made again). A value that
--- only looks pending finds no row there: _t stays NULL and the general
--- path's stamp_ts fails the write with 42501, as before; a write outside
--- mzproxy (no slot) still fails with MZ002. The same applies to the
--- table's _upd and _del functions (their retraction, by whole-row text
--- through mz_hash, is unchanged: the version written at T it prefers
--- cannot exist when this trigger chose T, and needs no search to say so).
--- TRUNCATE keeps stamp_ts: truncate_ts follows it.
+--  * An UPDATE of a table with a non-deferrable primary key whose trigger
+--    chose T (the slot was pending) closes the old versions and inserts
+--    the new ones with two plain statements and compares their row counts
+--    (GET DIAGNOSTICS), instead of one statement of two writable CTEs
+--    whose counts and max(mz_from) an aggregate over the closed versions
+--    and a count of mz_old computed. The close takes only versions written
+--    before T. The counts differ only when a current version of an old
+--    row's key was written at or after T, or the history is out of step;
+--    only then does the trigger look further: a version after T is counted
+--    and reported (40001 through raise_overtaken, as before), one at T
+--    (another transaction's, sharing T) is retracted at T, so deleted, as
+--    the one statement did through _z; a missing one fails the count check
+--    (XX000, as before). Kept: the count check, the overtaken check, the
+--    insert-after-later-delete check (ins_gap.sql: the branch for a T
+--    chosen before the statement, unchanged), DELETE's statement
+--    (unchanged: without an INSERT, the count of mz_old would be a
+--    statement of its own).
+--  * A table without a usable key (none, or a deferrable primary key):
+--    its INSERT, UPDATE and DELETE triggers choose T in their own query
+--    when the slot is pending, as a keyed table's have since version 27
+--    (write_lean.sql), instead of through a nested stamp_ts call. The query
+--    is the keyed tables' text, moved ahead of gen_triggers' branch on the
+--    key. A value that only looks pending finds no row there: _t stays
+--    NULL and the general path's stamp_ts fails the write with 42501, as
+--    before; a write outside mzproxy (no slot) still fails with MZ002.
+--    Their retraction, by whole-row text through mz_hash, is unchanged.
+--    TRUNCATE keeps stamp_ts (truncate_ts follows it).
 --
--- Counted with callgrind (docs/write-cost.md's method): 503k -> 492k
--- instructions per autocommit INSERT into pgbench_history (112k directly).
--- Measured and left: the six SET clauses that fix the text form of a row
--- for its mz_hash (DateStyle, TimeZone, ...) cost 18.6k of the rest; the
--- hash of the row's text is what the retraction looks up, and a hash of
--- another form (binary, per type) would change every current version's.
+-- Counted with callgrind, per autocommit write through a single-user
+-- backend, version 29 -> 31: UPDATE of a random pgbench_accounts row 691k
+-- -> 652k (168k directly), the one-row counter (pgbench_branches bid = 1)
+-- 699k -> 668k (129k), blind INSERT into pgbench_history 503k -> 492k
+-- (109k). Of the UPDATE's 39k, 20k is the count of mz_old alone.
+--
+-- Measured and left (docs/write-cost.md):
+--
+--  * Two statements with the counts kept (the CTE's UPDATE, then the
+--    INSERT): 5k more than one.
+--  * A layout whose close is a HOT update (no index on mz_to: the key
+--    mirror on the key alone, fillfactor 80, the (mz_to, mz_from) index
+--    dropped): 655k per UPDATE with today's trigger, so at most 36k to
+--    win (all 220 closes HOT), while compaction, reads at a timestamp and
+--    a block's restamp, which find versions by mz_to through that index,
+--    would need another way to find them.
+--  * The six SET clauses that fix a keyless row's text form for its
+--    mz_hash (DateStyle, TimeZone, ...): 18.6k of the blind INSERT; the
+--    retraction looks versions up by the hash of that text, and a hash of
+--    another form would change every current version's.
 
 -- Edits to gen_triggers as version 29 left it; each must apply exactly
 -- once.
@@ -80,7 +106,44 @@ $$, $$    ELSE
         retract_sql := E'\n    END IF;' || format($r$
 $$],
         [$$CASE WHEN ins_check = '' THEN '' ELSE ' _m bigint;' END$$,
-         $$CASE WHEN pk IS NOT NULL AND NOT pk_deferrable THEN ' _m bigint;' ELSE '' END$$]];
+         $$CASE WHEN pk IS NOT NULL AND NOT pk_deferrable THEN ' _m bigint;' ELSE '' END$$],
+        [$$    fresh_stamp text;
+$$, $$    fresh_stamp text;
+    fresh_upd text;
+$$],
+        -- An UPDATE whose trigger chose T: two plain statements and their
+        -- row counts; the versions at or after T only when those differ.
+        [$$        upd_sql := E'\n    END IF;\n    IF _fresh THEN' || fresh_cte || upd_insert || retract_select
+$$, $$        -- (Version 31, see hist_write.sql.) An UPDATE whose trigger
+        -- chose T: the current versions written before T closed, the new
+        -- versions inserted, each by a plain statement, and the two row
+        -- counts compared. They differ only when a current version of an
+        -- old row's key was written at or after T (or the history is out
+        -- of step). One after T is counted as retracted and reported
+        -- (_m: the statement fails). One at T is another transaction's
+        -- (sharing T) and is retracted at T, so deleted: every current
+        -- version at T of an old row's key is deleted, this statement's
+        -- own among them, and this statement's for those keys inserted
+        -- again; the difference is the other transactions'. _z, which has
+        -- the general path delete versions closed at T, stays 0: none is.
+        fresh_upd := format($r$
+    UPDATE %1$s h SET mz_to = _t FROM mz_old d
+     WHERE %2$s h.mz_to = 9223372036854775807 AND h.mz_from < _t;
+    GET DIAGNOSTICS _k = ROW_COUNT;%3$s
+    GET DIAGNOSTICS _n = ROW_COUNT;
+    IF _k <> _n THEN
+        SELECT max(h.mz_from), _k + count(*) INTO _m, _k
+          FROM mz_old d JOIN %1$s h ON %2$s h.mz_to = 9223372036854775807 AND h.mz_from > _t;
+        DELETE FROM %1$s h USING mz_old d WHERE %2$s h.mz_to = 9223372036854775807 AND h.mz_from = _t;
+        GET DIAGNOSTICS _z = ROW_COUNT;%4$s
+         WHERE EXISTS (SELECT FROM mz_old d WHERE %5$s true);
+        GET DIAGNOSTICS _d = ROW_COUNT;
+        _k := _k + _z - _d;
+        _z := 0;
+    END IF;$r$, h, kjoin, insert_sql, replace(left(insert_sql, -1), E'\n    ', E'\n        '),
+            (SELECT string_agg(format('n.%I %s d.%I AND ', k, kop[i], k), '' ORDER BY i) FROM unnest(pk) WITH ORDINALITY AS u(k, i)));
+        upd_sql := E'\n    END IF;\n    IF _fresh THEN' || fresh_upd
+$$]];
     i int;
     def text := pg_get_functiondef('@SCHEMA@.gen_triggers(bigint)'::regprocedure);
 BEGIN
@@ -94,10 +157,10 @@ BEGIN
 END
 $edit$;
 
--- The trigger functions of every managed table made again where their text
--- changed (gen_triggers leaves a keyed table's, unchanged, alone), as
--- mzproxy's own DDL, through sync_triggers, which records the new
--- signature.
+-- The trigger functions of every managed table made again (the triggers,
+-- which name them by oid, stay), as mzproxy's own DDL, through
+-- sync_triggers: gen_triggers' text changed, so every kept signature is
+-- stale, and sync_triggers records the new one.
 DO $regen$
 DECLARE
     k record;

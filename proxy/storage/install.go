@@ -207,9 +207,10 @@ var ddlSmallSQL string
 //go:embed ddl_column.sql
 var ddlColumnSQL string
 
-// histWriteSQL upgrades version 30 to 31: the history triggers of a
-// table without a usable key choose T in their own query when the slot is
-// pending, not through stamp_ts (a blind INSERT into a keyless table).
+// histWriteSQL upgrades version 30 to 31: an autocommit UPDATE's history
+// trigger closes and inserts versions with two plain statements compared by
+// their row counts, and the triggers of a table without a usable key choose
+// T in their own query, not through stamp_ts.
 //
 //go:embed hist_write.sql
 var histWriteSQL string
