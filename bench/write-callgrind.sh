@@ -18,6 +18,7 @@ as_pg psql -h "$work" -p "$pg_port" -U postgres -qc 'CREATE DATABASE plain'
 pgbench -i -q -s 1 -h 127.0.0.1 -p "$mz_port" -U postgres postgres >"$work/init.managed.log" 2>&1
 pgbench -i -q -s 1 -h "$work" -p "$pg_port" -U postgres plain >"$work/init.plain.log" 2>&1
 kill "$mz_pid"; wait "$mz_pid" 2>/dev/null || true
+mz_pid= # stopped on purpose: bench_cleanup reports a proxy that exited by itself
 as_pg "$bindir/pg_ctl" -D "$work/pg" -m fast -w stop >/dev/null
 
 python3 - "$work" <<'PY'
