@@ -56,41 +56,6 @@
 DO $edit$
 DECLARE
     edits text[][] := ARRAY[
-        -- stamp_ts' query for a pending slot, moved ahead of the branch on
-        -- the key, unchanged.
-        [$$        -- (Version 27, see write_lean.sql.) stamp_ts' query for a
-        -- pending slot, in the trigger's own body: the tag checked, T
-        -- chosen and tagged, the table's marker set. No row (a value that
-        -- only looks pending): _t stays NULL, and the general path's
-        -- stamp_ts fails with 42501.
-        fresh_stamp := $r$
-        SELECT x.t INTO _t
-          FROM (SELECT k.k, GREATEST(@SCHEMA@.now_ms(),
-                                     coalesce(pg_sequence_last_value('@SCHEMA@.pinned'), @SCHEMA@.pinned_ts()) + 1) AS t,
-                       setval(to_regclass('@SCHEMA@.w' || TG_RELID), pg_sequence_last_value('@SCHEMA@.writes'))
-                  FROM @SCHEMA@.write_key k
-                 WHERE current_setting('mzproxy.write_ts', true) = '0 - ' || @SCHEMA@.key_tag(k.k, '0 -')
-                OFFSET 0) x
-         WHERE set_config('mzproxy.write_ts', x.t::text || ' - ' || @SCHEMA@.key_tag(x.k, x.t::text || ' -'), true) IS NOT NULL;$r$;
-$$, ''],
-        [$$    IF pk IS NOT NULL AND NOT pk_deferrable THEN
-$$, $$    -- (Version 27, see write_lean.sql; every table's since version 31,
-    -- see hist_write.sql.) stamp_ts' query for a pending slot, in the
-    -- trigger's own body: the tag checked, T chosen and tagged, the
-    -- table's marker set. No row (a value that only looks pending): _t
-    -- stays NULL, and the general path's stamp_ts fails with 42501.
-    fresh_stamp := $r$
-        SELECT x.t INTO _t
-          FROM (SELECT k.k, GREATEST(@SCHEMA@.now_ms(),
-                                     coalesce(pg_sequence_last_value('@SCHEMA@.pinned'), @SCHEMA@.pinned_ts()) + 1) AS t,
-                       setval(to_regclass('@SCHEMA@.w' || TG_RELID), pg_sequence_last_value('@SCHEMA@.writes'))
-                  FROM @SCHEMA@.write_key k
-                 WHERE current_setting('mzproxy.write_ts', true) = '0 - ' || @SCHEMA@.key_tag(k.k, '0 -')
-                OFFSET 0) x
-         WHERE set_config('mzproxy.write_ts', x.t::text || ' - ' || @SCHEMA@.key_tag(x.k, x.t::text || ' -'), true) IS NOT NULL;$r$;
-
-    IF pk IS NOT NULL AND NOT pk_deferrable THEN
-$$],
         -- Without a usable key: the pending slot's T chosen in the
         -- trigger's own query, the general path after it when that found
         -- no row; the retraction closes the general path's IF.
@@ -146,7 +111,17 @@ $$, $$        -- (Version 31, see hist_write.sql.) An UPDATE whose trigger
 $$]];
     i int;
     def text := pg_get_functiondef('@SCHEMA@.gen_triggers(bigint)'::regprocedure);
+    branch text := E'    IF pk IS NOT NULL AND NOT pk_deferrable THEN\n';
+    fresh_stamp text;
 BEGIN
+    -- The assignment of stamp_ts' query for a pending slot (write_lean.sql)
+    -- moves, as it is, from the keyed branch to ahead of the branch on the
+    -- key: every table's triggers use it now.
+    fresh_stamp := substring(def from '(        -- \(Version 27, see write_lean\.sql\.\) stamp_ts'' query for a.*?IS NOT NULL;\$r\$;\n)');
+    IF fresh_stamp IS NULL OR (length(def) - length(replace(def, branch, ''))) / length(branch) <> 1 THEN
+        RAISE EXCEPTION 'storage version 31: the assignment of fresh_stamp does not move once in gen_triggers';
+    END IF;
+    def := replace(replace(def, fresh_stamp, ''), branch, fresh_stamp || E'\n' || branch);
     FOR i IN 1 .. array_length(edits, 1) LOOP
         IF (length(def) - length(replace(def, edits[i][1], ''))) / length(edits[i][1]) <> 1 THEN
             RAISE EXCEPTION 'storage version 31: edit % of gen_triggers does not apply once', i;

@@ -13,22 +13,30 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// pinAhead sets P a minute ahead of the backend's clock, so that writes
+// pinAhead sets P ten minutes ahead of the backend's clock, so that writes
 // with no pin between them share T = P + 1 (a pin leaves P up to a second
-// ahead; a minute keeps the clock from catching up during a test).
+// ahead; ten minutes keep the clock from catching up during a test on a
+// loaded machine). A pin would then wait for the clock: movePin stands for
+// one.
 func pinAhead(t *testing.T, q Querier) int64 {
 	t.Helper()
-	return queryInt(t, q, "SELECT setval('"+Schema+".pinned', "+Schema+".now_ms() + 60000)")
+	return queryInt(t, q, "SELECT setval('"+Schema+".pinned', "+Schema+".now_ms() + 600000)")
+}
+
+// movePin moves P on by steps, as pins between writes would.
+func movePin(t *testing.T, q Querier, steps int) {
+	t.Helper()
+	queryInt(t, q, fmt.Sprintf("SELECT setval('%[1]s.pinned', pg_sequence_last_value('%[1]s.pinned') + %d)", Schema, steps))
 }
 
 // Random autocommit-style writes (each its own transaction, T chosen by its
 // first trigger) of a keyed and a keyless table, most sharing T with the
 // write before them: an UPDATE then finds the key's current version written
 // at its own T by another transaction, the case the UPDATE of a trigger that
-// chose T (version 31) handles only when its two row counts differ; pins
-// between some writes move T on. History read at every commit's T is the
-// table as that commit left it; no version is empty; no two versions of a
-// key overlap.
+// chose T (version 31) handles only when its two row counts differ; P moved
+// on between some writes moves T on. History read at every commit's T is
+// the table as that commit left it; no version is empty; no two versions of
+// a key overlap.
 func TestSharedTimestampHistoryRandom(t *testing.T) {
 	_, conn := installedDB(t)
 	seed := uint64(time.Now().UnixNano())
@@ -77,7 +85,7 @@ func TestSharedTimestampHistoryRandom(t *testing.T) {
 	shared := 0
 	for i := 0; i < 200; i++ {
 		if rng.IntN(8) == 0 {
-			queryInt(t, conn, ReadTSSQL)
+			movePin(t, conn, 1+rng.IntN(3))
 		}
 		ts := lazyWrite(t, conn, ops[rng.IntN(len(ops))]())
 		s := snap{ts: ts, rows: map[string][]string{}}
