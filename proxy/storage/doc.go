@@ -17,7 +17,7 @@
 // rw_check_gate.sql 20 to 21, ins_gap.sql 21 to 22, slot_state.sql 22 to 23,
 // ddl_alter.sql 23 to 24, view_safe.sql 24 to 25, pin_views.sql 25 to 26,
 // write_lean.sql 26 to 27, ddl_small.sql 27 to 28, ddl_column.sql 28 to 29,
-// bypass_code.sql 29 to 30 (a database at an older
+// bypass_code.sql 29 to 30, hist_write.sql 30 to 31 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -145,6 +145,12 @@
 //     slot and chooses T in its own query (stamp_ts' query for it, version
 //     27), then closes the key's one current version found by key alone;
 //     otherwise as a multiset by whole-row text found through mz_hash); UPDATE retracts and inserts; TRUNCATE retracts everything;
+//     the INSERT, UPDATE and DELETE triggers of every table choose T in
+//     that same query of their own when the slot is pending (a table
+//     without a usable key since version 31, hist_write.sql), and an
+//     UPDATE's that did so closes and inserts with two plain statements
+//     whose row counts it compares, looking for versions written at or
+//     after T only when they differ (version 31);
 //     a version both written and retracted at T is deleted outright. A
 //     statement that would close a version written at a later T (a write
 //     that committed after this transaction's T was chosen) fails with

@@ -214,8 +214,16 @@ var ddlColumnSQL string
 //go:embed bypass_code.sql
 var bypassCodeSQL string
 
+// histWriteSQL upgrades version 30 to 31: an autocommit UPDATE's history
+// trigger closes and inserts versions with two plain statements compared by
+// their row counts, and the triggers of a table without a usable key choose
+// T in their own query, not through stamp_ts.
+//
+//go:embed hist_write.sql
+var histWriteSQL string
+
 // migrations[v] upgrades a database at version v to v+1.
-var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL, 9: ddlCostSQL, 10: blockCostSQL, 11: writeTrimSQL, 12: ddlTrimSQL, 13: pinTrimSQL, 14: pinFastSQL, 15: ddlFastSQL, 16: rwCheckSQL, 17: pinCheapSQL, 18: ddlLeanSQL, 19: ddlMarksSQL, 20: rwCheckGateSQL, 21: insGapSQL, 22: slotStateSQL, 23: ddlAlterSQL, 24: viewSafeSQL, 25: pinViewsSQL, 26: writeLeanSQL, 27: ddlSmallSQL, 28: ddlColumnSQL, 29: bypassCodeSQL}
+var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL, 9: ddlCostSQL, 10: blockCostSQL, 11: writeTrimSQL, 12: ddlTrimSQL, 13: pinTrimSQL, 14: pinFastSQL, 15: ddlFastSQL, 16: rwCheckSQL, 17: pinCheapSQL, 18: ddlLeanSQL, 19: ddlMarksSQL, 20: rwCheckGateSQL, 21: insGapSQL, 22: slotStateSQL, 23: ddlAlterSQL, 24: viewSafeSQL, 25: pinViewsSQL, 26: writeLeanSQL, 27: ddlSmallSQL, 28: ddlColumnSQL, 29: bypassCodeSQL, 30: histWriteSQL}
 
 // InstallScript returns the SQL that Install runs on an empty database for
 // SchemaVersion, with the schema name filled in. Exposed for inspection and

@@ -45,29 +45,33 @@ func TestUpgradeToVersion27(t *testing.T) {
 
 // A value of the slot that only looks pending finds no row in the trigger's
 // own query for T: the trigger takes the general path, whose stamp_ts fails
-// the write with 42501, for each kind of write, and no history is written
-// (TestForgedPendingSlot has the UPDATE of every forged form).
+// the write with 42501, for each kind of write, of a keyed table and (since
+// version 31) a keyless one, and no history is written (TestForgedPendingSlot
+// has the UPDATE of every forged form).
 func TestForgedPendingSlotEveryWrite(t *testing.T) {
 	_, conn := installedDB(t)
 	ctx := context.Background()
-	inWrite(t, conn, "CREATE TABLE k (id int PRIMARY KEY, v int)", "INSERT INTO k VALUES (1, 0)")
-	hist := queryText(t, conn, "SELECT history FROM "+Schema+".catalog WHERE oid = 'k'::regclass")
-	before := queryInt(t, conn, "SELECT count(*) FROM "+hist)
+	inWrite(t, conn, "CREATE TABLE k (id int PRIMARY KEY, v int)", "INSERT INTO k VALUES (1, 0)",
+		"CREATE TABLE nk (id int, v int)", "INSERT INTO nk VALUES (1, 0)")
 	forged := "0 - " + strings.Repeat("0", 64)
-	for _, stmt := range []string{"INSERT INTO k VALUES (2, 0)", "UPDATE k SET v = 1 WHERE id = 1", "DELETE FROM k WHERE id = 1"} {
-		tx, err := conn.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
+	for _, table := range []string{"k", "nk"} {
+		hist := queryText(t, conn, "SELECT history FROM "+Schema+".catalog WHERE oid = $1::regclass", table)
+		before := queryInt(t, conn, "SELECT count(*) FROM "+hist)
+		for _, stmt := range []string{"INSERT INTO " + table + " VALUES (2, 0)", "UPDATE " + table + " SET v = 1 WHERE id = 1", "DELETE FROM " + table + " WHERE id = 1"} {
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, "SELECT set_config($1, $2, true)", WriteTSSetting, forged); err != nil {
+				t.Fatal(err)
+			}
+			_, err = tx.Exec(ctx, stmt)
+			wantCode(t, err, "42501", fmt.Sprintf("%s with a forged pending slot", stmt))
+			tx.Rollback(ctx)
 		}
-		if _, err := tx.Exec(ctx, "SELECT set_config($1, $2, true)", WriteTSSetting, forged); err != nil {
-			t.Fatal(err)
+		if after := queryInt(t, conn, "SELECT count(*) FROM "+hist); after != before {
+			t.Fatalf("history of %s went from %d to %d versions", table, before, after)
 		}
-		_, err = tx.Exec(ctx, stmt)
-		wantCode(t, err, "42501", fmt.Sprintf("%s with a forged pending slot", stmt))
-		tx.Rollback(ctx)
-	}
-	if after := queryInt(t, conn, "SELECT count(*) FROM "+hist); after != before {
-		t.Fatalf("history went from %d to %d versions", before, after)
 	}
 }
 
