@@ -84,7 +84,8 @@ func TestFlatInstall(t *testing.T) {
 	// script names no role, as the chain names none, so the objects are
 	// the installing role's.
 	admin := connect(t, server.ConnString("postgres", "postgres"))
-	if _, err := admin.Exec(ctx, "DROP ROLE IF EXISTS mzflat_installer; CREATE ROLE mzflat_installer LOGIN SUPERUSER"); err != nil {
+	if _, err := admin.Exec(ctx, `DO $$ BEGIN CREATE ROLE mzflat_installer LOGIN SUPERUSER;
+		EXCEPTION WHEN duplicate_object THEN NULL; END $$`); err != nil {
 		t.Fatal(err)
 	}
 	flatCfg, err := pgx.ParseConfig(newDB(t))
