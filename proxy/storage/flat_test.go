@@ -23,10 +23,10 @@ const flatInstallFile = "install_flat.sql"
 
 // installTimeValues are the values the chain computes when it runs (the
 // clock, a random key), keyed by table.column, or by sequence for its
-// value: the flat script computes them with these expressions, in the
-// order its rows are inserted (tables in the order the chain made them,
-// then sequences). The generator finds such values by installing the
-// chain twice and fails while one is missing here.
+// value: the flat script computes them with these expressions, filling
+// tables and sequences in the order the chain made them (so an expression
+// may read an earlier table's row). The generator finds such values by
+// installing the chain twice and fails while one is missing here.
 var installTimeValues = map[string]string{
 	"schema_version.installed_at": "now()",
 	"oracle.read_ts":              Schema + ".now_ms()",
@@ -257,7 +257,7 @@ func configRows(t *testing.T, conn *pgx.Conn) string {
 		}
 		exprs := make([]string, len(cols))
 		for i, c := range cols {
-			exprs[i] = fmt.Sprintf("quote_nullable(%q)", c)
+			exprs[i] = "quote_nullable(" + pgx.Identifier{c}.Sanitize() + ")"
 		}
 		rows, err := conn.Query(ctx, fmt.Sprintf("SELECT ARRAY[%s] FROM %s.%s ORDER BY ctid", strings.Join(exprs, ", "), Schema, rel.name))
 		if err != nil {
