@@ -15,6 +15,8 @@
 #        VARIANT_FLAGS="--history-reads"  also a second mzproxy with these
 #                 flags (target "variant") in the same rounds, reported
 #                 against direct and against the default mzproxy
+#        VARIANT_BIN=<mzproxy binary>  the variant runs this build (e.g.
+#                 another branch's) instead of this tree's
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -24,12 +26,13 @@ CORPUS=${CORPUS:-${MZPROXY_SLT_DIR:-$root/../shared/slt/sqlite}}
 [ -f "$CORPUS/select1.test" ] || { echo "no corpus at $CORPUS (set CORPUS or MZPROXY_SLT_DIR)" >&2; exit 1; }
 
 VARIANT_FLAGS=${VARIANT_FLAGS:-}
+VARIANT_BIN=${VARIANT_BIN:-}
 bench_setup
 (cd "$src" && go build -o "$work/mzslt" ./cmd/mzslt)
 targets="direct mzproxy"
-if [ -n "$VARIANT_FLAGS" ]; then
+if [ -n "$VARIANT_FLAGS$VARIANT_BIN" ]; then
 	# shellcheck disable=SC2086 # the flags are words
-	bench_mzproxy variant "$work/mzproxy" -- $VARIANT_FLAGS
+	bench_mzproxy variant "${VARIANT_BIN:-$work/mzproxy}" -- $VARIANT_FLAGS
 	targets="$targets variant"
 fi
 files=($(cd "$CORPUS" && ls select*.test evidence/*.test))
@@ -68,7 +71,7 @@ for round in $(seq "$ROUNDS"); do
 	done
 done
 
-python3 - "$results" "$PROTOCOLS" "$ROUNDS" "${#files[@]}" "$VARIANT_FLAGS" <<'EOF'
+python3 - "$results" "$PROTOCOLS" "$ROUNDS" "${#files[@]}" "${VARIANT_BIN:+$VARIANT_BIN }$VARIANT_FLAGS" <<'EOF'
 import statistics, sys
 path, protocols, rounds, nfiles, variant = sys.argv[1:]
 secs, cpu, bad = {}, {}, set()

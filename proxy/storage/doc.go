@@ -21,9 +21,35 @@
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
-// event triggers. A fresh install (no schema yet) runs with
-// session_replication_role = replica, so the event triggers its first part
-// makes do not fire at the two hundred DDL statements that follow. The schema holds:
+// event triggers.
+//
+// A fresh install (no schema yet) does not run the chain but
+// install_flat.sql: what the chain leaves on an empty database, each
+// object made once in its final form (no function made again version
+// after version, no upgrade loop over rows that are not there), generated
+// from the chain and never edited by hand. TestFlatInstall installs the
+// chain in a scratch database, reads it back with pg_dump (objects and
+// privileges, no owner: the installing role owns them, as it owns the
+// chain's), adds the chain's rows and sequence values, and fails when
+// install_flat.sql is not that text or when a database installed through
+// it differs from the chain's (every function's definition, attributes
+// and ACL, every relation, column, index, constraint, trigger, event
+// trigger, sequence, comment and row; the flat one installed by another
+// superuser into a database it owns). After a new migration,
+//
+//	go test ./proxy/storage -run TestFlatInstall -rewrite
+//
+// writes it again (TestFlatInstall needs a server of the major version
+// recorded in its first line to compare the text; on another it compares
+// only the catalogs). What the chain computes when it runs is computed
+// again by the flat script, not copied: the clock (the oracle, the upper,
+// P, installed_at) and the write key (installTimeValues in flat_test.go,
+// which the generator checks against two installs of the chain), and
+// view_safe.sql's setting, which the flat script also sets only on a
+// server that has it. A fresh install takes 0.12 s of backend CPU instead
+// of the chain's 0.19 s (docs/install-cost.md). It runs with
+// session_replication_role = replica, so the event triggers it makes do
+// not fire at the DDL statements that follow. The schema holds:
 //
 //   - gate: no rows; writers lock it in ROW SHARE mode (they do not conflict
 //     with each other), reads of the present in EXCLUSIVE mode (a pin: see

@@ -225,10 +225,19 @@ var histWriteSQL string
 // migrations[v] upgrades a database at version v to v+1.
 var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL, 9: ddlCostSQL, 10: blockCostSQL, 11: writeTrimSQL, 12: ddlTrimSQL, 13: pinTrimSQL, 14: pinFastSQL, 15: ddlFastSQL, 16: rwCheckSQL, 17: pinCheapSQL, 18: ddlLeanSQL, 19: ddlMarksSQL, 20: rwCheckGateSQL, 21: insGapSQL, 22: slotStateSQL, 23: ddlAlterSQL, 24: viewSafeSQL, 25: pinViewsSQL, 26: writeLeanSQL, 27: ddlSmallSQL, 28: ddlColumnSQL, 29: bypassCodeSQL, 30: histWriteSQL}
 
+// flatInstallSQL is what the migration chain installs on an empty
+// database, as one script without the chain's superseded definitions and
+// upgrade steps (285 statements instead of 409). It is generated from
+// the chain, never edited: TestFlatInstall fails when it is stale, and
+// `go test ./proxy/storage -run TestFlatInstall -rewrite` writes it again
+// (flat_test.go).
+//
+//go:embed install_flat.sql
+var flatInstallSQL string
+
 // InstallScript returns the SQL that Install runs on an empty database for
-// SchemaVersion, with the schema name filled in. Exposed for inspection and
-// manual installs.
-func InstallScript() string { return migrationScript(0) }
+// SchemaVersion. Exposed for inspection and manual installs.
+func InstallScript() string { return flatInstallSQL }
 
 // migrationScript is the SQL that takes a database from version v to
 // SchemaVersion.
@@ -283,11 +292,13 @@ func Install(ctx context.Context, conn *pgx.Conn) error {
 	// PL/pgSQL's validator would compile each of the script's hundred-odd
 	// functions as it is made (15% of a fresh install's backend CPU); the
 	// tests call them all.
-	settings := "SET LOCAL check_function_bodies = off;\n"
+	script := "SET LOCAL check_function_bodies = off;\n"
 	if v == 0 {
-		settings += freshInstallSettings
+		script += freshInstallSettings + flatInstallSQL
+	} else {
+		script += migrationScript(v)
 	}
-	if _, err := tx.Conn().PgConn().Exec(ctx, settings+migrationScript(v)).ReadAll(); err != nil {
+	if _, err := tx.Conn().PgConn().Exec(ctx, script).ReadAll(); err != nil {
 		return fmt.Errorf("storage: install version %d: %w", SchemaVersion, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -296,10 +307,10 @@ func Install(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
-// freshInstallSettings keep mzproxy's event triggers, made by the script's
-// first part, from firing at each of the two hundred DDL statements that
-// follow (201 calls; a fresh install took 299 ms instead of 474, medians
-// of 12 interleaved installs each way on a loaded machine). Outside the proxy
+// freshInstallSettings keep mzproxy's event triggers, once the script has
+// made them, from firing at the DDL statements that follow (when the chain
+// was the fresh install: 201 calls, 299 ms instead of 474, medians of 12
+// interleaved installs each way on a loaded machine). Outside the proxy
 // they only refuse DDL on managed relations and copy grants to history
 // tables, and a database without the schema has neither. Replica mode also
 // keeps ordinary triggers and foreign key checks from firing: the script
