@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 29, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 31, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -683,6 +683,7 @@ DECLARE
     ins_check text := '';
     ins_src text;
     fresh_stamp text;
+    fresh_upd text;
 BEGIN
     SELECT * INTO c FROM mzproxy.catalog WHERE id = p_id;
     h := c.history;
@@ -767,6 +768,21 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
         kjoin := 'h.mz_hash = hashtext(o.txt) AND ';
     END IF;
 
+        -- (Version 27, see write_lean.sql.) stamp_ts' query for a
+        -- pending slot, in the trigger's own body: the tag checked, T
+        -- chosen and tagged, the table's marker set. No row (a value that
+        -- only looks pending): _t stays NULL, and the general path's
+        -- stamp_ts fails with 42501.
+        fresh_stamp := $r$
+        SELECT x.t INTO _t
+          FROM (SELECT k.k, GREATEST(mzproxy.now_ms(),
+                                     coalesce(pg_sequence_last_value('mzproxy.pinned'), mzproxy.pinned_ts()) + 1) AS t,
+                       setval(to_regclass('mzproxy.w' || TG_RELID), pg_sequence_last_value('mzproxy.writes'))
+                  FROM mzproxy.write_key k
+                 WHERE current_setting('mzproxy.write_ts', true) = '0 - ' || mzproxy.key_tag(k.k, '0 -')
+                OFFSET 0) x
+         WHERE set_config('mzproxy.write_ts', x.t::text || ' - ' || mzproxy.key_tag(x.k, x.t::text || ' -'), true) IS NOT NULL;$r$;
+
     IF pk IS NOT NULL AND NOT pk_deferrable THEN
         SELECT string_agg(format('h.%I %s d.%I AND ', k, kop[i], k), '' ORDER BY i)
           INTO kjoin FROM unnest(pk) WITH ORDINALITY AS u(k, i);
@@ -830,24 +846,38 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
             (SELECT string_agg(format('x.%I %s n.%I AND ', k, kop[i], k), '' ORDER BY i) FROM unnest(pk) WITH ORDINALITY AS u(k, i)));
         retract_sql := E'\n    END IF;\n    IF _fresh THEN' || fresh_cte || retract_select
                        || E'\n    ELSE' || retract_cte || retract_select || E'\n    END IF;' || retract_end;
-        upd_sql := E'\n    END IF;\n    IF _fresh THEN' || fresh_cte || upd_insert || retract_select
+        -- (Version 31, see hist_write.sql.) An UPDATE whose trigger
+        -- chose T: the current versions written before T closed, the new
+        -- versions inserted, each by a plain statement, and the two row
+        -- counts compared. They differ only when a current version of an
+        -- old row's key was written at or after T (or the history is out
+        -- of step). One after T is counted as retracted and reported
+        -- (_m: the statement fails). One at T is another transaction's
+        -- (sharing T) and is retracted at T, so deleted: every current
+        -- version at T of an old row's key is deleted, this statement's
+        -- own among them, and this statement's for those keys inserted
+        -- again; the difference is the other transactions'. _z, which has
+        -- the general path delete versions closed at T, stays 0: none is.
+        fresh_upd := format($r$
+    UPDATE %1$s h SET mz_to = _t FROM mz_old d
+     WHERE %2$s h.mz_to = 9223372036854775807 AND h.mz_from < _t;
+    GET DIAGNOSTICS _k = ROW_COUNT;%3$s
+    GET DIAGNOSTICS _n = ROW_COUNT;
+    IF _k <> _n THEN
+        SELECT max(h.mz_from), _k + count(*) INTO _m, _k
+          FROM mz_old d JOIN %1$s h ON %2$s h.mz_to = 9223372036854775807 AND h.mz_from > _t;
+        DELETE FROM %1$s h USING mz_old d WHERE %2$s h.mz_to = 9223372036854775807 AND h.mz_from = _t;
+        GET DIAGNOSTICS _z = ROW_COUNT;%4$s
+         WHERE EXISTS (SELECT FROM mz_old d WHERE %5$s true);
+        GET DIAGNOSTICS _d = ROW_COUNT;
+        _k := _k + _z - _d;
+        _z := 0;
+    END IF;$r$, h, kjoin, insert_sql, replace(left(insert_sql, -1), E'\n    ', E'\n        '),
+            (SELECT string_agg(format('n.%I %s d.%I AND ', k, kop[i], k), '' ORDER BY i) FROM unnest(pk) WITH ORDINALITY AS u(k, i)));
+        upd_sql := E'\n    END IF;\n    IF _fresh THEN' || fresh_upd
                    || E'\n    ELSE' || retract_cte || upd_insert || retract_select || upd_check || E'\n    END IF;' || retract_end;
-        -- (Version 27, see write_lean.sql.) stamp_ts' query for a
-        -- pending slot, in the trigger's own body: the tag checked, T
-        -- chosen and tagged, the table's marker set. No row (a value that
-        -- only looks pending): _t stays NULL, and the general path's
-        -- stamp_ts fails with 42501.
-        fresh_stamp := $r$
-        SELECT x.t INTO _t
-          FROM (SELECT k.k, GREATEST(mzproxy.now_ms(),
-                                     coalesce(pg_sequence_last_value('mzproxy.pinned'), mzproxy.pinned_ts()) + 1) AS t,
-                       setval(to_regclass('mzproxy.w' || TG_RELID), pg_sequence_last_value('mzproxy.writes'))
-                  FROM mzproxy.write_key k
-                 WHERE current_setting('mzproxy.write_ts', true) = '0 - ' || mzproxy.key_tag(k.k, '0 -')
-                OFFSET 0) x
-         WHERE set_config('mzproxy.write_ts', x.t::text || ' - ' || mzproxy.key_tag(x.k, x.t::text || ' -'), true) IS NOT NULL;$r$;
         fresh_sql := $r$
-    _fresh := left(current_setting('mzproxy.write_ts', true), 4) = '0 - ';
+    _fresh := coalesce(left(current_setting('mzproxy.write_ts', true), 4) = '0 - ', false);
     IF _fresh THEN$r$ || fresh_stamp || $r$
         _fresh := _t IS NOT NULL;
     END IF;
@@ -871,7 +901,13 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
     END IF;$r$, fresh_stamp, check_sql, h,
             (SELECT string_agg(format('x.%I %s n.%I AND ', k, kop[i], k), '' ORDER BY i) FROM unnest(pk) WITH ORDINALITY AS u(k, i)));
     ELSE
-        retract_sql := format($r$
+        -- (Version 31, see hist_write.sql.)
+        fresh_sql := $r$
+    IF current_setting('mzproxy.write_ts', true) ^@ '0 - ' THEN$r$ || fresh_stamp || $r$
+    END IF;
+    IF _t IS NULL THEN$r$;
+        ins_check := fresh_sql || check_sql || E'\n    END IF;';
+        retract_sql := E'\n    END IF;' || format($r$
     WITH o AS (
         SELECT %s %s AS txt, count(*) AS n FROM mz_old d GROUP BY %s txt
     ), c AS MATERIALIZED (
@@ -905,7 +941,7 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
                                                     ('mzproxy_history_del', to_regprocedure(fn || '_del()')),
                                                     ('mzproxy_history_trunc', to_regprocedure(fn || '_trunc()')))) = 4;
     ins_src := format(E'\nDECLARE _t bigint;%s\nBEGIN%s%s\n    RETURN NULL;\nEND\n',
-                      CASE WHEN ins_check = '' THEN '' ELSE ' _m bigint;' END,
+                      CASE WHEN pk IS NOT NULL AND NOT pk_deferrable THEN ' _m bigint;' ELSE '' END,
                       CASE WHEN ins_check = '' THEN check_sql ELSE ins_check END, insert_sql);
     IF triggers_ok AND EXISTS (
             SELECT 1 FROM pg_proc p
@@ -3392,6 +3428,8 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('26', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('27', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('28', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('29', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('30', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('31', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
