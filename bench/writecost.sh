@@ -12,7 +12,7 @@
 #
 # usage: bench/writecost.sh
 #   env: REVS="main tree" (git revisions, or tree for the working tree)
-#        N=220 WRITES="update insert"
+#        N=220 WRITES="update counter insert"
 #        SHAPES="direct-simple direct-prepared slot-query slot-exec slot-prepared"
 #        PGOPTS="" (more -c settings for the measured server)
 #        CGSAVE=dir (keep each run's callgrind output there, for
@@ -21,7 +21,7 @@ set -euo pipefail
 
 REVS=${REVS:-"main tree"}
 N=${N:-220}
-WRITES=${WRITES:-"update insert"}
+WRITES=${WRITES:-"update counter insert"}
 SHAPES=${SHAPES:-"direct-simple direct-prepared slot-query slot-exec slot-prepared"}
 PGOPTS=${PGOPTS:-}
 

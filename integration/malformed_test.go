@@ -72,7 +72,6 @@ func be32(vs ...uint32) []byte {
 // protocol allows one and is closed, and the process goes on serving.
 func TestMalformedInput(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
 	p := startProxy(t, "--max-message-size", "1024")
 
 	tests := []struct {
@@ -131,6 +130,8 @@ func TestMalformedInput(t *testing.T) {
 
 	t.Run("message just under the limit", func(t *testing.T) {
 		t.Parallel()
+		// Its own context: a parallel subtest may wait out its parent's.
+		ctx := testContext(t)
 		conn := p.connect(t, ctx)
 		var s string
 		q := "SELECT '" + strings.Repeat("x", 900) + "'"

@@ -300,19 +300,26 @@ func (r *msgReader) int32() int32 {
 func (s *Session) admitted(m *plainMsg) {
 	switch m.typ {
 	case 'Q':
+		s.noteStatementText(m.sql)
 		s.observeQuery(m.sql)
 		s.forgetStatement("")
 		s.forgetPortal("")
 	case 'P':
 		name := string(m.name)
+		s.noteStatementText(m.sql)
 		s.observeParse(name, m.sql)
 		s.defineStatement(name, s.plainStmtRecord(name, m.sql))
 	case 'B':
 		// The statement's name is looked up, not copied: a driver's names
 		// are often longer than a copy that costs no allocation (pgx's
 		// stmtcache_ and 40 hex digits).
+		st := s.stmts[string(m.stmt)]
+		if st != nil {
+			// Each run of a set_config changes the settings again.
+			s.noteStatementText(st.sql)
+		}
 		s.obs.BeginBoundBytes(m.stmt, kindUnknown)
-		s.definePlainPortal(string(m.name), s.stmts[string(m.stmt)])
+		s.definePlainPortal(string(m.name), st)
 	case 'D', 'E':
 		s.observeStep()
 	}

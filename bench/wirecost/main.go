@@ -15,8 +15,9 @@
 //	                 write's Bind/Execute/Sync (its extended protocol)
 //
 // The writes are an UPDATE of a random pgbench_accounts row (-write
-// update) or a blind INSERT into pgbench_history (-write insert), the
-// rows chosen by a sequence that -seed starts.
+// update, the rows chosen by a sequence that -seed starts), of one
+// pgbench_branches row (-write counter) or a blind INSERT into
+// pgbench_history (-write insert).
 package main
 
 import (
@@ -34,7 +35,7 @@ import (
 func main() {
 	dsn := flag.String("dsn", "", "backend connection string")
 	shape := flag.String("shape", "slot-exec", "direct-simple, direct-prepared, slot-query, slot-exec or slot-prepared")
-	write := flag.String("write", "update", "update or insert")
+	write := flag.String("write", "update", "update, counter (one pgbench_branches row) or insert")
 	n := flag.Int("n", 220, "writes")
 	seed := flag.Uint64("seed", 1, "the rows' sequence")
 	flag.Parse()
@@ -65,6 +66,9 @@ func main() {
 	for i := 0; i < *n; i++ {
 		aid = (aid*6364136223846793005 + 1442695040888963407) % (1 << 63)
 		key := strconv.FormatUint(aid%100000+1, 10)
+		if *write == "counter" {
+			key = "1" // one row, every write: its versions pile up as a hot row's do
+		}
 		switch *shape {
 		case "direct-simple":
 			fe.Send(&pgproto3.Query{String: fmt.Sprintf(text, key)})
@@ -95,6 +99,9 @@ func statement(write string) (text, param string) {
 	case "update":
 		return "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = %s;",
 			"UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = $1"
+	case "counter":
+		return "UPDATE pgbench_branches SET bbalance = bbalance + 1 WHERE bid = %s;",
+			"UPDATE pgbench_branches SET bbalance = bbalance + 1 WHERE bid = $1"
 	case "insert":
 		return "INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (1, 1, %s, 1, CURRENT_TIMESTAMP);",
 			"INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (1, 1, $1, 1, CURRENT_TIMESTAMP)"
