@@ -25,6 +25,17 @@ type privateCluster struct {
 }
 
 // newPrivateCluster starts a PostgreSQL for t; it is stopped when t ends.
+// newDurableCluster is newPrivateCluster restarted with synchronous
+// commits before anything is written: acknowledged commits survive a
+// crash (the shared test PostgreSQL commits asynchronously).
+func newDurableCluster(t *testing.T, ctx context.Context) *privateCluster {
+	t.Helper()
+	pg := newPrivateCluster(t, ctx)
+	pg.cfg.Settings["synchronous_commit"] = "on"
+	pg.restart(t, ctx)
+	return pg
+}
+
 func newPrivateCluster(t *testing.T, ctx context.Context) *privateCluster {
 	t.Helper()
 	// Under the directory the test PostgreSQL runs in, whose ancestors the

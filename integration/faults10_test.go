@@ -52,9 +52,7 @@ func restrictedTxn(ctx context.Context, conn *pgx.Conn, k int) error {
 func TestFault10RestartRestrictedReadOnly(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	pg := newPrivateCluster(t, ctx)
-	pg.cfg.Settings["synchronous_commit"] = "on"
-	pg.restart(t, ctx)
+	pg := newDurableCluster(t, ctx)
 	st := newStage(t, stageOpts{ctx: ctx, postgres: true, backend: pg.url(), db: "postgres", rows: 10, proxies: [][]string{fastLease}})
 	p, url := st.proxies[0], st.url(0, "postgres")
 	setup := connectTo(t, ctx, url)

@@ -190,11 +190,7 @@ func bankTable(t *testing.T, ctx context.Context, conn *pgx.Conn, rows int) {
 func TestFault8RestartWriteSkew(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	pg := newPrivateCluster(t, ctx)
-	// Acknowledged commits must survive the crash: restarted once with
-	// synchronous commits before anything is written.
-	pg.cfg.Settings["synchronous_commit"] = "on"
-	pg.restart(t, ctx)
+	pg := newDurableCluster(t, ctx)
 	p := startProxy(t, append([]string{"--backend", pg.url()}, fastLease...)...)
 	url := p.URL("postgres", "postgres")
 	setup := connectTo(t, ctx, url)

@@ -54,10 +54,7 @@ func boundReads(ctx context.Context, conn *pgx.Conn, keys ...int) error {
 func TestFault9RestartBoundReads(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	pg := newPrivateCluster(t, ctx)
-	// The table's rows must survive the crash.
-	pg.cfg.Settings["synchronous_commit"] = "on"
-	pg.restart(t, ctx)
+	pg := newDurableCluster(t, ctx)
 	st := newStage(t, stageOpts{ctx: ctx, postgres: true, backend: pg.url(), db: "postgres", rows: 10,
 		proxies: [][]string{fastLease, append([]string{"--event-loop"}, fastLease...)}})
 	p, loop, url := st.proxies[0], st.proxies[1], st.url(0, "postgres")
