@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 31, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 32, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -3369,6 +3369,14 @@ GRANT SELECT ON TABLE mzproxy.oracle_write TO PUBLIC;
 
 
 
+GRANT SELECT ON SEQUENCE mzproxy.pinned TO PUBLIC;
+
+
+
+GRANT SELECT ON SEQUENCE mzproxy.writes TO PUBLIC;
+
+
+
 GRANT SELECT ON TABLE mzproxy.pin_state TO PUBLIC;
 
 
@@ -3430,6 +3438,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('28', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('29', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('30', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('31', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('32', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));

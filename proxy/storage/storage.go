@@ -17,7 +17,7 @@ import (
 const Schema = "mzproxy"
 
 // SchemaVersion is the version of the backend layout this package installs.
-const SchemaVersion = 31
+const SchemaVersion = 32
 
 // Infinity is mz_to of a current version: a version is visible at ts when
 // mz_from <= ts AND mz_to > ts.
@@ -84,6 +84,29 @@ func PinCheckSQL(peek string) string {
 // What follows its SELECT is an expression too.
 func PinCheckFunctionSQL(peek string) string {
 	return "SELECT " + Schema + ".pin_check(" + peek + ")"
+}
+
+// PinGuardFrom and PinGuardCheck are the gate-less pin read as cheaply as
+// the backend allows (version 32, pin_seq.sql), for a statement of the
+// proxy's own whose FROM is PinGuardFrom: PinGuardCheck(peek) holds, in
+// the statement that takes the snapshot, when pin_check(peek) would answer
+// P, and PinGuardTS is then P, the transaction's timestamp. It asks what
+// pin_state asks, in its order: P (the sequence pinned) is set and less
+// than a second behind the clock, then, read after P (a subquery in the
+// last branch of an AND the scan's row comes before), the writes counted
+// are peek. The operators are named with their schema: a role's
+// search_path cannot put its own in their place (OPERATOR() binds as any
+// operator not built into the grammar, left to right: hence the
+// parentheses).
+const (
+	PinGuardFrom = " FROM " + Schema + ".pinned p"
+	PinGuardTS   = "p.last_value"
+)
+
+// PinGuardCheck: see PinGuardFrom.
+func PinGuardCheck(peek string) string {
+	return "p.is_called AND p.last_value OPERATOR(pg_catalog.>=) (" + Schema + ".now_ms() OPERATOR(pg_catalog.-) 1000)" +
+		" AND (SELECT CASE WHEN w.is_called THEN w.last_value ELSE 0 END FROM " + Schema + ".writes w) OPERATOR(pg_catalog.=) " + peek
 }
 
 // PinSnapshotSQL, run in order as the first statements of a REPEATABLE READ
