@@ -14,9 +14,11 @@ import (
 // the PL/pgSQL functions pin_peek and pin_check, about 30 us of backend
 // CPU per call. In a session that restricts non-system views (as pg_dump's
 // does), which cannot read them, the peek's refusal is not shown and the
-// session calls the functions instead, still without the gate; and once
-// two of its pins counted the same writes it calls pin_peek no more (the
-// last pin's count stands in for it: proxy/txn.go, settledWrites). It counts
+// session calls pin_peek instead, still without the gate; once two of its
+// pins counted the same writes it calls pin_peek no more (the last pin's
+// count stands in for it: proxy/txn.go, settledWrites); and the check
+// that rides with its first read calls no pin_check: it reads the
+// sequences, which are no views (storage version 32). It counts
 // the calls as pg_stat_user_functions does (track_functions = all for the
 // client's role).
 func TestReadOnlyTxnCallsNoFunction(t *testing.T) {
@@ -79,8 +81,8 @@ func TestReadOnlyTxnCallsNoFunction(t *testing.T) {
 				t.Fatalf("round %d (%v): %d lock-free read-only transactions called mzproxy's functions %d times; want (almost) none",
 					round, mode, txns, total)
 			}
-			if c == restricted && (peeks > 2 || checks < txns*3/4 || total-peeks-checks > txns/4) {
-				t.Fatalf("round %d (%v), views restricted: %d read-only transactions called pin_peek %d times, pin_check %d, others %d; want pin_check once per transaction, pin_peek only until two pins agree, (almost) no gated pin",
+			if c == restricted && (peeks > 2 || total-peeks > txns/4) {
+				t.Fatalf("round %d (%v), views restricted: %d read-only transactions called pin_peek %d times, pin_check %d, others %d; want pin_peek only until two pins agree, (almost) no pin_check or gated pin",
 					round, mode, txns, peeks, checks, total-peeks-checks)
 			}
 		}

@@ -522,3 +522,51 @@ func TestReadOnlyTxnReusedPeek(t *testing.T) {
 		}
 	}
 }
+
+// TestReadOnlyTxnSteadyGuardAfterDDL: the guard of a session whose pins
+// agree does not read the catalog revision (it is the last pin's while
+// the count of writes is: proxy/pin_read.go, pinGuardSQL). A DDL through
+// another proxy takes a write slot, so the next transaction's guard
+// refuses, and the transaction is planned with the catalog the DDL made:
+// a managed table created in another schema is outside the timedomain its
+// first read chose (25000), in either protocol, not an unknown relation
+// read unheld.
+func TestReadOnlyTxnSteadyGuardAfterDDL(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	other := startProxy(t)
+	reader := connectTo(t, ctx, p.URL("postgres", db))
+	writer := connectTo(t, ctx, other.URL("postgres", db))
+	mustExec(t, ctx, writer, "CREATE TABLE rp (id int PRIMARY KEY, v int NOT NULL)", "INSERT INTO rp VALUES (1, 7)")
+	if _, err := reader.PgConn().Prepare(ctx, "rotxn_begin", "BEGIN", nil); err != nil {
+		t.Fatal(err)
+	}
+	// txn reads rp, then table in the same transaction; it returns the
+	// second read's error.
+	txn := func(mode pgx.QueryExecMode, table string) error {
+		t.Helper()
+		rotxnBegin(t, ctx, reader, mode)
+		defer mustExec(t, ctx, reader, "ROLLBACK")
+		var v int
+		if err := reader.QueryRow(ctx, "SELECT v FROM rp WHERE id = $1", mode, 1).Scan(&v); err != nil || v != 7 {
+			t.Fatalf("%v: first read %d, %v; want 7", mode, v, err)
+		}
+		_, err := reader.Exec(ctx, "SELECT count(*) FROM "+table, mode)
+		return err
+	}
+	for i, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		for range 3 {
+			if err := txn(mode, "rp"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		table := fmt.Sprintf("ddl%d.t", i)
+		mustExec(t, ctx, writer, fmt.Sprintf("CREATE SCHEMA ddl%d", i), "CREATE TABLE "+table+" (x int)")
+		if err := txn(mode, table); sqlState(err) != "25000" {
+			t.Errorf("%v: a read of %s, created through another proxy since the session's pins agreed, outside the timedomain: %v, want 25000",
+				mode, table, err)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
+	"github.com/mzproxy/mzproxy/proxy/storage"
 	"github.com/mzproxy/mzproxy/timeouts"
 )
 
@@ -58,38 +59,53 @@ import (
 // round trip and refuses a t that compaction passed, as it did when the
 // pin was a round trip of its own.
 
-// pinGuardStatement names the guard's prepared statement and portal.
-var pinGuardStatement = ownName("mzproxy_pin_guard")
+// pinGuardStatement names the guard's prepared statement and portal, and
+// pinGuardRevStatement the guard that checks the catalog revision too.
+var (
+	pinGuardStatement    = ownName("mzproxy_pin_guard")
+	pinGuardRevStatement = ownName("mzproxy_pin_guard_rev")
+)
 
 // pinRefusedMarker is the text the guard casts to bigint when it refuses.
 const pinRefusedMarker = "mzproxy: pin refused"
 
-// pinGuardSQL pins for pin_peek's answer ($1) and answers "t writes
-// revision" (notePin's form) when the catalog is at revision $2, the
-// search_path is $3 (as SHOW spells it), default_transaction_isolation is
-// $4 and transaction_read_only is $5; else it fails. The check
-// (storage.PinCheckSQL) is a scalar subquery reading the view pin_state,
-// which reads P and then the writes counted, as pin_check did
-// (pin_views.sql), so the header of pin_trim.sql holds as it is: the peek
-// came before this snapshot, the check is in it; in a session that
-// restricts views (viewless) it calls pin_check. OFFSET 0 keeps the
-// subquery p from being pulled up: t is named twice, and each copy of the
-// check would read the sequences again.
-func pinGuardSQL(viewless bool) string {
-	return "SELECT (CASE WHEN p.t IS NOT NULL AND p.rev = $2" +
-		" AND pg_catalog.current_setting('search_path') = $3" +
-		" AND pg_catalog.current_setting('default_transaction_isolation') = $4" +
-		" AND pg_catalog.current_setting('transaction_read_only') = $5" +
-		" THEN p.t::text ELSE '" + pinRefusedMarker + "' END)::int8::text || ' ' || $1 || ' ' || p.rev::text" +
-		" FROM (SELECT " + pinCheckExpr(viewless, "$1") + " AS t, " +
-		catalogRevisionSubquery + " AS rev OFFSET 0) p"
+// pinGuardSQL pins for pin_peek's answer ($1) and answers the
+// transaction's timestamp t when default_transaction_isolation,
+// transaction_read_only and the search_path (as SHOW spells it: last, as
+// it may hold any character) are $2, joined by '|'; with checkRevision,
+// only when the catalog is at revision $3 too; else it fails. It reads
+// the sequences itself, in one statement without subqueries in its FROM
+// (storage.PinGuardCheck, version 32): the view pin_state and the two
+// scalar subqueries it was read through cost the backend more than the
+// rest of the check (docs/read-cost.md).
+//
+// The revision needs no check when the peek is the count of writes the
+// session's last pin read (settledWrites): every catalog revision is
+// bumped by a DDL that holds a write slot, counted in writes before it
+// commits, so a snapshot whose count is still that one has that pin's
+// revision, which the session kept. The operators are named with their
+// schema, as PinGuardCheck's: the session's search_path is the client's.
+func pinGuardSQL(checkRevision bool) string {
+	const cat = " OPERATOR(pg_catalog.||) '|' OPERATOR(pg_catalog.||) "
+	q := "SELECT (CASE WHEN " + storage.PinGuardCheck("$1") +
+		" AND pg_catalog.current_setting('default_transaction_isolation')" + cat +
+		"pg_catalog.current_setting('transaction_read_only')" + cat +
+		"pg_catalog.current_setting('search_path') OPERATOR(pg_catalog.=) $2"
+	if checkRevision {
+		q += " AND " + catalogRevisionSubquery + " OPERATOR(pg_catalog.=) $3"
+	}
+	return q + " THEN " + storage.PinGuardTS + "::text ELSE '" + pinRefusedMarker + "' END)::int8" + storage.PinGuardFrom
 }
 
 // pinGuard is a pin sent in front of the transaction's first read, whose
 // answers have not been read.
 type pinGuard struct {
 	expected txnCharacteristics
-	revision int64
+	// revision is the catalog's at the pin: checked by the guard when
+	// checkRevision, else the revision of the session's last pin, whose
+	// count of writes the peek is (see pinGuardSQL).
+	revision      int64
+	checkRevision bool
 	ends     int // the CloseCompletes and CommandCompletes its answers end with
 	// portal is the portal the raise and the guard run in: the unnamed
 	// one when the read that follows replaces it (a simple Query, or a
@@ -120,7 +136,12 @@ func (s *Session) pinWithRead(ctx context.Context, sql, readPortal string) *pinG
 	if !guessed || seen == nil {
 		return nil
 	}
-	g := &pinGuard{expected: expected, revision: seen.catalog.cat.Revision}
+	g := &pinGuard{expected: expected, revision: seen.catalog.cat.Revision, checkRevision: true}
+	if c := &s.known.settled; c.writes == *s.txn.peek && c.revision == g.revision {
+		// The catalog the proxy has is the last pin's, and no write
+		// since can have changed it: the guard need not read it.
+		g.checkRevision = false
+	}
 	if readPortal != "" {
 		g.portal = pinGuardStatement
 	}
@@ -132,7 +153,11 @@ func (s *Session) pinWithRead(ctx context.Context, sql, readPortal string) *pinG
 // the client's Query follows them in the same write.
 func (s *Session) sendPinGuard(g *pinGuard) error {
 	m := &s.pinMsgs
-	prepare := !s.pinGuardPrepared
+	statement, prepared, oids := pinGuardStatement, &s.pinGuardPrepared, pinGuardOIDs[:2]
+	if g.checkRevision {
+		statement, prepared, oids = pinGuardRevStatement, &s.pinGuardRevPrepared, pinGuardOIDs[:]
+	}
+	prepare := !*prepared
 	if prepare {
 		// Closed first: a client may have prepared the names.
 		if err := s.be.sendPair(m.closeOf('S', pinRaiseStatement),
@@ -140,7 +165,7 @@ func (s *Session) sendPinGuard(g *pinGuard) error {
 			return err
 		}
 		g.ends++
-		s.pinGuardPrepared = true
+		*prepared = true
 	}
 	if !snapshotIsolation(g.expected.isolation) {
 		if err := s.sendPinRaise(g); err != nil {
@@ -149,8 +174,7 @@ func (s *Session) sendPinGuard(g *pinGuard) error {
 	}
 	if prepare {
 		// After the SET: parsing a SELECT takes the snapshot.
-		if err := s.be.sendPair(m.closeOf('S', pinGuardStatement), m.parseOf(pinGuardStatement, pinGuardSQL(s.be.viewsRestricted),
-			[]uint32{int8OID, int8OID, textOID, textOID, textOID})); err != nil {
+		if err := s.be.sendPair(m.closeOf('S', statement), m.parseOf(statement, pinGuardSQL(g.checkRevision), oids)); err != nil {
 			return err
 		}
 		g.ends++
@@ -159,8 +183,11 @@ func (s *Session) sendPinGuard(g *pinGuard) error {
 	if g.expected.readOnly {
 		readOnly = "on"
 	}
-	params := m.guardParams(*s.txn.peek, g.revision, s.known.searchPathShown, s.known.defaults.isolation, readOnly)
-	if err := s.be.sendPair(m.bindOf(g.portal, pinGuardStatement, params), m.executeOf(g.portal)); err != nil {
+	params := m.guardParams(*s.txn.peek, s.known.defaults.isolation, readOnly, s.known.searchPathShown, g.revision)
+	if !g.checkRevision {
+		params = params[:2]
+	}
+	if err := s.be.sendPair(m.bindOf(g.portal, statement, params), m.executeOf(g.portal)); err != nil {
 		return err
 	}
 	g.ends++
@@ -214,7 +241,7 @@ type pinMessages struct {
 	close  pgproto3.Close
 	parse  pgproto3.Parse
 	sync   pgproto3.Sync
-	params [5][]byte
+	params [3][]byte
 	buf    []byte // the bytes of params
 }
 
@@ -238,19 +265,19 @@ func (m *pinMessages) parseOf(name, query string, oids []uint32) *pgproto3.Parse
 	return &m.parse
 }
 
-// guardParams are the guard's parameters (see pinGuardSQL), in m's buffer.
-func (m *pinMessages) guardParams(peek string, revision int64, searchPath, isolation, readOnly string) [][]byte {
+// pinGuardOIDs are the types of the guard's parameters (see pinGuardSQL).
+var pinGuardOIDs = [...]uint32{int8OID, textOID, int8OID}
+
+// guardParams are the guard's parameters (see pinGuardSQL), in m's buffer:
+// the peek, the settings joined as the guard joins them, the revision.
+func (m *pinMessages) guardParams(peek, isolation, readOnly, searchPath string, revision int64) [][]byte {
 	var ends [len(m.params)]int
 	m.buf = append(m.buf[:0], peek...)
 	ends[0] = len(m.buf)
-	m.buf = strconv.AppendInt(m.buf, revision, 10)
+	m.buf = append(append(append(append(append(m.buf, isolation...), '|'), readOnly...), '|'), searchPath...)
 	ends[1] = len(m.buf)
-	m.buf = append(m.buf, searchPath...)
+	m.buf = strconv.AppendInt(m.buf, revision, 10)
 	ends[2] = len(m.buf)
-	m.buf = append(m.buf, isolation...)
-	ends[3] = len(m.buf)
-	m.buf = append(m.buf, readOnly...)
-	ends[4] = len(m.buf)
 	from := 0
 	for i, end := range ends {
 		// Not nil even when empty: nil is SQL NULL.
@@ -287,7 +314,7 @@ func (s *Session) firstReadAfterGuard(ctx context.Context, sql string, frame []b
 		}
 	}
 	if err == nil {
-		err = s.pinnedByGuard(ctx, sql, v)
+		err = s.pinnedByGuard(ctx, sql, g, v)
 	}
 	if err != nil {
 		s.busy.Store(false)
@@ -298,6 +325,17 @@ func (s *Session) firstReadAfterGuard(ctx context.Context, sql string, frame []b
 	return s.exchange(ctx)
 }
 
+// noteGuardPin follows the answer v of guard g that passed: the
+// transaction's timestamp, at the writes of its peek and the catalog
+// revision g names.
+func (s *Session) noteGuardPin(ctx context.Context, g *pinGuard, v string) error {
+	read, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return pgerr.New(pgerr.InternalError, "pinned timestamp %q: %v", v, err)
+	}
+	return s.notePinned(ctx, read, peekValue(*s.txn.peek), g.revision)
+}
+
 // guardFailed follows the guard's error: the backend skipped the client's
 // Query, and is made to end the skip. A refusal begins the transaction
 // anew and pins it with the gate (nil: pinned); any other error fails the
@@ -306,7 +344,7 @@ func (s *Session) guardFailed(ctx context.Context, g *pinGuard, failed *pgerr.Er
 	refused := refusedBy(failed, pinRefusedMarker) || s.guardRefusedView(failed)
 	if !refused {
 		// Prepared again next time (the Parse may be what failed).
-		s.pinGuardPrepared = false
+		s.pinGuardPrepared, s.pinGuardRevPrepared = false, false
 	}
 	if err := s.be.internalFailed(failed); !refused || err != failed {
 		return s.pinFailed(err, true, g.expected)
@@ -330,7 +368,7 @@ func (s *Session) guardRefusedView(failed *pgerr.Error) bool {
 // transaction is pinned, and the read is planned and held. If that fails,
 // the read's answers are dropped and the client gets the error, as when
 // the pin came first.
-func (s *Session) pinnedByGuard(ctx context.Context, sql string, v string) error {
+func (s *Session) pinnedByGuard(ctx context.Context, sql string, g *pinGuard, v string) error {
 	dropped := false
 	dropRead := func() (bool, error) {
 		if dropped {
@@ -339,7 +377,7 @@ func (s *Session) pinnedByGuard(ctx context.Context, sql string, v string) error
 		dropped = true
 		return true, s.dropQueryAnswers()
 	}
-	err := s.notePin(ctx, v)
+	err := s.noteGuardPin(ctx, g, v)
 	if err == nil {
 		s.txn.searchPath = planner.EffectiveSearchPath(s.known.searchPath, s.user)
 		// The search_path is known (not nil), so txnReads asks ready only
@@ -388,12 +426,12 @@ func (s *Session) settleGuard(ctx context.Context, sendFlush bool) error {
 	case err != nil:
 		return err
 	case failed == nil:
-		return s.guardPassedExtended(ctx, g.sql, v)
+		return s.guardPassedExtended(ctx, g, v)
 	case refusedBy(failed, pinRefusedMarker) || s.guardRefusedView(failed):
 		return s.guardRefusedExtended(ctx, g)
 	}
 	// Prepared again next time (the Parse may be what failed).
-	s.pinGuardPrepared = false
+	s.pinGuardPrepared, s.pinGuardRevPrepared = false, false
 	if failed.IsFatal() {
 		return failed
 	}
@@ -409,11 +447,11 @@ func (s *Session) settleGuard(ctx context.Context, sendFlush bool) error {
 // memory; if taking them fails all the same (a lost lease), the read is
 // already bound, and the session ends rather than relay what nothing
 // protects.
-func (s *Session) guardPassedExtended(ctx context.Context, sql, v string) error {
-	err := s.notePin(ctx, v)
+func (s *Session) guardPassedExtended(ctx context.Context, g *pinGuard, v string) error {
+	err := s.noteGuardPin(ctx, g, v)
 	if err == nil {
 		s.txn.searchPath = planner.EffectiveSearchPath(s.known.searchPath, s.user)
-		if refused := s.holdFirstRead(ctx, sql); refused != nil {
+		if refused := s.holdFirstRead(ctx, g.sql); refused != nil {
 			err = refused
 		}
 	}

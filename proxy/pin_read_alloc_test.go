@@ -19,7 +19,7 @@ import (
 func TestReadOnlyTxnPinAllocations(t *testing.T) {
 	s := &Session{proxy: &Proxy{planner: planner.New(100)}}
 	s.be, s.tx = &backend{w: wire.NewWriter(io.Discard, 8192)}, txIdle
-	s.pinPeekPrepared, s.pinGuardPrepared = true, true
+	s.pinPeekPrepared, s.pinGuardPrepared, s.pinGuardRevPrepared = true, true, true
 	s.known.searchPathShown = `"$user", public`
 	s.known.defaults = txnCharacteristics{isolation: "read committed"}
 	pin := func() {

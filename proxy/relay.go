@@ -969,6 +969,7 @@ func (s *Session) noteCommand(frame []byte) {
 // forgetReadStatements marks the pin's and the simple reads' prepared
 // statements as gone, so they are prepared again when next used.
 func (s *Session) forgetReadStatements() {
-	s.pinPeekPrepared, s.pinCheckPrepared, s.pinGuardPrepared = false, false, false
+	s.pinPeekPrepared, s.pinCheckPrepared = false, false
+	s.pinGuardPrepared, s.pinGuardRevPrepared = false, false
 	s.be.reads.forgetAll()
 }

@@ -194,13 +194,14 @@ type statementState struct {
 // connection: each exists for the incarnation given (0: not prepared) and
 // writes for it; lostHoldPrepared: raise_fenced is prepared (see
 // failLostHold); pinPeekPrepared, pinCheckPrepared: pin_peek and the
-// gate-less pin's check are (txn.go); pinGuardPrepared: the pin that rides
-// with a first read is (pin_read.go).
+// gate-less pin's check are (txn.go); pinGuardPrepared, pinGuardRevPrepared:
+// the pin that rides with a first read is, without and with its check of
+// the catalog revision (pin_read.go).
 type ownStatements struct {
 	writeSlotPrepared, deferredSlotPrepared int64
 	lostHoldPrepared                        bool
 	pinPeekPrepared, pinCheckPrepared       bool
-	pinGuardPrepared                        bool
+	pinGuardPrepared, pinGuardRevPrepared   bool
 	pinMsgs                                 pinMessages // reused by the pin and the read guard (pin_read.go, seen_read.go)
 	// explicitBind and explicitParams are the client's Bind as
 	// forwardExplicitBind sends it, reused from one read to the next.

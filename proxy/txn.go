@@ -206,17 +206,23 @@ func (s *Session) peekBeforeBegin() error {
 // peek, which a pin of anyone settles, fails less than an old count, and
 // a failed check costs a gated pin. A read-only workload skips the
 // peek's Sync and its implicit transaction in the backend (docs/read-cost.md).
+//
+// revision is the catalog revision in that pin's snapshot: the revision
+// of any later snapshot whose count is still the same (every revision is
+// bumped by a DDL holding a write slot, counted before it commits), so a
+// guard for that count need not read it (pinGuardSQL).
 type settledWrites struct {
-	count  int64
-	writes string // count as text; "" before the session's first pin
-	steady bool
+	count    int64
+	revision int64
+	writes   string // count as text; "" before the session's first pin
+	steady   bool
 }
 
-// note follows a pin that read count.
-func (c *settledWrites) note(count int64) {
-	c.steady = c.writes != "" && c.count == count
+// note follows a pin that read count and revision.
+func (c *settledWrites) note(count, revision int64) {
+	c.steady = c.writes != "" && c.count == count && c.revision == revision
 	if !c.steady {
-		c.count, c.writes = count, strconv.FormatInt(count, 10)
+		c.count, c.revision, c.writes = count, revision, strconv.FormatInt(count, 10)
 	}
 }
 
@@ -285,7 +291,8 @@ func (s *Session) peekRefusedView(u *unit, frame []byte) bool {
 // the read guard calls pin() (readGuardSQL).
 func (s *Session) restrictViews() {
 	s.be.viewsRestricted = true
-	s.pinPeekPrepared, s.pinCheckPrepared, s.pinGuardPrepared = false, false, false
+	s.pinPeekPrepared, s.pinCheckPrepared = false, false
+	s.pinGuardPrepared, s.pinGuardRevPrepared = false, false
 }
 
 // The proxy's prepared statements of the gate-less pin: pin_peek, the
@@ -871,7 +878,13 @@ func (s *Session) notePin(ctx context.Context, v string) error {
 	if err != nil {
 		return pgerr.New(pgerr.InternalError, "pinned timestamp, writes and catalog revision %q: %v", v, err)
 	}
-	s.known.settled.note(writes)
+	return s.notePinned(ctx, read, writes, revision)
+}
+
+// notePinned follows a pin: the transaction's timestamp read, the writes
+// seen at it and the catalog revision in its snapshot.
+func (s *Session) notePinned(ctx context.Context, read uint64, writes, revision int64) (err error) {
+	s.known.settled.note(writes, revision)
 	s.txn.writes = writes
 	// The pin is the snapshot's time, and the upper is just past it, so
 	// serializable reads there too.
