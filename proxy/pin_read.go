@@ -106,7 +106,7 @@ type pinGuard struct {
 	// count of writes the peek is (see pinGuardSQL).
 	revision      int64
 	checkRevision bool
-	ends     int // the CloseCompletes and CommandCompletes its answers end with
+	ends          int // the CloseCompletes and CommandCompletes its answers end with
 	// portal is the portal the raise and the guard run in: the unnamed
 	// one when the read that follows replaces it (a simple Query, or a
 	// Bind of the unnamed portal), so no Close is sent; else the guard's
