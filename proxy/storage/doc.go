@@ -151,7 +151,12 @@
 //     of the views settled_writes and pin_state, without any function
 //     call; a session that restricts non-system views calls the
 //     functions (PinPeekFunctionSQL, PinCheckFunctionSQL), as do the
-//     proxies of older versions.
+//     proxies of older versions. Since version 32 (pin_seq.sql) the check
+//     that rides with a read-only transaction's first read reads the
+//     sequences pinned and writes itself (PinGuardFrom, PinGuardCheck:
+//     pin_state's question, in its order, in one flat statement), which
+//     PUBLIC may read (not advance or set); a sequence is no view, so
+//     a session that restricts views reads them too.
 //   - tick(wait_ms): a pin that gives up (NULL) after wait_ms of waiting for
 //     writers, and records the upper in txns_durable.
 //   - register, heartbeat, deregister, acquire_hold, compact,
