@@ -24,7 +24,9 @@ import (
 //
 //   - no write slot was taken since the peek (pin_check answered P),
 //   - the catalog is at the revision the proxy saw last, which the read's
-//     timedomain and holds are then planned with,
+//     timedomain and holds are then planned with (read only when the
+//     peek is not the count of the session's last pin, whose revision
+//     that count implies: see pinGuardSQL),
 //   - the search_path is the one the proxy knows (the read's names),
 //   - the session's default isolation level and the transaction's
 //     read-only mode are those the raise was chosen for.
