@@ -16,7 +16,7 @@ const settledPinSQL = "SELECT t FROM " + Schema + ".settled_pin"
 // NULL wherever pin() would do more: a write slot taken since the last pin
 // (in progress or committed), a write slot of the reader's own or any
 // value in mzproxy.write_ts, P over a second behind the clock. An ordinary
-// role reads it, though not the sequences it reads.
+// role reads it, and may not set the sequence it reads.
 func TestSettledPin(t *testing.T) {
 	_, conn := installedDB(t)
 	ctx := context.Background()
@@ -32,8 +32,10 @@ func TestSettledPin(t *testing.T) {
 			t.Fatalf("settled_pin as the %s after a pin = %v, want P = %d", name, got, p)
 		}
 	}
-	if _, err := role.Exec(ctx, "SELECT last_value FROM "+Schema+".pinned"); err == nil {
-		t.Fatal("an ordinary role reads the sequence pinned")
+	// Since version 32 (pin_seq.sql) it may read the sequence, as the
+	// read-only transaction's guard does, but not move it.
+	if _, err := role.Exec(ctx, "SELECT setval('"+Schema+".pinned', 1)"); err == nil {
+		t.Fatal("an ordinary role sets the sequence pinned")
 	}
 
 	w := beginLazy(t, conn)
