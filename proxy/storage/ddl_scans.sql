@@ -1,6 +1,6 @@
 -- mzproxy backend state, version 32 to 33 (31 to 33 until version 32,
--- another branch's, is merged): ALTER TABLE ADD/DROP COLUMN and CREATE
--- TABLE read the catalogs through their indexes (issue 16).
+-- another branch's, is merged): ALTER TABLE ADD/DROP COLUMN reads the
+-- catalogs through their indexes (issue 16).
 --
 -- Measured with bench/ddlcost.sh (PostgreSQL under callgrind, backend
 -- instructions per ADD COLUMN + DROP COLUMN pair in a proxy write, on a
@@ -16,25 +16,22 @@
 -- key's column names by joining every attribute of the table, dropped
 -- ones too (each ADD/DROP COLUMN leaves one), with a hash.
 --
---  * table_shape and plain_column_change run with enable_seqscan = off,
---    and so do user_columns, pk_columns, history_text, history_aligned,
---    sync_indexes, sync_triggers and sync_grants, which a CREATE TABLE
---    runs and which scanned pg_index, pg_constraint, pg_type and
---    pg_trigger whole the same way. They read only
---    catalogs (by the table's oid, an index's key, a type's oid) and
---    mzproxy's own small tables by key: an index probe is the cheap plan
---    for each, at any number of tables. The setting is planning's
---    only, so their plans stay the same as on a database with many tables;
---    nothing they read lacks an index. (Not on the event triggers
---    themselves: they also reach functions that scan a user table whole,
---    resync and manage_table's copy, where a sequential scan is right.)
+--  * table_shape and plain_column_change run with enable_seqscan = off.
+--    They read only catalogs (by the table's oid, an index's key, a type's
+--    oid) and mzproxy.columns (by its key), and call nothing that reads
+--    more (the setting holds for what a function calls): an index probe
+--    is the cheap plan for each, at any number of tables. The setting is
+--    planning's only, so their plans are those of a database with many
+--    tables. Not on the functions CREATE TABLE runs, which scan small
+--    catalogs the same way: sync_triggers reaches take_spare_marker,
+--    whose join with pg_class took 1.5 s a call with the setting.
 --  * on_ddl_command_end looks up the rules of the views that depend on
 --    an altered relation by their oid.
 --  * table_shape looks up each key column's name by (attrelid, attnum).
 --    Its text is unchanged, so the shapes recorded stay valid: no table is
 --    synced again by the upgrade.
 --
--- 7.67M -> 5.87M per pair (docs/ddl-cost.md has the command).
+-- 7.67M -> 5.85M per pair (docs/ddl-cost.md has the command).
 
 CREATE OR REPLACE FUNCTION @SCHEMA@.table_shape(p_id bigint) RETURNS text
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp SET enable_seqscan = off
@@ -74,19 +71,6 @@ END
 $$;
 
 ALTER FUNCTION @SCHEMA@.plain_column_change(bigint, oid, text) SET enable_seqscan = off;
--- What CREATE TABLE (manage_table) and a reconcile that syncs the table
--- run: each reads catalogs by key and runs DDL of mzproxy's own (the
--- history's indexes, triggers, grants), never a query over a user table
--- or its history. Not gen_triggers: its pg_proc row's version is part of
--- every table's recorded shape (table_shape), and a new one would make
--- each table sync again at its next ALTER.
-ALTER FUNCTION @SCHEMA@.user_columns(oid) SET enable_seqscan = off;
-ALTER FUNCTION @SCHEMA@.pk_columns(oid) SET enable_seqscan = off;
-ALTER FUNCTION @SCHEMA@.history_text(bigint, text) SET enable_seqscan = off;
-ALTER FUNCTION @SCHEMA@.history_aligned(bigint) SET enable_seqscan = off;
-ALTER FUNCTION @SCHEMA@.sync_indexes(bigint) SET enable_seqscan = off;
-ALTER FUNCTION @SCHEMA@.sync_triggers(bigint) SET enable_seqscan = off;
-ALTER FUNCTION @SCHEMA@.sync_grants(bigint) SET enable_seqscan = off;
 
 -- on_ddl_command_end's lookup of the views that depend on an altered
 -- relation joined pg_rewrite by hashing all of it (152 rows on a new

@@ -1037,7 +1037,6 @@ $$;
 CREATE FUNCTION mzproxy.history_aligned(p_id bigint) RETURNS boolean
     LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET enable_seqscan TO 'off'
     AS $$
 BEGIN
     RETURN (SELECT array_agg(a.attname ORDER BY a.attnum)
@@ -1053,7 +1052,6 @@ $$;
 CREATE FUNCTION mzproxy.history_text(p_id bigint, p_alias text) RETURNS text
     LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET enable_seqscan TO 'off'
     AS $_$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM mzproxy.columns c WHERE c.id = p_id) THEN
@@ -1641,7 +1639,6 @@ CREATE FUNCTION mzproxy.pinned_writes() RETURNS bigint
 CREATE FUNCTION mzproxy.pk_columns(p_oid oid) RETURNS name[]
     LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET enable_seqscan TO 'off'
     AS $$
 BEGIN
     RETURN (SELECT array_agg(a.attname ORDER BY k.ord)
@@ -2211,7 +2208,6 @@ $$;
 CREATE FUNCTION mzproxy.sync_grants(p_id bigint) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
     c record;
@@ -2244,7 +2240,6 @@ $$;
 CREATE FUNCTION mzproxy.sync_indexes(p_id bigint) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET enable_seqscan TO 'off'
     AS $_$
 DECLARE
     c record;
@@ -2295,7 +2290,6 @@ $_$;
 CREATE FUNCTION mzproxy.sync_triggers(p_id bigint) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
     rel oid := (SELECT k.oid FROM mzproxy.catalog k WHERE k.id = p_id);
@@ -2488,7 +2482,6 @@ CREATE FUNCTION mzproxy.upper() RETURNS bigint
 CREATE FUNCTION mzproxy.user_columns(p_oid oid) RETURNS TABLE(attnum smallint, name name, type text)
     LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
-    SET enable_seqscan TO 'off'
     AS $$
 BEGIN
     RETURN QUERY
