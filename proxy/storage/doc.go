@@ -17,8 +17,8 @@
 // rw_check_gate.sql 20 to 21, ins_gap.sql 21 to 22, slot_state.sql 22 to 23,
 // ddl_alter.sql 23 to 24, view_safe.sql 24 to 25, pin_views.sql 25 to 26,
 // write_lean.sql 26 to 27, ddl_small.sql 27 to 28, ddl_column.sql 28 to 29,
-// bypass_code.sql 29 to 30, hist_write.sql 30 to 31, pin_seq.sql 31 to 32
-// (a database at an older
+// bypass_code.sql 29 to 30, hist_write.sql 30 to 31, pin_seq.sql 31 to 32,
+// ddl_scans.sql 32 to 33 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -353,5 +353,13 @@
 // and changes history with one ALTER (plain_column_change; anything else
 // takes reconcile's full path), and the event triggers take the DDL's
 // timestamp in one statement (ddl_ts). TestDDLScansNoCatalog checks that bench/ddl.sh's
-// statements scan no growing catalog.
+// statements scan no growing catalog. Since version 33 (ddl_scans.sql)
+// table_shape and plain_column_change, which an ALTER TABLE ADD/DROP
+// COLUMN runs, plan with enable_seqscan = off: on a database with few
+// tables the planner scanned small catalogs whole, which cost the backend
+// far more instructions than index probes
+// (TestColumnChangeScansNoCatalogFewTables; bench/ddlcost.sh counts
+// them). Both read only catalogs and call nothing that reads more: the
+// setting holds for everything a function calls (on sync_triggers it
+// reached take_spare_marker, whose join with pg_class then took 1.5 s).
 package storage

@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 32, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 33, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -1318,8 +1318,10 @@ BEGIN
         -- A relation's name (or its columns' or schema's) is in the text of
         -- the views whose rules depend on it, and only there.
         -- (Version 13: the views first, then the update only if any.)
-        SELECT array_agg(DISTINCT w.ev_class) INTO dependents
-          FROM pg_depend d JOIN pg_rewrite w ON w.oid = d.objid
+        -- (Version 33: each rule by its oid, not a join that hashes
+        -- pg_rewrite.)
+        SELECT array_agg(DISTINCT (SELECT w.ev_class FROM pg_rewrite w WHERE w.oid = d.objid)) INTO dependents
+          FROM pg_depend d
          WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = ANY (altered)
            AND d.classid = 'pg_rewrite'::regclass;
         IF dependents IS NOT NULL THEN
@@ -1652,6 +1654,7 @@ $$;
 CREATE FUNCTION mzproxy.plain_column_change(p_id bigint, p_oid oid, p_history text) RETURNS boolean
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
     d record;
@@ -2333,6 +2336,7 @@ $$;
 CREATE FUNCTION mzproxy.table_shape(p_id bigint) RETURNS text
     LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
     rel oid := (SELECT k.oid FROM mzproxy.catalog k WHERE k.id = p_id);
@@ -2347,10 +2351,12 @@ BEGIN
             SELECT string_agg(concat_ws(' ', x.indexrelid, x.indisprimary, x.indisunique, x.indpred IS NULL,
                                         x.indexprs IS NULL, x.indkey::text, x.indclass::text, con.condeferrable,
                                         -- The key's column names are in the triggers' text.
+                                        -- (Version 33: each by its attnum.)
                                         CASE WHEN x.indisprimary THEN
-                                            (SELECT string_agg(quote_ident(a.attname), ',' ORDER BY k.ord)
-                                               FROM unnest(x.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
-                                               JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum)
+                                            (SELECT string_agg(quote_ident((SELECT a.attname FROM pg_attribute a
+                                                                             WHERE a.attrelid = x.indrelid AND a.attnum = k.attnum)),
+                                                               ',' ORDER BY k.ord)
+                                               FROM unnest(x.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord))
                                         END), ';' ORDER BY x.indexrelid)
               FROM pg_index x LEFT JOIN pg_constraint con
                 ON con.conrelid = x.indrelid AND con.conindid = x.indexrelid AND con.contype = 'p'
@@ -3439,6 +3445,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('29', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('30', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('31', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('32', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('33', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));

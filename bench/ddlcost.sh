@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Backend instructions per DDL statement (issue 16, docs/ddl-cost.md):
+# PostgreSQL under callgrind (a postmaster, not a single-user backend:
+# PostgreSQL fires no event trigger in single-user mode), driven by psql
+# with what mzproxy sends for an autocommit DDL (the write slot, then the
+# statement, in one implicit transaction; plain index DDL without the
+# slot, as mzproxy sends it since session 11), and the same statement
+# directly. The databases are made through mzproxy of each revision
+# (managed: the schema and a table probe (a int PRIMARY KEY, b text)) and
+# directly (plain); no mzproxy runs while they are measured (no lease
+# statements in the counts). Each figure is (backend of N pairs - backend
+# of N0 pairs) / (N - N0) for one CREATE+DROP (or ADD+DROP COLUMN) pair:
+# start-up and cache warm-up cancel out. Each pair runs on a fresh copy of
+# its database. Instruction counts do not move with the machine's load.
+#
+# usage: bench/ddlcost.sh
+#   env: REVS="main tree" (git revisions, or tree for the working tree)
+#        N0=5 N=45 PAIRS="column table view index"
+#        CGSAVE=dir (keep each run's callgrind output there)
+#        PATCH=file.sql (run in each managed database before it is
+#                        measured: a part stubbed, to measure it by
+#                        subtraction)
+set -euo pipefail
+
+REVS=${REVS:-"main tree"}
+N0=${N0:-5}
+N=${N:-45}
+PAIRS=${PAIRS:-"column table view index"}
+
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
+SRC=tree bench_postgres
+direct_sql() { psql -X -h 127.0.0.1 -p "$pg_port" -U postgres -d "$1" -qAtc "$2"; }
+probe="CREATE TABLE probe (a int PRIMARY KEY, b text)"
+
+declare -A port pid db
+dbname() { echo "managed_${1//[^a-zA-Z0-9]/_}"; }
+for rev in $REVS; do
+	d=$(dbname "$rev")
+	bin=$work/mzproxy
+	if [ "$rev" != tree ]; then
+		mkdir -p "$work/src-$d"
+		git -C "$root" archive "$rev" | tar -x -C "$work/src-$d"
+		(cd "$work/src-$d" && go build -o "$work/mzproxy-$d" ./cmd/mzproxy)
+		bin=$work/mzproxy-$d
+	fi
+	direct_sql postgres "CREATE DATABASE $d"
+	db[$d]=$d
+	bench_mzproxy "$d" "$bin" -- --backend "${backend/\/postgres\?//$d?}"
+	psql -X -h 127.0.0.1 -p "${port[$d]}" -U postgres -d "$d" -qAtc "$probe"
+	[ -z "${PATCH:-}" ] || direct_sql "$d" "$(cat "$PATCH")" >/dev/null
+	kill "${pid[$d]}"
+	wait "${pid[$d]}" 2>/dev/null || true
+done
+direct_sql postgres "CREATE DATABASE plain"
+direct_sql plain "$probe"
+for d in plain $(for rev in $REVS; do dbname "$rev"; done); do direct_sql "$d" 'VACUUM ANALYZE'; done
+direct_sql postgres CHECKPOINT
+as_pg "$bindir/pg_ctl" -D "$work/pg" -m fast stop >/dev/null
+
+mkdir -p "$work/cg"
+chmod 777 "$work/cg"
+as_pg valgrind --tool=callgrind --callgrind-out-file="$work/cg/%p" \
+	"$bindir/postgres" -D "$work/pg" -c listen_addresses=127.0.0.1 -c port="$pg_port" \
+	-c unix_socket_directories="$work" -c autovacuum=off >"$work/valgrind.log" 2>&1 &
+bench_pids+=("$!")
+for _ in $(seq 300); do
+	direct_sql postgres 'select 1' >/dev/null 2>&1 && break
+	sleep 1
+done
+
+# pair KIND: the two statements of one pair, one a line.
+pair() {
+	case $1 in
+	column) printf '%s\n' 'ALTER TABLE probe ADD COLUMN c int' 'ALTER TABLE probe DROP COLUMN c' ;;
+	table) printf '%s\n' 'CREATE TABLE t2 (a int PRIMARY KEY, b text)' 'DROP TABLE t2' ;;
+	view) printf '%s\n' 'CREATE VIEW v AS SELECT a, b FROM probe' 'DROP VIEW v' ;;
+	index) printf '%s\n' 'CREATE INDEX probe_b ON probe (b)' 'DROP INDEX probe_b' ;;
+	esac
+}
+
+# instructions DB KIND N MANAGED: the backend's instructions for N pairs.
+instructions() {
+	local p f i s slot=
+	[ "$4" = yes ] && [ "$2" != index ] && slot='EXECUTE mzproxy_slot \; '
+	p=$({
+		echo 'SELECT pg_backend_pid();'
+		[ "$4" = yes ] && echo 'PREPARE mzproxy_slot AS SELECT mzproxy.begin_write_occ(NULL, 0);'
+		for i in $(seq "$3"); do
+			pair "$2" | while read -r s; do echo "$slot$s;"; done
+		done
+	} | psql -X -h 127.0.0.1 -p "$pg_port" -U postgres -d "$1" -qAt -v ON_ERROR_STOP=1 | awk 'NR == 1')
+	f=$work/cg/$p
+	for _ in $(seq 600); do
+		if [ -s "$f" ] && ! kill -0 "$p" 2>/dev/null; then
+			awk '/^(summary|totals):/ { print $2; exit }' "$f"
+			[ -z "${CGSAVE:-}" ] || cp "$f" "$CGSAVE/$d.$2.$3"
+			return
+		fi
+		sleep 0.5
+	done
+	echo "no callgrind output for backend $p" >&2
+	exit 1
+}
+
+printf '%-8s %-24s %12s\n' pair database per_pair
+for kind in $PAIRS; do
+	for d in plain $(for rev in $REVS; do dbname "$rev"; done); do
+		m=yes
+		[ "$d" = plain ] && m=no
+		direct_sql postgres "CREATE DATABASE copy TEMPLATE $d STRATEGY FILE_COPY"
+		instructions copy "$kind" 1 $m >/dev/null
+		small=$(instructions copy "$kind" "$N0" $m)
+		big=$(instructions copy "$kind" "$N" $m)
+		direct_sql postgres "DROP DATABASE copy"
+		printf '%-8s %-24s %12d\n' "$kind" "$d" $(((big - small) / (N - N0)))
+	done
+done
