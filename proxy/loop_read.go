@@ -22,22 +22,22 @@ import (
 // of the present), the hold (one the lease grants without a round trip),
 // the guard and the read (its text, or the Bind of the connection's
 // prepared statement for it: read_statements.go), encoded into the batch
-// the loop sends instead of the client's Query. Answer then drops the answers to
-// the proxy's own messages, reads the guard's value from them, and relays
-// the rest; the hold is released at the ReadyForQuery.
+// the loop sends instead of the client's Query. Answer then drops the
+// answers to the proxy's own messages, reads the guard's value from them,
+// and relays the rest; the hold is released at the ReadyForQuery.
 //
 // Anything else the backend answers before the read's first relayed frame
-// (the guard's refusal or error, a notice, the read's statement gone)
-// makes Answer give the session back to its goroutine (evloop.Back)
-// before anything is relayed: the answer read so far goes back to the
-// backend's reader (Unread), the client's Query to the connection, and
-// handleQuery reads the answers with guardedAnswers, as guardedQuery would
-// have, and plans again when the guard refused.
+// (the guard's refusal or error, a notice, an error of the read's own
+// Parse or Bind) makes Answer give the session back to its goroutine
+// (evloop.Back) before anything is relayed: the answer read so far goes
+// back to the backend's reader (Unread), the client's Query to the
+// connection, and handleQuery reads the answers with guardedAnswers, as
+// guardedQuery would have, and plans again when the guard refused.
 //
 // Whatever would take a round trip or a wait (no catalog seen yet, the
-// search_path not known, a hold below the floor, AS OF an expression or a
-// time at or past the upper) is not admitted: the
-// session's goroutine serves it, as before.
+// search_path not known, a hold below the floor that no published hold
+// covers, AS OF an expression or a time at or past the upper) is not
+// admitted: the session's goroutine serves it, as before.
 
 // loopRead is the guarded read the loop has at the backend, from Admit
 // to its ReadyForQuery or to the session's goroutine taking it over.
