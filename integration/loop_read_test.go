@@ -37,13 +37,18 @@ func TestLoopTimestampedReadCancelAndGone(t *testing.T) {
 				c.write(queryFrame(read))
 				expectRow(t, c, "7")
 			}
-			// The marker is a column alias: the history rewrite keeps it
-			// (not a comment; its literals may become parameters).
-			const marker = "loop_read_cancel"
-			c.write(queryFrame("SELECT v AS " + marker + " FROM " + table + " WHERE mz_now() > 0 AND pg_sleep(60) IS NOT NULL"))
-			eventually(t, 15*time.Second, "the read running", func() bool {
-				return activeQueries(t, ctx, direct, marker) == 1
-			})
+			// slowRead sends a timestamped read that sleeps, once the
+			// backend runs it; marker is a column alias, which the history
+			// rewrite keeps (a comment it does not; literals may become
+			// parameters).
+			slowRead := func(marker string) {
+				t.Helper()
+				c.write(queryFrame("SELECT v AS " + marker + " FROM " + table + " WHERE mz_now() > 0 AND pg_sleep(120) IS NOT NULL"))
+				eventually(t, 15*time.Second, "the read running", func() bool {
+					return activeQueries(t, ctx, direct, marker) == 1
+				})
+			}
+			slowRead("loop_read_cancel")
 			if n := p.readHolds(t); n != 1 {
 				t.Fatalf("%v read holds while the read runs, want 1", n)
 			}
@@ -72,14 +77,10 @@ func TestLoopTimestampedReadCancelAndGone(t *testing.T) {
 			c.write(queryFrame(read))
 			expectRow(t, c, "7")
 
-			const goneMarker = "loop_read_gone"
-			c.write(queryFrame("SELECT v AS " + goneMarker + " FROM " + table + " WHERE mz_now() > 0 AND pg_sleep(120) IS NOT NULL"))
-			eventually(t, 15*time.Second, "the read running", func() bool {
-				return activeQueries(t, ctx, direct, goneMarker) == 1
-			})
+			slowRead("loop_read_gone")
 			c.nc.Close()
 			eventually(t, 20*time.Second, "the read stopped", func() bool {
-				return activeQueries(t, ctx, direct, goneMarker) == 0
+				return activeQueries(t, ctx, direct, "loop_read_gone") == 0
 			})
 			p.awaitHolds(t, 0, "after the client went away")
 			p.mustAlive(t, ctx)
