@@ -64,10 +64,11 @@ type Session interface {
 // its own goroutine while the connection's goroutine waits.
 type LoopSession interface {
 	Session
-	// Admit, Answer and Abandon are the session's part of evloop.Peer
-	// (the connection adds the rest: loopPeer).
-	Admit(batch []byte) bool
-	Answer(typ byte, frame []byte) bool
+	// Admit, Answer, Unread and Abandon are the session's part of
+	// evloop.Peer (the connection adds the rest: loopPeer).
+	Admit(batch []byte) (send []byte, ok bool)
+	Answer(typ byte, frame []byte) evloop.Verdict
+	Unread(answer []byte)
 	Abandon()
 	// LoopBackend returns the backend's socket when the session is idle
 	// in a state the loop can follow (no transaction, nothing queued, no

@@ -72,10 +72,11 @@ func (s *listeningSession) Close() error {
 	return nil
 }
 
-func (s *listeningSession) Admit([]byte) bool         { return false }
-func (s *listeningSession) Answer(byte, []byte) bool  { return false }
-func (s *listeningSession) Abandon()                  {}
-func (s *listeningSession) LoopBackend() *evloop.Conn { return nil }
+func (s *listeningSession) Admit([]byte) ([]byte, bool)        { return nil, false }
+func (s *listeningSession) Answer(byte, []byte) evloop.Verdict { return evloop.RelayThenBack }
+func (s *listeningSession) Unread([]byte)                      {}
+func (s *listeningSession) Abandon()                           {}
+func (s *listeningSession) LoopBackend() *evloop.Conn          { return nil }
 
 // TestLoopLeavesAListeningSessionsWriterAlone: between messages the
 // connection used to look at its writer's buffer before asking the
@@ -130,10 +131,11 @@ type refusingSession struct {
 	turns   atomic.Int32
 }
 
-func (s *refusingSession) Admit([]byte) bool         { s.turns.Add(1); return false }
-func (s *refusingSession) Answer(byte, []byte) bool  { return false }
-func (s *refusingSession) Abandon()                  {}
-func (s *refusingSession) LoopBackend() *evloop.Conn { return s.backend }
+func (s *refusingSession) Admit([]byte) ([]byte, bool)        { s.turns.Add(1); return nil, false }
+func (s *refusingSession) Answer(byte, []byte) evloop.Verdict { return evloop.RelayThenBack }
+func (s *refusingSession) Unread([]byte)                      {}
+func (s *refusingSession) Abandon()                           {}
+func (s *refusingSession) LoopBackend() *evloop.Conn          { return s.backend }
 
 func unixPair() (net.Conn, net.Conn, error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
@@ -183,3 +185,10 @@ func TestLoopBacksOffASessionItCannotServe(t *testing.T) {
 	}
 	t.Logf("%d turns in the loop", turns)
 }
+
+// The test sessions are loop sessions: a session that is not would never
+// be offered the loop, and the tests would pass for nothing.
+var (
+	_ LoopSession = (*listeningSession)(nil)
+	_ LoopSession = (*refusingSession)(nil)
+)

@@ -71,6 +71,9 @@ type backend struct {
 	pendingRead *pendingReadGuard
 	// readGuardScratch is the storage pendingRead points to when set.
 	readGuardScratch pendingReadGuard
+	// unread: r reads what the event loop gave back of an answer first
+	// (Session.Unread).
+	unread unreadReader
 }
 
 // next reads the backend's next message. Every read of a session's

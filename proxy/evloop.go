@@ -42,7 +42,10 @@ func (s *Session) LoopBackend() *evloop.Conn {
 		return nil
 	case s.be.r.Buffered() > 0, s.be.w.Buffered() > 0, s.client.Buffered() > 0:
 		return nil
-	case len(s.portalHolds) > 0, len(s.txn.holds) > 0:
+	case len(s.portalHolds) > 0, len(s.txn.holds) > 0, s.loopRead.resume:
+		return nil
+	case len(s.be.unread.rest) > 0:
+		// The loop gave back an answer not yet all read again.
 		return nil
 	case s.stmt != nil && !s.stmt.deadline.IsZero(), s.hasStatementTimeout():
 		return nil
@@ -60,22 +63,28 @@ func (s *Session) LoopBackend() *evloop.Conn {
 // could meet that cancel at the backend. Such a batch goes to the
 // session's goroutine, which waits for the Cancel as it does for any
 // message (setStatementCancel); the loop's goroutine must not wait.
-func (s *Session) Admit(batch []byte) bool {
+func (s *Session) Admit(batch []byte) ([]byte, bool) {
 	if !s.stmtMu.TryLock() {
-		return false
+		return nil, false
 	}
 	defer s.stmtMu.Unlock()
 	if s.be != nil && s.be.escapingStrings {
 		// Its texts are checked on the session's own path (strings_scs.go).
-		return false
-	}
-	msgs, ok := s.plainBatch(batch)
-	if !ok {
-		return false
+		return nil, false
 	}
 	began := !s.obs.Active()
-	for i := range msgs {
-		s.admitted(&msgs[i])
+	msgs, ok := s.plainBatch(batch)
+	var send []byte
+	if ok {
+		for i := range msgs {
+			s.admitted(&msgs[i])
+		}
+	} else if sql, query := s.queryText(batch); query {
+		// A timestamped read, guarded (loop_read.go).
+		send, ok = s.admitGuarded(sql)
+	}
+	if !ok {
+		return nil, false
 	}
 	// At the backend, as relay's exchange would say (SHOW mzproxy_sessions).
 	// A statement the batch began is there from its start: its admission
@@ -87,7 +96,20 @@ func (s *Session) Admit(batch []byte) bool {
 		s.enter(timeouts.PhaseExecute)
 	}
 	s.loopFlight.Store(true)
-	return true
+	return send, true
+}
+
+// queryText is the text of a batch that is one Query (plainText's string).
+func (s *Session) queryText(batch []byte) (string, bool) {
+	if batch[0] != 'Q' || 1+int(binary.BigEndian.Uint32(batch[1:])) != len(batch) {
+		return "", false
+	}
+	m, ok := readPlain(batch)
+	if !ok {
+		return "", false
+	}
+	sql, _ := s.plainText(m.name)
+	return sql, true
 }
 
 // loopScratch is what Admit reuses from one batch to the next, so that a
@@ -358,32 +380,50 @@ func (s *Session) definePlainPortal(name string, st *preparedStmt) {
 }
 
 // Answer implements evloop.Peer: it follows the backend's answer as
-// exchange does for a forwarded request.
-func (s *Session) Answer(typ byte, frame []byte) bool {
+// exchange does for a forwarded request (a guarded read's first answers:
+// loopAnswer).
+func (s *Session) Answer(typ byte, frame []byte) evloop.Verdict {
+	if lr := &s.loopRead; lr.active && len(lr.own) > 0 {
+		return s.loopAnswer(typ, frame)
+	}
+	return s.plainAnswer(typ, frame)
+}
+
+// plainAnswer follows an answer the client sees.
+func (s *Session) plainAnswer(typ byte, frame []byte) evloop.Verdict {
 	switch typ {
 	case 'Z':
 		s.loopFlight.Store(false)
 		s.readyForQuery(&unit{kind: uQuery, relayZ: true}, frame)
+		s.endLoopRead()
 		if s.obs.Active() {
 			s.obs.End(byte(s.tx))
 		}
-		return s.tx == txIdle
+		return relayThenBackUnless(s.tx == txIdle)
 	case 'E':
 		s.noteBackendError(frame)
 		fatal, _ := s.backendErrorIsFatal(frame)
-		return !fatal
+		return relayThenBackUnless(!fatal)
 	case 'C':
 		s.noteCommand(frame)
-		return true
+		return evloop.Relay
 	case 'S':
 		s.be.noteParameter(frame)
-		return true
+		return evloop.Relay
 	case 'T', 'I', 'N', '1', '2', '3', 'n', 't', 's':
-		return true
+		return evloop.Relay
 	}
 	// Anything else (COPY, a notification, a malformed frame) is not an
 	// answer of a plain read: the session's goroutine takes over.
-	return false
+	return evloop.RelayThenBack
+}
+
+// relayThenBackUnless is Relay when ok, else RelayThenBack.
+func relayThenBackUnless(ok bool) evloop.Verdict {
+	if ok {
+		return evloop.Relay
+	}
+	return evloop.RelayThenBack
 }
 
 // Abandon implements evloop.Peer: the client is gone with a batch at the

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/sirupsen/logrus"
 
+	"github.com/mzproxy/mzproxy/frontend/evloop"
 	"github.com/mzproxy/mzproxy/proxy/observe"
 )
 
@@ -28,7 +29,7 @@ func TestAdmitWaitsForCancel(t *testing.T) {
 	}
 	s := &Session{obs: obs.OpenSession(observe.SessionInfo{}, logrus.NewEntry(logrus.New()))}
 	s.stmtMu.Lock()
-	admitted := s.Admit(batch)
+	_, admitted := s.Admit(batch)
 	s.stmtMu.Unlock()
 	if admitted {
 		t.Fatal("a batch was admitted while a Cancel held stmtMu")
@@ -36,7 +37,7 @@ func TestAdmitWaitsForCancel(t *testing.T) {
 	if s.loopFlight.Load() {
 		t.Fatal("loopFlight set by a refused batch")
 	}
-	if !s.Admit(batch) || !s.loopFlight.Load() {
+	if _, ok := s.Admit(batch); !ok || !s.loopFlight.Load() {
 		t.Fatal("a plain read was not admitted once the Cancel was done")
 	}
 }
@@ -51,7 +52,7 @@ func TestAdmitShowsBackendPhase(t *testing.T) {
 	}
 	s := &Session{obs: obs.OpenSession(observe.SessionInfo{ID: 1}, logrus.NewEntry(logrus.New()))}
 	batch, _ := (&pgproto3.Query{String: "SELECT pg_sleep(1)"}).Encode(nil)
-	if !s.Admit(batch) {
+	if _, ok := s.Admit(batch); !ok {
 		t.Fatal("a plain read was not admitted")
 	}
 	if st := obs.Sessions()[0]; st.State != "active" || st.Phase != observe.PhaseBackend || st.Kind != "read" {
@@ -189,11 +190,11 @@ func loopTransactionCases(tb testing.TB) []loopTransactionCase {
 			}
 			s := &Session{obs: obs.OpenSession(observe.SessionInfo{ID: 1}, logrus.NewEntry(logrus.New()))}
 			transaction := func(batch []byte, answer [][]byte) {
-				if !s.Admit(batch) {
+				if _, ok := s.Admit(batch); !ok {
 					tb.Fatal("batch not admitted")
 				}
 				for _, frame := range answer {
-					if !s.Answer(frame[0], frame) {
+					if s.Answer(frame[0], frame) != evloop.Relay {
 						tb.Fatalf("answer %c ends the loop's turn", frame[0])
 					}
 				}
@@ -324,7 +325,7 @@ func TestAdmitBoundsBatchNames(t *testing.T) {
 		{2, "INSERT INTO t VALUES (1)", false},
 	} {
 		s := &Session{obs: obs.OpenSession(observe.SessionInfo{}, logrus.NewEntry(logrus.New()))}
-		if got := s.Admit(batchOf(c.parses, c.last)); got != c.want {
+		if _, got := s.Admit(batchOf(c.parses, c.last)); got != c.want {
 			t.Errorf("%d Parses, the last of %q: admitted %v, want %v", c.parses, c.last, got, c.want)
 		}
 		if st := s.stmts["s"]; c.want && (st == nil || st.sql != c.last) {
@@ -351,7 +352,7 @@ func TestAdmitReusesOnlyEqualRecords(t *testing.T) {
 			&pgproto3.Execute{}, &pgproto3.Sync{}} {
 			batch, _ = m.Encode(batch)
 		}
-		if !s.Admit(batch) {
+		if _, ok := s.Admit(batch); !ok {
 			t.Fatalf("%s: not admitted", sql)
 		}
 		st, p := s.stmts[""], s.portals[""]

@@ -115,10 +115,7 @@ func (s *Session) holdRead(ctx context.Context, c *choice, exact bool) (heldRead
 	if err != nil {
 		return heldRead{}, err
 	}
-	ids := make([]int64, len(c.inputs))
-	for i, in := range c.inputs {
-		ids[i] = int64(in.ID)
-	}
+	ids := inputIDs(c)
 	for {
 		h, err := l.Acquire(ctx, c.ts, ids)
 		var below *lease.BelowSinceError
@@ -134,8 +131,36 @@ func (s *Session) holdRead(ctx context.Context, c *choice, exact bool) (heldRead
 		if err != nil {
 			return heldRead{}, pgerr.As(err)
 		}
-		return heldRead{id: s.proxy.holds.acquire(s.id, s.db.name, c.ts, c.inputs), hold: h}, nil
+		return s.heldAt(c, h), nil
 	}
+}
+
+// holdReadNow is holdRead in memory, with the session's lease as it is:
+// false when the hold would take a round trip (or the lease is lost).
+func (s *Session) holdReadNow(c *choice) (heldRead, bool) {
+	l := s.lease
+	if l == nil || l.Err() != nil {
+		return heldRead{}, false
+	}
+	h, err := l.TryAcquire(c.ts, inputIDs(c))
+	if h == nil || err != nil {
+		return heldRead{}, false
+	}
+	return s.heldAt(c, h), true
+}
+
+// inputIDs are c's inputs' catalog ids.
+func inputIDs(c *choice) []int64 {
+	ids := make([]int64, len(c.inputs))
+	for i, in := range c.inputs {
+		ids[i] = int64(in.ID)
+	}
+	return ids
+}
+
+// heldAt records the lease's hold h of c in the proxy's registry.
+func (s *Session) heldAt(c *choice, h *lease.Hold) heldRead {
+	return heldRead{id: s.proxy.holds.acquire(s.id, s.db.name, c.ts, c.inputs), hold: h}
 }
 
 // exactTimestamp reports whether a read must be held at exactly the

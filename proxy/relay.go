@@ -236,6 +236,10 @@ func (s *Session) handleQuery(ctx context.Context, m *pgproto3.Query, frame []by
 	// A simple Query replaces the unnamed statement and portal.
 	s.forgetStatement("")
 	s.forgetPortal("")
+	if s.loopRead.resume {
+		// This Query's guarded read, given back by the event loop.
+		return s.failQuery(s.resumeLoopRead(ctx))
+	}
 	if err := s.checkStringSyntax(m.String); err != nil {
 		return s.failQuery(err)
 	}

@@ -118,33 +118,59 @@ func (s *Session) explicitSnapshot(ctx context.Context, sql string) (*catalogSna
 // one round trip (see seenPlan). stale reports that the catalog changed
 // since: nothing ran, and the read must be planned again.
 func (s *Session) guardedQuery(ctx context.Context, st *planner.Statement, fr *storage.FrontierState, rev int64) (stale bool, err error) {
-	present := st.AsOf == nil
 	c, hold, err := s.guardedChoice(ctx, st, fr)
 	if err != nil {
 		return false, err
 	}
-	defer s.release(hold)
-	guard := guardKey{rev: rev, path: s.known.searchPathShown, pin: present}
-	msgs, units, br := s.guardedReadMessages(st, c, guard)
-	if present {
+	g, msgs := s.guardedRead(ctx, st, c, hold, rev)
+	return s.guardedAnswers(ctx, &g, s.sendGuarded(g.guard, msgs))
+}
+
+// guardedSend is a guarded read sent (or being sent) to the backend,
+// whose answers guardedAnswers reads: what it needs of the read.
+type guardedSend struct {
+	c     *choice
+	hold  heldRead
+	guard guardKey
+	units []unit
+	br    *boundRead
+}
+
+// guardedRead is st's guarded read at choice c under hold, and the
+// messages that send it after its guard.
+func (s *Session) guardedRead(ctx context.Context, st *planner.Statement, c *choice, hold heldRead, rev int64) (guardedSend, []pgproto3.FrontendMessage) {
+	g := guardedSend{c: c, hold: hold, guard: guardKey{rev: rev, path: s.known.searchPathShown, pin: st.AsOf == nil}}
+	msgs, units, br := s.guardedReadMessages(st, c, g.guard)
+	g.units, g.br = units, br
+	if g.guard.pin {
 		s.enter(timeouts.PhaseTimestamp)
 		s.proxy.obs.OracleRoundTrip(ctx, "read_ts")
 	}
-	value, err := s.sendGuarded(guard, msgs)
+	return g, msgs
+}
+
+// guardedAnswers reads the answers of the guarded read g, whose sending
+// failed with sent, and releases its hold.
+func (s *Session) guardedAnswers(ctx context.Context, g *guardedSend, sent error) (stale bool, err error) {
+	defer s.release(g.hold)
+	value, err := "", sent
+	if err == nil {
+		value, err = s.be.readGuard()
+	}
 	if err != nil {
 		// The backend skipped the client's Query: it did not run.
-		if br != nil {
-			err = s.skippedBoundRead(br, err)
+		if g.br != nil {
+			err = s.skippedBoundRead(g.br, err)
 		}
 		return isStale(err), ignoreStale(err)
 	}
-	if present {
-		if err := c.pinnedBy(value); err != nil {
+	if g.guard.pin {
+		if err := g.c.pinnedBy(value); err != nil {
 			return false, err
 		}
 	}
-	s.obs.Timestamp(c.ts)
-	for _, u := range units {
+	s.obs.Timestamp(g.c.ts)
+	for _, u := range g.units {
 		s.units.push(u)
 	}
 	err = s.exchange(ctx)
@@ -250,21 +276,21 @@ func (c *choice) pinnedBy(value string) error {
 	return nil
 }
 
-// sendGuarded sends the guard, then the client's read msgs, and returns
-// the guard's value.
-func (s *Session) sendGuarded(guard guardKey, msgs []pgproto3.FrontendMessage) (string, error) {
+// sendGuarded sends the guard, then the client's read msgs; its answers
+// are read by guardedAnswers.
+func (s *Session) sendGuarded(guard guardKey, msgs []pgproto3.FrontendMessage) error {
 	if err := s.be.sendGuard(guard, &s.pinMsgs); err != nil {
-		return "", s.lost(err)
+		return s.lost(err)
 	}
 	for _, m := range msgs {
 		if err := s.be.w.Send(m); err != nil {
-			return "", s.lost(err)
+			return s.lost(err)
 		}
 	}
 	if err := s.be.w.Flush(); err != nil {
-		return "", s.lostWrite(err)
+		return s.lostWrite(err)
 	}
-	return s.be.readGuard()
+	return nil
 }
 
 // guardStatement names the read guard's prepared statement and portal on

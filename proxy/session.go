@@ -185,6 +185,8 @@ type statementState struct {
 	// loop is the scratch space of Admit, kept to be reused (the loop's
 	// goroutine only, while the session's own waits).
 	loop loopScratch
+	// loopRead is the guarded read the loop sent (loop_read.go).
+	loopRead loopRead
 	// canceledReply: the backend answered the statement with 57014 after
 	// the statement's context ended.
 	canceledReply bool
@@ -491,6 +493,11 @@ func (s *Session) Close() error {
 	// idle reader, which may release them too).
 	s.endTxn()
 	s.releasePortalHolds()
+	if lr := &s.loopRead; lr.active {
+		// The connection ended with the loop's read at the backend.
+		lr.active = false
+		s.release(lr.g.hold)
+	}
 	if s.midRequest || s.copy != copyNone {
 		// Closing mid-request: make sure the backend's work stops
 		// rather than running on for a client that is gone.

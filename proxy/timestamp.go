@@ -391,15 +391,10 @@ func (s *Session) explicitQuery(ctx context.Context, st *planner.Statement, fr *
 		}
 		// The catalog or the search_path changed since they were seen, or
 		// the statement needs the current frontiers (EXPLAIN TIMESTAMP
-		// shows them). The search_path is asked again.
-		s.known.searchPath, s.known.searchPathShown = nil, ""
+		// shows them).
 		var err error
-		if st, fr, err = s.planExplicit(ctx, seen.sql, false); err != nil {
+		if st, fr, err = s.planAgain(ctx, seen.sql); err != nil {
 			return err
-		}
-		if st == nil {
-			// Whether a read names its time depends on its text alone.
-			return pgerr.New(pgerr.InternalError, "a read planned again left the explicit-timestamp path")
 		}
 	}
 	target := st
@@ -454,6 +449,18 @@ func (s *Session) explicitQuery(ctx context.Context, st *planner.Statement, fr *
 		s.release(*hold)
 	}
 	return err
+}
+
+// planAgain plans a read whose guard refused it with the current catalog
+// and frontiers; the search_path is asked again.
+func (s *Session) planAgain(ctx context.Context, sql string) (*planner.Statement, *storage.FrontierState, error) {
+	s.known.searchPath, s.known.searchPathShown = nil, ""
+	st, fr, err := s.planExplicit(ctx, sql, false)
+	if err == nil && st == nil {
+		// Whether a read names its time depends on its text alone.
+		err = pgerr.New(pgerr.InternalError, "a read planned again left the explicit-timestamp path")
+	}
+	return st, fr, err
 }
 
 // textOID is PostgreSQL's text type.

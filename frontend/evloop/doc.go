@@ -12,6 +12,14 @@
 // or Parse/Bind/Describe/Execute/Sync of a plain read), does one read and
 // one write each way.
 //
+// A batch the session sends as bytes of its own (Admit's send: a
+// timestamped read behind the session's guard) has its answer held: the
+// frames the session drops (Verdict Drop: its own statements' answers) are
+// not relayed, and the session may take its sockets back at any of them
+// (Verdict Back), before anything of the answer reached the client, with
+// the answer read so far (Peer.Unread) and the client's batch
+// (Result.Leftover).
+//
 // Anything else gives the sockets back to the session's goroutine (Run
 // returns) with the client bytes read and not forwarded, and the normal
 // path goes on as if the loop had never been involved: a batch the

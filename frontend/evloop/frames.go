@@ -79,14 +79,18 @@ func partialOr(need, max int) batchState {
 }
 
 // answerScanner follows the frames of the backend's answers as they
-// stream through, in pieces of any size: DataRows are only counted past,
-// every other frame is kept whole for the session to follow.
+// stream through, in pieces of any size: DataRows are only counted past
+// (unless keepRows), every other frame is kept whole for the session to
+// follow.
 type answerScanner struct {
-	hdr  [5]byte
-	nhdr int
-	left int    // bytes of the current frame's body still to come
-	keep []byte // the current frame, if it is kept
-	typ  byte
+	keepRows bool // DataRows are kept and passed on too (a held answer)
+	hdr      [5]byte
+	nhdr     int
+	left     int    // bytes of the current frame's body still to come
+	keep     []byte // the current frame, if it is kept
+	typ      byte
+	// keeping: the current frame is kept (keepRows read at its header).
+	keeping bool
 }
 
 // feed scans p and calls frame for each kept frame completed in it; it
@@ -106,19 +110,20 @@ func (s *answerScanner) feed(p []byte, frame func(typ byte, f []byte) bool) bool
 				return frame(0, nil) // malformed: the session decides
 			}
 			s.keep = s.keep[:0]
-			if s.typ != 'D' {
+			s.keeping = s.typ != 'D' || s.keepRows
+			if s.keeping {
 				s.keep = append(s.keep, s.hdr[:]...)
 			}
 		}
 		n := min(s.left, len(p))
-		if s.typ != 'D' {
+		if s.keeping {
 			s.keep = append(s.keep, p[:n]...)
 		}
 		s.left -= n
 		p = p[n:]
 		if s.left == 0 {
 			s.nhdr = 0
-			if s.typ != 'D' && !frame(s.typ, s.keep) {
+			if s.keeping && !frame(s.typ, s.keep) {
 				return false
 			}
 		}

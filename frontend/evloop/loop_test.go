@@ -58,22 +58,24 @@ type fakePeer struct {
 	answers  []byte // the types of the frames Answer saw
 }
 
-func (p *fakePeer) Admit(batch []byte) bool {
+func (p *fakePeer) Admit(batch []byte) ([]byte, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.refuse {
-		return false
+		return nil, false
 	}
 	p.admitted = append(p.admitted, bytes.Clone(batch))
-	return true
+	return nil, true
 }
 
-func (p *fakePeer) Answer(typ byte, frame []byte) bool {
+func (p *fakePeer) Answer(typ byte, frame []byte) Verdict {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.answers = append(p.answers, typ)
-	return true
+	return Relay
 }
+
+func (p *fakePeer) Unread([]byte) {}
 
 func (p *fakePeer) Abandon() {}
 
@@ -113,6 +115,7 @@ func sharedLoop(t *testing.T) *Loop {
 type session struct {
 	client, backend net.Conn // the test's ends
 	loopClient      *Conn    // the session's end of the client's socket
+	loopBackend     *Conn    // and of the backend's
 	peer            *fakePeer
 	done            chan runResult
 }
@@ -126,7 +129,7 @@ func startSession(t *testing.T) *session {
 	t.Helper()
 	lc, client := socketPair(t)
 	lb, backend := socketPair(t)
-	s := &session{client: client, backend: backend, loopClient: lc, peer: &fakePeer{}, done: make(chan runResult, 1)}
+	s := &session{client: client, backend: backend, loopClient: lc, loopBackend: lb, peer: &fakePeer{}, done: make(chan runResult, 1)}
 	loop := sharedLoop(t)
 	go func() {
 		res, err := loop.Run(lc, lb, s.peer)

@@ -27,6 +27,13 @@ type member struct {
 	buf       []byte // backend read buffer
 	out       []byte // backend bytes not yet written to the client (in buf)
 	scan      answerScanner
+	// holding: the batch went as the peer's own bytes (Admit's send) and
+	// nothing of its answer has been relayed: the answer's bytes are kept
+	// in held, the first dropped of them of frames the peer dropped,
+	// until the peer has a frame relayed (or takes the session back).
+	holding bool
+	held    []byte
+	dropped int
 
 	inFlight  bool // a batch is with the backend, its ReadyForQuery not relayed
 	answered  bool // its ReadyForQuery has been read
@@ -141,12 +148,19 @@ func (l *Loop) readClient(m *member) {
 		l.leave(m, nil)
 		return
 	}
-	if !m.peer.Admit(m.in) {
+	send, ok := m.peer.Admit(m.in)
+	if !ok {
 		l.leave(m, nil)
 		return
 	}
-	// m.in stays the batch's buffer until the backend has it all.
+	// m.in stays the batch's buffer until the backend has it all (held:
+	// until its answer is relayed, as it may go back with it).
 	m.toBackend = m.in
+	if send != nil {
+		m.toBackend = send
+		m.holding, m.held, m.dropped = true, m.held[:0], 0
+		m.scan.keepRows = true
+	}
 	m.inFlight = true
 	m.forwarded++
 }
@@ -167,8 +181,10 @@ func (l *Loop) writeBackend(m *member) {
 		return
 	}
 	m.toBackend = nil
-	// The batch's buffer is free again.
-	m.in, m.readable = m.in[:0], 0
+	if !m.holding {
+		// The batch's buffer is free again.
+		m.in, m.readable = m.in[:0], 0
+	}
 }
 
 // readBackend reads the backend's answers and hands them to the client;
@@ -188,8 +204,25 @@ func (l *Loop) readBackend(m *member) {
 		m.br = false
 	}
 	m.out = m.buf[:n]
-	ok := m.scan.feed(m.out, func(typ byte, frame []byte) bool {
-		if !m.peer.Answer(typ, frame) {
+	if m.holding {
+		m.held = append(m.held, m.out...)
+		m.out = nil
+	}
+	back := false
+	ok := m.scan.feed(m.buf[:n], func(typ byte, frame []byte) bool {
+		v := m.peer.Answer(typ, frame)
+		if m.holding {
+			switch v {
+			case Drop:
+				m.dropped += len(frame)
+				return true
+			case Back:
+				back = true
+				return false
+			}
+			l.release(m)
+		}
+		if v != Relay && v != Drop {
 			m.stopAfter = true
 		}
 		if typ == 'Z' {
@@ -201,9 +234,21 @@ func (l *Loop) readBackend(m *member) {
 		}
 		return typ != 0
 	})
-	if !ok {
+	switch {
+	case back:
+		m.peer.Unread(m.held)
+		l.leave(m, nil)
+	case !ok:
 		m.stopAfter, m.answered = true, true
 	}
+}
+
+// release ends a held answer at the frame the peer relays first: from it
+// on, everything read is relayed, and the client's batch is done with.
+func (l *Loop) release(m *member) {
+	m.holding, m.scan.keepRows = false, false
+	m.out = m.held[m.dropped:]
+	m.in, m.readable = m.in[:0], 0
 }
 
 func (l *Loop) writeClient(m *member) {

@@ -8,13 +8,21 @@ import "errors"
 // two).
 type Peer interface {
 	// Admit reports whether a client batch (whole frames, its last and
-	// only Query or Sync at the end) may be forwarded as it is, and when
-	// it may, follows it as the session's own path would have.
-	Admit(batch []byte) bool
-	// Answer follows one frame of the backend's answer (never a DataRow;
-	// typ 0 for a malformed one). false: the session must have its
-	// sockets back once this answer is relayed.
-	Answer(typ byte, frame []byte) bool
+	// only Query or Sync at the end) may be forwarded, and when it may,
+	// follows it as the session's own path would have. send is what goes
+	// to the backend instead of the batch when it is not nil (a guarded
+	// read: the session's own statements in front of the client's): the
+	// answer's first frames may then be the session's own, and nothing of
+	// the answer is relayed until Answer says Relay (see Verdict).
+	Admit(batch []byte) (send []byte, ok bool)
+	// Answer follows one frame of the backend's answer (never a DataRow,
+	// except while the answer is held; typ 0 for a malformed one).
+	Answer(typ byte, frame []byte) Verdict
+	// Unread takes back the backend's answer read so far, none of it
+	// relayed, when Answer said Back: the session's goroutine reads it
+	// again, and the client's batch (Result.Leftover), as if the loop had
+	// never had them. Called on the loop's goroutine before Run returns.
+	Unread(answer []byte)
 	// Abandon stops the backend's work on a batch whose client is gone.
 	// It runs on a goroutine of its own (it may wait for the backend),
 	// alongside the session's goroutine, which has its sockets back: it
@@ -31,9 +39,30 @@ type Peer interface {
 	Readable(frames []byte) bool
 }
 
+// Verdict is what the loop does with a frame of the backend's answer.
+type Verdict uint8
+
+const (
+	// Relay: the frame goes to the client.
+	Relay Verdict = iota
+	// RelayThenBack: the frame goes to the client, and the session wants
+	// its sockets back once this answer is relayed.
+	RelayThenBack
+	// Drop: the frame answers the session's own statement (Admit's send)
+	// and is not relayed. Only the frames before the first relayed one of
+	// an answer can be dropped; a Drop after it is a Relay.
+	Drop
+	// Back: while nothing of the answer has been relayed, the session's
+	// goroutine takes over at once: the answer read so far goes back to
+	// the session (Unread), the client's batch to the connection
+	// (Result.Leftover). After a relayed frame it is a RelayThenBack.
+	Back
+)
+
 // Result is how a session left the loop.
 type Result struct {
-	// Leftover are client bytes read and not forwarded: the session's
+	// Leftover are client bytes read and not forwarded (or forwarded and
+	// given back with their answer, Verdict Back): the session's
 	// goroutine reads them first.
 	Leftover []byte
 	// Over: the session ended in the loop (its client went away with a

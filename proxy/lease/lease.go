@@ -409,6 +409,16 @@ func (l *Lease) Acquire(ctx context.Context, ts uint64, inputs []int64) (*Hold, 
 	}
 }
 
+// TryAcquire is Acquire without its round trip: nil, nil when the hold
+// would take one (a ts below the floor on inputs not covered there). The
+// event loop's reads take their holds with it: they must not wait. The
+// hold keeps inputs (Acquire keeps a copy).
+func (l *Lease) TryAcquire(ts uint64, inputs []int64) (*Hold, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.grantLocked(ts, inputs)
+}
+
 // grantLocked grants a hold at ts in memory when it can (nil, nil when it
 // takes a round trip).
 func (l *Lease) grantLocked(ts uint64, ids []int64) (*Hold, error) {

@@ -1,0 +1,402 @@
+package proxy
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/mzproxy/mzproxy/frontend/evloop"
+)
+
+// Guarded reads in the event loop (loop_read.go), on a session against the
+// test server driven by a real loop: the test is the client, on a socket
+// pair, and does what the frontend does when the loop gives the session
+// back (its leftover Query handled on the session's own path, whose
+// answers go to the session's client writer).
+
+// loopTestPeer is the evloop.Peer of a test session.
+type loopTestPeer struct{ *Session }
+
+func (loopTestPeer) MaxMessageSize() int    { return 1 << 20 }
+func (loopTestPeer) Readable(_ []byte) bool { return true }
+
+// testReadLoop is one loop for the tests, as the proxy has one.
+var testReadLoop = sync.OnceValues(func() (*evloop.Loop, error) { return evloop.New(64 << 10) })
+
+// loopClient is the client of a session the loop drives.
+type loopClient struct {
+	s      *Session
+	client *clientBuffer // what the session's own path sent
+	sock   net.Conn      // the test's end
+	lc     *evloop.Conn  // the session's end
+}
+
+func newLoopClient(tb testing.TB, ctx context.Context) *loopClient {
+	tb.Helper()
+	s, client := openSession(tb, ctx, Config{EventLoop: true})
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var conns [2]net.Conn
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "pair")
+		conns[i], err = net.FileConn(f)
+		_ = f.Close()
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	lc := evloop.Wrap(conns[0])
+	tb.Cleanup(func() { _ = lc.Close(); _ = conns[1].Close() })
+	return &loopClient{s: s, client: client, sock: conns[1], lc: lc}
+}
+
+// turn is one statement through the loop: sql is sent to the session's
+// socket while the loop drives it, the loop is asked for the session back
+// once the answer is in (or returns it), and a leftover Query is handled on
+// the session's own path. It returns everything the client got, and
+// whether the loop served the statement itself.
+func (c *loopClient) turn(tb testing.TB, ctx context.Context, sql string) (answer string, inLoop bool) {
+	tb.Helper()
+	be := c.s.LoopBackend()
+	if be == nil {
+		tb.Fatal("the session is not one the loop can drive")
+	}
+	type ran struct {
+		res evloop.Result
+		err error
+	}
+	done := make(chan ran, 1)
+	go func() {
+		loop, err := testReadLoop()
+		if err != nil {
+			done <- ran{err: err}
+			return
+		}
+		res, err := loop.Run(c.lc, be, loopTestPeer{c.s})
+		done <- ran{res, err}
+	}()
+	frame, _ := (&pgproto3.Query{String: sql}).Encode(nil)
+	if _, err := c.sock.Write(frame); err != nil {
+		tb.Fatal(err)
+	}
+	got := make(chan string, 1)
+	go func() { got <- readToReady(c.sock) }()
+	var r ran
+	select {
+	case answer = <-got:
+		// Served in the loop: the session back (a deadline wants it).
+		_ = c.lc.SetReadDeadline(time.Time{})
+		r = <-done
+	case r = <-done:
+		// Given back: the frontend reads the leftover first.
+		_ = c.sock.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		answer = <-got
+		_ = c.sock.SetReadDeadline(time.Time{})
+	}
+	if r.err != nil || r.res.Over != nil {
+		tb.Fatalf("%s: the loop ended the session: %v, %v", sql, r.err, r.res.Over)
+	}
+	if left := r.res.Leftover; len(left) > 0 {
+		if string(left) != string(frame) {
+			tb.Fatalf("%s: the loop gave back %q, not the Query", sql, left)
+		}
+		msg := &pgproto3.Query{String: sql}
+		if err := c.s.Handle(ctx, msg, left); err != nil {
+			tb.Fatalf("%s: %v", sql, err)
+		}
+		answer += c.client.take()
+		return answer, false
+	}
+	return answer, r.res.Forwarded > 0
+}
+
+// readToReady reads frames up to a ReadyForQuery (or a read's error).
+func readToReady(r io.Reader) string {
+	var out []byte
+	hdr := make([]byte, 5)
+	for {
+		if _, err := io.ReadFull(r, hdr); err != nil {
+			return string(out)
+		}
+		body := make([]byte, binary.BigEndian.Uint32(hdr[1:])-4)
+		if _, err := io.ReadFull(r, body); err != nil {
+			return string(out)
+		}
+		out = append(append(out, hdr...), body...)
+		if hdr[0] == 'Z' {
+			return string(out)
+		}
+	}
+}
+
+// TestGuardedReadInLoop: a timestamped read of the present and one AS OF
+// a number are served by the event loop once the session has seen the
+// catalog and its search_path (before, the loop gave every timestamped
+// read to the session's goroutine): the answer is the client's alone (no
+// answer of the guard's), its mz_now() the guard's pin, and the hold is
+// released at its end.
+func TestGuardedReadInLoop(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := newLoopClient(t, ctx)
+	table := fmt.Sprintf("lr_%d", time.Now().UnixNano())
+	for _, sql := range []string{
+		"CREATE TABLE " + table + " (aid int PRIMARY KEY, abalance int NOT NULL)",
+		"INSERT INTO " + table + " SELECT g, g * 10 FROM generate_series(1, 100) g",
+		"ALTER TABLE " + table + " SET (RETAIN HISTORY FOR '1h')",
+	} {
+		if out := query(t, ctx, c.s, c.client, sql); strings.Contains(out, "ERROR") {
+			t.Fatalf("%s: %s", sql, out)
+		}
+	}
+	// The first read learns the search_path and the catalog.
+	query(t, ctx, c.s, c.client, "SELECT abalance, mz_now() FROM "+table+" WHERE aid = 1")
+	ts := firstValueOf(t, query(t, ctx, c.s, c.client, "SELECT mz_now()::text"))
+	last := uint64(0)
+	for aid := 2; aid < 6; aid++ {
+		answer, inLoop := c.turn(t, ctx, fmt.Sprintf("SELECT abalance, mz_now() FROM %s WHERE aid = %d", table, aid))
+		if !inLoop {
+			t.Fatalf("aid %d: the loop gave the timestamped read back", aid)
+		}
+		checkAnswer(t, answer, "T", fmt.Sprint(aid*10))
+		now := secondValueOf(t, answer)
+		if now < last {
+			t.Fatalf("mz_now() went back from %d to %d", last, now)
+		}
+		last = now
+		if n := len(c.s.proxy.Holds()); n != 0 {
+			t.Fatalf("%d holds after the read", n)
+		}
+	}
+	// ts at or below the floor: no wait for the upper. The first read
+	// below it publishes its hold (a round trip: the goroutine's); the
+	// next ones' holds are covered by it.
+	for range 2 {
+		if err := c.s.lease.Heartbeat(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asof := "SELECT abalance FROM " + table + " WHERE aid = %d AS OF " + ts
+	query(t, ctx, c.s, c.client, fmt.Sprintf(asof, 1))
+	for aid := 2; aid < 5; aid++ {
+		answer, inLoop := c.turn(t, ctx, fmt.Sprintf(asof, aid))
+		if !inLoop {
+			t.Fatalf("aid %d: the loop gave the AS OF read back", aid)
+		}
+		checkAnswer(t, answer, "T", fmt.Sprint(aid*10))
+		if n := len(c.s.proxy.Holds()); n != 0 {
+			t.Fatalf("%d holds after the read", n)
+		}
+	}
+}
+
+// TestGuardedReadInLoopRefused: when the catalog changed since the
+// session saw it (another proxy replaced the table), the guard refuses in
+// the loop, which gives the read back before relaying anything; the
+// session's goroutine plans it again and reads the new table. The read
+// after it is the loop's again.
+func TestGuardedReadInLoopRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := newLoopClient(t, ctx)
+	other, otherClient := openSession(t, ctx, Config{})
+	table := fmt.Sprintf("lrr_%d", time.Now().UnixNano())
+	run := func(s *Session, client *clientBuffer, sqls ...string) {
+		t.Helper()
+		for _, sql := range sqls {
+			if out := query(t, ctx, s, client, sql); strings.Contains(out, "ERROR") {
+				t.Fatalf("%s: %s", sql, out)
+			}
+		}
+	}
+	run(c.s, c.client, "CREATE TABLE "+table+" (v text)", "INSERT INTO "+table+" VALUES ('one')")
+	read := "SELECT v, mz_now() FROM " + table
+	run(c.s, c.client, read)
+	if answer, inLoop := c.turn(t, ctx, read); !inLoop {
+		t.Fatal("the first read was given back")
+	} else {
+		checkAnswer(t, answer, "T", "one")
+	}
+	run(other, otherClient, "DROP TABLE "+table, "CREATE TABLE "+table+" (v text)", "INSERT INTO "+table+" VALUES ('two')")
+	answer, inLoop := c.turn(t, ctx, read)
+	if inLoop {
+		t.Fatal("a read of a stale catalog was served in the loop")
+	}
+	checkAnswer(t, answer, "T", "two")
+	if n := len(c.s.proxy.Holds()); n != 0 {
+		t.Fatalf("%d holds after the refused read", n)
+	}
+	answer, inLoop = c.turn(t, ctx, read)
+	if !inLoop {
+		t.Fatal("the read after the refusal was given back")
+	}
+	checkAnswer(t, answer, "T", "two")
+}
+
+// checkAnswer fails unless answer's frames are first, DataRows whose first
+// value is want, CommandComplete and ReadyForQuery: what a simple Query of
+// one row answers, nothing of the proxy's own in it.
+func checkAnswer(tb testing.TB, answer, first, want string) {
+	tb.Helper()
+	var types []byte
+	for b := []byte(answer); len(b) >= 5; {
+		n := 1 + int(binary.BigEndian.Uint32(b[1:5]))
+		types = append(types, b[0])
+		b = b[n:]
+	}
+	if string(types) != first+"DCZ" {
+		tb.Fatalf("answer's frames %q, want %sDCZ: %q", types, first, answer)
+	}
+	if got := firstValueOf(tb, answer); got != want {
+		tb.Fatalf("read %q, want %q", got, want)
+	}
+}
+
+// secondValueOf is the second column of the first DataRow in answer, a
+// number.
+func secondValueOf(tb testing.TB, answer string) uint64 {
+	tb.Helper()
+	for b := []byte(answer); len(b) > 5; {
+		n := 1 + int(binary.BigEndian.Uint32(b[1:5]))
+		if b[0] == 'D' {
+			row := &pgproto3.DataRow{}
+			if err := row.Decode(b[5:n]); err != nil || len(row.Values) < 2 {
+				tb.Fatalf("DataRow %q: %v", b[:n], err)
+			}
+			var v uint64
+			if _, err := fmt.Sscan(string(row.Values[1]), &v); err != nil {
+				tb.Fatal(err)
+			}
+			return v
+		}
+		b = b[n:]
+	}
+	tb.Fatalf("no DataRow in %q", answer)
+	return 0
+}
+
+// loopReadCases are bench/managed.sh's tsread and asof as simple Queries
+// served the way the event loop serves them (Admit, the batch written to
+// the backend, each answer frame followed with Answer until the
+// ReadyForQuery), on a session against the test server, without the
+// loop's goroutine: what the session's part of a read costs.
+func loopReadCases(tb testing.TB) []timestampedReadCase {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	tb.Cleanup(cancel)
+	s, client := openSession(tb, ctx, Config{EventLoop: true})
+	table := fmt.Sprintf("lrc_%d", time.Now().UnixNano())
+	for _, sql := range []string{
+		"CREATE TABLE " + table + " (aid int PRIMARY KEY, abalance int NOT NULL)",
+		"INSERT INTO " + table + " SELECT g, 0 FROM generate_series(1, 1000) g",
+		"ALTER TABLE " + table + " SET (RETAIN HISTORY FOR '1h')",
+		"SELECT abalance, mz_now() FROM " + table + " WHERE aid = 1",
+	} {
+		if out := query(tb, ctx, s, client, sql); strings.Contains(out, "ERROR") {
+			tb.Fatalf("%s: %s", sql, out)
+		}
+	}
+	ts := firstValueOf(tb, query(tb, ctx, s, client, "SELECT mz_now()::text"))
+	for range 2 {
+		if err := s.lease.Heartbeat(ctx); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	asof := "SELECT abalance FROM " + table + " WHERE aid = %d AS OF " + ts
+	query(tb, ctx, s, client, fmt.Sprintf(asof, 1)) // its hold below the floor, published
+	be := s.LoopBackend()
+	if be == nil {
+		tb.Fatal("the session is not one the loop can drive")
+	}
+	var batch, hdr, body []byte
+	hdr = make([]byte, 5)
+	aid := 0
+	read := func(format string) {
+		aid = aid%1000 + 1
+		var err error
+		batch = fmt.Appendf(batch[:0], "Q\x00\x00\x00\x00"+format+"\x00", aid)
+		binary.BigEndian.PutUint32(batch[1:], uint32(len(batch)-1))
+		send, ok := s.Admit(batch)
+		if !ok || send == nil {
+			tb.Fatalf("%q not admitted as a guarded read", batch)
+		}
+		if _, err = be.Write(send); err != nil {
+			tb.Fatal(err)
+		}
+		held, rows := true, 0
+		for {
+			if _, err = io.ReadFull(be, hdr); err != nil {
+				tb.Fatal(err)
+			}
+			n := int(binary.BigEndian.Uint32(hdr[1:])) - 4
+			body = slices.Grow(append(body[:0], hdr...), n)[:5+n]
+			if _, err = io.ReadFull(be, body[5:]); err != nil {
+				tb.Fatal(err)
+			}
+			if hdr[0] == 'D' && !held {
+				rows++ // the loop does not show the client's rows
+				continue
+			}
+			switch v := s.Answer(hdr[0], body); v {
+			case evloop.Drop:
+			case evloop.Relay:
+				held = false
+			default:
+				tb.Fatalf("answer %c: verdict %d", hdr[0], v)
+			}
+			if hdr[0] == 'Z' {
+				break
+			}
+		}
+		if rows != 1 {
+			tb.Fatalf("%d rows", rows)
+		}
+	}
+	return []timestampedReadCase{
+		{"tsread-loop", func() { read("SELECT abalance, mz_now() FROM " + table + " WHERE aid = %d") }},
+		{"asof-loop", func() { read(asof) }},
+	}
+}
+
+// TestLoopReadAllocations bounds the allocations of a timestamped read the
+// event loop serves (loopReadCases): the session's part, the test's own
+// few included. 32 and 34 when they were first served so (the session's
+// own path: 39 and 40, TestTimestampedReadAllocations).
+func TestLoopReadAllocations(t *testing.T) {
+	want := map[string]float64{"tsread-loop": 34, "asof-loop": 36}
+	for _, c := range loopReadCases(t) {
+		c.next()
+		c.next()
+		got := testing.AllocsPerRun(200, c.next)
+		t.Logf("%s: %.1f allocations per read", c.name, got)
+		if got > want[c.name] {
+			t.Errorf("%s: %.1f allocations per read, want at most %.0f", c.name, got, want[c.name])
+		}
+	}
+}
+
+// BenchmarkLoopRead is BenchmarkTimestampedRead for loopReadCases.
+func BenchmarkLoopRead(b *testing.B) {
+	for _, c := range loopReadCases(b) {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			cpu0 := processCPU(b)
+			for b.Loop() {
+				c.next()
+			}
+			b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+		})
+	}
+}
