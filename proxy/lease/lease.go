@@ -499,7 +499,25 @@ func (l *Lease) publishHold(ctx context.Context, ts uint64, ids []int64, flight 
 // needed; retry says whether f may run again on a new connection when the
 // old one turns out dead.
 func (l *Lease) withConn(ctx context.Context, retry internalconn.Retry, f func(*pgx.Conn) error) error {
-	return l.conn.Run(ctx, retry, f)
+	err := l.conn.Run(ctx, retry, f)
+	if databaseGone(err) {
+		// The incarnation, its holds and the history they protect went
+		// with the database: nothing is left to heartbeat, tick or
+		// compact. Without this the loop dialed the dropped database
+		// about twice a second until the lease expired (47 refused
+		// connections per database a sqllogictest file makes and drops).
+		l.lose(lost(err))
+		return l.Err()
+	}
+	return err
+}
+
+// databaseGone reports whether err is the refusal of a connection to a
+// database that does not exist (any more: it was dropped or renamed).
+func databaseGone(err error) bool {
+	var ce *pgconn.ConnectError
+	var pe *pgconn.PgError
+	return errors.As(err, &ce) && errors.As(err, &pe) && pe.Code == "3D000" // invalid_catalog_name
 }
 
 // Heartbeat renews the lease now and publishes the floor and the holds
