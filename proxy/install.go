@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/pgerr"
+	"github.com/mzproxy/mzproxy/proxy/lease"
 	"github.com/mzproxy/mzproxy/proxy/storage"
 )
 
@@ -39,13 +41,41 @@ func (p *Proxy) ensureInstalled(ctx context.Context, be *backend, database strin
 		return err
 	}
 	// The schema is missing: a lease of the database is of an earlier
-	// database of that name.
+	// database of that name. Registering installs the schema first, on
+	// the lease's own connection: an install over a connection of its
+	// own cost a backend start per new database (a sqllogictest file
+	// makes one): 40-50 ms of the server's CPU on a loaded machine,
+	// about a third of the install script's (docs/corpus-cost.md).
+	// Registering under installs.mu keeps a
+	// session that finds the schema missing meanwhile from forgetting
+	// the new lease.
 	p.leases.Forget(database)
-	return p.install(ctx, database)
+	if _, err := p.leases.Get(ctx, database); err != nil {
+		var ie *lease.InstallError
+		var pe *pgerr.Error
+		switch {
+		case errors.As(err, &ie):
+			return pgerr.Fatal(pgerr.InsufficientPrivilege, "mzproxy could not install its schema in database %q: %v", database, err)
+		case errors.As(err, &pe) && pe.Code == pgerr.ConnectionFailure:
+			return pgerr.Fatal(pgerr.ConnectionFailure, "mzproxy could not connect to install its schema in database %q: %v", database, err)
+		}
+		return leaseError(err)
+	}
+	p.installed(database)
+	return nil
+}
+
+// installed forgets what the proxy read of database before its schema
+// was installed (again).
+func (p *Proxy) installed(database string) {
+	p.database(database).forgetCatalog()
+	p.log.WithField("database", database).Info("installed mzproxy's backend schema")
 }
 
 // install installs the backend schema into database as the backend's
-// configured (administrative) user.
+// configured (administrative) user, without registering there (the
+// proxy's start, LoadCatalog: registering is a session's business, and a
+// proxy of a newer generation fences the older ones when it registers).
 func (p *Proxy) install(ctx context.Context, database string) error {
 	cfg := p.cfg.Backend.Copy()
 	cfg.Database = database
@@ -62,8 +92,7 @@ func (p *Proxy) install(ctx context.Context, database string) error {
 	if err := storage.Install(ctx, conn); err != nil {
 		return pgerr.Fatal(pgerr.InsufficientPrivilege, "mzproxy could not install its schema in database %q: %v", database, err)
 	}
-	p.database(database).forgetCatalog()
-	p.log.WithField("database", database).Info("installed mzproxy's backend schema")
+	p.installed(database)
 	return nil
 }
 

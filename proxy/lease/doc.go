@@ -16,6 +16,10 @@
 // (Err, Done), so a read whose backend snapshot was taken while Err() was
 // nil can never see compacted data. A lost lease stays lost: the proxy
 // must Register again (a new incarnation) before serving that database.
+// A lease whose database was dropped is lost at its next dial, which the
+// server refuses with 3D000 (its loop then stops dialing). Register
+// installs or upgrades mzproxy's backend schema first, on the lease's
+// own connection (InstallError when that fails).
 //
 // # Read holds without a round trip
 //

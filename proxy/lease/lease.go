@@ -34,6 +34,13 @@ const (
 // the grace), or closed.
 var ErrLost = errors.New("lease lost")
 
+// InstallError is Register's error when installing or upgrading mzproxy's
+// backend schema (storage.Install), its first step, failed.
+type InstallError struct{ Err error }
+
+func (e *InstallError) Error() string { return e.Err.Error() }
+func (e *InstallError) Unwrap() error { return e.Err }
+
 // Config configures Register.
 type Config struct {
 	// Dial connects to the lease's database as a superuser (the proxy's
@@ -171,15 +178,19 @@ func Register(ctx context.Context, cfg Config) (*Lease, error) {
 	// Registering twice would make two incarnations: run once.
 	err := l.conn.Run(ctx, internalconn.Once, func(conn *pgx.Conn) error {
 		if err := storage.Install(ctx, conn); err != nil {
-			return err
+			return &InstallError{err}
 		}
 		return conn.QueryRow(ctx, "SELECT r_id, r_generation, r_floor FROM "+storage.Schema+".register($1, $2, $3, $4)",
 			int64(min(cfg.Generation, math.MaxInt64)), cfg.Grace.Milliseconds(), cfg.Host, os.Getpid()).Scan(&l.id, &gen, &floor)
 	})
 	if err != nil {
 		l.conn.Close()
-		if storage.IsFenced(err) {
+		var ie *InstallError
+		switch {
+		case storage.IsFenced(err):
 			return nil, lost(err)
+		case errors.As(err, &ie):
+			return nil, ie
 		}
 		return nil, fmt.Errorf("lease: register: %w", err)
 	}
@@ -509,7 +520,25 @@ func (l *Lease) publishHold(ctx context.Context, ts uint64, ids []int64, flight 
 // needed; retry says whether f may run again on a new connection when the
 // old one turns out dead.
 func (l *Lease) withConn(ctx context.Context, retry internalconn.Retry, f func(*pgx.Conn) error) error {
-	return l.conn.Run(ctx, retry, f)
+	err := l.conn.Run(ctx, retry, f)
+	if databaseGone(err) {
+		// The incarnation, its holds and the history they protect went
+		// with the database: nothing is left to heartbeat, tick or
+		// compact. Without this the loop dialed the dropped database
+		// about twice a second until the lease expired (47 refused
+		// connections per database a sqllogictest file makes and drops).
+		l.lose(lost(err))
+		return l.Err()
+	}
+	return err
+}
+
+// databaseGone reports whether err is the refusal of a connection to a
+// database that does not exist (any more: it was dropped or renamed).
+func databaseGone(err error) bool {
+	var ce *pgconn.ConnectError
+	var pe *pgconn.PgError
+	return errors.As(err, &ce) && errors.As(err, &pe) && pe.Code == "3D000" // invalid_catalog_name
 }
 
 // Heartbeat renews the lease now and publishes the floor and the holds

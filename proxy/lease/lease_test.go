@@ -612,6 +612,43 @@ func TestReconnect(t *testing.T) {
 	}
 }
 
+// TestDroppedDatabase: a lease whose database is dropped is lost at its
+// loop's next round trip (the dial is refused with 3D000), and its loop
+// stops dialing, rather than trying about twice a second until it
+// expires (issue 16: each sqllogictest file makes and drops a database).
+func TestDroppedDatabase(t *testing.T) {
+	d := newDB(t)
+	var dials atomic.Int64
+	cs := d.cs
+	a := d.register(Config{
+		Dial: func(ctx context.Context) (*pgx.Conn, error) {
+			dials.Add(1)
+			return pgx.Connect(ctx, cs)
+		},
+		CompactInterval: 20 * time.Millisecond,
+		TickInterval:    20 * time.Millisecond,
+	})
+	compact(t, a)
+	d.conn.Close(context.Background())
+	admin := connect(t, server.ConnString("postgres", "postgres"))
+	if _, err := admin.Exec(context.Background(), "DROP DATABASE "+d.conn.Config().Database+" WITH (FORCE)"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lease of a dropped database is not lost after 10 s")
+	}
+	if err := a.Err(); !errors.Is(err, ErrLost) || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("lost with %v, want ErrLost saying the database does not exist", err)
+	}
+	n := dials.Load()
+	time.Sleep(200 * time.Millisecond)
+	if more := dials.Load() - n; more > 0 {
+		t.Fatalf("the lost lease dialed its dropped database %d more times", more)
+	}
+}
+
 // TestSet: one lease per database, registered on first use, replaced after
 // a loss, with the generation of the first registration.
 func TestSet(t *testing.T) {
