@@ -525,7 +525,6 @@ DECLARE
     rels oid[];
     hist text[];
     static bool;
-    closed bigint;
     counted bigint;
     read_writes bigint;
     fixed bigint;
@@ -572,16 +571,20 @@ BEGIN
         checked_at := t;
         PERFORM mzproxy.check_reads(read_writes, checked_at);
     END IF;
-    SELECT array_agg(k.history), bool_and(to_regprocedure(k.history || '_restamp(bigint, bigint)') IS NOT NULL)
+    -- (to_regproc: a name, no argument types to parse.)
+    SELECT array_agg(k.history), bool_and(to_regproc(k.history || '_restamp') IS NOT NULL)
       INTO hist, static FROM mzproxy.catalog k WHERE k.oid = ANY (coalesce(rels, '{}'));
     IF hist IS NULL THEN
         NULL;
     ELSIF static THEN
-        -- One statement for all tables, one more to restamp them all.
-        EXECUTE format('SELECT GREATEST(%s)', (SELECT string_agg(x || '_closed($1)', ', ') FROM unnest(hist) x))
-           INTO closed USING p;
-        t := GREATEST(t, closed);
-        EXECUTE format('SELECT %s', (SELECT string_agg(x || '_restamp($1, $2)', ', ') FROM unnest(hist) x)) USING p, t;
+        -- One statement for all tables: T raised to the newest version the
+        -- block closed, computed once (OFFSET 0: not pulled up into each
+        -- restamp's argument, where a table restamped already would have
+        -- no closed version left), then every table restamped with it.
+        EXECUTE format('SELECT c.t%s FROM (SELECT GREATEST($2%s) AS t OFFSET 0) c',
+                       (SELECT string_agg(', ' || x || '_restamp($1, c.t)', '') FROM unnest(hist) x),
+                       (SELECT string_agg(', ' || x || '_closed($1)', '') FROM unnest(hist) x))
+           INTO t USING p, t;
     ELSE
         t := mzproxy.restamp_dynamic(hist, p, t);
     END IF;

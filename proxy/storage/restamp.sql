@@ -20,6 +20,10 @@
 -- mz_from = p means mz_to = Infinity, and the two conditions find the same
 -- rows. (Were one left with mz_to = p, the first arm finds it.)
 --
+-- Also, a block's COMMIT (fix_write) raises T to the newest version it
+-- closed and restamps every table it wrote in one dynamic statement, where
+-- it ran two (a statement EXECUTE runs is parsed and planned each time).
+--
 -- Now the text of a table's two restamp functions is made in one place,
 -- restamp_functions(history), which gen_restamp runs for a new table and
 -- this upgrade runs for every table that has them. A table made before
@@ -82,5 +86,100 @@ BEGIN
     END LOOP;
 END
 $regen$;
+
+-- fix_write as slot_state.sql made it, but for the restamp of a block's
+-- tables (see the header): one dynamic statement, not two (each is parsed
+-- and planned at every COMMIT), and the check that each table has its
+-- functions by name (to_regproc) rather than by signature.
+CREATE OR REPLACE FUNCTION @SCHEMA@.fix_write(p_at_commit bool DEFAULT false) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    my_xid bigint := pg_current_xact_id()::text::bigint;
+    p bigint := -my_xid;
+    v text := current_setting('mzproxy.write_ts', true);
+    slot_ok bool;
+    slot_inc bigint;
+    rels oid[];
+    hist text[];
+    static bool;
+    counted bigint;
+    read_writes bigint;
+    fixed bigint;
+    checked_at bigint;
+    t bigint;
+BEGIN
+    -- The transaction's row (taken out at COMMIT), and the slot checked
+    -- against the one open_write_deferred made with it, in one query.
+    WITH gone AS (DELETE FROM @SCHEMA@.deferred_slots d WHERE d.xid = my_xid AND p_at_commit RETURNING d.*),
+         d AS (SELECT * FROM gone
+               UNION ALL SELECT * FROM @SCHEMA@.deferred_slots x WHERE x.xid = my_xid AND NOT p_at_commit)
+    SELECT d.rels, d.inc, d.read_writes, d.fixed_t, v IS NULL OR v = '' OR v =
+               '-1 ' || coalesce(d.inc::text, '-') || ' ' || @SCHEMA@.key_tag(k.k, '-1 ' || coalesce(d.inc::text, '-'))
+      INTO rels, slot_inc, read_writes, fixed, slot_ok FROM d, @SCHEMA@.write_key k;
+    IF NOT FOUND THEN
+        -- No row: the slot of a READ ONLY transaction, which wrote nothing.
+        SELECT s.t, s.e INTO t, slot_inc FROM @SCHEMA@.write_slot() s;
+        slot_ok := t = -1;
+    END IF;
+    IF slot_ok IS NOT TRUE THEN
+        -- The setting was replaced.
+        RAISE EXCEPTION 'mzproxy.write_ts was not set by mzproxy'
+            USING ERRCODE = '42501',
+                  DETAIL = 'A write''s timestamp is chosen by mzproxy''s oracle for that write alone.';
+    END IF;
+    IF fixed IS NOT NULL THEN
+        -- T was chosen before, and the deferred slot's setting put back
+        -- since: T again.
+        PERFORM set_config('mzproxy.write_ts', fixed::text || ' - ' || @SCHEMA@.key_tag(k.k, fixed::text || ' -'), true)
+           FROM @SCHEMA@.write_key k;
+        RETURN fixed;
+    END IF;
+    LOCK TABLE @SCHEMA@.gate IN ROW SHARE MODE;
+    PERFORM @SCHEMA@.check_incarnation(slot_inc);
+    -- The write counted and T chosen in one query; P read as pinned_ts
+    -- reads it (after a crash, its floor). With the gate held no pin runs
+    -- in between, so the order of the two does not matter.
+    SELECT GREATEST(@SCHEMA@.now_ms(), CASE WHEN s.is_called THEN s.last_value ELSE @SCHEMA@.pinned_ts() END + 1),
+           nextval('@SCHEMA@.writes')
+      INTO t, counted FROM @SCHEMA@.pinned s;
+    -- After T is chosen, before the restamp and before this transaction
+    -- marks its own tables.
+    IF read_writes IS NOT NULL THEN
+        checked_at := t;
+        PERFORM @SCHEMA@.check_reads(read_writes, checked_at);
+    END IF;
+    -- (to_regproc: a name, no argument types to parse.)
+    SELECT array_agg(k.history), bool_and(to_regproc(k.history || '_restamp') IS NOT NULL)
+      INTO hist, static FROM @SCHEMA@.catalog k WHERE k.oid = ANY (coalesce(rels, '{}'));
+    IF hist IS NULL THEN
+        NULL;
+    ELSIF static THEN
+        -- One statement for all tables: T raised to the newest version the
+        -- block closed, computed once (OFFSET 0: not pulled up into each
+        -- restamp's argument, where a table restamped already would have
+        -- no closed version left), then every table restamped with it.
+        EXECUTE format('SELECT c.t%s FROM (SELECT GREATEST($2%s) AS t OFFSET 0) c',
+                       (SELECT string_agg(', ' || x || '_restamp($1, c.t)', '') FROM unnest(hist) x),
+                       (SELECT string_agg(', ' || x || '_closed($1)', '') FROM unnest(hist) x))
+           INTO t USING p, t;
+    ELSE
+        t := @SCHEMA@.restamp_dynamic(hist, p, t);
+    END IF;
+    -- The restamp raised T (it replaced a version written above the T
+    -- chosen): the check marks must carry the final T, so check again.
+    IF t > checked_at THEN
+        PERFORM @SCHEMA@.check_reads(read_writes, t);
+    END IF;
+    PERFORM @SCHEMA@.mark_written(rels);
+    IF NOT p_at_commit THEN
+        UPDATE @SCHEMA@.deferred_slots d SET fixed_t = t WHERE d.xid = my_xid;
+    END IF;
+    -- set_slot(t, NULL), inline.
+    PERFORM set_config('mzproxy.write_ts', t::text || ' - ' || @SCHEMA@.key_tag(k.k, t::text || ' -'), true)
+       FROM @SCHEMA@.write_key k;
+    RETURN t;
+END
+$$;
 
 INSERT INTO @SCHEMA@.schema_version (version) VALUES (34);

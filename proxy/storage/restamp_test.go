@@ -103,3 +103,31 @@ func TestUpgradeToVersion34(t *testing.T) {
 		t.Fatalf("a table made after the upgrade: a block's COMMIT read %d pages of the history index", got)
 	}
 }
+
+// A block's T is raised to the newest version it closed, and every table
+// it wrote is restamped with that one T (computed once, before any table
+// is restamped). The newer version is made by hand: with the oracle's
+// clock and P it cannot be ahead of the T a later COMMIT chooses. (The
+// version of b it closes is left empty, written and retracted at T, as
+// before: no read sees it.)
+func TestBlockRestampRaisedOnce(t *testing.T) {
+	cs, conn := installedDB(t)
+	inWrite(t, conn, "CREATE TABLE a (id int PRIMARY KEY, v int)", "CREATE TABLE b (id int PRIMARY KEY, v int)",
+		"CREATE TABLE c (id int PRIMARY KEY, v int)",
+		"INSERT INTO a VALUES (1, 0)", "INSERT INTO b VALUES (1, 0)", "INSERT INTO c VALUES (1, 0)")
+	hb := queryText(t, conn, "SELECT history FROM "+Schema+".catalog WHERE oid = 'b'::regclass")
+	ahead := queryInt(t, conn, "SELECT "+Schema+".now_ms() + 3600000")
+	if _, err := conn.Exec(context.Background(), "UPDATE "+hb+" SET mz_from = $1 WHERE mz_to = 9223372036854775807", ahead); err != nil {
+		t.Fatal(err)
+	}
+	blockCalls(t, cs, -1, "UPDATE a SET v = 1", "UPDATE b SET v = 1", "UPDATE c SET v = 1")
+	for _, table := range []string{"a", "b", "c"} {
+		hist := queryText(t, conn, "SELECT history FROM "+Schema+".catalog WHERE oid = $1::regclass", table)
+		if got := queryInt(t, conn, "SELECT mz_from FROM "+hist+" WHERE mz_to = 9223372036854775807"); got != ahead {
+			t.Errorf("%s's new version is at %d, want the closed version's %d", table, got, ahead)
+		}
+		if n := queryInt(t, conn, "SELECT count(*) FROM "+hist+" WHERE mz_from < 0 OR mz_to < 0"); n != 0 {
+			t.Errorf("%d placeholder versions of %s committed", n, table)
+		}
+	}
+}
