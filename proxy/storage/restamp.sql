@@ -1,4 +1,5 @@
--- mzproxy backend state, version 33 to 34: a transaction block's COMMIT
+-- mzproxy backend state, version 31 (33 once versions 32 and 33 of other
+-- branches are merged) to 34: a transaction block's COMMIT
 -- finds the versions it wrote through the index again (issue 14).
 --
 -- A block stamps its history with the placeholder p = -(xid); its COMMIT

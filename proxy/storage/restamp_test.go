@@ -72,7 +72,6 @@ func TestUpgradeToVersion34(t *testing.T) {
 	cs := newDB(t)
 	ctx := context.Background()
 	conn := connect(t, cs)
-	// 31: migrations 31 and 32 are other branches' (empty here).
 	prev := strings.ReplaceAll(strings.Join(migrations[:31], "\n"), "@SCHEMA@", Schema)
 	if _, err := conn.PgConn().Exec(ctx, "BEGIN; SET LOCAL check_function_bodies = off; "+prev+"; COMMIT").ReadAll(); err != nil {
 		t.Fatal(err)
