@@ -259,9 +259,8 @@
 //     fix_write (at COMMIT through a deferred constraint trigger, or when
 //     T is first needed) chooses T and restamps each table through its
 //     functions <history>_closed and <history>_restamp (static SQL, made
-//     by gen_restamp from gen_triggers; since version 34 all of them in
-//     one statement, and the restamp finds the versions the block wrote
-//     by (mz_to, mz_from), restamp.sql). A slot replaced fails COMMIT with
+//     by gen_restamp from gen_triggers; since version 34 the restamp finds
+//     the versions the block wrote by (mz_to, mz_from), restamp.sql). A slot replaced fails COMMIT with
 //     42501; one taken away (RESET ALL) is still the row (version 23,
 //     slot_state.sql: write_slot, stamp_ts and fix_write read the row when
 //     the setting is empty; fix_write keeps it with its T, fixed_t, until

@@ -224,9 +224,8 @@ var histWriteSQL string
 
 // restampSQL upgrades version 31 (33 after the merge) to 34: a block's
 // COMMIT finds the versions it wrote through the (mz_to, mz_from) index
-// again (version 17 had made its restamp read the whole index) and
-// restamps all its tables in one dynamic statement; the text of a table's
-// restamp functions is made in one place (restamp_functions).
+// again (version 17 had made its restamp read the whole index); the text
+// of a table's restamp functions is made in one place (restamp_functions).
 //
 //go:embed restamp.sql
 var restampSQL string
