@@ -25,10 +25,10 @@
 --
 -- Now the text of a table's two restamp functions is made in one place,
 -- restamp_functions(history), which gen_restamp runs for a new table and
--- this upgrade runs for every table that has them. A table made before
--- version 13 has an index on mz_to and a partial one on mz_from < 0: its
--- second arm takes the partial index (the "< 0" stays for it, and for the
--- generic plan's estimate).
+-- this upgrade runs for every table that has them. The condition is
+-- version 13's, which it gave tables made before it too (an index on
+-- mz_to and a partial one on mz_from < 0, which the "< 0" keeps usable;
+-- it also keeps the generic plan's estimate small).
 
 -- The CREATE statements of history table h's _closed and _restamp (see
 -- block_cost.sql); OR REPLACE, so an upgrade can run them again.
