@@ -18,6 +18,18 @@
 // update, the rows chosen by a sequence that -seed starts), of one
 // pgbench_branches row (-write counter) or a blind INSERT into
 // pgbench_history (-write insert).
+//
+// -write tpcb is pgbench's TPC-B transaction block instead (BEGIN; three
+// UPDATEs, a SELECT, an INSERT; END: seven round trips, scale 1), in the
+// shapes direct-simple and direct-prepared as above, and as mzproxy sends
+// it (each line one round trip):
+//
+//	block-simple     Bind/Execute/Sync of pin_peek's named statement,
+//	                 Query "BEGIN"; Query "SELECT mzproxy.open_write_deferred(NULL)",
+//	                 Query "<first UPDATE>"; then each Query as it came
+//	block-prepared   the same peek and BEGIN; Bind/Execute/Close of the
+//	                 deferred slot's named statement, then the first
+//	                 UPDATE's Bind/Execute/Sync; then each as it came
 package main
 
 import (
@@ -27,15 +39,18 @@ import (
 	"log"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/mzproxy/mzproxy/proxy/storage"
 )
 
 func main() {
 	dsn := flag.String("dsn", "", "backend connection string")
 	shape := flag.String("shape", "slot-exec", "direct-simple, direct-prepared, slot-query, slot-exec or slot-prepared")
-	write := flag.String("write", "update", "update, counter (one pgbench_branches row) or insert")
+	write := flag.String("write", "update", "update, counter (one pgbench_branches row), insert or tpcb (a block)")
 	n := flag.Int("n", 220, "writes")
 	seed := flag.Uint64("seed", 1, "the rows' sequence")
 	flag.Parse()
@@ -51,6 +66,10 @@ func main() {
 		log.Fatal(err)
 	}
 	fe := hj.Frontend
+	if *write == "tpcb" {
+		tpcb(fe, *shape, *n, *seed)
+		return
+	}
 	text, param := statement(*write)
 	const slotSQL = "SELECT mzproxy.begin_write_occ(NULL, 0)"
 	if *shape == "slot-exec" || *shape == "slot-prepared" {
@@ -92,6 +111,89 @@ func main() {
 	fe.Send(&pgproto3.Terminate{})
 	_ = fe.Flush()
 	_ = hj.Conn.Close()
+}
+
+// tpcbStatements is pgbench's tpcb-like script, without BEGIN and END, as
+// the simple protocol's texts (%[1]d aid, %[2]d tid, %[3]d bid, %[4]d
+// delta) and as prepared statements' ($1 ... in that order).
+var tpcbStatements = [][2]string{
+	{"UPDATE pgbench_accounts SET abalance = abalance + %[4]d WHERE aid = %[1]d;", "UPDATE pgbench_accounts SET abalance = abalance + $4 WHERE aid = $1"},
+	{"SELECT abalance FROM pgbench_accounts WHERE aid = %[1]d;", "SELECT abalance FROM pgbench_accounts WHERE aid = $1"},
+	{"UPDATE pgbench_tellers SET tbalance = tbalance + %[4]d WHERE tid = %[2]d;", "UPDATE pgbench_tellers SET tbalance = tbalance + $4 WHERE tid = $2"},
+	{"UPDATE pgbench_branches SET bbalance = bbalance + %[4]d WHERE bid = %[3]d;", "UPDATE pgbench_branches SET bbalance = bbalance + $4 WHERE bid = $3"},
+	{"INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES (%[2]d, %[3]d, %[1]d, %[4]d, CURRENT_TIMESTAMP);",
+		"INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES ($2, $3, $1, $4, CURRENT_TIMESTAMP)"},
+}
+
+// tpcb runs n TPC-B blocks in shape (see the header).
+func tpcb(fe *pgproto3.Frontend, shape string, n int, seed uint64) {
+	block := strings.HasPrefix(shape, "block-")
+	prepared := strings.HasSuffix(shape, "-prepared")
+	if shape != "direct-simple" && shape != "direct-prepared" && shape != "block-simple" && shape != "block-prepared" {
+		log.Fatalf("unknown shape %q for tpcb", shape)
+	}
+	if block {
+		fe.Send(&pgproto3.Parse{Name: "peek", Query: storage.PinPeekSQL})
+		fe.Send(&pgproto3.Parse{Name: "slot", Query: storage.OpenWriteDeferredFor(-1)})
+	}
+	if prepared {
+		for i, st := range tpcbStatements {
+			// Typed as pgbench's are: its parameters are ints.
+			fe.Send(&pgproto3.Parse{Name: "s" + strconv.Itoa(i), Query: st[1], ParameterOIDs: []uint32{23, 23, 23, 23}[:params(st[1])]})
+		}
+	}
+	fe.Send(&pgproto3.Sync{})
+	flushAndRead(fe)
+
+	x := seed
+	next := func(m uint64) int {
+		x = (x*6364136223846793005 + 1442695040888963407) % (1 << 63)
+		return int(x%m) + 1
+	}
+	for i := 0; i < n; i++ {
+		aid, tid, bid, delta := next(100000), next(10), 1, next(10001)-5001
+		if block {
+			fe.Send(&pgproto3.Bind{PreparedStatement: "peek"})
+			fe.Send(&pgproto3.Execute{})
+			fe.Send(&pgproto3.Sync{})
+		}
+		fe.Send(&pgproto3.Query{String: "BEGIN;"})
+		flushAndRead(fe)
+		for j, st := range tpcbStatements {
+			first := block && j == 0
+			switch {
+			case first && !prepared:
+				fe.Send(&pgproto3.Query{String: storage.OpenWriteDeferredFor(-1)})
+			case first:
+				sendSlot(fe)
+				fe.Send(&pgproto3.Close{ObjectType: 'P', Name: "slot"})
+			}
+			if !prepared {
+				fe.Send(&pgproto3.Query{String: fmt.Sprintf(st[0], aid, tid, bid, delta)})
+			} else {
+				args := [][]byte{[]byte(strconv.Itoa(aid)), []byte(strconv.Itoa(tid)), []byte(strconv.Itoa(bid)), []byte(strconv.Itoa(delta))}
+				fe.Send(&pgproto3.Bind{PreparedStatement: "s" + strconv.Itoa(j), Parameters: args[:params(st[1])]})
+				fe.Send(&pgproto3.Execute{})
+				fe.Send(&pgproto3.Sync{})
+			}
+			flushAndRead(fe)
+		}
+		fe.Send(&pgproto3.Query{String: "END;"})
+		flushAndRead(fe)
+	}
+	fe.Send(&pgproto3.Terminate{})
+	_ = fe.Flush()
+}
+
+// params is the number of parameters a prepared statement's text names
+// ($1 up to $4, in order of first use: every one up to the highest).
+func params(sql string) int {
+	for k := 4; k > 0; k-- {
+		if strings.Contains(sql, "$"+strconv.Itoa(k)) {
+			return k
+		}
+	}
+	return 0
 }
 
 func statement(write string) (text, param string) {

@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 33, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 34, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -572,12 +572,15 @@ BEGIN
         checked_at := t;
         PERFORM mzproxy.check_reads(read_writes, checked_at);
     END IF;
-    SELECT array_agg(k.history), bool_and(to_regprocedure(k.history || '_restamp(bigint, bigint)') IS NOT NULL)
+    -- (to_regproc: a name, no argument types to parse.)
+    SELECT array_agg(k.history), bool_and(to_regproc(k.history || '_restamp') IS NOT NULL)
       INTO hist, static FROM mzproxy.catalog k WHERE k.oid = ANY (coalesce(rels, '{}'));
     IF hist IS NULL THEN
         NULL;
     ELSIF static THEN
         -- One statement for all tables, one more to restamp them all.
+        -- (Measured: one statement with the first as its subquery costs
+        -- as much to plan as the two, docs/write-cost.md.)
         EXECUTE format('SELECT GREATEST(%s)', (SELECT string_agg(x || '_closed($1)', ', ') FROM unnest(hist) x))
            INTO closed USING p;
         t := GREATEST(t, closed);
@@ -607,7 +610,7 @@ CREATE FUNCTION mzproxy.gen_restamp(p_id bigint) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET check_function_bodies TO 'off'
-    AS $_$
+    AS $$
 DECLARE
     h text := (SELECT k.history FROM mzproxy.catalog k WHERE k.id = p_id);
 BEGIN
@@ -615,29 +618,9 @@ BEGIN
     IF h IS NULL OR to_regprocedure(h || '_restamp(bigint, bigint)') IS NOT NULL THEN
         RETURN;
     END IF;
-    -- "< 0" (placeholders are negative) makes the cached generic plans
-    -- expect few rows: the index of mz_to, the partial index of pending
-    -- versions. Without it the generic plan's estimate is that of a
-    -- common value (most versions have mz_to Infinity): a scan of the
-    -- table, or a custom plan made at every call.
-    EXECUTE format($f$
-CREATE FUNCTION %1$s_closed(p bigint) RETURNS bigint
-LANGUAGE plpgsql VOLATILE
-AS $$ BEGIN RETURN (SELECT max(h.mz_from) FROM %1$s h WHERE h.mz_to = p AND h.mz_to < 0); END $$;
-CREATE FUNCTION %1$s_restamp(p bigint, t bigint) RETURNS void
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    -- One statement (the two indexes OR-ed): the versions the block closed
-    -- and those it wrote. (One that is both was deleted by the trigger.)
-    UPDATE %1$s h SET mz_to = CASE WHEN h.mz_to = p THEN t ELSE h.mz_to END,
-                      mz_from = CASE WHEN h.mz_from = p THEN t ELSE h.mz_from END
-     WHERE (h.mz_to = p AND h.mz_to < 0) OR (h.mz_from = p AND h.mz_from < 0);
+    EXECUTE mzproxy.restamp_functions(h);
 END
 $$;
-REVOKE ALL ON FUNCTION %1$s_closed(bigint), %1$s_restamp(bigint, bigint) FROM PUBLIC;$f$, h);
-END
-$_$;
 
 
 
@@ -1968,6 +1951,32 @@ $_$;
 
 
 
+CREATE FUNCTION mzproxy.restamp_functions(h text) RETURNS text
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+SELECT format($f$
+CREATE OR REPLACE FUNCTION %1$s_closed(p bigint) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $$ BEGIN RETURN (SELECT max(h.mz_from) FROM %1$s h WHERE h.mz_to = p AND h.mz_to < 0); END $$;
+CREATE OR REPLACE FUNCTION %1$s_restamp(p bigint, t bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    -- One statement (two index conditions OR-ed): the versions the block
+    -- closed, and those it wrote, which are current (one it closed again
+    -- was deleted by the trigger). restamp.sql says why mz_to is named.
+    UPDATE %1$s h SET mz_to = CASE WHEN h.mz_to = p THEN t ELSE h.mz_to END,
+                      mz_from = CASE WHEN h.mz_from = p THEN t ELSE h.mz_from END
+     WHERE (h.mz_to = p AND h.mz_to < 0)
+        OR (h.mz_to = 9223372036854775807 AND h.mz_from = p AND h.mz_from < 0);
+END
+$$;
+REVOKE ALL ON FUNCTION %1$s_closed(bigint), %1$s_restamp(bigint, bigint) FROM PUBLIC;$f$, h)
+$_$;
+
+
+
 CREATE FUNCTION mzproxy.resync(p_id bigint, p_ts bigint) RETURNS void
     LANGUAGE plpgsql
     SET "DateStyle" TO 'ISO, YMD'
@@ -3235,6 +3244,10 @@ REVOKE ALL ON FUNCTION mzproxy.restamp_dynamic(p_hist text[], p bigint, p_t bigi
 
 
 
+REVOKE ALL ON FUNCTION mzproxy.restamp_functions(h text) FROM PUBLIC;
+
+
+
 REVOKE ALL ON FUNCTION mzproxy.resync(p_id bigint, p_ts bigint) FROM PUBLIC;
 
 
@@ -3446,6 +3459,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('30', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('31', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('32', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('33', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('34', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
