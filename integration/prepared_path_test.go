@@ -147,8 +147,14 @@ func TestPreparedReadFollowsSearchPath(t *testing.T) {
 // runPathSteps runs preparedPathSteps with run, "read" as read, and
 // returns each read's first column or SQLSTATE.
 func runPathSteps(run func(sql string) (string, error), read string) []string {
+	return runSteps(run, read, preparedPathSteps)
+}
+
+// runSteps runs steps with run, "read" as read, and returns each read's
+// first column or SQLSTATE, and the errors of the other steps.
+func runSteps(run func(sql string) (string, error), read string, steps []string) []string {
 	var got []string
-	for _, step := range preparedPathSteps {
+	for _, step := range steps {
 		if step != "read" {
 			if _, err := run(step); err != nil {
 				got = append(got, step+": "+sqlState(err))
@@ -172,9 +178,10 @@ func runPathSteps(run func(sql string) (string, error), read string) []string {
 	return got
 }
 
-// pgxValue runs sql and returns its first row's first column as text.
-func pgxValue(ctx context.Context, conn *pgx.Conn, sql string) (string, error) {
-	rows, err := conn.Query(ctx, sql)
+// pgxValue runs sql with args and returns its first row's first column
+// as text.
+func pgxValue(ctx context.Context, conn *pgx.Conn, sql string, args ...any) (string, error) {
+	rows, err := conn.Query(ctx, sql, args...)
 	if err != nil {
 		return "", err
 	}

@@ -119,21 +119,34 @@ func (s *Session) followSearchPath(ctx context.Context, name string, p *portal) 
 	if err := s.internalMsg(&pgproto3.Close{ObjectType: 'S', Name: name}, uClose); err != nil {
 		return false, err
 	}
-	if err := s.internalMsg(&pgproto3.Parse{Name: name, Query: sql, ParameterOIDs: oids}, uParse); err != nil {
-		return false, err
+	if err := s.be.w.Send(&pgproto3.Parse{Name: name, Query: sql, ParameterOIDs: oids}); err != nil {
+		return false, s.lost(err)
 	}
+	s.units.push(unit{kind: uParse, disp: swallow, failed: func() {
+		// PostgreSQL's statement stays and fails at each use (42P01 for
+		// a name the new path lacks) until the path serves again; the
+		// backend's is closed now: prepared again at the next Bind,
+		// whatever the path then (no path is spelled so).
+		s.defineStatement(name, &preparedStmt{sql: next.sql, explicit: next.explicit,
+			parsed: &explicitParse{path: unpreparedPath, declared: next.parsed.declared}})
+	}})
 	return s.quiesce(ctx)
 }
 
+// unpreparedPath is the search_path of a statement whose rewrite the
+// backend refused to prepare again: never SHOW's answer.
+const unpreparedPath = "\x00"
+
 // sameResultShape reports whether a statement planned again, now, reads
-// relations of the same kinds and columns, in the same places, as it did
-// when it was planned, then: its result has the same columns.
+// managed relations of the same kinds and columns, in the same places, as
+// it did when it was planned, then: its result has the same columns. A
+// name that resolves to no managed relation then or now is the backend's
+// to judge when it prepares the rewrite (42P01 for a name the path
+// lacks).
 func sameResultShape(then, now *planner.Statement) bool {
 	return slices.EqualFunc(then.Reads, now.Reads, func(a, b planner.Ref) bool {
-		if a.Managed() != b.Managed() {
-			return false
-		}
-		return !a.Managed() || a.Object.Kind == b.Object.Kind && slices.Equal(a.Object.Columns, b.Object.Columns)
+		return !a.Managed() || !b.Managed() ||
+			a.Object.Kind == b.Object.Kind && slices.Equal(a.Object.Columns, b.Object.Columns)
 	})
 }
 
