@@ -217,6 +217,49 @@ func TestLeaseSlowReader(t *testing.T) {
 	}
 }
 
+// TestTxnTimedomainHeldLate: a read-only transaction is pinned at t by
+// its first statement, and holds its timedomain at t at its first read
+// that names a managed table, which may come much later: after proxy A's
+// heartbeats raised its floor past t and proxy B compacted (retention
+// 1 ms). That read still reads kv at t, its history too; before, its hold
+// was refused with XX000 "Timestamp (t) is not valid for all inputs" (the
+// race that failed TestLeaseSlowReader once in CI, there in the short
+// window between a pin and its hold): the pin now holds A's floor until
+// the timedomain is held.
+func TestTxnTimedomainHeldLate(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	d := newLeaseDB(t, ctx)
+	a := startProxy(t, leaseArgs("--compaction-interval", "0")...)
+	b := startProxy(t, leaseArgs("--retain-history", "1ms")...)
+	wb := connectTo(t, ctx, b.URL("postgres", d.name))
+	createKV(t, ctx, wb, "")
+	_, contents := updateRounds(t, ctx, wb, 2)
+	r := connectTo(t, ctx, a.URL("postgres", d.name))
+	mustExec(t, ctx, r, "BEGIN")
+	var pinned int64
+	if err := r.QueryRow(ctx, "SELECT mz_now()", simple(r)).Scan(&pinned); err != nil {
+		t.Fatal(err)
+	}
+	// B writes on and compacts every 100 ms; A heartbeats every 200 ms,
+	// each raising its floor to the read_ts the one before saw.
+	updateRounds(t, ctx, wb, 5)
+	time.Sleep(1500 * time.Millisecond)
+	want := contents[1]
+	if got := kv(t, ctx, r, "SELECT k, v FROM kv ORDER BY k"); !slices.Equal(got, want) {
+		t.Fatalf("read at %d: %v, want %v", pinned, got, want)
+	}
+	if got := kv(t, ctx, r, fmt.Sprintf("SELECT k, v FROM kv ORDER BY k AS OF %d", pinned)); !slices.Equal(got, want) {
+		t.Fatalf("AS OF %d: %v, want %v", pinned, got, want)
+	}
+	if s := d.since("kv"); s > uint64(pinned) {
+		t.Fatalf("since %d passed the transaction's timestamp %d", s, pinned)
+	}
+	mustExec(t, ctx, r, "COMMIT")
+	// Nothing outlives the transaction: the since moves on.
+	d.eventually(10*time.Second, "the since past the transaction's timestamp", func() bool { return d.since("kv") > uint64(pinned) })
+}
+
 // TestLeaseHoldIntrospection: a long read shows its hold in
 // mz_internal.mz_read_holds (through any proxy) while it runs; the hold
 // disappears when the read ends, fails, is canceled, or its client

@@ -16,7 +16,8 @@ import (
 // must ask the backend for the session's search_path for the Parse (after
 // a DISCARD ALL): its SHOW is a batch of its own, which does not put the
 // client's batch in a pipeline (25001 before). With pgx's pipeline mode
-// and psycopg 3's (libpq's), each also run against PostgreSQL itself.
+// and psycopg 3's (libpq's), each also run against PostgreSQL itself; with
+// pgx also when a Parse and Describe of another statement came first.
 func TestPipelineFirstStatement(t *testing.T) {
 	t.Parallel()
 	st := newStage(t, stageOpts{postgres: true})
@@ -37,8 +38,17 @@ func TestPipelineFirstStatement(t *testing.T) {
 				if err := conn.PgConn().Exec(ctx, "DISCARD ALL").Close(); err != nil {
 					t.Fatal(err)
 				}
-				if got := pgxPipeline(ctx, conn.PgConn(), target.read, command); got != "prepared; "+command+" ok; sync" {
+				if got := pgxPipeline(ctx, conn.PgConn(), target.read, command, false); got != "prepared; "+command+" ok; sync" {
 					t.Errorf("%s: %s", command, got)
+				}
+				// A Parse and Describe of another statement before it
+				// reached the backend: no Execute yet, so the command
+				// still runs (25001 before: mzproxy's SHOW ran inside).
+				if err := conn.PgConn().Exec(ctx, "DISCARD ALL").Close(); err != nil {
+					t.Fatal(err)
+				}
+				if got := pgxPipeline(ctx, conn.PgConn(), target.read, command, true); got != "prepared; prepared; "+command+" ok; sync" {
+					t.Errorf("%s after a Parse: %s", command, got)
 				}
 			}
 		})
@@ -62,10 +72,14 @@ func TestPipelineFirstStatement(t *testing.T) {
 }
 
 // pgxPipeline sends, in one pgx pipeline, the Parse of read and command,
-// then a Sync, and spells out what came back.
-func pgxPipeline(ctx context.Context, conn *pgconn.PgConn, read, command string) string {
+// then a Sync, and spells out what came back; parseFirst puts the Parse
+// and Describe of another statement first.
+func pgxPipeline(ctx context.Context, conn *pgconn.PgConn, read, command string, parseFirst bool) string {
 	pl := conn.StartPipeline(ctx)
 	defer pl.Close()
+	if parseFirst {
+		pl.SendPrepare("first", "SELECT 1", nil)
+	}
 	pl.SendPrepare("read", read, nil)
 	pl.SendQueryParams(command, nil, nil, nil, nil)
 	if err := pl.Sync(); err != nil {

@@ -43,6 +43,10 @@ type backend struct {
 	// in the implicit transaction of a batch not yet ended by Sync, which
 	// may have taken its snapshot already (a Parse of a SELECT does).
 	unsynced bool
+	// bound: of those messages, a Bind was answered: the batch has a
+	// portal, which a Sync would end, and may have run an Execute, after
+	// which PostgreSQL refuses DISCARD ALL or VACUUM in the batch (25001).
+	bound bool
 	// clientBatch: the message being handled is part of the client's
 	// extended-protocol batch, which the client's own Sync ends (set by
 	// Session.handle). A proxy's query that fails then leaves the backend
@@ -107,8 +111,10 @@ func (b *backend) next() (typ byte, frame []byte, err error) {
 func (b *backend) followBatch(typ byte) {
 	switch typ {
 	case 'Z':
-		b.unsynced = false
-	case '1', '2', '3', 't', 'n', 's':
+		b.unsynced, b.bound = false, false
+	case '2':
+		b.unsynced, b.bound = true, true
+	case '1', '3', 't', 'n', 's':
 		b.unsynced = true
 	}
 }

@@ -45,14 +45,26 @@ func (s *Session) quiesce(ctx context.Context) (bool, error) {
 // parseExplicit forwards the Parse of a statement on the explicit-timestamp
 // path, rewritten.
 func (s *Session) parseExplicit(ctx context.Context, m *pgproto3.Parse, st *planner.Statement) error {
-	oids, st := prepareAsOfParam(st, m.ParameterOIDs, m.ParameterOIDs)
-	rec := &preparedStmt{sql: m.Query, explicit: st}
-	if answeredByProxy(st) {
+	rec, sql, oids := s.explicitRecord(m.Query, m.ParameterOIDs, st)
+	s.defineStatement(m.Name, rec)
+	if answeredByProxy(rec.explicit) {
 		// Answered by the proxy: the backend never sees it.
-		s.defineStatement(m.Name, rec)
 		return s.client.Send(&pgproto3.ParseComplete{})
 	}
-	sql := st.SQL
+	if err := s.be.w.Send(&pgproto3.Parse{Name: m.Name, Query: sql, ParameterOIDs: oids}); err != nil {
+		return s.lost(err)
+	}
+	s.units.push(unit{kind: uParse})
+	return nil
+}
+
+// explicitRecord is the record of a client's statement query, with the
+// parameter types declared, planned as st on the explicit-timestamp path,
+// and the text and parameter types its rewrite is prepared with.
+func (s *Session) explicitRecord(query string, declared []uint32, st *planner.Statement) (rec *preparedStmt, sql string, oids []uint32) {
+	oids, st = prepareAsOfParam(st, declared, declared)
+	rec = &preparedStmt{sql: query, explicit: st, parsed: &explicitParse{path: s.known.searchPathShown, declared: declared}}
+	sql = st.SQL
 	if st.Template != nil && st.Template.Holes() > 0 {
 		// The timestamp comes after the client's parameters, those its
 		// Parse declared types for included (beyond the text's highest
@@ -61,12 +73,87 @@ func (s *Session) parseExplicit(ctx context.Context, m *pgproto3.Parse, st *plan
 		sql = tsParamSQL(st.Template, rec.params+1)
 		oids = withParamOID(oids, rec.params+1, int8OID)
 	}
-	s.defineStatement(m.Name, rec)
-	if err := s.be.w.Send(&pgproto3.Parse{Name: m.Name, Query: sql, ParameterOIDs: oids}); err != nil {
-		return s.lost(err)
+	return rec, sql, oids
+}
+
+// followSearchPath plans the client's statement name again, and prepares
+// its rewrite again under the same name, when the session's search_path
+// is not the one its names were resolved in: PostgreSQL analyses a
+// prepared statement again at its next use after search_path changed (its
+// plan cache compares the paths), while the rewrite names the tables its
+// Parse found. Like PostgreSQL it fails with 0A000 when that would change
+// the result's shape (told here by the columns of the relations read),
+// and leaves the statement as it was. p, the portal being bound, is given
+// the new record. Called at a Bind, with the backend quiesced, which it
+// leaves quiesced (the timestamp's choice may run queries of the proxy's
+// own on the connection); ok is false when the backend refused the new
+// rewrite (the client has its error, and the batch is skipped).
+func (s *Session) followSearchPath(ctx context.Context, name string, p *portal) (ok bool, err error) {
+	rec := p.stmt
+	if showsIsolation(rec.explicit) {
+		return true, nil // names nothing
 	}
-	s.units.push(unit{kind: uParse})
-	return nil
+	if _, err := s.searchPath(ctx); err != nil {
+		return false, err
+	}
+	if rec.parsed.path == s.known.searchPathShown {
+		return true, nil
+	}
+	st, _, err := s.planExplicit(ctx, rec.sql, false)
+	if err != nil {
+		return false, err
+	}
+	if st == nil {
+		// Whether a read names its time depends on its text alone.
+		return false, pgerr.New(pgerr.InternalError, "a statement planned again left the explicit-timestamp path")
+	}
+	if !sameResultShape(rec.explicit, st) {
+		return false, errResultTypeChanged()
+	}
+	next, sql, oids := s.explicitRecord(rec.sql, rec.parsed.declared, st)
+	s.defineStatement(name, next)
+	p.stmt = next
+	if answeredByProxy(st) {
+		return true, nil
+	}
+	if err := s.internalMsg(&pgproto3.Close{ObjectType: 'S', Name: name}, uClose); err != nil {
+		return false, err
+	}
+	if err := s.be.w.Send(&pgproto3.Parse{Name: name, Query: sql, ParameterOIDs: oids}); err != nil {
+		return false, s.lost(err)
+	}
+	s.units.push(unit{kind: uParse, disp: swallow, failed: func() {
+		// PostgreSQL's statement stays and fails at each use (42P01 for
+		// a name the new path lacks) until the path serves again; the
+		// backend's is closed now: prepared again at the next Bind,
+		// whatever the path then (no path is spelled so).
+		s.defineStatement(name, &preparedStmt{sql: next.sql, explicit: next.explicit,
+			parsed: &explicitParse{path: unpreparedPath, declared: next.parsed.declared}})
+	}})
+	return s.quiesce(ctx)
+}
+
+// unpreparedPath is the search_path of a statement whose rewrite the
+// backend refused to prepare again: never SHOW's answer.
+const unpreparedPath = "\x00"
+
+// sameResultShape reports whether a statement planned again, now, reads
+// managed relations of the same kinds and columns, in the same places, as
+// it did when it was planned, then: its result has the same columns. A
+// name that resolves to no managed relation then or now is the backend's
+// to judge when it prepares the rewrite (42P01 for a name the path
+// lacks).
+func sameResultShape(then, now *planner.Statement) bool {
+	return slices.EqualFunc(then.Reads, now.Reads, func(a, b planner.Ref) bool {
+		return !a.Managed() || !b.Managed() ||
+			a.Object.Kind == b.Object.Kind && slices.Equal(a.Object.Columns, b.Object.Columns)
+	})
+}
+
+// errResultTypeChanged is PostgreSQL's refusal to run a prepared statement
+// whose result would no longer have the columns it was described with.
+func errResultTypeChanged() error {
+	return pgerr.New(pgerr.FeatureNotSupported, "cached plan must not change result type")
 }
 
 // bindExplicit chooses the timestamp for a Bind of an explicit-timestamp
@@ -81,6 +168,16 @@ func (s *Session) bindExplicit(ctx context.Context, m *pgproto3.Bind, p *portal)
 	if !ok {
 		// The backend skips this Bind anyway.
 		return s.request(ctx, mustEncode(m), unit{kind: uBind}, false)
+	}
+	if s.tx != txFailed {
+		if ok, err := s.followSearchPath(ctx, m.PreparedStatement, p); err != nil {
+			return s.failExtended(ctx, err)
+		} else if !ok {
+			// Preparing it again failed, the client told why: the
+			// backend skips this Bind.
+			return s.request(ctx, mustEncode(m), unit{kind: uBind}, false)
+		}
+		st = p.stmt.explicit
 	}
 	if answeredByProxy(st) && s.tx == txFailed {
 		// The backend would refuse this Bind, as it refuses every
@@ -129,7 +226,7 @@ func (s *Session) chooseForBind(ctx context.Context, st *planner.Statement) (uin
 	if !stillDefined(st, cat) {
 		// The rewrite names the columns the inputs had at Parse; PostgreSQL
 		// would see no change in it and answer in the old shape.
-		return 0, pgerr.New(pgerr.FeatureNotSupported, "cached plan must not change result type")
+		return 0, errResultTypeChanged()
 	}
 	c, err := s.chooseTimestamp(ctx, st, fr)
 	if err != nil {

@@ -276,13 +276,16 @@ func (b *backend) internalFailed(failed *pgerr.Error) error {
 	return failed
 }
 
-// valueOwnBatch is internalValue for a backend between batches (no
-// extended-protocol message answered since its last ReadyForQuery): the
-// query is a batch of its own, ended by a Sync, as if it had run before
-// the client's batch. Run inside the client's batch, its Execute would put
-// the batch in a pipeline for PostgreSQL, which then refuses a later
+// valueOwnBatch is internalValue for a backend outside a transaction
+// block whose batch, if any, has no portal (no Bind answered since its
+// last ReadyForQuery; a Parse, Describe or Close of the client's may
+// have been): the query is a batch of its own, ended by a Sync, as if it
+// had run before the client's batch (that Sync ends the implicit
+// transaction the client's Parse began, and nothing of it: prepared
+// statements outlive it). Run inside the client's batch, its Execute would
+// put the batch in a pipeline for PostgreSQL, which then refuses a later
 // DISCARD ALL or VACUUM of the batch (25001) that it runs when the batch
-// sent it first.
+// sent no Execute before.
 func (b *backend) valueOwnBatch(ctx context.Context, sql string) (string, error) {
 	if ctx.Err() != nil {
 		return "", pgerr.Wrap(pgerr.QueryCanceled, context.Cause(ctx))

@@ -58,8 +58,8 @@ import (
 // timestamp of an earlier heartbeat, see seen_read.go), so t >= Floor()
 // and the lease grants it in memory. Should a heartbeat have raised the
 // floor past t in between, Acquire checks the real sinces in its own
-// round trip and refuses a t that compaction passed, as it did when the
-// pin was a round trip of its own.
+// round trip, and finds none past t: the pin held the floor before it was
+// sent (fenceFloor), and t is at or above that floor.
 
 // pinGuardStatement names the guard's prepared statement and portal, and
 // pinGuardRevStatement the guard that checks the catalog revision too.
@@ -153,7 +153,8 @@ func (s *Session) pinWithRead(ctx context.Context, sql, readPortal string) *pinG
 // sendPinGuard queues, unflushed, the raise to REPEATABLE READ when the
 // transaction needs it and the guard (both prepared once per session);
 // the client's Query follows them in the same write.
-func (s *Session) sendPinGuard(g *pinGuard) error {
+func (s *Session) sendPinGuard(ctx context.Context, g *pinGuard) error {
+	s.fenceFloor(ctx)
 	m := &s.pinMsgs
 	statement, prepared, oids := pinGuardStatement, &s.pinGuardPrepared, pinGuardOIDs[:2]
 	if g.checkRevision {

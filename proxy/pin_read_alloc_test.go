@@ -7,6 +7,7 @@ import (
 
 	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/planner"
+	"github.com/mzproxy/mzproxy/proxy/lease"
 )
 
 // TestReadOnlyTxnPinAllocations: a read-only transaction's BEGIN and the
@@ -20,6 +21,7 @@ func TestReadOnlyTxnPinAllocations(t *testing.T) {
 	s := &Session{proxy: &Proxy{planner: planner.New(100)}}
 	s.be, s.tx = &backend{w: wire.NewWriter(io.Discard, 8192)}, txIdle
 	s.pinPeekPrepared, s.pinGuardPrepared, s.pinGuardRevPrepared = true, true, true
+	s.lease = lease.Granted(1) // the pin's fence at the floor (fenceFloor)
 	s.known.searchPathShown = `"$user", public`
 	s.known.defaults = txnCharacteristics{isolation: "read committed"}
 	pin := func() {
@@ -32,7 +34,7 @@ func TestReadOnlyTxnPinAllocations(t *testing.T) {
 		}
 		*s.txn.peek = "17"
 		g := &pinGuard{expected: s.known.defaults, revision: 9}
-		if err := s.sendPinGuard(g); err != nil {
+		if err := s.sendPinGuard(context.Background(), g); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -37,6 +37,18 @@ type preparedStmt struct {
 	// PostgreSQL counts them (the highest $n, or the types the Parse
 	// declared), when tsParam is set: the Bind must supply as many.
 	params int
+	// parsed is how an explicit statement was planned, to plan it again
+	// (nil for the others; a pointer keeps the record comparable).
+	parsed *explicitParse
+}
+
+// explicitParse is what an explicit-timestamp statement was planned with:
+// the search_path (as SHOW spells it) its names were resolved in, and the
+// parameter types the client's Parse declared. A Bind under another path
+// plans and prepares the statement again (followSearchPath).
+type explicitParse struct {
+	path     string
+	declared []uint32
 }
 
 // portal is what the session knows of one of the client's portals.

@@ -93,7 +93,7 @@ func (s *Session) searchPath(ctx context.Context) ([]string, error) {
 		return path, nil
 	}
 	show := s.be.internalValue
-	if s.tx == txIdle && !s.be.unsynced && s.units.len() == 0 {
+	if s.tx == txIdle && !s.be.bound && s.units.len() == 0 {
 		show = s.be.valueOwnBatch
 	}
 	v, err := show(ctx, "SHOW search_path")

@@ -15,6 +15,7 @@ import (
 	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
+	"github.com/mzproxy/mzproxy/proxy/lease"
 	"github.com/mzproxy/mzproxy/proxy/storage"
 	"github.com/mzproxy/mzproxy/timeouts"
 )
@@ -81,6 +82,11 @@ type readTxn struct {
 	domain map[string]bool
 	held   map[uint64]bool
 	holds  []heldRead
+	// fence holds every collection at fenceTS, the lease's floor, from
+	// before the pin until the timedomain is held at ts (fenceFloor);
+	// nil when there is none.
+	fence   *lease.Lease
+	fenceTS uint64
 	// catalog is mzproxy's catalog when the transaction was pinned;
 	// searchPath the session's, as read in the transaction (nil after a
 	// SET of it).
@@ -116,7 +122,7 @@ func (s *Session) txnQuery(ctx context.Context, sql string) error {
 	case s.txn.phase == txnFresh || s.pinned():
 		if g := s.pinWithRead(ctx, sql, ""); g != nil {
 			// Answered in firstReadAfterGuard, which sends the read.
-			return s.orLost(s.sendPinGuard(g))
+			return s.orLost(s.sendPinGuard(ctx, g))
 		}
 		// Nothing is outstanding: a Query waits for its answers.
 		ready := func() (bool, error) { return true, nil }
@@ -396,7 +402,7 @@ func (s *Session) txnBind(ctx context.Context, m *pgproto3.Bind) error {
 		if g := s.pinWithRead(ctx, sql, m.DestinationPortal); g != nil {
 			// Answered in settleGuard, before the read's answers.
 			g.sql, g.extended = sql, true
-			return s.orLost(s.sendPinGuard(g))
+			return s.orLost(s.sendPinGuard(ctx, g))
 		}
 		return s.txnExtended(ctx, sql)
 	case s.tx == txIdle && startsWithWord(sql, "begin", "start"):
@@ -581,6 +587,7 @@ var pinAsks = []string{"SHOW transaction_isolation", "SHOW search_path", "SHOW t
 // BEGIN, and pinned with the gate in the same round trip: nothing of the
 // client's ran in it yet.
 func (s *Session) pinQuick(ctx context.Context, expected txnCharacteristics) error {
+	s.fenceFloor(ctx)
 	v, err := s.quickPinValue(ctx, !snapshotIsolation(expected.isolation), peekValue(*s.txn.peek))
 	if err != nil && restrictedView(pgerr.As(err)) {
 		// The check read a view the session restricts now (prepared, or
@@ -742,6 +749,7 @@ func (s *Session) pinGated(ctx context.Context, expected txnCharacteristics, gue
 // round trip (ROLLBACK and the client's BEGIN, to begin anew a transaction
 // whose gate-less pin failed).
 func (s *Session) pinGatedAfter(ctx context.Context, before []string, expected txnCharacteristics, guessed bool) error {
+	s.fenceFloor(ctx)
 	asks := pinAsks
 	queries := before
 	if guessed {
@@ -937,6 +945,7 @@ func (s *Session) inTimedomain(ctx context.Context, st *planner.Statement) *pger
 		if err := s.hold(ctx, s.domainTables()); err != nil {
 			return err
 		}
+		s.releaseFence()
 	}
 	var outside []string
 	for _, r := range st.Reads {
@@ -1067,6 +1076,38 @@ func (s *Session) releaseTxnHolds() {
 	}
 	s.txn.holds = s.txn.holds[:0]
 	clear(s.txn.held)
+	s.releaseFence()
+}
+
+// fenceFloor holds every collection at the lease's floor before the
+// transaction's timestamp is pinned (Lease.HoldFloor). Its holds at ts
+// are taken only after the pin, at its first read that names a managed
+// object (the timedomain), which may come much later; in between,
+// heartbeats may raise the floor past ts and another proxy compact past
+// it, and the holds would be refused with XX000 (TestLeaseSlowReader
+// failed so once in CI, TestTxnTimedomainHeldLate). The pin reads at or
+// above the floor, so the fence keeps every since at or below ts until
+// the timedomain is held. Without a lease the holds report the error.
+func (s *Session) fenceFloor(ctx context.Context) {
+	if s.txn.fence != nil {
+		return
+	}
+	l, err := s.currentLease(ctx)
+	if err != nil {
+		return
+	}
+	if ts, err := l.HoldFloor(); err == nil {
+		s.txn.fence, s.txn.fenceTS = l, ts
+	}
+}
+
+// releaseFence releases fenceFloor's hold: the transaction holds its
+// timedomain at ts, or ended.
+func (s *Session) releaseFence() {
+	if s.txn.fence != nil {
+		s.txn.fence.ReleaseFloor(s.txn.fenceTS)
+		s.txn.fence = nil
+	}
 }
 
 // endTxn forgets the transaction block: it ended.

@@ -38,7 +38,12 @@
 // on every input are known to stay at or below (Lease.covered: lowered by
 // acquire_hold, raised or dropped by each heartbeat when it snapshots the
 // holds out, which it publishes later) is granted in memory; concurrent
-// acquirers at one ts share one round trip. Each heartbeat
+// acquirers at one ts share one round trip. A reader that chooses its
+// timestamp first and holds it later (a read-only transaction: its pin,
+// then its timedomain at its first read of a managed table) takes
+// HoldFloor before it chooses: a count at the floor, which keeps every
+// since at or below it, so the later Acquire is never refused however far
+// the floor moved meanwhile. Each heartbeat
 // publishes the oldest hold out per collection, those above the floor
 // included (only so that mz_read_holds shows them); releases are published
 // by the next heartbeat.

@@ -351,11 +351,8 @@ func (h *Hold) Release() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		delete(l.held, h)
-		if h.slow {
-			return
-		}
-		if l.fast[h.ts]--; l.fast[h.ts] <= 0 {
-			delete(l.fast, h.ts)
+		if !h.slow {
+			l.releaseFastLocked(h.ts)
 		}
 	})
 }
@@ -428,6 +425,41 @@ func (l *Lease) TryAcquire(ts uint64, inputs []int64) (*Hold, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.grantLocked(ts, inputs)
+}
+
+// HoldFloor protects the history of every collection at the floor, in
+// memory, until ReleaseFloor(ts): no since passes ts meanwhile. A reader
+// that chooses its timestamp t afterwards from the oracle (t >= ts: the
+// floor is a read_ts the oracle handed out before) can then Acquire t for
+// its inputs later and never be refused, however many heartbeats raise
+// the floor past t in between (Acquire's round trip then finds every
+// since at or below ts). A count, not a Hold: it costs a reader no
+// allocation. A lost lease fails with Err().
+func (l *Lease) HoldFloor() (ts uint64, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.checkLocked(); err != nil {
+		return 0, err
+	}
+	// At the floor itself, not a copy read earlier: a heartbeat raises
+	// the floor first, under mu, and then publishes at most the oldest
+	// fast hold, this one.
+	l.fast[l.floor]++
+	return l.floor, nil
+}
+
+// ReleaseFloor gives up a HoldFloor at ts.
+func (l *Lease) ReleaseFloor(ts uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.releaseFastLocked(ts)
+}
+
+// releaseFastLocked gives up one hold at ts granted at or above the floor.
+func (l *Lease) releaseFastLocked(ts uint64) {
+	if l.fast[ts]--; l.fast[ts] <= 0 {
+		delete(l.fast, ts)
+	}
 }
 
 // grantLocked grants a hold at ts in memory when it can (nil, nil when it

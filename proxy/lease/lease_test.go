@@ -753,3 +753,72 @@ func TestCompactionChecksBoundedTables(t *testing.T) {
 		t.Errorf("idle round: %d sinces, deletions in %d tables, %d tables not clean", len(st.Since), len(st.Deleted), unreadable())
 	}
 }
+
+// TestHoldFloorKeepsChosenTimestamp: a reader that chooses t from the
+// oracle (a read-only transaction's pin) and acquires its holds at t only
+// later, after heartbeats raised the floor past t and compaction (1 ms
+// retention) ran, is refused t (XX000, below the since: how
+// TestLeaseSlowReader once failed in CI), unless it took HoldFloor before
+// choosing t: then the since stays at or below the fence, and Acquire(t)
+// is granted by its round trip.
+func TestHoldFloorKeepsChosenTimestamp(t *testing.T) {
+	for _, fenced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fenced=%v", fenced), func(t *testing.T) {
+			d := newDB(t)
+			a := d.register(Config{})
+			b := d.register(Config{})
+			d.mustWrite(b.BeginWriteSQL(), "CREATE TABLE t (k text PRIMARY KEY, v text)")
+			id, _ := d.table("t")
+			d.mustWrite(b.BeginWriteSQL(), "INSERT INTO t VALUES ('a', 'a0')")
+			beat(t, a, b)
+			var fence uint64
+			if fenced {
+				var err error
+				if fence, err = a.HoldFloor(); err != nil {
+					t.Fatal(err)
+				}
+				defer a.ReleaseFloor(fence)
+			}
+			// The pin: the oracle's read timestamp, at or above the floor.
+			chosen := uint64(d.int(storage.ReadTSSQL))
+			if fenced && fence > chosen {
+				t.Fatalf("fence %d above the timestamp chosen after it, %d", fence, chosen)
+			}
+			for i := 0; i < 3; i++ {
+				d.mustWrite(b.BeginWriteSQL(), "UPDATE t SET v = v || '+'")
+			}
+			beat(t, a, b)
+			compact(t, b)
+			if f := a.Floor(); f <= chosen {
+				t.Fatalf("the floor %d did not pass %d: the test shows nothing", f, chosen)
+			}
+			h, err := a.Acquire(context.Background(), chosen, []int64{id})
+			var below *BelowSinceError
+			switch {
+			case !fenced && !errors.As(err, &below):
+				t.Fatalf("without the fence: Acquire(%d) = %v, want it refused below the since %d", chosen, err, d.since(id))
+			case fenced && err != nil:
+				t.Fatalf("Acquire(%d) with the fence at %d: %v", chosen, fence, err)
+			case fenced:
+				defer h.Release()
+				if s := d.since(id); s > chosen {
+					t.Fatalf("since %d passed %d", s, chosen)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkHoldFloor: what a read-only transaction's fence costs the
+// proxy (HoldFloor at its pin, ReleaseFloor once its timedomain is held).
+func BenchmarkHoldFloor(b *testing.B) {
+	l := Granted(1)
+	b.ReportAllocs()
+	for b.Loop() {
+		ts, err := l.HoldFloor()
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.ReleaseFloor(ts)
+	}
+}
