@@ -36,9 +36,7 @@ declare -A port pid db
 bench_mzproxy mzproxy "$work/mzproxy" -- $FLAGS
 targets="direct mzproxy"
 if [ -n "$BASELINE" ]; then
-	mkdir -p "$work/baseline"
-	git -C "$root" archive "$BASELINE" | tar -x -C "$work/baseline"
-	(cd "$work/baseline" && go build -o "$work/mzproxy-baseline" ./cmd/mzproxy)
+	build_rev "$BASELINE" baseline
 	# shellcheck disable=SC2086
 	bench_mzproxy baseline "$work/mzproxy-baseline" -- $FLAGS
 	targets="$targets baseline"

@@ -83,6 +83,14 @@ bench_mzproxy() {
 	exit 1
 }
 
+# build_rev REV NAME: mzproxy built from revision REV (git archive, so
+# uncommitted changes are not in it) as $work/mzproxy-NAME.
+build_rev() {
+	mkdir -p "$work/src-$2"
+	git -C "$root" archive "$1" | tar -x -C "$work/src-$2"
+	(cd "$work/src-$2" && go build -o "$work/mzproxy-$2" ./cmd/mzproxy)
+}
+
 # bench_setup [extra mzproxy flags...]: bench_postgres, then mzproxy in
 # front of it on $mz_port.
 bench_setup() {

@@ -63,9 +63,7 @@ start_variant() { # name binary env...
 	targets="$targets $1"
 }
 if [ -n "$BASELINE" ]; then
-	mkdir -p "$work/baseline"
-	git -C "$root" archive "$BASELINE" | tar -x -C "$work/baseline"
-	(cd "$work/baseline" && go build -o "$work/mzproxy-baseline" ./cmd/mzproxy)
+	build_rev "$BASELINE" baseline
 	start_variant mz-baseline "$work/mzproxy-baseline"
 fi
 for v in $VARIANTS; do

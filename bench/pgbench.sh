@@ -84,9 +84,7 @@ for v in $VARIANTS; do
 done
 
 if [ -n "$BASELINE" ]; then
-	mkdir -p "$work/baseline"
-	git -C "$root" archive "$BASELINE" | tar -x -C "$work/baseline"
-	(cd "$work/baseline" && go build -o "$work/mzproxy-baseline" ./cmd/mzproxy)
+	build_rev "$BASELINE" baseline
 	psql -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -qAtc "CREATE DATABASE baseline" >/dev/null
 	db[mz-baseline]=baseline
 	bench_mzproxy mz-baseline "$work/mzproxy-baseline" -- --backend "${backend/\/postgres\?//baseline?}"

@@ -51,9 +51,7 @@ for rev in $REVS; do
 	d=$(dbname "$rev")
 	bin=$work/mzproxy
 	if [ "$rev" != tree ]; then
-		mkdir -p "$work/src-$d"
-		git -C "$root" archive "$rev" | tar -x -C "$work/src-$d"
-		(cd "$work/src-$d" && go build -o "$work/mzproxy-$d" ./cmd/mzproxy)
+		build_rev "$rev" "$d"
 		bin=$work/mzproxy-$d
 	fi
 	direct_sql postgres "CREATE DATABASE $d"

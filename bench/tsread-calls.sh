@@ -26,9 +26,7 @@ db[mzproxy]=managed
 bench_mzproxy mzproxy "$work/mzproxy"
 targets=mzproxy
 if [ -n "$BASELINE" ]; then
-	mkdir -p "$work/baseline"
-	git -C "$root" archive "$BASELINE" | tar -x -C "$work/baseline"
-	(cd "$work/baseline" && go build -o "$work/mzproxy-baseline" ./cmd/mzproxy)
+	build_rev "$BASELINE" baseline
 	db[baseline]=managed
 	bench_mzproxy baseline "$work/mzproxy-baseline"
 	targets="$targets baseline"

@@ -75,9 +75,7 @@ start_proxies() {
 	fi
 	[ -n "$BASELINE" ] || return 0
 	echo "building mzproxy $BASELINE" >&2
-	mkdir -p "$work/baseline"
-	git -C "$root" archive "$BASELINE" | tar -x -C "$work/baseline"
-	(cd "$work/baseline" && go build -o "$work/mzproxy-baseline" ./cmd/mzproxy)
+	build_rev "$BASELINE" baseline
 	for t in base base2; do
 		bench_mzproxy "$t" "$work/mzproxy-baseline" -- --backend "${backend/\/postgres\?//baseline?}"
 	done
