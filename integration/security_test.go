@@ -12,7 +12,7 @@ import (
 
 // TestSchemaUsageAtTimestamp: an ordinary role granted SELECT on tables
 // of a schema it may not use (nouse) reads them at a timestamp (AS OF
-// mz_now(), AS OF AT LEAST, mz_now() in the query, history mode) through
+// mz_now(), AS OF AT LEAST, mz_now() in the query, history mode; a view there too) through
 // mzproxy (event loop on and off) with pgx's simple and extended
 // protocols, and gets PostgreSQL's own answer to the statement without
 // the timestamp: 42501 "permission denied for schema nouse" for a
@@ -28,7 +28,8 @@ func TestSchemaUsageAtTimestamp(t *testing.T) {
 	mustExec(t, ctx, owner, `CREATE SCHEMA nouse`, `CREATE SCHEMA hid`,
 		`CREATE TABLE nouse.t (v text)`, `CREATE TABLE nouse.only_here (v text)`, `CREATE TABLE public.t (v text)`,
 		`INSERT INTO nouse.t VALUES ('nouse')`, `INSERT INTO nouse.only_here VALUES ('nouse')`, `INSERT INTO public.t VALUES ('public')`,
-		`GRANT SELECT ON nouse.t, nouse.only_here, public.t TO `+role)
+		`CREATE VIEW nouse.vw AS SELECT v FROM public.t`,
+		`GRANT SELECT ON nouse.t, nouse.only_here, nouse.vw, public.t TO `+role)
 	answer := func(ctx context.Context, conn *pgx.Conn, sql string) string {
 		v, err := pgxValue(ctx, conn, sql)
 		var pe *pgconn.PgError
@@ -54,6 +55,8 @@ func TestSchemaUsageAtTimestamp(t *testing.T) {
 		{"public", "SELECT v FROM nouse.t x WHERE mz_now() > 0", ""},
 		{"public", "SELECT (SELECT v FROM nouse.only_here) FROM public.t AS OF mz_now()", ""},
 		{"nouse, public", "SELECT v FROM only_here AS OF mz_now()", ""},
+		{"public", "SELECT v FROM nouse.vw AS OF mz_now()", ""},
+		{"nouse, public", "SELECT v FROM vw AS OF mz_now()", ""},
 		{"nouse", "SELECT v FROM t AS OF mz_now()", ""},
 		{"public", "SELECT v FROM t AS OF mz_now()", ""},
 		// PostgreSQL reads public.t; mzproxy's catalog resolves t to nouse.t.

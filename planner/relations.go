@@ -445,6 +445,17 @@ func (a *analyzer) expandView(n *pg.Node, rv *pg.RangeVar, o *Object) {
 			alias.Colnames = append(alias.Colnames, stringNode(c))
 		}
 	}
+	if g := a.guard(rv, o, " WHERE "); g != "" {
+		// The view's own name is checked as the table's is (replaceTable).
+		r, err := parse("SELECT * FROM (SELECT) AS v" + g)
+		if err != nil {
+			a.fail(pgerr.New(pgerr.InternalError, "cannot build the read of view %q: %v", o.Name, err))
+			return
+		}
+		wrap := r.Stmts[0].Stmt
+		wrap.GetSelectStmt().FromClause[0].GetRangeSubselect().Subquery = body
+		body = wrap
+	}
 	a.noteQualified(rv, o)
 	n.Node = &pg.Node_RangeSubselect{RangeSubselect: &pg.RangeSubselect{Subquery: body, Alias: alias}}
 }
