@@ -100,3 +100,38 @@ func TestSchemaUsageAtTimestamp(t *testing.T) {
 		t.Errorf("after REVOKE SELECT: %s: %q", read, got)
 	}
 }
+
+// TestRowSecurityAtTimestamp: a managed table's history has no row-level
+// security policies, so a read at a timestamp of a table with row-level
+// security enabled is refused (0A000) rather than showing the rows its
+// policies hide; the same read works before ENABLE ROW LEVEL SECURITY,
+// and directly PostgreSQL applies the policy.
+func TestRowSecurityAtTimestamp(t *testing.T) {
+	t.Parallel()
+	st := newStage(t, stageOpts{proxies: [][]string{nil, {"--event-loop=false"}}})
+	ctx, db, role := st.ctx, st.db, st.role
+	owner := connectTo(t, ctx, st.url(0, "postgres"))
+	mustExec(t, ctx, owner, `CREATE TABLE rls (v text)`, `INSERT INTO rls VALUES ('mine'), ('hidden')`,
+		`GRANT SELECT ON rls TO `+role)
+	const read = "SELECT count(*)::text FROM rls AS OF mz_now()"
+	var conns []*pgx.Conn
+	for _, p := range st.proxies {
+		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+			conn := connectMode(t, ctx, p.URL(role, db), mode)
+			if v, err := pgxValue(ctx, conn, read); err != nil || v != "2" {
+				t.Fatalf("before row-level security: %q, %v", v, err)
+			}
+			conns = append(conns, conn)
+		}
+	}
+	mustExec(t, ctx, owner, `ALTER TABLE rls ENABLE ROW LEVEL SECURITY`,
+		`CREATE POLICY mine ON rls FOR SELECT USING (v = 'mine')`)
+	if v, err := pgxValue(ctx, connectTo(t, ctx, directURL(role, db)), strings.ReplaceAll(read, " AS OF mz_now()", "")); err != nil || v != "1" {
+		t.Fatalf("directly: %q, %v", v, err)
+	}
+	for i, conn := range conns {
+		if v, err := pgxValue(ctx, conn, read); sqlState(err) != "0A000" {
+			t.Errorf("connection %d: %s: %q, %v; want 0A000", i, read, v, err)
+		}
+	}
+}
