@@ -13,9 +13,8 @@ import (
 // reads, with a parameter, across search_path changes PostgreSQL resolves
 // in its own ways: a schema whose name needs quoting, a path naming no
 // schema with t (42P01, and the prepared statement serves again once the
-// path has t again), an empty path. (A schema the role may not use, which
-// PostgreSQL's name lookup skips, is not: mzproxy's catalog does not know
-// the role's rights, README Limitations.) Through pgx's five modes and lib/pq
+// path has t again), an empty path (a schema the role may not use:
+// TestSchemaUsageAtTimestamp). Through pgx's five modes and lib/pq
 // (Prepare, and QueryRow with arguments), each against PostgreSQL itself
 // as the same role: the same answers or SQLSTATEs.
 func TestHostile12PreparedPath(t *testing.T) {

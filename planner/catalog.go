@@ -53,13 +53,17 @@ type Object struct {
 	// under which pg_get_viewdef qualifies every name (e.g. only
 	// pg_catalog).
 	ViewSQL string
+	// RowSecurity: row-level security is enabled on the table. Its
+	// history has no policies, so a read at a timestamp is refused.
+	RowSecurity bool
 }
 
 // sameDefinition reports whether a cached plan made against o is still
 // valid against p.
 func (o *Object) sameDefinition(p *Object) bool {
 	return o.ID == p.ID && o.Schema == p.Schema && o.Name == p.Name && o.Kind == p.Kind &&
-		o.History == p.History && o.ViewSQL == p.ViewSQL && slices.Equal(o.Columns, p.Columns)
+		o.History == p.History && o.ViewSQL == p.ViewSQL && o.RowSecurity == p.RowSecurity &&
+		slices.Equal(o.Columns, p.Columns)
 }
 
 // Ref is a relation a statement reads or writes, as written (Schema ""

@@ -49,7 +49,16 @@
 // column reference qualified with a schema (public.t.a) becomes t.a. A
 // managed view that reads managed tables (transitively) is replaced by its
 // definition (Object.ViewSQL), rewritten the same way; views reading only
-// unmanaged relations stay as they are. mz_now() becomes $N::bigint: the
+// unmanaged relations stay as they are. A reference the statement itself
+// makes (not one inside a view's definition) keeps its name in a guard
+// that reads no row, `AND NOT EXISTS (SELECT FROM t a, public.t b WHERE
+// false)` (a view's: `SELECT * FROM (<definition>) v WHERE NOT EXISTS
+// ...`): the name as written and the one the catalog resolved it to, so
+// PostgreSQL resolves and checks them itself (schema USAGE, SELECT) as it
+// would without the timestamp (guard in rewrite.go). The analyzer leaves
+// such a row-less EXISTS alone (checksOnly), so a rewrite rewrites to
+// itself. A table with row-level security enabled is refused (0A000):
+// its history has no policies. mz_now() becomes $N::bigint: the
 // chosen timestamp in milliseconds since the Unix epoch (Materialize's type
 // is mz_timestamp; bigint compares with integer columns the same way); an
 // output column that is a bare mz_now() is named mz_now, as in Materialize.

@@ -117,6 +117,11 @@ func (a *analyzer) node(n *pg.Node, sc *scope) {
 	switch x := n.Node.(type) {
 	case *pg.Node_RangeVar:
 		a.rangeVarRead(n, x.RangeVar, sc)
+	case *pg.Node_SubLink:
+		if checksOnly(x.SubLink) {
+			return
+		}
+		a.msg(x.SubLink.ProtoReflect(), sc)
 	case *pg.Node_SelectStmt:
 		a.selectStmt(x.SelectStmt, sc)
 	case *pg.Node_InsertStmt:
@@ -369,6 +374,27 @@ func (a *analyzer) rangeVarRead(n *pg.Node, rv *pg.RangeVar, sc *scope) {
 	}
 }
 
+// checksOnly reports an `EXISTS (SELECT FROM <relations> WHERE false)`,
+// the shape of a rewrite's guard: PostgreSQL reads no row of those
+// relations, it only resolves and checks them, so they are not read and
+// must stay as written (a rewritten statement rewrites to itself).
+func checksOnly(l *pg.SubLink) bool {
+	s := l.Subselect.GetSelectStmt()
+	if l.SubLinkType != pg.SubLinkType_EXISTS_SUBLINK || s == nil || len(s.TargetList) != 0 ||
+		len(s.FromClause) == 0 || s.WithClause != nil || s.Op != pg.SetOperation_SETOP_NONE {
+		return false
+	}
+	if c := s.WhereClause.GetAConst(); c == nil || c.GetBoolval() == nil || c.GetBoolval().Boolval {
+		return false
+	}
+	for _, f := range s.FromClause {
+		if f.GetRangeVar() == nil {
+			return false
+		}
+	}
+	return true
+}
+
 func isMzNow(f *pg.FuncCall) bool {
 	if len(f.Args) != 0 || f.AggStar || f.Over != nil || f.AggFilter != nil || len(f.AggOrder) != 0 ||
 		f.AggDistinct || f.AggWithinGroup || f.FuncVariadic {
@@ -418,6 +444,17 @@ func (a *analyzer) expandView(n *pg.Node, rv *pg.RangeVar, o *Object) {
 		for _, c := range o.Columns {
 			alias.Colnames = append(alias.Colnames, stringNode(c))
 		}
+	}
+	if g := a.guard(rv, o, " WHERE "); g != "" {
+		// The view's own name is checked as the table's is (replaceTable).
+		r, err := parse("SELECT * FROM (SELECT) AS v" + g)
+		if err != nil {
+			a.fail(pgerr.New(pgerr.InternalError, "cannot build the read of view %q: %v", o.Name, err))
+			return
+		}
+		wrap := r.Stmts[0].Stmt
+		wrap.GetSelectStmt().FromClause[0].GetRangeSubselect().Subquery = body
+		body = wrap
 	}
 	a.noteQualified(rv, o)
 	n.Node = &pg.Node_RangeSubselect{RangeSubselect: &pg.RangeSubselect{Subquery: body, Alias: alias}}

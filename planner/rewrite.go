@@ -16,9 +16,16 @@ import (
 // cut out of a tree the parser itself produced for equivalent SQL.
 
 // replaceTable replaces the FROM item n (a reference to managed table o)
-// with `(SELECT <cols> FROM <history> WHERE mz_from <= $N AND mz_to > $N)
-// AS <alias>`.
+// with `(SELECT <cols> FROM <history> WHERE mz_from <= $N AND mz_to > $N
+// <guard>) AS <alias>`.
 func (a *analyzer) replaceTable(n *pg.Node, rv *pg.RangeVar, o *Object) {
+	if o.RowSecurity {
+		// The history table has no policies: reading it would show a role
+		// the rows the table's policies hide from it.
+		a.fail(pgerr.New(pgerr.FeatureNotSupported,
+			"row-level security of %q is not applied at an explicit timestamp: it cannot be read at one", o.Name))
+		return
+	}
 	var b strings.Builder
 	b.WriteString("SELECT * FROM (SELECT ")
 	for i, c := range o.Columns {
@@ -28,8 +35,8 @@ func (a *analyzer) replaceTable(n *pg.Node, rv *pg.RangeVar, o *Object) {
 		b.WriteString(quoteAlways(c))
 	}
 	p := "$" + strconv.Itoa(a.param)
-	fmt.Fprintf(&b, " FROM %s.%s WHERE mz_from <= %s AND mz_to > %s) AS x",
-		quoteAlways(o.History.Schema), quoteAlways(o.History.Name), p, p)
+	fmt.Fprintf(&b, " FROM %s.%s WHERE mz_from <= %s AND mz_to > %s%s) AS x",
+		quoteAlways(o.History.Schema), quoteAlways(o.History.Name), p, p, a.guard(rv, o, " AND "))
 	r, err := parse(b.String())
 	if err != nil || o.History.Name == "" {
 		a.fail(pgerr.New(pgerr.InternalError, "cannot build the history read of %q: %v", o.Name, err))
@@ -40,6 +47,41 @@ func (a *analyzer) replaceTable(n *pg.Node, rv *pg.RangeVar, o *Object) {
 	a.noteQualified(rv, o)
 	n.Node = &pg.Node_RangeSubselect{RangeSubselect: sub}
 	a.rewrote = true
+}
+
+// guard is `<prefix>NOT EXISTS (SELECT FROM <the reference as written>,
+// <o qualified> WHERE false)` for a reference the statement itself makes
+// (not one inside a view's definition, which PostgreSQL checks with the
+// view owner's rights): it reads no row, but PostgreSQL resolves both
+// names and checks them as the statement's own reference would be. The
+// name as written is looked up by PostgreSQL's own rules (a qualified
+// schema needs USAGE: 42501 "permission denied for schema"; the search
+// path skips schemas without USAGE: 42P01 when nothing else is there),
+// before the name mzproxy resolved it to, which fails in the same way
+// when PostgreSQL's lookup would find another relation (mzproxy's catalog
+// does not know the role's rights); and the executor checks SELECT on
+// each (on the table or any of its columns) at every execution, so a
+// prepared read stops when the role loses it. Neither costs a round trip
+// or a scan: the plan reads no row of either.
+func (a *analyzer) guard(rv *pg.RangeVar, o *Object, prefix string) string {
+	if a.viewDepth > 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(prefix)
+	b.WriteString("NOT EXISTS (SELECT FROM ")
+	if rv.Catalogname != "" {
+		b.WriteString(quoteAlways(rv.Catalogname) + ".")
+	}
+	if rv.Schemaname != "" {
+		b.WriteString(quoteAlways(rv.Schemaname) + ".")
+	}
+	b.WriteString(quoteAlways(rv.Relname) + " AS a")
+	if rv.Schemaname != o.Schema {
+		fmt.Fprintf(&b, ", %s.%s AS b", quoteAlways(o.Schema), quoteAlways(o.Name))
+	}
+	b.WriteString(" WHERE false)")
+	return b.String()
 }
 
 // mzNowExpr is `$N::bigint`. mz_now() is of type mz_timestamp in

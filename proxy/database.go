@@ -278,6 +278,8 @@ func newCatalogSnapshot(c *storage.Catalog) *catalogSnapshot {
 			Kind:    planner.Table,
 			History: planner.QualifiedName{Schema: o.HistorySchema, Name: o.HistoryName},
 			ViewSQL: o.ViewSQL,
+
+			RowSecurity: o.RowSecurity,
 		}
 		if o.Kind == storage.KindView {
 			po.Kind = planner.View

@@ -434,7 +434,7 @@ func stillDefined(st *planner.Statement, cat *catalogSnapshot) bool {
 	same := func(o *planner.Object) bool {
 		now := cat.objects[int64(o.ID)]
 		return now != nil && now.Kind == o.Kind && now.History == o.History &&
-			now.ViewSQL == o.ViewSQL && slices.Equal(now.Columns, o.Columns)
+			now.ViewSQL == o.ViewSQL && now.RowSecurity == o.RowSecurity && slices.Equal(now.Columns, o.Columns)
 	}
 	for _, r := range st.Reads {
 		if r.Managed() && !same(r.Object) {

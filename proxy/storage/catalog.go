@@ -61,6 +61,9 @@ type Object struct {
 	CreatedTS uint64
 	// Revision is the catalog revision of the object's last change.
 	Revision int64
+	// RowSecurity: row-level security is enabled on the table
+	// (pg_class.relrowsecurity), which its history does not apply.
+	RowSecurity bool
 }
 
 // Catalog is a snapshot of the managed objects.
@@ -93,11 +96,13 @@ const loadCatalogSQL = `
 WITH k AS MATERIALIZED (
     SELECT id, kind, oid, schema_name, name, coalesce(history, '') AS history,
            CASE WHEN kind = 'view' THEN ` + Schema + `.view_definition(oid) ELSE '' END AS view_sql,
-           created_ts, revision
+           created_ts, revision,
+           coalesce((SELECT r.relrowsecurity FROM pg_class r WHERE r.oid = catalog.oid), false) AS rls
       FROM ` + Schema + `.catalog
      WHERE dropped_ts IS NULL
 )
 SELECT k.id, k.kind, k.oid, k.schema_name, k.name, k.history, k.view_sql, k.created_ts, k.revision,
+       k.rls,
        a.attname, a.atttypid, a.atttypmod,
        ` + Schema + `.type_name(a.atttypid, a.atttypmod), a.attnotnull
   FROM k
@@ -132,7 +137,7 @@ func LoadCatalog(ctx context.Context, q Querier) (*Catalog, error) {
 			kind    string
 		)
 		if err := rows.Scan(&o.ID, &kind, &o.OID, &o.Schema, &o.Name, &o.History, &o.ViewSQL,
-			&created, &o.Revision, &attname, &typoid, &typmod, &typname, &notnull); err != nil {
+			&created, &o.Revision, &o.RowSecurity, &attname, &typoid, &typmod, &typname, &notnull); err != nil {
 			return nil, fmt.Errorf("storage: load catalog: %w", err)
 		}
 		if cur == nil || cur.ID != o.ID {
