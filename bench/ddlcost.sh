@@ -34,17 +34,9 @@ direct_sql() { psql -X -h 127.0.0.1 -p "$pg_port" -U postgres -d "$1" -qAtc "$2"
 probe="CREATE TABLE probe (a int PRIMARY KEY, b text)"
 
 declare -A port pid db
-dbname() { echo "managed_${1//[^a-zA-Z0-9]/_}"; }
 for rev in $REVS; do
-	d=$(dbname "$rev")
-	bin=$work/mzproxy
-	if [ "$rev" != tree ]; then
-		build_rev "$rev" "$d"
-		bin=$work/mzproxy-$d
-	fi
-	direct_sql postgres "CREATE DATABASE $d"
-	db[$d]=$d
-	bench_mzproxy "$d" "$bin" -- --backend "${backend/\/postgres\?//$d?}"
+	d=$(rev_dbname "$rev")
+	rev_database "$rev"
 	psql -X -h 127.0.0.1 -p "${port[$d]}" -U postgres -d "$d" -qAtc "$probe"
 	[ -z "${PATCH:-}" ] || direct_sql "$d" "$(cat "$PATCH")" >/dev/null
 	kill "${pid[$d]}"
@@ -52,7 +44,7 @@ for rev in $REVS; do
 done
 direct_sql postgres "CREATE DATABASE plain"
 direct_sql plain "$probe"
-for d in plain $(for rev in $REVS; do dbname "$rev"; done); do direct_sql "$d" 'VACUUM ANALYZE'; done
+for d in plain $(for rev in $REVS; do rev_dbname "$rev"; done); do direct_sql "$d" 'VACUUM ANALYZE'; done
 direct_sql postgres CHECKPOINT
 as_pg "$bindir/pg_ctl" -D "$work/pg" -m fast stop >/dev/null
 
@@ -103,7 +95,7 @@ instructions() {
 
 printf '%-8s %-24s %12s\n' pair database per_pair
 for kind in $PAIRS; do
-	for d in plain $(for rev in $REVS; do dbname "$rev"; done); do
+	for d in plain $(for rev in $REVS; do rev_dbname "$rev"; done); do
 		m=yes
 		[ "$d" = plain ] && m=no
 		direct_sql postgres "CREATE DATABASE copy TEMPLATE $d STRATEGY FILE_COPY"

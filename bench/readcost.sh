@@ -46,17 +46,9 @@ COMMIT;
 EOF
 
 declare -A port pid db
-dbname() { echo "managed_${1//[^a-zA-Z0-9]/_}"; }
 for rev in $REVS; do
-	d=$(dbname "$rev")
-	bin=$work/mzproxy
-	if [ "$rev" != tree ]; then
-		build_rev "$rev" "$d"
-		bin=$work/mzproxy-$d
-	fi
-	direct_sql postgres "CREATE DATABASE $d"
-	db[$d]=$d
-	bench_mzproxy "$d" "$bin" -- --backend "${backend/\/postgres\?//$d?}"
+	d=$(rev_dbname "$rev")
+	rev_database "$rev"
 	pgbench -i -q -s 1 -h 127.0.0.1 -p "${port[$d]}" -U postgres "$d" >"$work/init.$d.log" 2>&1 ||
 		{ cat "$work/init.$d.log" >&2; exit 1; }
 	direct_sql postgres "ALTER DATABASE $d SET log_min_duration_statement = 0"
@@ -71,7 +63,7 @@ for rev in $REVS; do
 done
 direct_sql postgres "CREATE DATABASE plain"
 pgbench -i -q -s 1 -h 127.0.0.1 -p "$pg_port" -U postgres plain >"$work/init.plain.log" 2>&1
-for d in plain $(for rev in $REVS; do dbname "$rev"; done); do direct_sql "$d" 'VACUUM ANALYZE'; done
+for d in plain $(for rev in $REVS; do rev_dbname "$rev"; done); do direct_sql "$d" 'VACUUM ANALYZE'; done
 direct_sql postgres CHECKPOINT
 as_pg "$bindir/pg_ctl" -D "$work/pg" -m fast stop >/dev/null
 
@@ -118,7 +110,7 @@ per_txn() { # db label args...
 printf '%-24s %-28s %12s\n' database shape per_transaction
 per_txn plain direct
 for rev in $REVS; do
-	d=$(dbname "$rev")
+	d=$(rev_dbname "$rev")
 	raise=$(sed -n 's/.*execute [^:]*pin_raise[^:]*: //p' "$work/log.$d" | tail -1)
 	# The guards, each by its last execution: the statement, then the
 	# DETAIL line of its parameters ($1 = '...', $2 = '...').

@@ -32,17 +32,9 @@ SRC=tree bench_postgres
 direct_sql() { psql -X -h 127.0.0.1 -p "$pg_port" -U postgres -d "$1" -qAtc "$2"; }
 
 declare -A port pid db
-dbname() { echo "managed_${1//[^a-zA-Z0-9]/_}"; }
 for rev in $REVS; do
-	d=$(dbname "$rev")
-	bin=$work/mzproxy
-	if [ "$rev" != tree ]; then
-		build_rev "$rev" "$d"
-		bin=$work/mzproxy-$d
-	fi
-	direct_sql postgres "CREATE DATABASE $d"
-	db[$d]=$d
-	bench_mzproxy "$d" "$bin" -- --backend "${backend/\/postgres\?//$d?}"
+	d=$(rev_dbname "$rev")
+	rev_database "$rev"
 	pgbench -i -q -s 1 -h 127.0.0.1 -p "${port[$d]}" -U postgres "$d" >"$work/init.$d.log" 2>&1 ||
 		{ cat "$work/init.$d.log" >&2; exit 1; }
 	kill "${pid[$d]}"
@@ -50,7 +42,7 @@ for rev in $REVS; do
 done
 direct_sql postgres "CREATE DATABASE plain"
 pgbench -i -q -s 1 -h 127.0.0.1 -p "$pg_port" -U postgres plain >"$work/init.plain.log" 2>&1
-for d in plain $(for rev in $REVS; do dbname "$rev"; done); do direct_sql "$d" 'VACUUM ANALYZE'; done
+for d in plain $(for rev in $REVS; do rev_dbname "$rev"; done); do direct_sql "$d" 'VACUUM ANALYZE'; done
 direct_sql postgres CHECKPOINT
 as_pg "$bindir/pg_ctl" -D "$work/pg" -m fast stop >/dev/null
 
@@ -89,7 +81,7 @@ for write in $WRITES; do
 	for shape in $SHAPES; do
 		case $shape in
 		direct-*) dbs=plain ;;
-		*) dbs=$(for rev in $REVS; do dbname "$rev"; done) ;;
+		*) dbs=$(for rev in $REVS; do rev_dbname "$rev"; done) ;;
 		esac
 		for d in $dbs; do
 			direct_sql postgres "CREATE DATABASE copy TEMPLATE $d STRATEGY FILE_COPY"
