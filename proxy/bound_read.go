@@ -10,7 +10,6 @@ import (
 
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
-	"github.com/mzproxy/mzproxy/timeouts"
 )
 
 // A prepared read in the round trip of its own batch (issue 15). The Bind
@@ -133,10 +132,7 @@ func (s *Session) guardedBind(ctx context.Context, m *pgproto3.Bind, p *portal, 
 	if err != nil {
 		return false, err
 	}
-	if present {
-		s.enter(timeouts.PhaseTimestamp)
-		s.proxy.obs.OracleRoundTrip(ctx, "read_ts")
-	}
+	s.timestampPhase(ctx, present)
 	if err := s.be.sendGuard(guardKey{rev: seen.catalog.cat.Revision, pin: present}, &s.pinMsgs); err != nil {
 		s.release(hold)
 		return false, s.lost(err)
