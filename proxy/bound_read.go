@@ -42,6 +42,11 @@ import (
 //     answers of the second attempt only.
 //   - Any other error of the guard (a cancel, statement_timeout) is the
 //     batch's, as an error of the client's Bind would be.
+//
+// Between statements, the event loop sends the same batch for a named
+// statement when none of this needs a round trip or a wait
+// (admitBoundRead, loop_read.go); a batch it gives back is taken over
+// here, at the Sync, as if this code had sent it (resumeLoopBind).
 
 // pendingReadGuard is a read guard sent in front of the client's Bind,
 // whose answers have not been read. A connection has one at a time, and

@@ -41,6 +41,10 @@ import (
 // search_path not known, a hold below the floor that no published hold
 // covers, AS OF an expression or a time at or past the upper) is not
 // admitted: the session's goroutine serves it, as before.
+//
+// A client-prepared timestamped read (the Bind to Sync of a named
+// statement whose Parse the proxy rewrote) is served alike: see
+// admitBoundRead and resumeLoopBind.
 
 // loopRead is the guarded read the loop has at the backend, from Admit
 // to its ReadyForQuery or to the session's goroutine taking it over.
