@@ -4,81 +4,98 @@
 # client's reads of bench/managed.sh's tsread and asof scripts on a
 # managed pgbench_accounts, in both protocols; counts, not speeds (a
 # loaded machine moves them little; strace slows the process, so the CPU
-# is measured in a run without it).
+# is measured in runs without it, ROUNDS of them interleaved across the
+# revisions, and the median taken).
 #
-# BASELINE=<git revision>: a binary built from that revision in front of
-# the same PostgreSQL too (same storage version), measured alike.
+# REVS: the revisions measured, each (rev_database) with its own mzproxy
+# in front of a database of its own on the same PostgreSQL, so that
+# revisions of different storage versions compare in one run ("tree" is
+# the working tree).
 #
 # usage: bench/tsread-calls.sh
-#   env: READS=2000 SCRIPTS="tsread asof" MODES="simple prepared" BASELINE=
+#   env: REVS="tree" READS=2000 ROUNDS=3 SCRIPTS="tsread asof"
+#        MODES="simple prepared" STRACE=1 (STRACE=0: CPU only)
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
+REVS=${REVS:-tree}
 READS=${READS:-2000}
+ROUNDS=${ROUNDS:-3}
 SCRIPTS=${SCRIPTS:-"tsread asof"}
 MODES=${MODES:-"simple prepared"}
-BASELINE=${BASELINE:-}
+STRACE=${STRACE:-1}
 
-bench_postgres
+SRC=tree bench_postgres
 declare -A port pid db
-psql -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -qAtc "CREATE DATABASE managed" >/dev/null
-db[mzproxy]=managed
-bench_mzproxy mzproxy "$work/mzproxy"
-targets=mzproxy
-if [ -n "$BASELINE" ]; then
-	build_rev "$BASELINE" baseline
-	db[baseline]=managed
-	bench_mzproxy baseline "$work/mzproxy-baseline"
-	targets="$targets baseline"
-fi
-mz_port=${port[mzproxy]}
-pgbench -i -q -s 1 -h 127.0.0.1 -p "$mz_port" -U postgres managed >"$work/init.log" 2>&1 ||
-	{ cat "$work/init.log" >&2; exit 1; }
-psql -h 127.0.0.1 -p "$mz_port" -U postgres -d managed -qAtc \
-	"ALTER TABLE pgbench_accounts SET (RETAIN HISTORY FOR '1h')" >/dev/null
-asof_t=$(psql -h 127.0.0.1 -p "$mz_port" -U postgres -d managed -qAtc "SELECT mz_now()")
-cat >"$work/tsread.sql" <<EOS
+for rev in $REVS; do
+	d=$(rev_dbname "$rev")
+	rev_database "$rev"
+	pgbench -i -q -s 1 -h 127.0.0.1 -p "${port[$d]}" -U postgres "$d" >"$work/init.$d.log" 2>&1 ||
+		{ cat "$work/init.$d.log" >&2; exit 1; }
+	psql -h 127.0.0.1 -p "${port[$d]}" -U postgres -d "$d" -qAtc \
+		"ALTER TABLE pgbench_accounts SET (RETAIN HISTORY FOR '1h')" >/dev/null
+	asof_t=$(psql -h 127.0.0.1 -p "${port[$d]}" -U postgres -d "$d" -qAtc "SELECT mz_now()")
+	cat >"$work/tsread.$d.sql" <<EOS
 \set aid random(1, 100000)
 SELECT abalance, mz_now() FROM pgbench_accounts WHERE aid = :aid;
 EOS
-cat >"$work/asof.sql" <<EOS
+	cat >"$work/asof.$d.sql" <<EOS
 \set aid random(1, 100000)
 SELECT abalance FROM pgbench_accounts WHERE aid = :aid AS OF $asof_t;
 EOS
+done
 # As in managed.sh, the AS OF time is older than the proxies' lease floors
 # by the time it is read (a heartbeat every 5 s moves them).
 sleep 11
 
-run() { # target script mode reads
-	pgbench -n -M "$3" -c 1 -t "$4" -f "$work/$2.sql" \
-		-h 127.0.0.1 -p "${port[$1]}" -U postgres managed 2>&1
+run() { # database script mode reads
+	pgbench -n -M "$3" -c 1 -t "$4" -f "$work/$2.$1.sql" \
+		-h 127.0.0.1 -p "${port[$1]}" -U postgres "$1" 2>&1
 }
-printf '%-9s %-7s %-9s %10s %12s   %s\n' target script mode "calls/read" "cpu-us/read" "per read: calls (failed)" >&2
+# cpu database script mode: mzproxy's CPU per read over 2*READS reads, µs.
+cpu() {
+	local p=${pid[$1]} c0 c1 out
+	c0=$(cpu_ticks "$p")
+	out=$(run "$1" "$2" "$3" "$((READS * 2))")
+	c1=$(cpu_ticks "$p")
+	grep -q "number of failed transactions: 0" <<<"$out" || { echo "$out" >&2; exit 1; }
+	python3 -c "print(f'{($c1 - $c0) / $hz / $((READS * 2)) * 1e6:.1f}')"
+}
+printf '%-22s %-7s %-9s %10s %s\n' revision script mode "calls/read" "cpu-us/read (rounds)   per read: calls (failed)" >&2
 for script in $SCRIPTS; do
 	for mode in $MODES; do
-		for t in $targets; do
-			p=${pid[$t]}
-			run "$t" "$script" "$mode" 200 >/dev/null # warm: plans, statements, holds
-			c0=$(cpu_ticks "$p")
-			out=$(run "$t" "$script" "$mode" "$((READS * 2))")
-			c1=$(cpu_ticks "$p")
-			grep -q "number of failed transactions: 0" <<<"$out" || { echo "$out" >&2; exit 1; }
-			cpu=$(python3 -c "print(f'{($c1 - $c0) / $hz / $((READS * 2)) * 1e6:.1f}')")
-			strace -c -f -p "$p" -o "$work/trace" 2>/dev/null &
-			spid=$!
-			sleep 0.5
-			run "$t" "$script" "$mode" "$READS" >/dev/null
-			kill -INT "$spid" 2>/dev/null || true
-			wait "$spid" 2>/dev/null || true
-			total=$(awk '$1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" {n += $4} END {print n + 0}' "$work/trace")
-			breakdown=$(awk -v n="$READS" '
-				$1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" {
-					calls[$NF] += $4; if (NF >= 6) errs[$NF] += $5
-				}
-				END { for (c in calls) if (calls[c] / n >= 0.05) printf "%s %.2f (%.2f), ", c, calls[c] / n, errs[c] / n }
-			' "$work/trace")
-			printf '%-9s %-7s %-9s %10.2f %12s   %s\n' "$t" "$script" "$mode" \
-				"$(python3 -c "print(${total:-0} / $READS)")" "$cpu" "$breakdown"
+		declare -A cpus=()
+		for rev in $REVS; do
+			run "$(rev_dbname "$rev")" "$script" "$mode" 200 >/dev/null # warm: plans, statements, holds
 		done
+		for _ in $(seq "$ROUNDS"); do
+			for rev in $REVS; do
+				d=$(rev_dbname "$rev")
+				cpus[$rev]="${cpus[$rev]:-} $(cpu "$d" "$script" "$mode")"
+			done
+		done
+		for rev in $REVS; do
+			d=$(rev_dbname "$rev")
+			total=0 breakdown=
+			if [ "$STRACE" = 1 ]; then
+				strace -c -f -p "${pid[$d]}" -o "$work/trace" 2>/dev/null &
+				spid=$!
+				sleep 0.5
+				run "$d" "$script" "$mode" "$READS" >/dev/null
+				kill -INT "$spid" 2>/dev/null || true
+				wait "$spid" 2>/dev/null || true
+				total=$(awk '$1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" {n += $4} END {print n + 0}' "$work/trace")
+				breakdown=$(awk -v n="$READS" '
+					$1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" {
+						calls[$NF] += $4; if (NF >= 6) errs[$NF] += $5
+					}
+					END { for (c in calls) if (calls[c] / n >= 0.05) printf "%s %.2f (%.2f), ", c, calls[c] / n, errs[c] / n }
+				' "$work/trace")
+			fi
+			med=$(tr ' ' '\n' <<<"${cpus[$rev]}" | grep . | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+			printf '%-22s %-7s %-9s %10.2f %s (%s)   %s\n' "$rev" "$script" "$mode" \
+				"$(python3 -c "print(${total:-0} / $READS)")" "$med" "${cpus[$rev]# }" "$breakdown"
+		done
+		unset cpus
 	done
 done

@@ -10,7 +10,6 @@ import (
 
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
-	"github.com/mzproxy/mzproxy/timeouts"
 )
 
 // A prepared read in the round trip of its own batch (issue 15). The Bind
@@ -43,6 +42,11 @@ import (
 //     answers of the second attempt only.
 //   - Any other error of the guard (a cancel, statement_timeout) is the
 //     batch's, as an error of the client's Bind would be.
+//
+// Between statements, the event loop sends the same batch for a named
+// statement when none of this needs a round trip or a wait
+// (admitBoundRead, loop_read.go); a batch it gives back is taken over
+// here, at the Sync, as if this code had sent it (resumeLoopBind).
 
 // pendingReadGuard is a read guard sent in front of the client's Bind,
 // whose answers have not been read. A connection has one at a time, and
@@ -133,10 +137,7 @@ func (s *Session) guardedBind(ctx context.Context, m *pgproto3.Bind, p *portal, 
 	if err != nil {
 		return false, err
 	}
-	if present {
-		s.enter(timeouts.PhaseTimestamp)
-		s.proxy.obs.OracleRoundTrip(ctx, "read_ts")
-	}
+	s.timestampPhase(ctx, present)
 	if err := s.be.sendGuard(guardKey{rev: seen.catalog.cat.Revision, pin: present}, &s.pinMsgs); err != nil {
 		s.release(hold)
 		return false, s.lost(err)

@@ -57,8 +57,9 @@
 // the event loop (evloop.go, package frontend/evloop), whose goroutine
 // calls Admit and Answer while the connection's goroutine waits: plain
 // reads are forwarded as they are, and a simple Query that is a timestamped
-// read goes out guarded as guardedQuery sends it (loop_read.go); anything
-// the loop cannot finish comes back to Handle before any of its answers is
+// read goes out guarded as guardedQuery sends it, a named prepared one's
+// Bind to Sync as guardedBind sends it (loop_read.go); anything the loop
+// cannot finish comes back to Handle before any of its answers is
 // relayed.
 //
 // Every read of the session's backend goes through backend.next, on every

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 
+	"github.com/jackc/pgx/v5/pgproto3"
+
 	"github.com/mzproxy/mzproxy/frontend/evloop"
 	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/timeouts"
@@ -82,6 +84,9 @@ func (s *Session) Admit(batch []byte) ([]byte, bool) {
 	} else if sql, query := s.queryText(batch); query {
 		// A timestamped read, guarded (loop_read.go).
 		send, ok = s.admitGuarded(sql)
+	} else {
+		// A prepared timestamped read, guarded (loop_read.go).
+		send, ok = s.admitBoundRead(batch)
 	}
 	if !ok {
 		return nil, false
@@ -121,6 +126,10 @@ type loopScratch struct {
 	// lastPortal is the record of the last portal admitted (reused for the
 	// next Bind of the same statement: definePlainPortal).
 	lastPortal *portal
+	// bind is the last prepared timestamped read's Bind (readBind), its
+	// slices reused; boundPortal the record forwardExplicitBind reads.
+	bind        pgproto3.Bind
+	boundPortal portal
 }
 
 // named is whether the statement or portal name defined earlier in a
@@ -261,6 +270,39 @@ func readPlain(frame []byte) (plainMsg, bool) {
 	return m, !r.bad && len(r.b) == 0
 }
 
+// readBind reads a Bind frame into m as pgproto3's Decode would, but into
+// m's own slices, reused (its values point into frame), and its statement's
+// name copied only when it is not m's already: a point read's Bind costs
+// no allocation.
+func readBind(frame []byte, m *pgproto3.Bind) bool {
+	r := msgReader{b: wire.Body(frame)}
+	portal, stmt := r.cstring(), r.cstring()
+	if string(portal) != m.DestinationPortal {
+		m.DestinationPortal = string(portal)
+	}
+	if string(stmt) != m.PreparedStatement {
+		m.PreparedStatement = string(stmt)
+	}
+	m.ParameterFormatCodes = r.int16s(m.ParameterFormatCodes[:0])
+	m.Parameters = m.Parameters[:0]
+	for range r.uint16() {
+		switch n := r.int32(); {
+		case n == -1:
+			m.Parameters = append(m.Parameters, nil)
+		case n < -1:
+			r.bad = true
+		case int(n) > len(r.b):
+			r.bad, r.b = true, nil
+		default:
+			v := r.b[:n:n]
+			r.b = r.b[n:]
+			m.Parameters = append(m.Parameters, v)
+		}
+	}
+	m.ResultFormatCodes = r.int16s(m.ResultFormatCodes[:0])
+	return !r.bad && len(r.b) == 0
+}
+
 // msgReader reads a message body's fields; reading past its end (or a
 // string without its NUL) makes it bad, and every later read empty.
 type msgReader struct {
@@ -305,6 +347,20 @@ func (r *msgReader) uint16() int {
 	v := binary.BigEndian.Uint16(r.b)
 	r.b = r.b[2:]
 	return int(v)
+}
+
+// int16s appends to dst a count and that many int16s (a Bind's format
+// codes).
+func (r *msgReader) int16s(dst []int16) []int16 {
+	for range r.uint16() {
+		if len(r.b) < 2 {
+			r.bad, r.b = true, nil
+			return dst
+		}
+		dst = append(dst, int16(binary.BigEndian.Uint16(r.b)))
+		r.b = r.b[2:]
+	}
+	return dst
 }
 
 func (r *msgReader) int32() int32 {

@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -287,6 +289,47 @@ func FuzzReadPlain(f *testing.F) {
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%q %x: read as %+v, pgproto3 reads %+v", typ, body, want, got)
+		}
+	})
+}
+
+// FuzzReadBind: readBind (a prepared read's Bind, read by the event
+// loop's Admit into reused storage) reads what pgproto3's decoder, the
+// session's own path, reads from any frame it accepts, whatever it read
+// before, and accepts no frame that decoder refuses.
+func FuzzReadBind(f *testing.F) {
+	for _, m := range []*pgproto3.Bind{
+		{PreparedStatement: "s", Parameters: [][]byte{[]byte("42")}},
+		{DestinationPortal: "p", PreparedStatement: "stmtcache_0123", ParameterFormatCodes: []int16{1, 0},
+			Parameters: [][]byte{{0, 0, 0, 7}, nil, {}}, ResultFormatCodes: []int16{1}},
+	} {
+		frame, err := m.Encode(nil)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(frame[5:])
+		f.Add(append(frame[5:], 0))
+		f.Add(frame[5 : len(frame)-1])
+	}
+	var m pgproto3.Bind // reused, as Admit's is
+	f.Fuzz(func(t *testing.T, body []byte) {
+		frame := append([]byte{'B', 0, 0, 0, 0}, body...)
+		binary.BigEndian.PutUint32(frame[1:], uint32(4+len(body)))
+		if !readBind(frame, &m) {
+			return
+		}
+		var want pgproto3.Bind
+		if err := want.Decode(body); err != nil {
+			t.Fatalf("%x: read, refused by pgproto3: %v", body, err)
+		}
+		same := m.DestinationPortal == want.DestinationPortal && m.PreparedStatement == want.PreparedStatement &&
+			slices.Equal(m.ParameterFormatCodes, want.ParameterFormatCodes) &&
+			slices.Equal(m.ResultFormatCodes, want.ResultFormatCodes) && len(m.Parameters) == len(want.Parameters)
+		for i := 0; same && i < len(m.Parameters); i++ {
+			same = (m.Parameters[i] == nil) == (want.Parameters[i] == nil) && bytes.Equal(m.Parameters[i], want.Parameters[i])
+		}
+		if !same {
+			t.Fatalf("%x: read as %+v, pgproto3 reads %+v", body, m, want)
 		}
 	})
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"io"
+	"strconv"
+
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/mzproxy/mzproxy/frontend"
 	"github.com/mzproxy/mzproxy/frontend/evloop"
@@ -38,16 +41,26 @@ import (
 // search_path not known, a hold below the floor that no published hold
 // covers, AS OF an expression or a time at or past the upper) is not
 // admitted: the session's goroutine serves it, as before.
+//
+// A client-prepared timestamped read (the Bind to Sync of a named
+// statement whose Parse the proxy rewrote) is served alike: see
+// admitBoundRead and resumeLoopBind.
 
 // loopRead is the guarded read the loop has at the backend, from Admit
 // to its ReadyForQuery or to the session's goroutine taking it over.
 type loopRead struct {
 	active bool
 	// resume: Answer gave the read back (evloop.Back); handleQuery reads
-	// its answers.
+	// its answers (handleBind, for a prepared read: resumeLoopBind).
 	resume bool
 	g      guardedSend
 	sql    string // the client's text, to plan again after a refusal
+	// behind: a prepared read's, the number of the client's messages
+	// behind its Bind (sent with it); sent: how many of them, once the
+	// session's goroutine took the read over, forward is still to see
+	// without sending them again.
+	behind, sent int
+	ts           []byte // an AS OF read's timestamp parameter, reused
 	// own are the types of the answers to the proxy's own messages, in
 	// the order they come (ownAnswers), got how many of them came.
 	own    []byte
@@ -93,21 +106,157 @@ func (s *Session) admitGuarded(sql string) ([]byte, bool) {
 	s.forgetPortal("")
 	g, msgs := s.guardedRead(ctx, st, c, hold, seen.revision)
 	lr := &s.loopRead
+	if !s.encodeLoopRead(&g, func() error { return s.sendGuarded(g.guard, msgs) }) {
+		return nil, false
+	}
+	*lr = loopRead{active: true, g: g, sql: sql, own: ownAnswers(lr.own[:0], lr.send.b), send: lr.send, ts: lr.ts}
+	return lr.send.b, true
+}
+
+// encodeLoopRead has send write the guarded read g into the batch the
+// loop sends (loopRead.send), and reports whether it could; if not (only
+// encoding can fail), nothing was sent, and g is undone as a skipped
+// guard and read are.
+func (s *Session) encodeLoopRead(g *guardedSend, send func() error) bool {
+	lr := &s.loopRead
 	lr.send.b = lr.send.b[:0]
 	s.be.w.Reset(&lr.send)
-	err = s.sendGuarded(g.guard, msgs) // into lr.send: only encoding can fail
+	err := send()
+	if err == nil {
+		err = s.be.w.Flush()
+	}
 	s.be.w.Reset(s.be.nc)
 	if err != nil {
-		// Nothing was sent: undone as a skipped guard and read are.
 		s.be.guards[s.be.guardUsed].ok = false
 		if g.br != nil {
 			s.be.reads.skipped(g.br)
 		}
-		s.release(hold)
+		s.release(g.hold)
+		return false
+	}
+	return true
+}
+
+// admitBoundRead admits a client's batch that binds a prepared timestamped
+// read and runs it (Bind, a Describe of its portal or none, Execute, Sync:
+// what drivers send for a prepared statement they have described) as
+// bindExplicit would send it behind the read guard (guardedBind), when
+// nothing of that needs a round trip or a wait: the statement planned
+// under the search_path the session has now (followSearchPath would do
+// nothing), its inputs defined as they were, the timestamp left to the
+// guard or AS OF a number, the hold one the lease grants at once. The
+// loop sends the guard, the client's Bind with the timestamp parameter
+// appended (forwardExplicitBind), then the client's other messages as
+// they are; Answer drops the guard's answers, and anything unexpected
+// among them gives the batch back to the session's goroutine, which takes
+// it over at its Bind (resumeLoopBind).
+func (s *Session) admitBoundRead(batch []byte) ([]byte, bool) {
+	m := &s.loop.bind
+	n := 1 + int(binary.BigEndian.Uint32(batch[1:]))
+	if batch[0] != 'B' || !readBind(batch[:n], m) {
 		return nil, false
 	}
-	*lr = loopRead{active: true, g: g, sql: sql, own: ownAnswers(lr.own[:0], lr.send.b), send: lr.send}
+	rest := batch[n:]
+	behind, ok := portalSteps(rest, m.DestinationPortal)
+	rec := s.stmts[m.PreparedStatement]
+	if !ok || rec == nil || rec.explicit == nil {
+		return nil, false
+	}
+	// As handleBind begins (txnBind; both again there if this is not
+	// admitted: a second time changes nothing).
+	s.noteStatementText(rec.sql)
+	s.observeBind(m.PreparedStatement)
+	st, seen := rec.explicit, s.db.seen.Load()
+	switch {
+	case seen == nil, s.isolation != strictSerializable, rec.parsed == nil, answeredByProxy(st):
+		return nil, false
+	case s.known.searchPath == nil, rec.parsed.path != s.known.searchPathShown:
+		// followSearchPath's to ask, or to plan again.
+		return nil, false
+	case st.Kind != planner.KindRead, st.AsOf != nil && st.AsOf.Param > 0, !stillDefined(st, seen.catalog):
+		return nil, false
+	case rec.tsParam && bindCountsError(m, rec.params) != nil:
+		return nil, false
+	}
+	c, hold, ok := s.loopChoice(st, seen.frontiers)
+	if !ok {
+		return nil, false
+	}
+	g := guardedSend{c: c, hold: hold, guard: guardKey{rev: seen.catalog.cat.Revision, pin: st.AsOf == nil}}
+	s.timestampPhase(context.Background(), g.guard.pin)
+	lr := &s.loopRead
+	var ts []byte
+	if !g.guard.pin {
+		ts = strconv.AppendUint(lr.ts[:0], c.ts, 10)
+		lr.ts = ts
+	}
+	p := &s.loop.boundPortal
+	*p = portal{stmt: rec}
+	guardLen := 0
+	if !s.encodeLoopRead(&g, func() error {
+		if err := s.be.sendGuard(g.guard, &s.pinMsgs); err != nil {
+			return err
+		}
+		if err := s.be.w.Flush(); err != nil {
+			return err
+		}
+		guardLen = len(lr.send.b)
+		if err := s.forwardExplicitBind(m, p, st, m.Parameters, ts, false); err != nil {
+			return err
+		}
+		return s.be.w.WriteFrame(rest)
+	}) {
+		return nil, false
+	}
+	*lr = loopRead{active: true, g: g, behind: behind, own: ownAnswers(lr.own[:0], lr.send.b[:guardLen]),
+		send: lr.send, ts: lr.ts}
 	return lr.send.b, true
+}
+
+// portalSteps reads the client's messages behind a prepared read's Bind
+// of portal: a Describe of it or none, its Execute, and the Sync (the
+// batch's end: judgeBatch made sure), and reports how many there are.
+func portalSteps(rest []byte, portal string) (int, bool) {
+	var seq [3]byte
+	steps := 0
+	for off := 0; off < len(rest); steps++ {
+		if steps == len(seq) {
+			return 0, false
+		}
+		n := 1 + int(binary.BigEndian.Uint32(rest[off+1:]))
+		m, ok := readPlain(rest[off : off+n])
+		off += n
+		if !ok || m.typ == 'D' && m.objType != 'P' || (m.typ == 'D' || m.typ == 'E') && string(m.name) != portal {
+			return 0, false
+		}
+		seq[steps] = m.typ
+	}
+	switch string(seq[:steps]) {
+	case "DES", "ES":
+		return steps, true
+	}
+	return 0, false
+}
+
+// resumeLoopBind takes over, at its Bind m, the prepared read the loop
+// gave back (Verdict Back): the session is left as guardedBind leaves it
+// once it sent the guard and the Bind (the hold, the Bind's unit, the
+// pending read guard), and the client's messages behind the Bind, which
+// the loop sent too, go through their handlers as if they were sent now
+// (forward does not send them again): at the Sync, settleReadGuard reads
+// the guard's answers, given back (Unread), and follows a refusal or an
+// error as it would have.
+func (s *Session) resumeLoopBind(m *pgproto3.Bind) error {
+	lr := &s.loopRead
+	g := lr.g
+	lr.active, lr.resume, lr.sent = false, false, lr.behind
+	// A cancel from now on is the statement's (handleStatement).
+	s.loopFlight.Store(false)
+	p := s.definePortal(m.DestinationPortal, m.PreparedStatement)
+	s.portalHolds = append(s.portalHolds, g.hold)
+	s.units.push(unit{kind: uBind})
+	s.be.pend(g.guard.pin, g.c, m, p, p.stmt.explicit, m.Parameters)
+	return nil
 }
 
 // loopChoice is guardedChoice in memory: false when choosing or holding

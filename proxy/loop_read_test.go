@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -70,6 +71,15 @@ func newLoopClient(tb testing.TB, ctx context.Context) *loopClient {
 // whether the loop served the statement itself.
 func (c *loopClient) turn(tb testing.TB, ctx context.Context, sql string) (answer string, inLoop bool) {
 	tb.Helper()
+	frame, _ := (&pgproto3.Query{String: sql}).Encode(nil)
+	return c.turnBatch(tb, ctx, frame)
+}
+
+// turnBatch is turn for a client's batch of frames (a Query, or extended
+// messages up to a Sync): a batch given back is handled message by
+// message on the session's own path, as the frontend does.
+func (c *loopClient) turnBatch(tb testing.TB, ctx context.Context, frame []byte) (answer string, inLoop bool) {
+	tb.Helper()
 	be := c.s.LoopBackend()
 	if be == nil {
 		tb.Fatal("the session is not one the loop can drive")
@@ -88,7 +98,6 @@ func (c *loopClient) turn(tb testing.TB, ctx context.Context, sql string) (answe
 		res, err := loop.Run(c.lc, be, loopTestPeer{c.s})
 		done <- ran{res, err}
 	}()
-	frame, _ := (&pgproto3.Query{String: sql}).Encode(nil)
 	if _, err := c.sock.Write(frame); err != nil {
 		tb.Fatal(err)
 	}
@@ -107,20 +116,55 @@ func (c *loopClient) turn(tb testing.TB, ctx context.Context, sql string) (answe
 		_ = c.sock.SetReadDeadline(time.Time{})
 	}
 	if r.err != nil || r.res.Over != nil {
-		tb.Fatalf("%s: the loop ended the session: %v, %v", sql, r.err, r.res.Over)
+		tb.Fatalf("%q: the loop ended the session: %v, %v", frame, r.err, r.res.Over)
 	}
 	if left := r.res.Leftover; len(left) > 0 {
 		if string(left) != string(frame) {
-			tb.Fatalf("%s: the loop gave back %q, not the Query", sql, left)
+			tb.Fatalf("%q: the loop gave back %q, not the batch", frame, left)
 		}
-		msg := &pgproto3.Query{String: sql}
-		if err := c.s.Handle(ctx, msg, left); err != nil {
-			tb.Fatalf("%s: %v", sql, err)
-		}
-		answer += c.client.take()
+		answer += c.handleBatch(tb, ctx, left)
 		return answer, false
 	}
 	return answer, r.res.Forwarded > 0
+}
+
+// decodeFrontend decodes a client's frame of a batch the loop forwards.
+func decodeFrontend(tb testing.TB, frame []byte) pgproto3.FrontendMessage {
+	tb.Helper()
+	var msg pgproto3.FrontendMessage
+	switch frame[0] {
+	case 'Q':
+		msg = &pgproto3.Query{}
+	case 'P':
+		msg = &pgproto3.Parse{}
+	case 'B':
+		msg = &pgproto3.Bind{}
+	case 'D':
+		msg = &pgproto3.Describe{}
+	case 'E':
+		msg = &pgproto3.Execute{}
+	case 'S':
+		msg = &pgproto3.Sync{}
+	default:
+		tb.Fatalf("frame %q", frame)
+	}
+	if err := msg.Decode(frame[5:]); err != nil {
+		tb.Fatal(err)
+	}
+	return msg
+}
+
+// encodeFrames is the frames of msgs, one batch.
+func encodeFrames(tb testing.TB, msgs ...pgproto3.FrontendMessage) []byte {
+	tb.Helper()
+	var b []byte
+	for _, m := range msgs {
+		var err error
+		if b, err = m.Encode(b); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return b
 }
 
 // readToReady reads frames up to a ReadyForQuery (or a read's error).
@@ -316,6 +360,20 @@ func loopReadCases(tb testing.TB) []timestampedReadCase {
 	}
 	asof := "SELECT abalance FROM " + table + " WHERE aid = %d AS OF " + ts
 	query(tb, ctx, s, client, fmt.Sprintf(asof, 1)) // its hold below the floor, published
+	// The prepared reads, bound once each on the session's own path.
+	prepared := encodeFrames(tb,
+		&pgproto3.Parse{Name: "tsread", Query: "SELECT abalance, mz_now() FROM " + table + " WHERE aid = $1"},
+		&pgproto3.Parse{Name: "asof", Query: strings.Replace(asof, "%d", "$1", 1)}, &pgproto3.Sync{})
+	prepared = append(prepared, boundBatch(tb, "tsread", true, "1")...)
+	prepared = append(prepared, boundBatch(tb, "asof", true, "1")...)
+	for len(prepared) > 0 {
+		n := 1 + int(binary.BigEndian.Uint32(prepared[1:5]))
+		if err := s.Handle(ctx, decodeFrontend(tb, prepared[:n]), prepared[:n]); err != nil {
+			tb.Fatal(err)
+		}
+		prepared = prepared[n:]
+	}
+	client.take()
 	be := s.LoopBackend()
 	if be == nil {
 		tb.Fatal("the session is not one the loop can drive")
@@ -323,11 +381,18 @@ func loopReadCases(tb testing.TB) []timestampedReadCase {
 	var batch, hdr, body []byte
 	hdr = make([]byte, 5)
 	aid := 0
-	read := func(format string) {
+	// A Query of the text format with the next key, or (stmt not empty)
+	// the batch that binds the statement stmt to it, as pgbench -M
+	// prepared sends it: Bind, Describe, Execute, Sync.
+	read := func(format, stmt string) {
 		aid = aid%1000 + 1
 		var err error
-		batch = fmt.Appendf(batch[:0], "Q\x00\x00\x00\x00"+format+"\x00", aid)
-		binary.BigEndian.PutUint32(batch[1:], uint32(len(batch)-1))
+		if stmt == "" {
+			batch = fmt.Appendf(batch[:0], "Q\x00\x00\x00\x00"+format+"\x00", aid)
+			binary.BigEndian.PutUint32(batch[1:], uint32(len(batch)-1))
+		} else {
+			batch = preparedBatch(batch[:0], stmt, aid)
+		}
 		send, ok := s.Admit(batch)
 		if !ok || send == nil {
 			tb.Fatalf("%q not admitted as a guarded read", batch)
@@ -365,9 +430,25 @@ func loopReadCases(tb testing.TB) []timestampedReadCase {
 		}
 	}
 	return []timestampedReadCase{
-		{"tsread-loop", func() { read("SELECT abalance, mz_now() FROM " + table + " WHERE aid = %d") }},
-		{"asof-loop", func() { read(asof) }},
+		{"tsread-loop", func() { read("SELECT abalance, mz_now() FROM "+table+" WHERE aid = %d", "") }},
+		{"asof-loop", func() { read(asof, "") }},
+		{"tsread-prepared-loop", func() { read("", "tsread") }},
+		{"asof-prepared-loop", func() { read("", "asof") }},
 	}
+}
+
+// preparedBatch appends to b the batch that binds the statement stmt to
+// the text parameter aid and runs it (Bind, Describe, Execute, Sync),
+// without an allocation of its own.
+func preparedBatch(b []byte, stmt string, aid int) []byte {
+	b = append(b, 'B', 0, 0, 0, 0, 0)
+	b = append(append(b, stmt...), 0, 0, 0, 0, 1)
+	at := len(b)
+	b = strconv.AppendInt(append(b, 0, 0, 0, 0), int64(aid), 10)
+	binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
+	b = append(b, 0, 0)
+	binary.BigEndian.PutUint32(b[1:], uint32(len(b)-1))
+	return append(b, 'D', 0, 0, 0, 6, 'P', 0, 'E', 0, 0, 0, 9, 0, 0, 0, 0, 0, 'S', 0, 0, 0, 4)
 }
 
 // TestLoopReadAllocations bounds the allocations of a timestamped read the
@@ -375,7 +456,7 @@ func loopReadCases(tb testing.TB) []timestampedReadCase {
 // few included. 32 and 34 when they were first served so (the session's
 // own path: 39 and 40, TestTimestampedReadAllocations).
 func TestLoopReadAllocations(t *testing.T) {
-	want := map[string]float64{"tsread-loop": 34, "asof-loop": 36}
+	want := map[string]float64{"tsread-loop": 34, "asof-loop": 36, "tsread-prepared-loop": 11, "asof-prepared-loop": 9}
 	for _, c := range loopReadCases(t) {
 		c.next()
 		c.next()
@@ -399,4 +480,185 @@ func BenchmarkLoopRead(b *testing.B) {
 			b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
 		})
 	}
+}
+
+// boundBatch is the client's batch that runs the prepared statement stmt
+// with the parameters params: Bind, Describe of the portal (unless
+// !describe), Execute, Sync.
+func boundBatch(tb testing.TB, stmt string, describe bool, params ...string) []byte {
+	tb.Helper()
+	values := make([][]byte, len(params))
+	for i, p := range params {
+		values[i] = []byte(p)
+	}
+	msgs := []pgproto3.FrontendMessage{&pgproto3.Bind{PreparedStatement: stmt, Parameters: values}}
+	if describe {
+		msgs = append(msgs, &pgproto3.Describe{ObjectType: 'P'})
+	}
+	return encodeFrames(tb, append(msgs, &pgproto3.Execute{}, &pgproto3.Sync{})...)
+}
+
+// handleBatch handles a batch's frames on the session's own path, as the
+// frontend does, and returns what its client got.
+func (c *loopClient) handleBatch(tb testing.TB, ctx context.Context, frames []byte) string {
+	tb.Helper()
+	for len(frames) > 0 {
+		n := 1 + int(binary.BigEndian.Uint32(frames[1:5]))
+		msg := decodeFrontend(tb, frames[:n])
+		if err := c.s.Handle(ctx, msg, frames[:n]); err != nil {
+			tb.Fatalf("%T: %v", msg, err)
+		}
+		frames = frames[n:]
+	}
+	return c.client.take()
+}
+
+// TestGuardedBindInLoop: a client-prepared timestamped read of the
+// present and one AS OF a number are served by the event loop, Bind to
+// Sync, with or without a Describe of the portal, once the session has
+// seen the catalog and its search_path (before, the loop gave every such
+// batch to the session's goroutine): the client gets its own answers
+// only, its mz_now() the guard's pin, and no hold is left.
+func TestGuardedBindInLoop(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := newLoopClient(t, ctx)
+	table := fmt.Sprintf("lb_%d", time.Now().UnixNano())
+	for _, sql := range []string{
+		"CREATE TABLE " + table + " (aid int PRIMARY KEY, abalance int NOT NULL)",
+		"INSERT INTO " + table + " SELECT g, g * 10 FROM generate_series(1, 100) g",
+		"ALTER TABLE " + table + " SET (RETAIN HISTORY FOR '1h')",
+	} {
+		if out := query(t, ctx, c.s, c.client, sql); strings.Contains(out, "ERROR") {
+			t.Fatalf("%s: %s", sql, out)
+		}
+	}
+	ts := firstValueOf(t, query(t, ctx, c.s, c.client, "SELECT mz_now()::text"))
+	c.handleBatch(t, ctx, encodeFrames(t, &pgproto3.Parse{Name: "tsread", Query: "SELECT abalance, mz_now() FROM " + table + " WHERE aid = $1"},
+		&pgproto3.Parse{Name: "asof", Query: "SELECT abalance FROM " + table + " WHERE aid = $1 AS OF " + ts}, &pgproto3.Sync{}))
+	// The first read learns the catalog.
+	c.handleBatch(t, ctx, boundBatch(t, "tsread", false, "1"))
+	last := uint64(0)
+	for aid := 2; aid < 6; aid++ {
+		describe := aid%2 == 0
+		answer, inLoop := c.turnBatch(t, ctx, boundBatch(t, "tsread", describe, fmt.Sprint(aid)))
+		if !inLoop {
+			t.Fatalf("aid %d: the loop gave the prepared timestamped read back", aid)
+		}
+		first := "2"
+		if describe {
+			first = "2T"
+		}
+		checkAnswer(t, answer, first, fmt.Sprint(aid*10))
+		now := secondValueOf(t, answer)
+		if now < last {
+			t.Fatalf("mz_now() went back from %d to %d", last, now)
+		}
+		last = now
+		if n := len(c.s.proxy.Holds()); n != 0 {
+			t.Fatalf("%d holds after the read", n)
+		}
+	}
+	for range 2 {
+		if err := c.s.lease.Heartbeat(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Below the floor: the first read publishes its hold (the goroutine's).
+	c.handleBatch(t, ctx, boundBatch(t, "asof", false, "1"))
+	for aid := 2; aid < 5; aid++ {
+		answer, inLoop := c.turnBatch(t, ctx, boundBatch(t, "asof", true, fmt.Sprint(aid)))
+		if !inLoop {
+			t.Fatalf("aid %d: the loop gave the prepared AS OF read back", aid)
+		}
+		checkAnswer(t, answer, "2T", fmt.Sprint(aid*10))
+		if n := len(c.s.proxy.Holds()); n != 0 {
+			t.Fatalf("%d holds after the read", n)
+		}
+	}
+}
+
+// TestGuardedBindInLoopRefused: when the catalog changed since the
+// session saw it (another proxy made a table), the guard refuses a
+// prepared read in the loop, which gives the batch back before relaying
+// anything; the session's goroutine takes it over at its Bind
+// (resumeLoopBind), without sending the client's messages again, binds
+// it the ordinary way and sends them again: the client sees one answer,
+// the second attempt's. The read after it is the loop's again.
+func TestGuardedBindInLoopRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := newLoopClient(t, ctx)
+	other, otherClient := openSession(t, ctx, Config{})
+	table := fmt.Sprintf("lbr_%d", time.Now().UnixNano())
+	for _, sql := range []string{"CREATE TABLE " + table + " (v text)", "INSERT INTO " + table + " VALUES ('one')"} {
+		if out := query(t, ctx, c.s, c.client, sql); strings.Contains(out, "ERROR") {
+			t.Fatalf("%s: %s", sql, out)
+		}
+	}
+	c.handleBatch(t, ctx, encodeFrames(t, &pgproto3.Parse{Name: "r", Query: "SELECT v, mz_now() FROM " + table},
+		&pgproto3.Sync{}))
+	c.handleBatch(t, ctx, boundBatch(t, "r", true))
+	if answer, inLoop := c.turnBatch(t, ctx, boundBatch(t, "r", true)); !inLoop {
+		t.Fatal("the first read was given back")
+	} else {
+		checkAnswer(t, answer, "2T", "one")
+	}
+	if out := query(t, ctx, other, otherClient, "CREATE TABLE "+table+"_other (v text)"); strings.Contains(out, "ERROR") {
+		t.Fatal(out)
+	}
+	answer, inLoop := c.turnBatch(t, ctx, boundBatch(t, "r", true))
+	if inLoop {
+		t.Fatal("a read of a stale catalog was served in the loop")
+	}
+	checkAnswer(t, answer, "2T", "one")
+	if n := len(c.s.proxy.Holds()); n != 0 {
+		t.Fatalf("%d holds after the refused read", n)
+	}
+	answer, inLoop = c.turnBatch(t, ctx, boundBatch(t, "r", true))
+	if !inLoop {
+		t.Fatal("the read after the refusal was given back")
+	}
+	checkAnswer(t, answer, "2T", "one")
+}
+
+// TestGuardedBindInLoopFollowsSearchPath: a prepared read whose session
+// changed its search_path since the read's Parse is not the loop's: the
+// session's goroutine plans and prepares it again (followSearchPath) and
+// reads the table the new path names; the next Bind, planned under the
+// path in force, is the loop's again and reads that table too.
+func TestGuardedBindInLoopFollowsSearchPath(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := newLoopClient(t, ctx)
+	suffix := fmt.Sprint(time.Now().UnixNano())
+	schema, table := "lbp_"+suffix, "lbpt_"+suffix
+	for _, sql := range []string{
+		"CREATE SCHEMA " + schema,
+		"CREATE TABLE public." + table + " (v text)", "INSERT INTO public." + table + " VALUES ('public')",
+		"CREATE TABLE " + schema + "." + table + " (v text)", "INSERT INTO " + schema + "." + table + " VALUES ('other')",
+	} {
+		if out := query(t, ctx, c.s, c.client, sql); strings.Contains(out, "ERROR") {
+			t.Fatalf("%s: %s", sql, out)
+		}
+	}
+	c.handleBatch(t, ctx, encodeFrames(t, &pgproto3.Parse{Name: "r", Query: "SELECT v, mz_now() FROM " + table},
+		&pgproto3.Sync{}))
+	c.handleBatch(t, ctx, boundBatch(t, "r", true))
+	if answer, inLoop := c.turnBatch(t, ctx, boundBatch(t, "r", true)); !inLoop {
+		t.Fatal("the read was given back")
+	} else {
+		checkAnswer(t, answer, "2T", "public")
+	}
+	query(t, ctx, c.s, c.client, "SET search_path = "+schema+", public")
+	answer, inLoop := c.turnBatch(t, ctx, boundBatch(t, "r", true))
+	if inLoop {
+		t.Fatal("a read planned under another search_path was served in the loop")
+	}
+	checkAnswer(t, answer, "2T", "other")
+	answer, inLoop = c.turnBatch(t, ctx, boundBatch(t, "r", true))
+	if !inLoop {
+		t.Fatal("the read planned again was given back")
+	}
+	checkAnswer(t, answer, "2T", "other")
 }

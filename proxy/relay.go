@@ -329,6 +329,10 @@ func (s *Session) handleParse(ctx context.Context, m *pgproto3.Parse, frame []by
 // replayable write is held until its batch shows whether it can take the
 // optimistic loop (write.go).
 func (s *Session) handleBind(ctx context.Context, m *pgproto3.Bind, frame []byte) error {
+	if s.loopRead.resume {
+		// This Bind's guarded read, given back by the event loop.
+		return s.resumeLoopBind(m)
+	}
 	if err := s.txnBind(ctx, m); err != nil {
 		return err
 	}
@@ -444,6 +448,12 @@ func (s *Session) forward(frame []byte) error {
 	if g := s.be.pendingRead; g != nil {
 		// Sent again if the guard refuses (bound_read.go).
 		g.frames = append(g.frames, g.keep(frame))
+	}
+	if lr := &s.loopRead; lr.sent > 0 {
+		// The event loop sent it, behind the Bind it gave back
+		// (resumeLoopBind).
+		lr.sent--
+		return nil
 	}
 	if err := s.be.w.WriteFrame(frame); err != nil {
 		return s.lostWrite(err)

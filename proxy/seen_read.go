@@ -142,11 +142,17 @@ func (s *Session) guardedRead(ctx context.Context, st *planner.Statement, c *cho
 	g := guardedSend{c: c, hold: hold, guard: guardKey{rev: rev, path: s.known.searchPathShown, pin: st.AsOf == nil}}
 	msgs, units, br := s.guardedReadMessages(st, c, g.guard)
 	g.units, g.br = units, br
-	if g.guard.pin {
+	s.timestampPhase(ctx, g.guard.pin)
+	return g, msgs
+}
+
+// timestampPhase enters the timestamp's phase of a guarded read whose
+// guard pins the oracle (pin): its timestamp comes with the guard's answer.
+func (s *Session) timestampPhase(ctx context.Context, pin bool) {
+	if pin {
 		s.enter(timeouts.PhaseTimestamp)
 		s.proxy.obs.OracleRoundTrip(ctx, "read_ts")
 	}
-	return g, msgs
 }
 
 // guardedAnswers reads the answers of the guarded read g, whose sending
