@@ -32,13 +32,18 @@ import (
 // CREATEDB may copy it, as it may copy template1) and put in place of the
 // previous one by renaming both in one transaction. Its comment records
 // what it was made from (templateSourceSQL): SchemaVersion and what
-// PostgreSQL's statistics show of template1 (its oid, row version and
-// tablespace, its committed and rolled-back transactions and sessions).
-// Anything that changes template1 runs in a session in it, so a
-// different record means template1 may have changed, and the template is
-// made again; until it is, CREATE DATABASE copies template1 as the client
+// PostgreSQL shows of template1 (its oid, row version and tablespace in
+// pg_database; in its statistics the client sessions it had and the rows
+// inserted, updated and deleted in it, catalogs' rows included). Whatever
+// changes what a copy of template1 gets writes rows there, from a client
+// session in it, so a different record means template1 may have changed
+// (a session that only looked is enough), and the template is made
+// again; until it is, CREATE DATABASE copies template1 as the client
 // asked and the proxy installs its schema at the first connection, as
-// before the template. A database of the template's name that a
+// before the template. Autovacuum's visits are not counted: its
+// transactions are (xact_commit), which would make the template again
+// every minute. With track_counts off nothing is counted, and the
+// template is not used. A database of the template's name that a
 // superuser does not own is not mzproxy's: never copied, dropped or
 // replaced.
 const (
@@ -51,8 +56,8 @@ const (
 // and whether a session is in template1 now (a copy of it would then fail
 // with 55006, and it may be changing).
 var templateSourceSQL = `
-SELECT pg_catalog.format('mzproxy storage %s; template1 %s %s %s %s %s %s %s', ` + strconv.Itoa(storage.SchemaVersion) + `,
-         t.oid, t.xmin, t.dattablespace, s.xact_commit, s.xact_rollback, s.sessions, s.stats_reset) AS source,
+SELECT pg_catalog.format('mzproxy storage %s; template1 %s %s %s %s %s %s %s %s', ` + strconv.Itoa(storage.SchemaVersion) + `,
+         t.oid, t.xmin, t.dattablespace, s.sessions, s.tup_inserted, s.tup_updated, s.tup_deleted, s.stats_reset) AS source,
        s.numbackends > 0 OR NOT pg_catalog.current_setting('track_counts')::bool AS busy
   FROM pg_catalog.pg_database t JOIN pg_catalog.pg_stat_database s ON s.datid = t.oid
  WHERE t.datname = 'template1'`
