@@ -29,7 +29,10 @@ type installs struct {
 // It checks at every session start (one short query): a database can be
 // dropped and made again under the same name.
 func (p *Proxy) ensureInstalled(ctx context.Context, be *backend, database string) error {
-	check := fmt.Sprintf("SELECT to_regclass('%s.schema_version') IS NOT NULL", storage.Schema)
+	// A copy of the template database (template.go) has the schema but
+	// the template's install-time values until a registration's Install
+	// computes its own: it takes the same path as a database without.
+	check := fmt.Sprintf("SELECT to_regclass('%s.schema_version') IS NOT NULL AND to_regclass('%s') IS NULL", storage.Schema, storage.TemplateMarker)
 	present, err := be.queryValue(ctx, check)
 	if err != nil || present == "t" {
 		return err

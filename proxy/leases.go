@@ -48,7 +48,10 @@ func (p *Proxy) LeaseErr(database string) error {
 // Close retires this proxy's incarnations (their holds stop counting at
 // once, so another proxy compacts past them without waiting for the grace).
 // Call it after the sessions have ended.
-func (p *Proxy) Close(ctx context.Context) error { return p.leases.Close(ctx) }
+func (p *Proxy) Close(ctx context.Context) error {
+	p.closeTemplates()
+	return p.leases.Close(ctx)
+}
 
 // leaseError is the error a client sees when the proxy cannot get a lease:
 // the backend's fenced error as it is (XX000), anything else as a failure

@@ -42,6 +42,10 @@ type Config struct {
 	// the present table. Answers must not change: the conformance tests
 	// run with it to prove the rewrite right.
 	HistoryReads bool
+	// NoTemplate: a client's CREATE DATABASE copies template1 as written,
+	// and the schema is installed at the first connection, instead of
+	// copying the template database that holds it (template.go).
+	NoTemplate bool
 	// EventLoop: the session's backend socket can be driven by the
 	// frontend's event loop (frontend.Config.EventLoop) between
 	// statements; see evloop.go.
@@ -74,11 +78,13 @@ type Proxy struct {
 	log      *logrus.Entry
 	planner  *planner.Planner
 	installs installs
-	holds    holds
-	obs      *observe.Observer
-	occSem   *occ.Semaphore
-	occStats occ.Metrics
-	leases   *lease.Set
+	// templates makes the template database of new databases.
+	templates templates
+	holds     holds
+	obs       *observe.Observer
+	occSem    *occ.Semaphore
+	occStats  occ.Metrics
+	leases    *lease.Set
 
 	interruptions interruptions
 	// statementTimeout and occMaxAttempts are Config's StatementTimeout

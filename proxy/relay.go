@@ -45,6 +45,10 @@ type unit struct {
 	// read from pg_prepared_statements): then nothing ran, and the read
 	// is run again (guardedQuery) instead of failing with 26000.
 	readStatement bool
+	// templateCopy: a client's CREATE DATABASE made to copy the template
+	// database (template.go): an error the client's statement may not get
+	// is not relayed, and the client's statement runs instead.
+	templateCopy bool
 }
 
 // readStatementGone reports whether body, an ErrorResponse to the Bind of
@@ -278,6 +282,9 @@ func (s *Session) handleQuery(ctx context.Context, m *pgproto3.Query, frame []by
 		}
 		if r.write && !(r.slotOnlyInBlock && s.tx == txIdle) {
 			return s.writeQuery(ctx, frame, m.String, r, settings, "")
+		}
+		if r.createDatabase {
+			return s.createDatabase(ctx, m.String, frame)
 		}
 	}
 	return s.request(ctx, frame, unit{kind: uQuery, relayZ: true, settings: settings}, true)
@@ -585,6 +592,10 @@ func (s *Session) answerUnit(ctx context.Context, u *unit, typ byte, frame []byt
 		s.be.reads.lost = true
 		s.muted = true
 	}
+	if typ == 'E' && u.templateCopy && copyRefusedBy(wire.Body(frame)) {
+		s.copyRefused = true
+		s.muted = true
+	}
 	if typ == 'E' && s.peekRefusedView(u, frame) {
 		return false, nil
 	}
@@ -731,7 +742,7 @@ func (s *Session) unitDone() error {
 // relays reports whether the client sees an answer of unit u.
 func (s *Session) relays(u *unit, typ byte) bool {
 	if typ == 'Z' {
-		return u.relayZ && !s.be.reads.lost
+		return u.relayZ && !s.be.reads.lost && !s.copyRefused
 	}
 	if s.muted {
 		return false

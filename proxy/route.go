@@ -46,6 +46,9 @@ type route struct {
 	// refused: the planner refuses the string outright (mz_now() in a
 	// write: 0A000); the client gets this instead of running it.
 	refused error
+	// createDatabase: the string is one CREATE DATABASE, which may copy
+	// the template database (template.go).
+	createDatabase bool
 }
 
 // emptyCatalog answers "not managed" for every name: routing needs only
@@ -114,6 +117,7 @@ func (s *Session) routeOf(sql string) route {
 	}
 	var r route
 	r.replayable = len(stmts) == 1 && stmts[0].Kind == planner.KindWrite && !stmts[0].CopyFromStdin
+	r.createDatabase = len(stmts) == 1 && stmts[0].Tag == "CREATE DATABASE"
 	neutral, control := true, false
 	for _, st := range stmts {
 		control = control || st.Kind == planner.KindTransaction

@@ -98,6 +98,9 @@ type relayState struct {
 	clientFailed bool
 	// requestFailed: an ErrorResponse came since the last ReadyForQuery.
 	requestFailed bool
+	// copyRefused: a copy of the template database failed, unseen by the
+	// client, whose own CREATE DATABASE runs next (template.go).
+	copyRefused bool
 	// skipping: an extended-protocol message failed; the backend ignores
 	// everything until Sync.
 	skipping bool

@@ -47,6 +47,7 @@ type config struct {
 	logFormat         string
 	embeddedPGSetting stringList
 	historyReads      bool
+	noTemplate        bool
 	eventLoop         bool
 	traceExporter     string
 	traceEndpoint     string
@@ -145,6 +146,7 @@ func newFlagSet(c *config, kinds map[string]kind) *flag.FlagSet {
 	dur(&c.compaction, "compaction-interval", lease.DefaultCompactInterval, "how often the proxy holding the compaction lock compacts history (0: this proxy never compacts)")
 	dur(&c.tick, "tick-interval", lease.DefaultTickInterval, "the most a database's upper and mz_now() trail the clock while nothing is written: the proxy holding its tick lock commits an empty write when no write did (0: this proxy never ticks)")
 	dur(&c.retainHistory, "retain-history", lease.DefaultRetention, "history kept of a table without RETAIN HISTORY (when this proxy compacts)")
+	boolean(&c.noTemplate, "no-template", false, "copy template1 for a client's CREATE DATABASE as written and install mzproxy's schema at the first connection, instead of copying the template database mzproxy_template that holds it")
 	boolean(&c.historyReads, "history-reads", false, "read managed tables through their history at the oracle's timestamp, even for reads of the present (for conformance testing of the rewrite; slower)")
 	boolean(&c.eventLoop, "event-loop", true, "drive sessions idle outside a transaction with an epoll event loop on Linux: their plain reads (simple or extended protocol) are forwarded with one read and one write each way, bypassing Go's netpoller (fewer system calls per point read)")
 	return fs

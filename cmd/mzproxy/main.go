@@ -197,6 +197,7 @@ func run(cfg *config, log *logrus.Entry) error {
 		Logger:           log,
 		Observer:         obs,
 		HistoryReads:     cfg.historyReads,
+		NoTemplate:       cfg.noTemplate,
 		EventLoop:        cfg.eventLoop,
 		StatementTimeout: cfg.statementTimeout,
 		OCCMaxAttempts:   cfg.occMaxRetries + 1,

@@ -44,13 +44,23 @@
 // recorded in its first line to compare the text; on another it compares
 // only the catalogs). What the chain computes when it runs is computed
 // again by the flat script, not copied: the clock (the oracle, the upper,
-// P, installed_at) and the write key (installTimeValues in flat_test.go,
+// P, installed_at) and the write key (installTimeValues in template.go,
 // which the generator checks against two installs of the chain), and
 // view_safe.sql's setting, which the flat script also sets only on a
 // server that has it. A fresh install takes 0.12 s of backend CPU instead
 // of the chain's 0.19 s (docs/install-cost.md). It runs with
 // session_replication_role = replica, so the event triggers it makes do
-// not fire at the DDL statements that follow. The schema holds:
+// not fire at the DDL statements that follow.
+//
+// A copy of a template database (proxy/template.go: a client's CREATE
+// DATABASE through mzproxy copies one that InstallTemplate installed)
+// holds the schema at SchemaVersion and the table template_copy
+// (TemplateMarker), which nothing else has: the next Install, the first
+// registration there, computes every install-time value again with the
+// flat script's expressions (reseedSQL, from installTimeValues: the write
+// key, the clock, the upper, P, installed_at) and drops the table, so no
+// two databases share them. No storage version is involved: the marker is
+// not part of the schema. The schema holds:
 //
 //   - gate: no rows; writers lock it in ROW SHARE mode (they do not conflict
 //     with each other), reads of the present in EXCLUSIVE mode (a pin: see

@@ -21,21 +21,6 @@ func rewriting() bool { return flag.Lookup("rewrite").Value.(flag.Getter).Get().
 
 const flatInstallFile = "install_flat.sql"
 
-// installTimeValues are the values the chain computes when it runs (the
-// clock, a random key), keyed by table.column, or by sequence for its
-// value: the flat script computes them with these expressions, filling
-// tables and sequences in the order the chain made them (so an expression
-// may read an earlier table's row). The generator finds such values by
-// installing the chain twice and fails while one is missing here.
-var installTimeValues = map[string]string{
-	"schema_version.installed_at": "now()",
-	"oracle.read_ts":              Schema + ".now_ms()",
-	"oracle_write.write_ts":       "(SELECT o.read_ts FROM " + Schema + ".oracle o WHERE o.timeline = 'EpochMilliseconds')",
-	"txns_durable.upper":          "(SELECT o.read_ts + 1 FROM " + Schema + ".oracle o WHERE o.timeline = 'EpochMilliseconds')",
-	"write_key.k":                 "gen_random_uuid()::text || gen_random_uuid()::text",
-	"pinned":                      "GREATEST((SELECT d.upper - 1 FROM " + Schema + ".txns_durable d), " + Schema + ".now_ms())",
-}
-
 // installChain installs SchemaVersion the way Install did before the flat
 // script: every migration from install.sql on.
 func installChain(t testing.TB, conn *pgx.Conn) {
@@ -224,13 +209,13 @@ func configRows(t *testing.T, conn *pgx.Conn) string {
 	ctx := context.Background()
 	found := installTimeColumns(t, conn)
 	for _, k := range found {
-		if _, ok := installTimeValues[k]; !ok {
+		if _, ok := installTimeExpr(k); !ok {
 			t.Errorf("%s differs between two installs of the chain: give installTimeValues the expression the chain computes it with", k)
 		}
 	}
-	for k := range installTimeValues {
-		if !slices.Contains(found, k) {
-			t.Errorf("installTimeValues[%q]: no such value computed at install", k)
+	for _, v := range installTimeValues {
+		if !slices.Contains(found, v.key) {
+			t.Errorf("installTimeValues %q: no such value computed at install", v.key)
 		}
 	}
 	var b strings.Builder
@@ -243,7 +228,7 @@ func configRows(t *testing.T, conn *pgx.Conn) string {
 			if err := conn.QueryRow(ctx, "SELECT last_value::text, is_called FROM "+Schema+"."+rel.name).Scan(&v, &called); err != nil {
 				t.Fatal(err)
 			}
-			if e, ok := installTimeValues[rel.name]; ok {
+			if e, ok := installTimeExpr(rel.name); ok {
 				v = e
 			}
 			fmt.Fprintf(&b, "SELECT pg_catalog.setval('%s.%s', %s, %t);\n", Schema, rel.name, v, called)
@@ -269,7 +254,7 @@ func configRows(t *testing.T, conn *pgx.Conn) string {
 		}
 		for _, vals := range values {
 			for i, c := range cols {
-				if e, ok := installTimeValues[rel.name+"."+c]; ok {
+				if e, ok := installTimeExpr(rel.name + "." + c); ok {
 					vals[i] = e
 				}
 			}
@@ -471,7 +456,7 @@ func catalogSnapshot(t *testing.T, conn *pgx.Conn) map[string]string {
 		}
 	}
 	for k, v := range relationValues(t, conn) {
-		if _, ok := installTimeValues[k]; ok {
+		if _, ok := installTimeExpr(k); ok {
 			v = "(computed at install)"
 		}
 		snap["values "+k] = v

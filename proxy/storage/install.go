@@ -299,12 +299,12 @@ func Install(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := tx.Exec(ctx, "LOCK TABLE pg_catalog.pg_event_trigger IN SHARE ROW EXCLUSIVE MODE"); err != nil {
 		return fmt.Errorf("storage: install: %w", err)
 	}
-	v, err := installedVersion(ctx, tx)
+	v, copied, err := installedVersion(ctx, tx)
 	if err != nil {
 		return fmt.Errorf("storage: install: %w", err)
 	}
 	switch {
-	case v == SchemaVersion:
+	case v == SchemaVersion && !copied:
 		return tx.Commit(ctx)
 	case v > SchemaVersion:
 		return fmt.Errorf("storage: backend schema %q is at version %d, newer than this proxy's %d: upgrade the proxy", Schema, v, SchemaVersion)
@@ -316,10 +316,16 @@ func Install(ctx context.Context, conn *pgx.Conn) error {
 	// functions as it is made (15% of a fresh install's backend CPU); the
 	// tests call them all.
 	script := "SET LOCAL check_function_bodies = off;\n"
-	if v == 0 {
+	switch {
+	case v == 0:
 		script += freshInstallSettings + flatInstallSQL
-	} else {
+	case v < SchemaVersion:
 		script += migrationScript(v)
+	}
+	if copied {
+		// A copy of a template database: its clock and key are the
+		// template's until now.
+		script += freshInstallSettings + reseedSQL
 	}
 	if _, err := tx.Conn().PgConn().Exec(ctx, script).ReadAll(); err != nil {
 		return fmt.Errorf("storage: install version %d: %w", SchemaVersion, err)
@@ -343,16 +349,32 @@ func Install(ctx context.Context, conn *pgx.Conn) error {
 // database may have managed tables.
 const freshInstallSettings = "SET LOCAL session_replication_role = replica;\n"
 
-// installedVersion is the highest installed schema version, 0 if none.
-func installedVersion(ctx context.Context, tx pgx.Tx) (int, error) {
+// installedVersion is the highest installed schema version, 0 if none;
+// copied says the database is a copy of a template database whose
+// install-time values are still the template's (TemplateMarker).
+func installedVersion(ctx context.Context, tx pgx.Tx) (v int, copied bool, err error) {
 	var exists bool
-	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", Schema+".schema_version").Scan(&exists); err != nil {
-		return 0, err
+	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL",
+		Schema+".schema_version", TemplateMarker).Scan(&exists, &copied); err != nil {
+		return 0, false, err
 	}
 	if !exists {
-		return 0, nil
+		return 0, false, nil
 	}
-	var v int
-	err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+Schema+".schema_version").Scan(&v)
-	return v, err
+	err = tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+Schema+".schema_version").Scan(&v)
+	return v, copied, err
+}
+
+// InstallTemplate installs SchemaVersion in conn's database, a new copy of
+// template1 that is to become a template database, and marks it
+// (TemplateMarker): each copy of it computes its own install-time values
+// at its first Install. conn must be a superuser connection.
+func InstallTemplate(ctx context.Context, conn *pgx.Conn) error {
+	if err := Install(ctx, conn); err != nil {
+		return err
+	}
+	if _, err := conn.PgConn().Exec(ctx, markTemplateSQL).ReadAll(); err != nil {
+		return fmt.Errorf("storage: mark template: %w", err)
+	}
+	return nil
 }
