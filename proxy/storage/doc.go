@@ -267,7 +267,15 @@
 //     T is first needed) chooses T and restamps each table through its
 //     functions <history>_closed and <history>_restamp (static SQL, made
 //     by gen_restamp from gen_triggers; since version 34 the restamp finds
-//     the versions the block wrote by (mz_to, mz_from), restamp.sql). A slot replaced fails COMMIT with
+//     the versions the block wrote by (mz_to, mz_from), restamp.sql).
+//     Since version 35 (block_lean.sql) each history trigger records its
+//     table in the row itself (one UPDATE that matches only at the
+//     table's first write in the block; stamp_ts only when that and a
+//     read of the row find no open slot), and at that first write closes
+//     by key alone, as a trigger that chose T does: no version of the
+//     table is at the placeholder yet. fix_write chooses T, checks the
+//     incarnation and makes the restamp statements' lists in one query.
+//     A slot replaced fails COMMIT with
 //     42501; one taken away (RESET ALL) is still the row (version 23,
 //     slot_state.sql: write_slot, stamp_ts and fix_write read the row when
 //     the setting is empty; fix_write keeps it with its T, fixed_t, until
