@@ -15,6 +15,7 @@
 #        N=220 WRITES="update counter insert"
 #        SHAPES="direct-simple direct-prepared slot-query slot-exec slot-prepared"
 #        PGOPTS="" (more -c settings for the measured server)
+#        WIREFLAGS="" (more flags for bench/wirecost, e.g. -peek=false)
 #        CGSAVE=dir (keep each run's callgrind output there, for
 #                    callgrind_annotate, as <database>.<shape>.<write>.<n>)
 set -euo pipefail
@@ -62,7 +63,8 @@ done
 # writes (the output kept under the name of the database copied, $d).
 instructions() {
 	local p f
-	p=$("$work/wirecost" -dsn "${backend/\/postgres\?//$1?}" -shape "$2" -write "$3" -n "$4" -seed "$5" | head -1)
+	# shellcheck disable=SC2086 # WIREFLAGS are words
+	p=$("$work/wirecost" -dsn "${backend/\/postgres\?//$1?}" -shape "$2" -write "$3" -n "$4" -seed "$5" ${WIREFLAGS:-} | head -1)
 	f=$work/cg/$p
 	for _ in $(seq 600); do
 		if [ -s "$f" ] && ! kill -0 "$p" 2>/dev/null; then

@@ -30,6 +30,9 @@
 //	block-prepared   the same peek and BEGIN; Bind/Execute/Close of the
 //	                 deferred slot's named statement, then the first
 //	                 UPDATE's Bind/Execute/Sync; then each as it came
+//
+// -peek=false leaves the peek out of the block shapes: what a writing
+// block would cost without it.
 package main
 
 import (
@@ -53,6 +56,7 @@ func main() {
 	write := flag.String("write", "update", "update, counter (one pgbench_branches row), insert or tpcb (a block)")
 	n := flag.Int("n", 220, "writes")
 	seed := flag.Uint64("seed", 1, "the rows' sequence")
+	flag.BoolVar(&peek, "peek", true, "send pin_peek before a block's BEGIN (-write tpcb)")
 	flag.Parse()
 
 	ctx := context.Background()
@@ -125,6 +129,9 @@ var tpcbStatements = [][2]string{
 		"INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES ($2, $3, $1, $4, CURRENT_TIMESTAMP)"},
 }
 
+// peek is -peek.
+var peek bool
+
 // tpcb runs n TPC-B blocks in shape (see the header).
 func tpcb(fe *pgproto3.Frontend, shape string, n int, seed uint64) {
 	block := strings.HasPrefix(shape, "block-")
@@ -152,7 +159,7 @@ func tpcb(fe *pgproto3.Frontend, shape string, n int, seed uint64) {
 	}
 	for i := 0; i < n; i++ {
 		aid, tid, bid, delta := next(100000), next(10), 1, next(10001)-5001
-		if block {
+		if block && peek {
 			fe.Send(&pgproto3.Bind{PreparedStatement: "peek"})
 			fe.Send(&pgproto3.Execute{})
 			fe.Send(&pgproto3.Sync{})

@@ -18,7 +18,8 @@
 // ddl_alter.sql 23 to 24, view_safe.sql 24 to 25, pin_views.sql 25 to 26,
 // write_lean.sql 26 to 27, ddl_small.sql 27 to 28, ddl_column.sql 28 to 29,
 // bypass_code.sql 29 to 30, hist_write.sql 30 to 31, pin_seq.sql 31 to 32,
-// ddl_scans.sql 32 to 33, restamp.sql 33 to 34 (a database at an older
+// ddl_scans.sql 32 to 33, restamp.sql 33 to 34, block_lean.sql 34 to 35
+// (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -276,7 +277,15 @@
 //     T is first needed) chooses T and restamps each table through its
 //     functions <history>_closed and <history>_restamp (static SQL, made
 //     by gen_restamp from gen_triggers; since version 34 the restamp finds
-//     the versions the block wrote by (mz_to, mz_from), restamp.sql). A slot replaced fails COMMIT with
+//     the versions the block wrote by (mz_to, mz_from), restamp.sql).
+//     Since version 35 (block_lean.sql) each history trigger records its
+//     table in the row itself (one UPDATE that matches only at the
+//     table's first write in the block; stamp_ts only when that and a
+//     read of the row find no open slot), and at that first write closes
+//     by key alone, as a trigger that chose T does: no version of the
+//     table is at the placeholder yet. fix_write chooses T, checks the
+//     incarnation and makes the restamp statements' lists in one query.
+//     A slot replaced fails COMMIT with
 //     42501; one taken away (RESET ALL) is still the row (version 23,
 //     slot_state.sql: write_slot, stamp_ts and fix_write read the row when
 //     the setting is empty; fix_write keeps it with its T, fixed_t, until

@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 34, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 35, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -494,19 +494,8 @@ CREATE FUNCTION mzproxy.fix_at_commit() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-DECLARE
-    fixed bigint;
 BEGIN
-    SELECT d.fixed_t INTO fixed FROM mzproxy.deferred_slots d WHERE d.xid = NEW.xid;
-    IF NOT FOUND THEN
-        -- Taken out (a savepoint rolled back, or a second event).
-        RETURN NULL;
-    END IF;
-    IF fixed IS NULL THEN
-        PERFORM mzproxy.fix_write(true);
-    ELSE
-        DELETE FROM mzproxy.deferred_slots d WHERE d.xid = NEW.xid;
-    END IF;
+    PERFORM mzproxy.fix_write(true);
     RETURN NULL;
 END
 $$;
@@ -522,8 +511,11 @@ DECLARE
     v text := current_setting('mzproxy.write_ts', true);
     slot_ok bool;
     slot_inc bigint;
+    may_write bool;
     rels oid[];
     hist text[];
+    closed_sql text;
+    restamp_sql text;
     static bool;
     closed bigint;
     counted bigint;
@@ -541,9 +533,16 @@ BEGIN
                '-1 ' || coalesce(d.inc::text, '-') || ' ' || mzproxy.key_tag(k.k, '-1 ' || coalesce(d.inc::text, '-'))
       INTO rels, slot_inc, read_writes, fixed, slot_ok FROM d, mzproxy.write_key k;
     IF NOT FOUND THEN
+        IF p_at_commit THEN
+            -- Taken out (a savepoint rolled back, or a second event).
+            RETURN NULL;
+        END IF;
         -- No row: the slot of a READ ONLY transaction, which wrote nothing.
         SELECT s.t, s.e INTO t, slot_inc FROM mzproxy.write_slot() s;
         slot_ok := t = -1;
+    ELSIF p_at_commit AND fixed IS NOT NULL THEN
+        -- T was chosen before COMMIT, and the row kept with it till now.
+        RETURN fixed;
     END IF;
     IF slot_ok IS NOT TRUE THEN
         -- The setting was replaced.
@@ -559,32 +558,44 @@ BEGIN
         RETURN fixed;
     END IF;
     LOCK TABLE mzproxy.gate IN ROW SHARE MODE;
-    PERFORM mzproxy.check_incarnation(slot_inc);
-    -- The write counted and T chosen in one query; P read as pinned_ts
-    -- reads it (after a crash, its floor). With the gate held no pin runs
-    -- in between, so the order of the two does not matter.
-    SELECT GREATEST(mzproxy.now_ms(), CASE WHEN s.is_called THEN s.last_value ELSE mzproxy.pinned_ts() END + 1),
-           nextval('mzproxy.writes')
-      INTO t, counted FROM mzproxy.pinned s;
+    -- With the gate held: the incarnation checked (check_incarnation's
+    -- condition), the write counted and T chosen, P read as pinned_ts
+    -- reads it (after a crash, its floor), and the restamp statements'
+    -- lists made (to_regproc: a name, no argument types to parse), in one
+    -- query. No pin runs in between, so their order does not matter; the
+    -- write is counted even when the check fails (the transaction fails).
+    SELECT slot_inc IS NULL OR coalesce((
+               SELECT i.retired_at IS NULL
+                      AND i.heartbeat_at >= clock_timestamp() - i.grace_ms * interval '1 millisecond'
+                 FROM mzproxy.incarnations i WHERE i.id = slot_inc), false),
+           GREATEST(mzproxy.now_ms(), CASE WHEN s.is_called THEN s.last_value ELSE mzproxy.pinned_ts() END + 1),
+           nextval('mzproxy.writes'),
+           c.hist, c.closed_sql, c.restamp_sql, c.static
+      INTO may_write, t, counted, hist, closed_sql, restamp_sql, static
+      FROM mzproxy.pinned s,
+           (SELECT array_agg(k.history) AS hist,
+                   string_agg(k.history || '_closed($1)', ', ') AS closed_sql,
+                   string_agg(k.history || '_restamp($1, $2)', ', ') AS restamp_sql,
+                   bool_and(to_regproc(k.history || '_restamp') IS NOT NULL) AS static
+              FROM mzproxy.catalog k WHERE k.oid = ANY (coalesce(rels, '{}'))) c;
+    IF NOT may_write THEN
+        PERFORM mzproxy.raise_fenced(slot_inc);
+    END IF;
     -- After T is chosen, before the restamp and before this transaction
     -- marks its own tables.
     IF read_writes IS NOT NULL THEN
         checked_at := t;
         PERFORM mzproxy.check_reads(read_writes, checked_at);
     END IF;
-    -- (to_regproc: a name, no argument types to parse.)
-    SELECT array_agg(k.history), bool_and(to_regproc(k.history || '_restamp') IS NOT NULL)
-      INTO hist, static FROM mzproxy.catalog k WHERE k.oid = ANY (coalesce(rels, '{}'));
     IF hist IS NULL THEN
         NULL;
     ELSIF static THEN
         -- One statement for all tables, one more to restamp them all.
         -- (Measured: one statement with the first as its subquery costs
         -- as much to plan as the two, docs/write-cost.md.)
-        EXECUTE format('SELECT GREATEST(%s)', (SELECT string_agg(x || '_closed($1)', ', ') FROM unnest(hist) x))
-           INTO closed USING p;
+        EXECUTE 'SELECT GREATEST(' || closed_sql || ')' INTO closed USING p;
         t := GREATEST(t, closed);
-        EXECUTE format('SELECT %s', (SELECT string_agg(x || '_restamp($1, $2)', ', ') FROM unnest(hist) x)) USING p, t;
+        EXECUTE 'SELECT ' || restamp_sql USING p, t;
     ELSE
         t := mzproxy.restamp_dynamic(hist, p, t);
     END IF;
@@ -593,12 +604,13 @@ BEGIN
     IF t > checked_at THEN
         PERFORM mzproxy.check_reads(read_writes, t);
     END IF;
-    PERFORM mzproxy.mark_written(rels);
     IF NOT p_at_commit THEN
         UPDATE mzproxy.deferred_slots d SET fixed_t = t WHERE d.xid = my_xid;
     END IF;
-    -- set_slot(t, NULL), inline.
-    PERFORM set_config('mzproxy.write_ts', t::text || ' - ' || mzproxy.key_tag(k.k, t::text || ' -'), true)
+    -- set_slot(t, NULL) and mark_written(rels), inline, in one query.
+    PERFORM set_config('mzproxy.write_ts', t::text || ' - ' || mzproxy.key_tag(k.k, t::text || ' -'), true),
+            (SELECT count(setval(to_regclass('mzproxy.w' || r), pg_sequence_last_value('mzproxy.writes')))
+               FROM unnest(rels) r)
        FROM mzproxy.write_key k;
     RETURN t;
 END
@@ -722,7 +734,20 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
     END IF;
 
     check_sql := $c$
-    _t := mzproxy.stamp_ts(TG_RELID);
+    IF left(current_setting('mzproxy.write_ts', true), 3) = '-1 ' THEN
+        UPDATE mzproxy.deferred_slots d SET rels = d.rels || TG_RELID
+         WHERE d.xid = pg_current_xact_id_if_assigned()::text::bigint AND d.fixed_t IS NULL
+           AND NOT TG_RELID = ANY (d.rels)
+        RETURNING -d.xid INTO _t;
+        _fresh := _t IS NOT NULL;
+        IF NOT _fresh THEN
+            SELECT -d.xid INTO _t FROM mzproxy.deferred_slots d
+             WHERE d.xid = pg_current_xact_id_if_assigned()::text::bigint AND d.fixed_t IS NULL;
+        END IF;
+    END IF;
+    IF _t IS NULL THEN
+        _t := mzproxy.stamp_ts(TG_RELID);
+    END IF;
     IF _t IS NULL THEN
         RAISE EXCEPTION 'cannot write to managed table %.% outside mzproxy', quote_ident(TG_TABLE_SCHEMA), quote_ident(TG_TABLE_NAME)
             USING ERRCODE = 'MZ002',
@@ -843,7 +868,7 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
         -- the general path delete versions closed at T, stays 0: none is.
         fresh_upd := format($r$
     UPDATE %1$s h SET mz_to = _t FROM mz_old d
-     WHERE %2$s h.mz_to = 9223372036854775807 AND h.mz_from < _t;
+     WHERE %2$s h.mz_to = 9223372036854775807 AND (h.mz_from < _t OR _t < 0);
     GET DIAGNOSTICS _k = ROW_COUNT;%3$s
     GET DIAGNOSTICS _n = ROW_COUNT;
     IF _k <> _n THEN
@@ -923,7 +948,7 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
                                                     ('mzproxy_history_upd', to_regprocedure(fn || '_upd()')),
                                                     ('mzproxy_history_del', to_regprocedure(fn || '_del()')),
                                                     ('mzproxy_history_trunc', to_regprocedure(fn || '_trunc()')))) = 4;
-    ins_src := format(E'\nDECLARE _t bigint;%s\nBEGIN%s%s\n    RETURN NULL;\nEND\n',
+    ins_src := format(E'\nDECLARE _t bigint; _fresh bool;%s\nBEGIN%s%s\n    RETURN NULL;\nEND\n',
                       CASE WHEN pk IS NOT NULL AND NOT pk_deferrable THEN ' _m bigint;' ELSE '' END,
                       CASE WHEN ins_check = '' THEN check_sql ELSE ins_check END, insert_sql);
     IF triggers_ok AND EXISTS (
@@ -961,7 +986,7 @@ $body$$f$, fn || '_upd', settings || join_settings, fresh_sql || check_sql, upd_
     EXECUTE format($f$
 CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $body$
-DECLARE _t bigint;
+DECLARE _t bigint; _fresh bool;
 BEGIN%s
     _t := mzproxy.truncate_ts(_t, TG_RELID);
     DELETE FROM %s WHERE mz_to = 9223372036854775807 AND mz_from = _t;
@@ -1457,22 +1482,31 @@ CREATE FUNCTION mzproxy.open_write_deferred(p_inc bigint, p_read_writes bigint D
     AS $$
 DECLARE
     slot text := '-1 ' || coalesce(p_inc::text, '-');
-    cur bigint := (SELECT s.t FROM mzproxy.write_slot() s);
+    cur bigint;
 BEGIN
+    IF coalesce(current_setting('mzproxy.write_ts', true), '') <> '' OR pg_current_xact_id_if_assigned() IS NOT NULL THEN
+        cur := (SELECT s.t FROM mzproxy.write_slot() s);
+    END IF;
     IF cur >= 0 THEN
         -- A slot whose T is chosen or pending (fix_write ran, or a
         -- begin_write): nothing is left to check against a pin.
         RETURN 0;
     END IF;
     IF cur IS NULL THEN
-        -- Fenced now or at fix_write, which checks again with the gate held.
-        PERFORM mzproxy.check_incarnation(p_inc);
+        -- Fenced now or at fix_write, which checks again with the gate
+        -- held (check_incarnation's condition).
+        IF p_inc IS NOT NULL AND NOT coalesce((
+                SELECT i.retired_at IS NULL
+                       AND i.heartbeat_at >= clock_timestamp() - i.grace_ms * interval '1 millisecond'
+                  FROM mzproxy.incarnations i WHERE i.id = p_inc), false) THEN
+            PERFORM mzproxy.raise_fenced(p_inc);
+        END IF;
         PERFORM set_config('mzproxy.write_ts', slot || ' ' || mzproxy.key_tag(k.k, slot), true) FROM mzproxy.write_key k;
     END IF;
     -- A READ ONLY transaction writes no history (PostgreSQL refuses its
     -- writes), and could not record itself either.
     IF current_setting('transaction_read_only') = 'off' THEN
-        -- A second call keeps the stricter check (see the header).
+        -- A second call keeps the stricter check (see block_cost.sql).
         INSERT INTO mzproxy.deferred_slots AS d (xid, inc, read_writes)
             VALUES (pg_current_xact_id()::text::bigint, p_inc, p_read_writes)
             ON CONFLICT (xid) DO UPDATE SET read_writes = LEAST(d.read_writes, excluded.read_writes);
@@ -3460,6 +3494,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('31', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('32', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('33', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('34', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('35', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
