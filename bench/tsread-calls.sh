@@ -4,13 +4,20 @@
 # client's reads of bench/managed.sh's tsread and asof scripts on a
 # managed pgbench_accounts, in both protocols; counts, not speeds (a
 # loaded machine moves them little; strace slows the process, so the CPU
-# is measured in a run without it).
+# is measured in a run without it). SCRIPTS may also name managed.sh's
+# point (a plain point read) and rotxn (BEGIN, two point reads, COMMIT:
+# its "read" is the transaction).
 #
 # BASELINE=<git revision>: a binary built from that revision in front of
 # the same PostgreSQL too (same storage version), measured alike.
+# PROFILE=<dir>: each mzproxy writes a CPU profile of its whole run (the
+# setup too) to <dir>/<target>.prof when the script ends
+# (MZPROXY_CPU_PROFILE; read it with go tool pprof).
+# FLAGS: more mzproxy flags for every target (e.g. --event-loop=false).
 #
 # usage: bench/tsread-calls.sh
 #   env: READS=2000 SCRIPTS="tsread asof" MODES="simple prepared" BASELINE=
+#        PROFILE= FLAGS=
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -18,17 +25,23 @@ READS=${READS:-2000}
 SCRIPTS=${SCRIPTS:-"tsread asof"}
 MODES=${MODES:-"simple prepared"}
 BASELINE=${BASELINE:-}
+PROFILE=${PROFILE:-}
+read -ra flags <<<"${FLAGS:-}"
 
 bench_postgres
 declare -A port pid db
 psql -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -qAtc "CREATE DATABASE managed" >/dev/null
-db[mzproxy]=managed
-bench_mzproxy mzproxy "$work/mzproxy"
+start() { # name binary
+	local envs=()
+	[ -n "$PROFILE" ] && mkdir -p "$PROFILE" && envs=("MZPROXY_CPU_PROFILE=$(realpath "$PROFILE")/$1.prof")
+	db[$1]=managed
+	bench_mzproxy "$1" "$2" "${envs[@]}" -- "${flags[@]}"
+}
+start mzproxy "$work/mzproxy"
 targets=mzproxy
 if [ -n "$BASELINE" ]; then
 	build_rev "$BASELINE" baseline
-	db[baseline]=managed
-	bench_mzproxy baseline "$work/mzproxy-baseline"
+	start baseline "$work/mzproxy-baseline"
 	targets="$targets baseline"
 fi
 mz_port=${port[mzproxy]}
@@ -40,6 +53,17 @@ asof_t=$(psql -h 127.0.0.1 -p "$mz_port" -U postgres -d managed -qAtc "SELECT mz
 cat >"$work/tsread.sql" <<EOS
 \set aid random(1, 100000)
 SELECT abalance, mz_now() FROM pgbench_accounts WHERE aid = :aid;
+EOS
+cat >"$work/point.sql" <<EOS
+\set aid random(1, 100000)
+SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
+EOS
+cat >"$work/rotxn.sql" <<EOS
+\set aid random(1, 100000)
+BEGIN;
+SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
+SELECT abalance FROM pgbench_accounts WHERE aid = :aid + 1;
+COMMIT;
 EOS
 cat >"$work/asof.sql" <<EOS
 \set aid random(1, 100000)
