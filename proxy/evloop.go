@@ -36,13 +36,17 @@ func (s *Session) LoopBackend() *evloop.Conn {
 	switch {
 	case !ok, s.proxy.cfg.HistoryReads, s.dump:
 		return nil
-	case s.tx != txIdle, s.txn.phase != txnNone, s.units.len() > 0, s.midRequest,
+	case (s.tx != txIdle || s.txn.phase != txnNone) && !s.loopFollowsTxn():
+		// A read-only transaction the loop follows (loop_txn.go) may be
+		// in it, with its holds.
+		return nil
+	case s.units.len() > 0, s.midRequest,
 		s.copy != copyNone, s.listening, s.idleRead != nil, s.occBatch != nil,
 		s.skipping, s.muted, s.be.unsynced, s.budget != nil:
 		return nil
 	case s.be.r.Buffered() > 0, s.be.w.Buffered() > 0, s.client.Buffered() > 0:
 		return nil
-	case len(s.portalHolds) > 0, len(s.txn.holds) > 0, s.loopRead.resume:
+	case len(s.portalHolds) > 0, s.loopRead.resume, s.loopTxn.resume:
 		return nil
 	case len(s.be.unread.rest) > 0:
 		// The loop gave back an answer not yet all read again.
@@ -73,15 +77,22 @@ func (s *Session) Admit(batch []byte) ([]byte, bool) {
 		return nil, false
 	}
 	began := !s.obs.Active()
-	msgs, ok := s.plainBatch(batch)
+	var msgs []plainMsg
+	ok := false
+	if s.tx != txBlock {
+		// (In a transaction a plain read is checked against its
+		// timedomain: admitQuery.)
+		msgs, ok = s.plainBatch(batch)
+	}
 	var send []byte
 	if ok {
 		for i := range msgs {
 			s.admitted(&msgs[i])
 		}
 	} else if sql, query := s.queryText(batch); query {
-		// A timestamped read, guarded (loop_read.go).
-		send, ok = s.admitGuarded(sql)
+		// A read-only transaction's statement (loop_txn.go) or a
+		// timestamped read, guarded (loop_read.go).
+		send, ok = s.admitQuery(sql, batch)
 	}
 	if !ok {
 		return nil, false
@@ -386,6 +397,9 @@ func (s *Session) Answer(typ byte, frame []byte) evloop.Verdict {
 	if lr := &s.loopRead; lr.active && len(lr.own) > 0 {
 		return s.loopAnswer(typ, frame)
 	}
+	if s.loopTxn.g != nil {
+		return s.loopTxnAnswer(typ, frame)
+	}
 	return s.plainAnswer(typ, frame)
 }
 
@@ -394,18 +408,28 @@ func (s *Session) plainAnswer(typ byte, frame []byte) evloop.Verdict {
 	switch typ {
 	case 'Z':
 		s.loopFlight.Store(false)
-		s.readyForQuery(&unit{kind: uQuery, relayZ: true}, frame)
+		u := s.loopTxnUnit()
+		if u == nil {
+			u = &unit{kind: uQuery, relayZ: true}
+		}
+		s.readyForQuery(u, frame)
+		s.loopTxn.active = false
 		s.endLoopRead()
 		if s.obs.Active() {
 			s.obs.End(byte(s.tx))
 		}
-		return relayThenBackUnless(s.tx == txIdle)
+		return relayThenBackUnless(s.tx == txIdle || s.loopFollowsTxn())
 	case 'E':
 		s.noteBackendError(frame)
 		fatal, _ := s.backendErrorIsFatal(frame)
 		return relayThenBackUnless(!fatal)
 	case 'C':
-		s.noteCommand(frame)
+		if u := s.loopTxnUnit(); u != nil {
+			// BEGIN's and COMMIT's effect on the tracked settings.
+			s.commandComplete(u, frame)
+		} else {
+			s.noteCommand(frame)
+		}
 		return evloop.Relay
 	case 'S':
 		s.be.noteParameter(frame)
