@@ -72,6 +72,10 @@ func (s *Session) Admit(batch []byte) ([]byte, bool) {
 		return nil, false
 	}
 	defer s.stmtMu.Unlock()
+	if (s.tx == txBlock || s.tx == txFailed || s.txn.phase != txnNone) && !s.loopFollowsTxn() {
+		// As LoopBackend: the session's goroutine serves the block.
+		return nil, false
+	}
 	if s.be != nil && s.be.escapingStrings {
 		// Its texts are checked on the session's own path (strings_scs.go).
 		return nil, false
@@ -418,7 +422,11 @@ func (s *Session) plainAnswer(typ byte, frame []byte) evloop.Verdict {
 		if s.obs.Active() {
 			s.obs.End(byte(s.tx))
 		}
-		return relayThenBackUnless(s.tx == txIdle || s.loopFollowsTxn())
+		// Relay, whatever the block's state: RelayThenBack would end the
+		// session (the loop's stop after a FATAL). A transaction the loop
+		// cannot follow (failed, written, holds lost) stays in it idle:
+		// Admit refuses its next batch, which goes to the goroutine.
+		return evloop.Relay
 	case 'E':
 		s.noteBackendError(frame)
 		fatal, _ := s.backendErrorIsFatal(frame)
