@@ -94,9 +94,10 @@ build_rev() {
 # rev_dbname REV: the database rev_database makes for REV.
 rev_dbname() { echo "managed_${1//[^a-zA-Z0-9]/_}"; }
 
-# rev_database REV: database $(rev_dbname REV) on bench_postgres's server,
-# with REV's mzproxy ("tree": this tree's) in front of it, started by
-# bench_mzproxy under the database's name (the caller declares port, pid
+# rev_database REV [ENV=VALUE ...] [-- FLAG ...]: database $(rev_dbname
+# REV) on bench_postgres's server, with REV's mzproxy ("tree": this
+# tree's) in front of it, started by bench_mzproxy (with those
+# environment values and flags) under the database's name (the caller declares port, pid
 # and db, sets the database up through port[NAME] and stops the proxy).
 rev_database() {
 	local d bin=$work/mzproxy
@@ -105,9 +106,13 @@ rev_database() {
 		build_rev "$1" "$d"
 		bin=$work/mzproxy-$d
 	fi
+	shift
+	local envs=()
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+	[ $# -gt 0 ] && shift
 	psql -X -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -qAtc "CREATE DATABASE $d"
 	db[$d]=$d
-	bench_mzproxy "$d" "$bin" -- --backend "${backend/\/postgres\?//$d?}"
+	bench_mzproxy "$d" "$bin" "${envs[@]}" -- --backend "${backend/\/postgres\?//$d?}" "$@"
 }
 
 # bench_setup [extra mzproxy flags...]: bench_postgres, then mzproxy in

@@ -5,16 +5,22 @@
 # managed pgbench_accounts, in both protocols; counts, not speeds (a
 # loaded machine moves them little; strace slows the process, so the CPU
 # is measured in runs without it, ROUNDS of them interleaved across the
-# revisions, and the median taken).
+# revisions, and the median taken). SCRIPTS may also name managed.sh's
+# point (a plain point read) and rotxn (BEGIN, two point reads, COMMIT:
+# its "read" is the transaction).
 #
 # REVS: the revisions measured, each (rev_database) with its own mzproxy
 # in front of a database of its own on the same PostgreSQL, so that
 # revisions of different storage versions compare in one run ("tree" is
 # the working tree).
+# PROFILE=<dir>: each mzproxy writes a CPU profile of its whole run (the
+# setup too) to <dir>/<database>.prof when the script ends
+# (MZPROXY_CPU_PROFILE; read it with go tool pprof).
+# FLAGS: more mzproxy flags for every revision (e.g. --event-loop=false).
 #
 # usage: bench/tsread-calls.sh
 #   env: REVS="tree" READS=2000 ROUNDS=3 SCRIPTS="tsread asof"
-#        MODES="simple prepared" STRACE=1 (STRACE=0: CPU only)
+#        MODES="simple prepared" STRACE=1 (STRACE=0: CPU only) PROFILE= FLAGS=
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -24,12 +30,16 @@ ROUNDS=${ROUNDS:-3}
 SCRIPTS=${SCRIPTS:-"tsread asof"}
 MODES=${MODES:-"simple prepared"}
 STRACE=${STRACE:-1}
+PROFILE=${PROFILE:-}
+read -ra flags <<<"${FLAGS:-}"
 
 SRC=tree bench_postgres
 declare -A port pid db
 for rev in $REVS; do
 	d=$(rev_dbname "$rev")
-	rev_database "$rev"
+	envs=()
+	[ -n "$PROFILE" ] && mkdir -p "$PROFILE" && envs=("MZPROXY_CPU_PROFILE=$(realpath "$PROFILE")/$d.prof")
+	rev_database "$rev" "${envs[@]}" -- "${flags[@]}"
 	pgbench -i -q -s 1 -h 127.0.0.1 -p "${port[$d]}" -U postgres "$d" >"$work/init.$d.log" 2>&1 ||
 		{ cat "$work/init.$d.log" >&2; exit 1; }
 	psql -h 127.0.0.1 -p "${port[$d]}" -U postgres -d "$d" -qAtc \
@@ -38,6 +48,17 @@ for rev in $REVS; do
 	cat >"$work/tsread.$d.sql" <<EOS
 \set aid random(1, 100000)
 SELECT abalance, mz_now() FROM pgbench_accounts WHERE aid = :aid;
+EOS
+	cat >"$work/point.$d.sql" <<EOS
+\set aid random(1, 100000)
+SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
+EOS
+	cat >"$work/rotxn.$d.sql" <<EOS
+\set aid random(1, 100000)
+BEGIN;
+SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
+SELECT abalance FROM pgbench_accounts WHERE aid = :aid + 1;
+COMMIT;
 EOS
 	cat >"$work/asof.$d.sql" <<EOS
 \set aid random(1, 100000)

@@ -76,4 +76,8 @@ type LoopSession interface {
 	// asked before the connection looks at its writer: while it would
 	// say nil, a goroutine of the session's may be writing to the client.
 	LoopBackend() *evloop.Conn
+	// LoopLeft tells the session that the loop gave its sockets back
+	// with nothing of the client's left to handle: the client idles, and
+	// the session may have to watch its backend meanwhile.
+	LoopLeft()
 }

@@ -56,6 +56,8 @@ func (c *conn) runLoop() bool {
 	if len(res.Leftover) > 0 {
 		c.prefix.Reset(res.Leftover)
 		c.r.Reset(&c.prefix)
+	} else if err == nil && res.Over == nil {
+		ls.LoopLeft()
 	}
 	switch {
 	case err != nil:

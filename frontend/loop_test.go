@@ -77,6 +77,7 @@ func (s *listeningSession) Answer(byte, []byte) evloop.Verdict { return evloop.R
 func (s *listeningSession) Unread([]byte)                      {}
 func (s *listeningSession) Abandon()                           {}
 func (s *listeningSession) LoopBackend() *evloop.Conn          { return nil }
+func (s *listeningSession) LoopLeft()                          {}
 
 // TestLoopLeavesAListeningSessionsWriterAlone: between messages the
 // connection used to look at its writer's buffer before asking the
@@ -136,6 +137,7 @@ func (s *refusingSession) Answer(byte, []byte) evloop.Verdict { return evloop.Re
 func (s *refusingSession) Unread([]byte)                      {}
 func (s *refusingSession) Abandon()                           {}
 func (s *refusingSession) LoopBackend() *evloop.Conn          { return s.backend }
+func (s *refusingSession) LoopLeft()                          {}
 
 func unixPair() (net.Conn, net.Conn, error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)

@@ -416,14 +416,30 @@ func TestFault8IdleWatch(t *testing.T) {
 	}
 	p.awaitHolds(t, 0, "after the transactions")
 
-	for _, end := range []string{"timeout", "terminate"} {
-		victim := connectTo(t, ctx, url)
+	// Over the simple protocol, once its pins agree, the event loop
+	// serves the transaction and idles with it (proxy/loop_txn.go): when
+	// the backend speaks, the loop gives the session back, which then
+	// watches its backend as after a statement of its own.
+	for _, end := range []string{"timeout", "terminate", "simple timeout", "simple terminate"} {
+		victimURL := url
+		if strings.HasPrefix(end, "simple") {
+			victimURL += "&default_query_exec_mode=simple_protocol"
+		}
+		victim := connectTo(t, ctx, victimURL)
 		var pid int
 		if err := victim.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 			t.Fatal(err)
 		}
-		if end == "timeout" {
+		if strings.HasSuffix(end, "timeout") {
 			mustExec(t, ctx, victim, "SET idle_in_transaction_session_timeout = '500ms'")
+		}
+		// Enough for the pins to agree and for the connection's back-off
+		// from the loop (frontend/loop.go) to end; a plain BEGIN tells
+		// the proxy the session's defaults.
+		for range 10 {
+			mustExec(t, ctx, victim, "BEGIN")
+			mustExec(t, ctx, victim, "SELECT count(*) FROM t")
+			mustExec(t, ctx, victim, "COMMIT")
 		}
 		mustExec(t, ctx, victim, "BEGIN READ ONLY")
 		var n int64
@@ -433,7 +449,7 @@ func TestFault8IdleWatch(t *testing.T) {
 		if p.readHolds(t) == 0 {
 			t.Fatalf("%s: the open read-only transaction holds nothing on t", end)
 		}
-		if end == "terminate" {
+		if strings.HasSuffix(end, "terminate") {
 			mustExec(t, ctx, direct, fmt.Sprintf("SELECT pg_terminate_backend(%d)", pid))
 		}
 		// The client idles on: the proxy alone notices.

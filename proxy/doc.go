@@ -56,11 +56,12 @@
 // Between messages, a session idle in a plain state may lend its sockets to
 // the event loop (evloop.go, package frontend/evloop), whose goroutine
 // calls Admit and Answer while the connection's goroutine waits: plain
-// reads are forwarded as they are, and a simple Query that is a timestamped
+// reads are forwarded as they are, a simple Query that is a timestamped
 // read goes out guarded as guardedQuery sends it, a named prepared one's
-// Bind to Sync as guardedBind sends it (loop_read.go); anything the loop
-// cannot finish comes back to Handle before any of its answers is
-// relayed.
+// Bind to Sync as guardedBind sends it (loop_read.go), and a
+// simple-protocol read-only transaction is served whole, its first read
+// behind its pin guard (loop_txn.go); anything the loop cannot finish
+// comes back to Handle before any of its answers is relayed.
 //
 // Every read of the session's backend goes through backend.next, on every
 // path (the exchange, the write loop, the proxy's own value queries,

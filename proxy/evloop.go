@@ -38,13 +38,17 @@ func (s *Session) LoopBackend() *evloop.Conn {
 	switch {
 	case !ok, s.proxy.cfg.HistoryReads, s.dump:
 		return nil
-	case s.tx != txIdle, s.txn.phase != txnNone, s.units.len() > 0, s.midRequest,
+	case (s.tx != txIdle || s.txn.phase != txnNone) && !s.loopFollowsTxn():
+		// A read-only transaction the loop follows (loop_txn.go) may be
+		// in it, with its holds.
+		return nil
+	case s.units.len() > 0, s.midRequest,
 		s.copy != copyNone, s.listening, s.idleRead != nil, s.occBatch != nil,
 		s.skipping, s.muted, s.be.unsynced, s.budget != nil:
 		return nil
 	case s.be.r.Buffered() > 0, s.be.w.Buffered() > 0, s.client.Buffered() > 0:
 		return nil
-	case len(s.portalHolds) > 0, len(s.txn.holds) > 0, s.loopRead.resume:
+	case len(s.portalHolds) > 0, s.loopRead.resume, s.loopTxn.resume:
 		return nil
 	case len(s.be.unread.rest) > 0:
 		// The loop gave back an answer not yet all read again.
@@ -70,22 +74,35 @@ func (s *Session) Admit(batch []byte) ([]byte, bool) {
 		return nil, false
 	}
 	defer s.stmtMu.Unlock()
+	if (s.tx == txBlock || s.tx == txFailed || s.txn.phase != txnNone) && !s.loopFollowsTxn() {
+		// As LoopBackend: the session's goroutine serves the block.
+		return nil, false
+	}
 	if s.be != nil && s.be.escapingStrings {
 		// Its texts are checked on the session's own path (strings_scs.go).
 		return nil, false
 	}
 	began := !s.obs.Active()
-	msgs, ok := s.plainBatch(batch)
+	var msgs []plainMsg
+	ok := false
+	if s.tx != txBlock {
+		// (In a transaction a plain read is checked against its
+		// timedomain: admitQuery.)
+		msgs, ok = s.plainBatch(batch)
+	}
 	var send []byte
 	if ok {
 		for i := range msgs {
 			s.admitted(&msgs[i])
 		}
 	} else if sql, query := s.queryText(batch); query {
-		// A timestamped read, guarded (loop_read.go).
-		send, ok = s.admitGuarded(sql)
-	} else {
-		// A prepared timestamped read, guarded (loop_read.go).
+		// A read-only transaction's statement (loop_txn.go) or a
+		// timestamped read, guarded (loop_read.go).
+		send, ok = s.admitQuery(sql, batch)
+	} else if s.tx == txIdle {
+		// A prepared timestamped read, guarded (loop_read.go); in a
+		// transaction the session's goroutine serves the extended
+		// protocol.
 		send, ok = s.admitBoundRead(batch)
 	}
 	if !ok {
@@ -442,6 +459,9 @@ func (s *Session) Answer(typ byte, frame []byte) evloop.Verdict {
 	if lr := &s.loopRead; lr.active && len(lr.own) > 0 {
 		return s.loopAnswer(typ, frame)
 	}
+	if s.loopTxn.g != nil {
+		return s.loopTxnAnswer(typ, frame)
+	}
 	return s.plainAnswer(typ, frame)
 }
 
@@ -450,18 +470,32 @@ func (s *Session) plainAnswer(typ byte, frame []byte) evloop.Verdict {
 	switch typ {
 	case 'Z':
 		s.loopFlight.Store(false)
-		s.readyForQuery(&unit{kind: uQuery, relayZ: true}, frame)
+		u := s.loopTxnUnit()
+		if u == nil {
+			u = &unit{kind: uQuery, relayZ: true}
+		}
+		s.readyForQuery(u, frame)
+		s.loopTxn.active = false
 		s.endLoopRead()
 		if s.obs.Active() {
 			s.obs.End(byte(s.tx))
 		}
-		return relayThenBackUnless(s.tx == txIdle)
+		// Relay, whatever the block's state: RelayThenBack would end the
+		// session (the loop's stop after a FATAL). A transaction the loop
+		// cannot follow (failed, written, holds lost) stays in it idle:
+		// Admit refuses its next batch, which goes to the goroutine.
+		return evloop.Relay
 	case 'E':
 		s.noteBackendError(frame)
 		fatal, _ := s.backendErrorIsFatal(frame)
 		return relayThenBackUnless(!fatal)
 	case 'C':
-		s.noteCommand(frame)
+		if u := s.loopTxnUnit(); u != nil {
+			// BEGIN's and COMMIT's effect on the tracked settings.
+			s.commandComplete(u, frame)
+		} else {
+			s.noteCommand(frame)
+		}
 		return evloop.Relay
 	case 'S':
 		s.be.noteParameter(frame)

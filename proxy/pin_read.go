@@ -303,11 +303,21 @@ func (s *Session) firstReadAfterGuard(ctx context.Context, sql string, frame []b
 	if err := s.be.w.Flush(); err != nil {
 		return s.lostWrite(err)
 	}
+	return s.guardAnswers(ctx, sql, frame, g, false)
+}
+
+// guardAnswers reads the answers of the pin guard g and of the Query
+// (frame, sql) sent behind it. noted: the event loop sent them, followed
+// the guard's answer and noted the pin (loop_txn.go); its answers, given
+// back, are read again here and the read is held.
+func (s *Session) guardAnswers(ctx context.Context, sql string, frame []byte, g *pinGuard, noted bool) error {
 	s.busy.Store(true)
 	s.midRequest = true
 	s.enter(timeouts.PhaseTimestamp)
 	v, failed, err := s.readPinValue(g.ends)
-	if err == nil && failed != nil {
+	switch {
+	case err != nil:
+	case failed != nil:
 		err = s.guardFailed(ctx, g, failed)
 		if err == nil {
 			// Pinned anew: the read goes the ordinary way.
@@ -315,8 +325,9 @@ func (s *Session) firstReadAfterGuard(ctx context.Context, sql string, frame []b
 				return s.request(ctx, frame, unit{kind: uQuery, relayZ: true}, true)
 			}
 		}
-	}
-	if err == nil {
+	case noted:
+		err = s.readAfterPin(ctx, sql)
+	default:
 		err = s.pinnedByGuard(ctx, sql, g, v)
 	}
 	if err != nil {
@@ -372,6 +383,19 @@ func (s *Session) guardRefusedView(failed *pgerr.Error) bool {
 // the read's answers are dropped and the client gets the error, as when
 // the pin came first.
 func (s *Session) pinnedByGuard(ctx context.Context, sql string, g *pinGuard, v string) error {
+	if err := s.noteGuardPin(ctx, g, v); err != nil {
+		if derr := s.dropQueryAnswers(); derr != nil {
+			return derr
+		}
+		return err
+	}
+	return s.readAfterPin(ctx, sql)
+}
+
+// readAfterPin plans and holds sql, the first read of a transaction the
+// guard in front of it pinned, while its answers are on their way; if
+// that fails, they are dropped and the client gets the error.
+func (s *Session) readAfterPin(ctx context.Context, sql string) error {
 	dropped := false
 	dropRead := func() (bool, error) {
 		if dropped {
@@ -380,13 +404,10 @@ func (s *Session) pinnedByGuard(ctx context.Context, sql string, g *pinGuard, v 
 		dropped = true
 		return true, s.dropQueryAnswers()
 	}
-	err := s.noteGuardPin(ctx, g, v)
-	if err == nil {
-		s.txn.searchPath = planner.EffectiveSearchPath(s.known.searchPath, s.user)
-		// The search_path is known (not nil), so txnReads asks ready only
-		// before it refuses the read: the read's answers go first.
-		err = s.txnReads(ctx, sql, dropRead)
-	}
+	s.txn.searchPath = planner.EffectiveSearchPath(s.known.searchPath, s.user)
+	// The search_path is known (not nil), so txnReads asks ready only
+	// before it refuses the read: the read's answers go first.
+	err := s.txnReads(ctx, sql, dropRead)
 	if err != nil && !dropped {
 		if derr := s.dropQueryAnswers(); derr != nil {
 			return derr

@@ -244,6 +244,11 @@ func (s *Session) handleQuery(ctx context.Context, m *pgproto3.Query, frame []by
 		// This Query's guarded read, given back by the event loop.
 		return s.failQuery(s.resumeLoopRead(ctx))
 	}
+	if s.loopTxn.resume {
+		// This Query, a transaction's first read, given back by the event
+		// loop with its pin in front of it.
+		return s.resumeLoopTxn(ctx, frame)
+	}
 	if err := s.checkStringSyntax(m.String); err != nil {
 		return s.failQuery(err)
 	}

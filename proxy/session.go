@@ -190,6 +190,9 @@ type statementState struct {
 	loop loopScratch
 	// loopRead is the guarded read the loop sent (loop_read.go).
 	loopRead loopRead
+	// loopTxn is the read-only transaction's statement the loop sent
+	// (loop_txn.go).
+	loopTxn loopTxn
 	// canceledReply: the backend answered the statement with 57014 after
 	// the statement's context ended.
 	canceledReply bool
@@ -260,14 +263,29 @@ func (s *Session) Handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 	copyQuery := s.copy == copyQuery
 	err := s.handleStatement(ctx, msg, frame)
 	s.observeHandled(msg, copyQuery, err)
-	if err == nil && s.watchIdle() {
-		delay := time.Duration(0)
-		if !s.listening {
-			delay = idleWatchDelay
-		}
-		s.startIdleReader(delay)
+	if err == nil {
+		s.watchBackend()
 	}
 	return err
+}
+
+// LoopLeft implements frontend.LoopSession: the event loop gave the
+// session back between statements, its client idle (the backend spoke
+// unasked, or the loop cannot follow what comes next); a read-only
+// transaction it followed may hold its timestamp.
+func (s *Session) LoopLeft() { s.watchBackend() }
+
+// watchBackend starts the idle reader when the backend must be read while
+// the client is idle (watchIdle).
+func (s *Session) watchBackend() {
+	if s.idleRead != nil || !s.watchIdle() {
+		return
+	}
+	delay := time.Duration(0)
+	if !s.listening {
+		delay = idleWatchDelay
+	}
+	s.startIdleReader(delay)
 }
 
 // idleWatchDelay is how long a session idle in a transaction with read

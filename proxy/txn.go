@@ -1013,8 +1013,24 @@ func (s *Session) hold(ctx context.Context, tables []*planner.Object) *pgerr.Err
 		return nil
 	}
 	s.enter(timeouts.PhaseHold)
-	h, err := s.holdRead(ctx, &choice{ts: s.txn.ts, inputs: add}, true)
+	c := &choice{ts: s.txn.ts, inputs: add}
+	var h heldRead
+	var err error
+	if s.loopTxn.noWait {
+		// On the event loop's goroutine, which must not wait: a hold the
+		// lease does not grant in memory is the session's goroutine's.
+		var ok bool
+		if h, ok = s.holdReadNow(c); !ok {
+			err = errHoldWaits
+		}
+	} else {
+		h, err = s.holdRead(ctx, c, true)
+	}
 	if err != nil {
+		// Not held: the next read tries again.
+		for _, t := range add {
+			delete(s.txn.held, t.ID)
+		}
 		return pgerr.As(err)
 	}
 	s.txn.holds = append(s.txn.holds, h)

@@ -1,0 +1,304 @@
+package proxy
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/mzproxy/mzproxy/frontend/evloop"
+	"github.com/mzproxy/mzproxy/pgerr"
+	"github.com/mzproxy/mzproxy/planner"
+	"github.com/mzproxy/mzproxy/timeouts"
+)
+
+// A read-only transaction in the event loop (issue 15). Served by the
+// session's goroutine, each of its statements cost about twice what the
+// loop's point read costs the proxy: two goroutine parks and the
+// netpoller's wake-ups (docs/read-cost.md). A turn in the loop costs about
+// thirty system calls to join and leave, so the loop gains only if it
+// serves the whole transaction: a simple-protocol BEGIN, its first read
+// with the pin in front of it, the reads after it, and its COMMIT or
+// ROLLBACK, each as handleQuery would, with nothing that takes a round
+// trip or a wait of the proxy's own:
+//
+//   - BEGIN (or START TRANSACTION) alone, when the session's last pins
+//     agree on the count of writes (settledWrites: no peek is sent), is
+//     forwarded as it is; the transaction is followed as noteBegin follows
+//     it.
+//   - The first read, when it can carry the pin (pinWithRead), goes out as
+//     firstReadAfterGuard sends it: the raise, the guard, the Query. The
+//     loop drops the answers to the proxy's own messages and reads the
+//     guard's value; at the read's first answer the pin is noted and the
+//     read planned and held (in memory: the lease grants a hold at the
+//     pinned timestamp, see pin_read.go) before anything is relayed.
+//     Anything else before that (the guard's refusal or error, a notice,
+//     a hold the lease does not grant in memory) gives the Query back to
+//     the session's goroutine (evloop.Back) with nothing relayed, and
+//     guardAnswers reads the answers again as firstReadAfterGuard would.
+//   - A later plain read whose relations are in the timedomain and
+//     already held (txnReads would refuse nothing and hold nothing) is
+//     forwarded as it is.
+//   - COMMIT or ROLLBACK alone (no AND CHAIN) of a pinned transaction
+//     that has not written is forwarded as it is; its ReadyForQuery ends
+//     the transaction (readyForQuery, endTxn).
+//
+// Anything else is not admitted, and the session's goroutine serves it
+// as before; so is any statement when the transaction's holds were lost
+// (failLostHold) or the session has a statement timeout (LoopBackend).
+
+// loopTxn is the statement of a read-only transaction the loop has at
+// the backend, from Admit to its ReadyForQuery or to the session's
+// goroutine taking it over.
+type loopTxn struct {
+	// active: the loop forwarded a Query of the transaction's; u is its
+	// unit (the settings BEGIN and COMMIT apply at their CommandComplete).
+	active bool
+	u      unit
+	// g is the first read's pin guard while its answers come (ends of
+	// them still to come, value its row's), sql the read.
+	g     *pinGuard
+	ends  int
+	value string
+	sql   string
+	// noted: the pin was noted at the read's first answer.
+	noted bool
+	// resume: Answer gave the read back (evloop.Back); handleQuery reads
+	// its answers (resumeLoopTxn).
+	resume bool
+	// noWait: the loop's goroutine plans and holds; a hold takes only
+	// what the lease grants in memory (hold).
+	noWait bool
+	send   byteSink // the batch the loop sends for a first read, reused
+}
+
+// errHoldWaits is hold's error on the loop's goroutine when the lease
+// cannot grant the hold in memory.
+var errHoldWaits = pgerr.New(pgerr.InternalError, "mzproxy: the hold needs a round trip")
+
+// loopFollowsTxn reports whether the loop can follow the session's
+// transaction block: one whose first read can carry its pin, or that is
+// pinned, has not written, and holds what it holds under a live lease.
+func (s *Session) loopFollowsTxn() bool {
+	if s.tx != txBlock || s.txn.guard != nil || s.writeSlot || s.lease == nil || s.lease.Err() != nil ||
+		s.lostHold() != nil || s.proxy.cfg.HistoryReads {
+		return false
+	}
+	switch s.txn.phase {
+	case txnFresh:
+		return s.txn.peek != nil && *s.txn.peek != ""
+	case txnPinned:
+		return true
+	}
+	return false
+}
+
+// admitQuery admits a simple Query that is not a plain read outside a
+// transaction: a statement of a read-only transaction, or a guarded
+// timestamped read (loop_read.go).
+func (s *Session) admitQuery(sql string, batch []byte) ([]byte, bool) {
+	switch {
+	case s.tx != txBlock:
+		if s.admitBegin(sql) {
+			return nil, true
+		}
+		return s.admitGuarded(sql)
+	case !s.loopFollowsTxn():
+		return nil, false
+	case s.txn.phase == txnFresh:
+		return s.admitFirstRead(sql, batch)
+	case s.txnEnd(sql) || s.heldReads(sql):
+		s.loopQuery(sql)
+		return nil, true
+	}
+	return nil, false
+}
+
+// admitBegin follows a BEGIN that needs no peek, as txnQuery does.
+func (s *Session) admitBegin(sql string) bool {
+	if !s.known.settled.steady || !startsWithWord(sql, "begin", "start") {
+		return false
+	}
+	opts := beginOptions(s.proxy.planner, sql)
+	if opts == nil {
+		return false
+	}
+	s.loopQuery(sql)
+	s.noteBegin(sql, opts)
+	// The last pins' count stands in for the peek: nothing is sent (the
+	// session is idle and synced, as LoopBackend requires).
+	if err := s.peekBeforeBegin(); err != nil || s.txn.peek == nil || *s.txn.peek == "" {
+		// Not reached (the count is known); the goroutine would pin with
+		// the gate, which the loop does not follow.
+		s.txn.peek = nil
+	}
+	return true
+}
+
+// loopQuery records an admitted Query of the transaction as handleQuery
+// does before it forwards it.
+func (s *Session) loopQuery(sql string) {
+	s.admitted(&plainMsg{typ: 'Q', sql: sql})
+	var settings []*planner.Statement
+	if !s.plainRead(sql) {
+		settings = s.trackSettings(sql)
+	}
+	s.loopTxn.active = true
+	s.loopTxn.u = unit{kind: uQuery, relayZ: true, settings: settings}
+}
+
+// txnEnd reports whether sql is COMMIT or ROLLBACK alone, without AND
+// CHAIN: txnReads and handleQuery forward it as it is in a pinned
+// transaction that has not written.
+func (s *Session) txnEnd(sql string) bool {
+	stmts, err := s.proxy.planner.Shape(sql, emptyCatalog{}, planner.Options{})
+	if err != nil || len(stmts) != 1 {
+		return false
+	}
+	st := stmts[0]
+	return st.Kind == planner.KindTransaction && st.Txn != nil && !st.Txn.Chain &&
+		(st.Txn.Kind == planner.TxnCommit || st.Txn.Kind == planner.TxnRollback)
+}
+
+// heldReads reports whether sql is a plain read of the pinned transaction
+// whose every relation is in its timedomain and held already: txnReads
+// would refuse nothing and take no hold.
+func (s *Session) heldReads(sql string) bool {
+	s.noteStatementText(sql)
+	if s.txn.searchPath == nil || s.txn.domain == nil || !s.plainRead(sql) {
+		return false
+	}
+	stmts, err := s.proxy.planner.Plan(sql, s.txn.catalog, planner.Options{SearchPath: s.txn.searchPath})
+	if err != nil || len(stmts) == 0 {
+		return false
+	}
+	for _, st := range stmts {
+		if !st.ReadOnly() || st.AsOf != nil {
+			return false
+		}
+		for _, r := range st.Reads {
+			if r.Managed() && !s.inDomain(r.Object) {
+				return false
+			}
+		}
+		for _, in := range st.Inputs {
+			if !s.txn.held[in.ID] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// admitFirstRead admits the first read of a fresh transaction with its
+// pin in front of it, as firstReadAfterGuard sends them.
+func (s *Session) admitFirstRead(sql string, batch []byte) ([]byte, bool) {
+	ctx := context.Background() // nothing below waits: the lease is held (loopFollowsTxn)
+	s.noteStatementText(sql)
+	g := s.pinWithRead(ctx, sql, "")
+	if g == nil || s.db.catalogAt(g.revision) == nil {
+		return nil, false
+	}
+	lt := &s.loopTxn
+	lt.send.b = lt.send.b[:0]
+	s.be.w.Reset(&lt.send)
+	err := s.sendPinGuard(ctx, g)
+	if err == nil {
+		err = s.be.w.WriteFrame(batch)
+	}
+	if err == nil {
+		err = s.be.w.Flush()
+	}
+	s.be.w.Reset(s.be.nc)
+	s.txn.guard = nil
+	if err != nil {
+		// Only encoding can fail; nothing was sent, so the guard's
+		// statements are prepared again next time.
+		s.pinGuardPrepared, s.pinGuardRevPrepared = false, false
+		return nil, false
+	}
+	s.loopQuery(sql)
+	lt.g, lt.ends, lt.value, lt.sql, lt.noted = g, g.ends, "", sql, false
+	return lt.send.b, true
+}
+
+// loopTxnAnswer follows an answer of the first read before its first
+// relayed frame: the guard's are dropped, and at the read's first answer
+// the transaction is pinned and the read held; anything unexpected gives
+// the read back to the session's goroutine.
+func (s *Session) loopTxnAnswer(typ byte, frame []byte) evloop.Verdict {
+	lt := &s.loopTxn
+	if lt.ends > 0 {
+		switch typ {
+		case '1', '2':
+			return evloop.Drop
+		case 'D':
+			keepFirstValue(frame, &lt.value)
+			return evloop.Drop
+		case '3', 'C':
+			lt.ends--
+			return evloop.Drop
+		}
+		lt.resume = true
+		return evloop.Back
+	}
+	if !s.loopPinned() {
+		lt.resume = true
+		return evloop.Back
+	}
+	lt.g = nil
+	s.enter(timeouts.PhaseExecute)
+	return s.plainAnswer(typ, frame)
+}
+
+// loopPinned notes the pin the guard answered and plans and holds the
+// first read, as pinnedByGuard does, in memory; false when that is the
+// session goroutine's (lt.noted says how far it got).
+func (s *Session) loopPinned() bool {
+	lt := &s.loopTxn
+	if _, err := strconv.ParseUint(lt.value, 10, 64); err != nil || s.db.catalogAt(lt.g.revision) == nil {
+		// noteGuardPin's error, or its round trip, is the goroutine's.
+		return false
+	}
+	ctx := context.Background()
+	if err := s.noteGuardPin(ctx, lt.g, lt.value); err != nil {
+		return false
+	}
+	lt.noted = true
+	s.txn.searchPath = planner.EffectiveSearchPath(s.known.searchPath, s.user)
+	refused := false
+	lt.noWait = true
+	err := s.txnReads(ctx, lt.sql, func() (bool, error) {
+		// A refusal (a hold the lease does not grant in memory) is the
+		// goroutine's: txnReads returns without it.
+		refused = true
+		return false, nil
+	})
+	lt.noWait = false
+	if err != nil || refused {
+		// The goroutine chooses the timedomain again (hold forgot what
+		// it did not hold).
+		s.txn.domain = nil
+		return false
+	}
+	return true
+}
+
+// resumeLoopTxn serves the first read the loop gave back: its answers,
+// the guard's first, are read as firstReadAfterGuard reads them.
+func (s *Session) resumeLoopTxn(ctx context.Context, frame []byte) error {
+	lt := &s.loopTxn
+	g, sql, noted := lt.g, lt.sql, lt.noted
+	lt.g, lt.resume, lt.active, lt.noted = nil, false, false, false
+	// A cancel from now on is the statement's (handleStatement): the
+	// loop's is over.
+	s.loopFlight.Store(false)
+	return s.guardAnswers(ctx, sql, frame, g, noted)
+}
+
+// loopTxnUnit is the unit of the Query the loop forwarded, nil when it
+// forwarded none of a transaction's.
+func (s *Session) loopTxnUnit() *unit {
+	if lt := &s.loopTxn; lt.active {
+		return &lt.u
+	}
+	return nil
+}

@@ -1,0 +1,115 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// step runs sql as the frontend would: through the event loop when the
+// session is one it can drive, else on the session's own path.
+func (c *loopClient) step(tb testing.TB, ctx context.Context, sql string) (answer string, inLoop bool) {
+	tb.Helper()
+	if c.s.LoopBackend() == nil {
+		return query(tb, ctx, c.s, c.client, sql), false
+	}
+	return c.turn(tb, ctx, sql)
+}
+
+// answerTypes are the types of answer's frames.
+func answerTypes(answer string) string {
+	var types []byte
+	for b := []byte(answer); len(b) >= 5; {
+		types = append(types, b[0])
+		b = b[5+int(uint32(b[1])<<24|uint32(b[2])<<16|uint32(b[3])<<8|uint32(b[4]))-4:]
+	}
+	return string(types)
+}
+
+// TestReadOnlyTxnInLoop: once the session's pins agree (no peek before
+// BEGIN), a simple-protocol read-only transaction is served by the event
+// loop whole (before, every statement of it went to the session's
+// goroutine): BEGIN, the first read with the pin in front of it (nothing
+// of the pin's reaches the client), a later read at the same snapshot
+// while another proxy writes, COMMIT, which releases its holds. When a
+// write came since the last pin, the guard refuses in the loop, which
+// gives the read back before relaying anything; the goroutine pins with
+// the gate and the read sees the write; later transactions are the
+// loop's again.
+func TestReadOnlyTxnInLoop(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := newLoopClient(t, ctx)
+	other, otherClient := openSession(t, ctx, Config{})
+	table := fmt.Sprintf("ltx_%d", time.Now().UnixNano())
+	for _, sql := range []string{
+		"CREATE TABLE " + table + " (aid int PRIMARY KEY, abalance int NOT NULL)",
+		"INSERT INTO " + table + " SELECT g, g * 10 FROM generate_series(1, 10) g",
+	} {
+		if out := query(t, ctx, c.s, c.client, sql); strings.Contains(out, "ERROR") {
+			t.Fatalf("%s: %s", sql, out)
+		}
+	}
+	read := func(aid int) string { return fmt.Sprintf("SELECT abalance FROM %s WHERE aid = %d", table, aid) }
+	// txn runs one read-only transaction, a write of another proxy's
+	// between its reads when write, and reports which statements the loop
+	// served.
+	txn := func(write bool, want1, want2 string) (served [4]bool) {
+		t.Helper()
+		var answer string
+		answer, served[0] = c.step(t, ctx, "BEGIN")
+		if got := answerTypes(answer); got != "CZ" {
+			t.Fatalf("BEGIN answered %q (%q)", got, answer)
+		}
+		answer, served[1] = c.step(t, ctx, read(1))
+		checkAnswer(t, answer, "T", want1)
+		if n := len(c.s.proxy.Holds()); n == 0 {
+			t.Fatal("the transaction holds nothing after its first read")
+		}
+		if write {
+			if out := query(t, ctx, other, otherClient, "UPDATE "+table+" SET abalance = abalance + 1 WHERE aid = 1"); strings.Contains(out, "ERROR") {
+				t.Fatal(out)
+			}
+		}
+		answer, served[2] = c.step(t, ctx, read(1))
+		checkAnswer(t, answer, "T", want2)
+		answer, served[3] = c.step(t, ctx, "COMMIT")
+		if got := answerTypes(answer); got != "CZ" {
+			t.Fatalf("COMMIT answered %q (%q)", got, answer)
+		}
+		if n := len(c.s.proxy.Holds()); n != 0 {
+			t.Fatalf("%d holds after COMMIT", n)
+		}
+		return served
+	}
+	// The session's own path learns the search_path and the catalog, and
+	// its pins come to agree.
+	for range 3 {
+		txn(false, "10", "10")
+	}
+	all := [4]bool{true, true, true, true}
+	for i := range 2 {
+		if served := txn(false, "10", "10"); served != all {
+			t.Fatalf("transaction %d: the loop served %v of BEGIN, read, read, COMMIT", i, served)
+		}
+	}
+	// The second read is at the first's snapshot.
+	if served := txn(true, "10", "10"); served != all {
+		t.Fatalf("with a write between its reads: the loop served %v", served)
+	}
+	// A write since the last pin: the guard refuses, and the goroutine
+	// pins with the gate.
+	served := txn(false, "11", "11")
+	if served[1] {
+		t.Fatal("the first read after a write was served by the loop: its guard had to refuse")
+	}
+	for i := range 4 {
+		if served = txn(false, "11", "11"); served == all {
+			return
+		}
+		t.Logf("transaction %d after the write: the loop served %v", i, served)
+	}
+	t.Fatal("the transactions after the refused guard never went back to the loop")
+}
