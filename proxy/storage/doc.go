@@ -18,7 +18,8 @@
 // ddl_alter.sql 23 to 24, view_safe.sql 24 to 25, pin_views.sql 25 to 26,
 // write_lean.sql 26 to 27, ddl_small.sql 27 to 28, ddl_column.sql 28 to 29,
 // bypass_code.sql 29 to 30, hist_write.sql 30 to 31, pin_seq.sql 31 to 32,
-// ddl_scans.sql 32 to 33, restamp.sql 33 to 34 (a database at an older
+// ddl_scans.sql 32 to 33, restamp.sql 33 to 34, ddl_create.sql 36 to 37
+// (35 and 36 are other branches', renumbered at merge) (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
