@@ -364,4 +364,11 @@
 // them). Both read only catalogs and call nothing that reads more: the
 // setting holds for everything a function calls (on sync_triggers it
 // reached take_spare_marker, whose join with pg_class then took 1.5 s).
+// Since version 37 (ddl_create.sql) sync_triggers' signature names
+// gen_triggers' row version in pg_proc, as table_shape does, not md5 of
+// its text (read out of line, decompressed and hashed at every CREATE
+// TABLE), and the event triggers set the mark mzproxy.in_ddl in PL/pgSQL
+// assignments (no query each) and reset it only when they set it; ddl_ts
+// splits the slot's text in PL/pgSQL expressions and queries only the key
+// (and the pin for a pending slot), not one query of three subquery levels.
 package storage

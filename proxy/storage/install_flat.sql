@@ -449,29 +449,25 @@ CREATE FUNCTION mzproxy.ddl_ts() RETURNS bigint
     LANGUAGE plpgsql
     AS $_$
 DECLARE
+    v text := current_setting('mzproxy.write_ts', true);
+    vt text := split_part(v, ' ', 1);
+    k text;
     t bigint;
 BEGIN
-    SELECT CASE WHEN s.pending
-                -- The slot set, then T (set_config's result is never NULL).
-                THEN CASE WHEN set_config('mzproxy.write_ts', s.t || ' - ' || mzproxy.key_tag(s.k, s.t || ' -'), true) IS NOT NULL
-                          THEN s.t END
-                ELSE s.t END
-      INTO t
-      FROM (SELECT CASE WHEN p.vt = '0'
-                        THEN GREATEST(mzproxy.now_ms(),
-                                      (SELECT CASE WHEN q.is_called THEN q.last_value
-                                                   ELSE GREATEST(mzproxy.now_ms() + 1000, (SELECT u.upper FROM mzproxy.txns_durable u)) END
-                                         FROM mzproxy.pinned q) + 1)
-                        ELSE p.vt::bigint END AS t,
-                   p.vt = '0' AS pending, p.k
-              FROM (SELECT split_part(v.v, ' ', 1) AS vt, split_part(v.v, ' ', 2) AS ve,
-                           split_part(v.v, ' ', 3) AS tg, split_part(v.v, ' ', 4) AS rest, w.k
-                      FROM (SELECT current_setting('mzproxy.write_ts', true) AS v) v, mzproxy.write_key w) p
-             -- A tag proves set_slot wrote both numbers (write_slot).
-             WHERE p.tg = mzproxy.key_tag(p.k, p.vt || ' ' || p.ve) AND p.rest = ''
-               AND (p.vt = '0' OR p.vt ~ '^[1-9][0-9]*$')) s;
-    IF FOUND THEN
-        RETURN t;
+    IF split_part(v, ' ', 4) = '' AND (vt = '0' OR vt ~ '^[1-9][0-9]*$') THEN
+        k := (SELECT w.k FROM mzproxy.write_key w);
+        -- A tag proves set_slot wrote both numbers (write_slot).
+        IF split_part(v, ' ', 3) = mzproxy.key_tag(k, vt || ' ' || split_part(v, ' ', 2)) THEN
+            IF vt <> '0' THEN
+                RETURN vt::bigint;
+            END IF;
+            t := GREATEST(mzproxy.now_ms(),
+                          (SELECT CASE WHEN q.is_called THEN q.last_value
+                                       ELSE GREATEST(mzproxy.now_ms() + 1000, (SELECT u.upper FROM mzproxy.txns_durable u)) END
+                             FROM mzproxy.pinned q) + 1);
+            v := set_config('mzproxy.write_ts', t || ' - ' || mzproxy.key_tag(k, t || ' -'), true);
+            RETURN t;
+        END IF;
     END IF;
     RETURN mzproxy.current_write_ts();
 END
