@@ -20,6 +20,12 @@
 #        PATCH=file.sql (run in each managed database before it is
 #                        measured: a part stubbed, to measure it by
 #                        subtraction)
+#        VARIANTS="name=file.sql ..." (each managed database measured
+#                  again with each file run on its copy first: the
+#                  parts changed or stubbed, in one run)
+#        TABLES=0 (more tables f1..fTABLES (a int PRIMARY KEY, b text)
+#                  in every database, made as probe is: the catalogs'
+#                  size a statement may scan)
 set -euo pipefail
 
 REVS=${REVS:-"main tree"}
@@ -32,18 +38,26 @@ source "$(dirname "$0")/lib.sh"
 SRC=tree bench_postgres
 direct_sql() { psql -X -h 127.0.0.1 -p "$pg_port" -U postgres -d "$1" -qAtc "$2"; }
 probe="CREATE TABLE probe (a int PRIMARY KEY, b text)"
+TABLES=${TABLES:-0}
+# tables PORT DB: probe and the TABLES more, through PORT (one session).
+tables() {
+	{
+		echo "$probe;"
+		for i in $(seq "$TABLES"); do echo "CREATE TABLE f$i (a int PRIMARY KEY, b text);"; done
+	} | psql -X -h 127.0.0.1 -p "$1" -U postgres -d "$2" -qAt -v ON_ERROR_STOP=1
+}
 
 declare -A port pid db
 for rev in $REVS; do
 	d=$(rev_dbname "$rev")
 	rev_database "$rev"
-	psql -X -h 127.0.0.1 -p "${port[$d]}" -U postgres -d "$d" -qAtc "$probe"
+	tables "${port[$d]}" "$d"
 	[ -z "${PATCH:-}" ] || direct_sql "$d" "$(cat "$PATCH")" >/dev/null
 	kill "${pid[$d]}"
 	wait "${pid[$d]}" 2>/dev/null || true
 done
 direct_sql postgres "CREATE DATABASE plain"
-direct_sql plain "$probe"
+tables "$pg_port" plain
 for d in plain $(for rev in $REVS; do rev_dbname "$rev"; done); do direct_sql "$d" 'VACUUM ANALYZE'; done
 direct_sql postgres CHECKPOINT
 as_pg "$bindir/pg_ctl" -D "$work/pg" -m fast stop >/dev/null
@@ -84,7 +98,7 @@ instructions() {
 	for _ in $(seq 600); do
 		if [ -s "$f" ] && ! kill -0 "$p" 2>/dev/null; then
 			awk '/^(summary|totals):/ { print $2; exit }' "$f"
-			[ -z "${CGSAVE:-}" ] || cp "$f" "$CGSAVE/$d.$2.$3"
+			[ -z "${CGSAVE:-}" ] || cp "$f" "$CGSAVE/$cgname.$2.$3"
 			return
 		fi
 		sleep 0.5
@@ -93,16 +107,28 @@ instructions() {
 	exit 1
 }
 
+# measure DB KIND MANAGED NAME [FILE]: one row, on a copy of DB (with FILE
+# run in it first).
+measure() {
+	local small big
+	cgname=$4
+	direct_sql postgres "CREATE DATABASE copy TEMPLATE $1 STRATEGY FILE_COPY"
+	[ -z "${5:-}" ] || direct_sql copy "$(cat "$5")" >/dev/null
+	instructions copy "$2" 1 "$3" >/dev/null
+	small=$(instructions copy "$2" "$N0" "$3")
+	big=$(instructions copy "$2" "$N" "$3")
+	direct_sql postgres "DROP DATABASE copy"
+	printf '%-8s %-24s %12d\n' "$2" "$4" $(((big - small) / (N - N0)))
+}
+
 printf '%-8s %-24s %12s\n' pair database per_pair
 for kind in $PAIRS; do
-	for d in plain $(for rev in $REVS; do rev_dbname "$rev"; done); do
-		m=yes
-		[ "$d" = plain ] && m=no
-		direct_sql postgres "CREATE DATABASE copy TEMPLATE $d STRATEGY FILE_COPY"
-		instructions copy "$kind" 1 $m >/dev/null
-		small=$(instructions copy "$kind" "$N0" $m)
-		big=$(instructions copy "$kind" "$N" $m)
-		direct_sql postgres "DROP DATABASE copy"
-		printf '%-8s %-24s %12d\n' "$kind" "$d" $(((big - small) / (N - N0)))
+	measure plain "$kind" no plain
+	for rev in $REVS; do
+		d=$(rev_dbname "$rev")
+		measure "$d" "$kind" yes "$d"
+		for v in ${VARIANTS:-}; do
+			measure "$d" "$kind" yes "$d+${v%%=*}" "${v#*=}"
+		done
 	done
 done

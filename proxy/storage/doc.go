@@ -18,8 +18,8 @@
 // ddl_alter.sql 23 to 24, view_safe.sql 24 to 25, pin_views.sql 25 to 26,
 // write_lean.sql 26 to 27, ddl_small.sql 27 to 28, ddl_column.sql 28 to 29,
 // bypass_code.sql 29 to 30, hist_write.sql 30 to 31, pin_seq.sql 31 to 32,
-// ddl_scans.sql 32 to 33, restamp.sql 33 to 34, block_lean.sql 34 to 35
-// (a database at an older
+// ddl_scans.sql 32 to 33, restamp.sql 33 to 34, block_lean.sql 34 to 35,
+// ddl_create.sql 35 to 36 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -382,4 +382,11 @@
 // them). Both read only catalogs and call nothing that reads more: the
 // setting holds for everything a function calls (on sync_triggers it
 // reached take_spare_marker, whose join with pg_class then took 1.5 s).
+// Since version 36 (ddl_create.sql) sync_triggers' signature names
+// gen_triggers' row version in pg_proc, as table_shape does, not md5 of
+// its text (read out of line, decompressed and hashed at every CREATE
+// TABLE), and the event triggers set the mark mzproxy.in_ddl in PL/pgSQL
+// assignments (no query each) and reset it only when they set it; ddl_ts
+// splits the slot's text in PL/pgSQL expressions and queries only the key
+// (and the pin for a pending slot), not one query of three subquery levels.
 package storage

@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 35, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 36, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -449,29 +449,25 @@ CREATE FUNCTION mzproxy.ddl_ts() RETURNS bigint
     LANGUAGE plpgsql
     AS $_$
 DECLARE
+    v text := current_setting('mzproxy.write_ts', true);
+    vt text := split_part(v, ' ', 1);
+    k text;
     t bigint;
 BEGIN
-    SELECT CASE WHEN s.pending
-                -- The slot set, then T (set_config's result is never NULL).
-                THEN CASE WHEN set_config('mzproxy.write_ts', s.t || ' - ' || mzproxy.key_tag(s.k, s.t || ' -'), true) IS NOT NULL
-                          THEN s.t END
-                ELSE s.t END
-      INTO t
-      FROM (SELECT CASE WHEN p.vt = '0'
-                        THEN GREATEST(mzproxy.now_ms(),
-                                      (SELECT CASE WHEN q.is_called THEN q.last_value
-                                                   ELSE GREATEST(mzproxy.now_ms() + 1000, (SELECT u.upper FROM mzproxy.txns_durable u)) END
-                                         FROM mzproxy.pinned q) + 1)
-                        ELSE p.vt::bigint END AS t,
-                   p.vt = '0' AS pending, p.k
-              FROM (SELECT split_part(v.v, ' ', 1) AS vt, split_part(v.v, ' ', 2) AS ve,
-                           split_part(v.v, ' ', 3) AS tg, split_part(v.v, ' ', 4) AS rest, w.k
-                      FROM (SELECT current_setting('mzproxy.write_ts', true) AS v) v, mzproxy.write_key w) p
-             -- A tag proves set_slot wrote both numbers (write_slot).
-             WHERE p.tg = mzproxy.key_tag(p.k, p.vt || ' ' || p.ve) AND p.rest = ''
-               AND (p.vt = '0' OR p.vt ~ '^[1-9][0-9]*$')) s;
-    IF FOUND THEN
-        RETURN t;
+    IF split_part(v, ' ', 4) = '' AND (vt = '0' OR vt ~ '^[1-9][0-9]*$') THEN
+        k := (SELECT w.k FROM mzproxy.write_key w);
+        -- A tag proves set_slot wrote both numbers (write_slot).
+        IF split_part(v, ' ', 3) = mzproxy.key_tag(k, vt || ' ' || split_part(v, ' ', 2)) THEN
+            IF vt <> '0' THEN
+                RETURN vt::bigint;
+            END IF;
+            t := GREATEST(mzproxy.now_ms(),
+                          (SELECT CASE WHEN q.is_called THEN q.last_value
+                                       ELSE GREATEST(mzproxy.now_ms() + 1000, (SELECT u.upper FROM mzproxy.txns_durable u)) END
+                             FROM mzproxy.pinned q) + 1);
+            v := set_config('mzproxy.write_ts', t || ' - ' || mzproxy.key_tag(k, t || ' -'), true);
+            RETURN t;
+        END IF;
     END IF;
     RETURN mzproxy.current_write_ts();
 END
@@ -1199,6 +1195,8 @@ DECLARE
     renames bool := false;
     altered oid[] := '{}';
     dependents oid[];
+    rel_kind "char";
+    marked bool := false;  -- (version 36) mzproxy.in_ddl set below
 BEGIN
     -- (Version 28: the mark, a hash, only when a mark is set at all.)
     IF current_setting('mzproxy.in_ddl', true) <> '' THEN
@@ -1214,9 +1212,9 @@ BEGIN
             IF r.command_tag IN ('GRANT', 'REVOKE') THEN
                 -- Grants need no timestamp: keep history readable by the
                 -- same roles as its table.
-                PERFORM set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true);
+                marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
                 PERFORM mzproxy.sync_grants(g.id) FROM mzproxy.catalog g WHERE g.kind = 'table' AND g.dropped_ts IS NULL;
-                PERFORM set_config('mzproxy.in_ddl', '', true);
+                marked := set_config('mzproxy.in_ddl', '', true) <> '';
                 CONTINUE;
             END IF;
             IF r.classid = 'pg_class'::regclass
@@ -1247,7 +1245,7 @@ BEGIN
         END IF;
         IF r.command_tag IN ('GRANT', 'REVOKE') THEN
             -- GRANT does not say which relations it touched.
-            PERFORM set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true);
+            marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
             PERFORM mzproxy.sync_grants(g.id) FROM mzproxy.catalog g WHERE g.kind = 'table' AND g.dropped_ts IS NULL;
             CONTINUE;
         END IF;
@@ -1256,15 +1254,16 @@ BEGIN
         END IF;
         -- The relation the command is about (an index's table for CREATE INDEX).
         SELECT CASE WHEN c.relkind IN ('i', 'I') THEN (SELECT indrelid FROM pg_index WHERE indexrelid = c.oid)
-                    ELSE c.oid END
-          INTO rel_oid FROM pg_class c WHERE c.oid = r.objid;
+                    ELSE c.oid END, c.relkind
+          INTO rel_oid, rel_kind FROM pg_class c WHERE c.oid = r.objid;
         IF rel_oid IS NULL OR rel_oid = ANY (done) THEN
             CONTINUE;
         END IF;
         done := done || rel_oid;
         -- A write through an inheritance parent reaches its children's rows,
         -- which the parent's history triggers cannot account for.
-        IF EXISTS (SELECT 1 FROM pg_inherits i
+        -- (Version 36: a view takes no part in inheritance.)
+        IF rel_kind <> 'v' AND EXISTS (SELECT 1 FROM pg_inherits i
                      JOIN mzproxy.catalog g ON g.oid IN (i.inhparent, i.inhrelid) AND g.dropped_ts IS NULL
                     WHERE rel_oid IN (i.inhparent, i.inhrelid)) THEN
             RAISE EXCEPTION 'table inheritance involving a table managed by mzproxy is not supported (%)', rel_oid::regclass
@@ -1279,12 +1278,12 @@ BEGIN
                 -- (Version 28: an index that is not unique has no
                 -- mirror and changes no primary key.)
                 IF EXISTS (SELECT 1 FROM pg_index x WHERE x.indexrelid = r.objid AND x.indisunique) THEN
-                    PERFORM set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true);
+                    marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
                     PERFORM mzproxy.sync_indexes(k.id);
                 END IF;
                 UPDATE mzproxy.catalog SET revision = rev WHERE id = k.id;
             ELSIF k.kind = 'table' THEN
-                PERFORM set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true);
+                marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
                 PERFORM mzproxy.reconcile(k.id, ts, false);
                 UPDATE mzproxy.catalog SET revision = rev WHERE id = k.id;
             ELSE
@@ -1314,7 +1313,7 @@ BEGIN
                    mzproxy.view_definition(c.oid), ts, rev
               FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = rel_oid;
         ELSE
-            PERFORM set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true);
+            marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
             PERFORM mzproxy.manage_table(rel_oid, ts, rev);
         END IF;
     END LOOP;
@@ -1338,7 +1337,9 @@ BEGIN
                AND g.view_sql IS DISTINCT FROM mzproxy.view_definition(g.oid);
         END IF;
     END IF;
-    PERFORM set_config('mzproxy.in_ddl', '', true);
+    IF marked THEN
+        marked := set_config('mzproxy.in_ddl', '', true) <> '';
+    END IF;
 END
 $$;
 
@@ -1355,6 +1356,7 @@ DECLARE
     ts bigint;
     rev bigint;
     mirror name;
+    marked bool;  -- (version 36) set_config in an assignment, not a query
 BEGIN
     -- (Version 28: the mark only when one is set; the timestamp only
     -- when a managed relation or column is dropped, below.)
@@ -1383,9 +1385,9 @@ BEGIN
                 -- (ALTER TABLE DROP COLUMN, which drops the column
                 -- itself, reconciles the table at ddl_command_end.)
                 IF NOT r.original THEN
-                    PERFORM set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true);
+                    marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
                     PERFORM mzproxy.reconcile(k.id, ts, false);
-                    PERFORM set_config('mzproxy.in_ddl', '', true);
+                    marked := set_config('mzproxy.in_ddl', '', true) <> '';
                 END IF;
             END IF;
             CONTINUE;
@@ -1404,9 +1406,9 @@ BEGIN
             -- (Version 8: found in index_mirrors by the index's oid.)
             DELETE FROM mzproxy.index_mirrors m WHERE m.index_oid = r.objid RETURNING m.mirror INTO mirror;
             IF r.original AND to_regclass('mzproxy.' || quote_ident(mirror)) IS NOT NULL THEN
-                PERFORM set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true);
+                marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
                 EXECUTE format('DROP INDEX mzproxy.%I', mirror);
-                PERFORM set_config('mzproxy.in_ddl', '', true);
+                marked := set_config('mzproxy.in_ddl', '', true) <> '';
             END IF;
             CONTINUE;
         END IF;
@@ -1427,11 +1429,11 @@ BEGIN
         -- reach it); the trigger functions go.
         UPDATE mzproxy.catalog SET dropped_ts = ts, revision = rev WHERE id = k.id;
         IF k.kind = 'table' THEN
-            PERFORM set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true);
+            marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
             -- (Version 28: the trigger functions go with the history
             -- table, in compact.)
             PERFORM mzproxy.retire_marker(k.oid);  -- version 19: kept for the next table
-            PERFORM set_config('mzproxy.in_ddl', '', true);
+            marked := set_config('mzproxy.in_ddl', '', true) <> '';
         END IF;
     END LOOP;
 END
@@ -2341,7 +2343,9 @@ DECLARE
     sig text;
 BEGIN
     IF aligned THEN
-        SELECT md5(g.prosrc) || ' ' || EXISTS (SELECT 1 FROM mzproxy.columns cc WHERE cc.id = p_id) || ' ' ||
+        -- (Version 36: gen_triggers' row version, as in table_shape,
+        -- not md5 of its text, which is read out of line and decompressed.)
+        SELECT g.xmin || ' ' || g.ctid || ' ' || EXISTS (SELECT 1 FROM mzproxy.columns cc WHERE cc.id = p_id) || ' ' ||
                coalesce((SELECT x.indclass::text || ' ' || coalesce(con.condeferrable, false) || ' ' ||
                                 (SELECT string_agg(quote_ident(a.attname), ',' ORDER BY k.ord)
                                    FROM unnest(x.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
@@ -3495,6 +3499,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('32', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('33', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('34', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('35', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('36', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
