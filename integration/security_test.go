@@ -135,3 +135,71 @@ func TestRowSecurityAtTimestamp(t *testing.T) {
 		}
 	}
 }
+
+// TestExplainTimestampRights: EXPLAIN TIMESTAMP, which mzproxy answers
+// itself with a table's frontiers, requires what PostgreSQL requires to
+// read the tables it explains: schema USAGE and SELECT, with PostgreSQL's
+// SQLSTATE and message (those of EXPLAIN of the same SELECT directly), in
+// every pgx exec mode, on a proxy with and without the event loop; a role
+// that may read them gets its answer; a failure inside a transaction
+// block aborts it, as directly. On the old code every one of them was
+// answered.
+func TestExplainTimestampRights(t *testing.T) {
+	t.Parallel()
+	st := newStage(t, stageOpts{proxies: [][]string{nil, {"--event-loop=false"}}})
+	ctx, db, role := st.ctx, st.db, st.role
+	owner := connectTo(t, ctx, st.url(0, "postgres"))
+	mustExec(t, ctx, owner, `CREATE SCHEMA nouse`,
+		`CREATE TABLE nouse.t (v text)`, `CREATE TABLE public.secret (v text)`, `CREATE TABLE public.open (v text)`,
+		`CREATE TABLE public.cols (k int, v text)`, `CREATE VIEW public.secret_vw AS SELECT v FROM public.open`,
+		`INSERT INTO public.open VALUES ('x')`,
+		`GRANT SELECT ON nouse.t, public.open TO `+role, `GRANT SELECT (k) ON public.cols TO `+role)
+	answer := func(conn *pgx.Conn, sql string) string {
+		rows, err := conn.Query(ctx, sql)
+		if err == nil {
+			for rows.Next() {
+			}
+			rows.Close()
+			err = rows.Err()
+		}
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			return pe.Code + " " + pe.Message
+		}
+		if err != nil {
+			return err.Error()
+		}
+		return "ok"
+	}
+	directConn := connectTo(t, ctx, directURL(role, db))
+	for _, sel := range []string{
+		"SELECT v FROM nouse.t",
+		"SELECT v FROM public.secret",
+		"SELECT v FROM secret",
+		"SELECT o.v FROM public.open o JOIN public.secret s ON true",
+		"SELECT v FROM public.secret_vw",
+		"SELECT v FROM nosuch",
+		"SELECT k FROM public.cols",
+		"SELECT v FROM public.open",
+	} {
+		want := answer(directConn, "EXPLAIN "+sel)
+		for i, p := range st.proxies {
+			for _, mode := range pgxModes {
+				conn := connectMode(t, ctx, p.URL(role, db), mode)
+				for _, stmt := range []string{"EXPLAIN TIMESTAMP FOR " + sel, "EXPLAIN TIMESTAMP AS JSON FOR " + sel + " AS OF AT LEAST 0"} {
+					if got := answer(conn, stmt); got != want {
+						t.Errorf("proxy %d, %v: %s: mzproxy answered %q, PostgreSQL %q", i, mode, stmt, got, want)
+					}
+				}
+				// In a block, a refused EXPLAIN TIMESTAMP aborts it.
+				mustExec(t, ctx, conn, "BEGIN")
+				got := answer(conn, "EXPLAIN TIMESTAMP FOR "+sel)
+				after := answer(conn, "SELECT 1")
+				mustExec(t, ctx, conn, "ROLLBACK")
+				if want == "ok" && (got != "ok" || after != "ok") || want != "ok" && !strings.HasPrefix(after, "25P02 ") {
+					t.Errorf("proxy %d, %v: in a block, EXPLAIN TIMESTAMP FOR %s: %q, then SELECT 1: %q", i, mode, sel, got, after)
+				}
+			}
+		}
+	}
+}
