@@ -117,12 +117,10 @@ func (a *analyzer) node(n *pg.Node, sc *scope) {
 	switch x := n.Node.(type) {
 	case *pg.Node_RangeVar:
 		a.rangeVarRead(n, x.RangeVar, sc)
-	case *pg.Node_SubLink:
-		if checksOnly(x.SubLink) {
+	case *pg.Node_SelectStmt:
+		if checksOnly(x.SelectStmt) {
 			return
 		}
-		a.msg(x.SubLink.ProtoReflect(), sc)
-	case *pg.Node_SelectStmt:
 		a.selectStmt(x.SelectStmt, sc)
 	case *pg.Node_InsertStmt:
 		s := x.InsertStmt
@@ -374,17 +372,16 @@ func (a *analyzer) rangeVarRead(n *pg.Node, rv *pg.RangeVar, sc *scope) {
 	}
 }
 
-// checksOnly reports an `EXISTS (SELECT FROM <relations> WHERE false)`,
-// the shape of a rewrite's guard: PostgreSQL reads no row of those
-// relations, it only resolves and checks them, so they are not read and
-// must stay as written (a rewritten statement rewrites to itself).
-func checksOnly(l *pg.SubLink) bool {
-	s := l.Subselect.GetSelectStmt()
-	if l.SubLinkType != pg.SubLinkType_EXISTS_SUBLINK || s == nil || len(s.TargetList) != 0 ||
-		len(s.FromClause) == 0 || s.WithClause != nil || s.Op != pg.SetOperation_SETOP_NONE {
+// checksOnly reports a `SELECT FROM <relations> HAVING false`, the shape
+// of a rewrite's guard: it has no row and no column, PostgreSQL only
+// resolves and checks its relations, so they are not read and must stay as
+// written (a rewritten statement rewrites to itself).
+func checksOnly(s *pg.SelectStmt) bool {
+	if len(s.TargetList) != 0 || len(s.FromClause) == 0 || s.WhereClause != nil || len(s.GroupClause) != 0 ||
+		s.WithClause != nil || s.Op != pg.SetOperation_SETOP_NONE {
 		return false
 	}
-	if c := s.WhereClause.GetAConst(); c == nil || c.GetBoolval() == nil || c.GetBoolval().Boolval {
+	if c := s.HavingClause.GetAConst(); c == nil || c.GetBoolval() == nil || c.GetBoolval().Boolval {
 		return false
 	}
 	for _, f := range s.FromClause {
@@ -445,7 +442,7 @@ func (a *analyzer) expandView(n *pg.Node, rv *pg.RangeVar, o *Object) {
 			alias.Colnames = append(alias.Colnames, stringNode(c))
 		}
 	}
-	if g := a.guard(rv, o, " WHERE "); g != "" {
+	if g := a.guard(rv, o); g != "" {
 		// The view's own name is checked as the table's is (replaceTable).
 		r, err := parse("SELECT * FROM (SELECT) AS v" + g)
 		if err != nil {
@@ -453,7 +450,7 @@ func (a *analyzer) expandView(n *pg.Node, rv *pg.RangeVar, o *Object) {
 			return
 		}
 		wrap := r.Stmts[0].Stmt
-		wrap.GetSelectStmt().FromClause[0].GetRangeSubselect().Subquery = body
+		wrap.GetSelectStmt().FromClause[0].GetJoinExpr().Larg.GetRangeSubselect().Subquery = body
 		body = wrap
 	}
 	a.noteQualified(rv, o)

@@ -16,8 +16,8 @@ import (
 // cut out of a tree the parser itself produced for equivalent SQL.
 
 // replaceTable replaces the FROM item n (a reference to managed table o)
-// with `(SELECT <cols> FROM <history> WHERE mz_from <= $N AND mz_to > $N
-// <guard>) AS <alias>`.
+// with `(SELECT <cols> FROM <history> <guard> WHERE mz_from <= $N AND
+// mz_to > $N) AS <alias>`.
 func (a *analyzer) replaceTable(n *pg.Node, rv *pg.RangeVar, o *Object) {
 	if o.RowSecurity {
 		// The history table has no policies: reading it would show a role
@@ -35,8 +35,8 @@ func (a *analyzer) replaceTable(n *pg.Node, rv *pg.RangeVar, o *Object) {
 		b.WriteString(quoteAlways(c))
 	}
 	p := "$" + strconv.Itoa(a.param)
-	fmt.Fprintf(&b, " FROM %s.%s WHERE mz_from <= %s AND mz_to > %s%s) AS x",
-		quoteAlways(o.History.Schema), quoteAlways(o.History.Name), p, p, a.guard(rv, o, " AND "))
+	fmt.Fprintf(&b, " FROM %s.%s%s WHERE mz_from <= %s AND mz_to > %s) AS x",
+		quoteAlways(o.History.Schema), quoteAlways(o.History.Name), a.guard(rv, o), p, p)
 	r, err := parse(b.String())
 	if err != nil || o.History.Name == "" {
 		a.fail(pgerr.New(pgerr.InternalError, "cannot build the history read of %q: %v", o.Name, err))
@@ -49,38 +49,78 @@ func (a *analyzer) replaceTable(n *pg.Node, rv *pg.RangeVar, o *Object) {
 	a.rewrote = true
 }
 
-// guard is `<prefix>NOT EXISTS (SELECT FROM <the reference as written>,
-// <o qualified> WHERE false)` for a reference the statement itself makes
-// (not one inside a view's definition, which PostgreSQL checks with the
-// view owner's rights): it reads no row, but PostgreSQL resolves both
-// names and checks them as the statement's own reference would be. The
-// name as written is looked up by PostgreSQL's own rules (a qualified
-// schema needs USAGE: 42501 "permission denied for schema"; the search
-// path skips schemas without USAGE: 42P01 when nothing else is there),
-// before the name mzproxy resolved it to, which fails in the same way
-// when PostgreSQL's lookup would find another relation (mzproxy's catalog
-// does not know the role's rights); and the executor checks SELECT on
-// each (on the table or any of its columns) at every execution, so a
-// prepared read stops when the role loses it. Neither costs a round trip
-// or a scan: the plan reads no row of either.
-func (a *analyzer) guard(rv *pg.RangeVar, o *Object, prefix string) string {
+// guard is ` LEFT JOIN (SELECT FROM <the reference as written>, <o
+// qualified> HAVING false) AS c ON true` for a reference the statement
+// itself makes (not one inside a view's definition, which PostgreSQL
+// checks with the view owner's rights): it reads no row, but PostgreSQL
+// resolves both names and checks them as the statement's own reference
+// would be. The name as written is looked up by PostgreSQL's own rules (a
+// qualified schema needs USAGE: 42501 "permission denied for schema"; the
+// search path skips schemas without USAGE: 42P01 when nothing else is
+// there), before the name mzproxy resolved it to, which fails in the same
+// way when PostgreSQL's lookup would find another relation (mzproxy's
+// catalog does not know the role's rights); and the executor checks
+// SELECT on each (on the table or any of its columns) at every execution,
+// so a prepared read stops when the role loses it.
+//
+// The shape is what makes it cheap: a subquery of at most one row (HAVING
+// makes it an aggregate) that nothing reads is removed by the planner's
+// left-join removal before it is planned, so neither relation is opened
+// or estimated; PostgreSQL still keeps the relations of a subquery it
+// never planned in the range table the executor checks
+// (flatten_unplanned_rtes). An `AND NOT EXISTS (SELECT FROM ... WHERE
+// false)` in the WHERE clause checked the same but made the planner plan
+// both relations: 122k backend instructions per simple-protocol read,
+// against 67k (docs/read-cost.md).
+func (a *analyzer) guard(rv *pg.RangeVar, o *Object) string {
 	if a.viewDepth > 0 {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString(prefix)
-	b.WriteString("NOT EXISTS (SELECT FROM ")
-	if rv.Catalogname != "" {
-		b.WriteString(quoteAlways(rv.Catalogname) + ".")
+	b.WriteString(" LEFT JOIN (SELECT FROM ")
+	writeChecked(&b, rv.Catalogname, rv.Schemaname, rv.Relname, o, "")
+	b.WriteString(" HAVING false) AS c ON true")
+	return b.String()
+}
+
+// writeChecked writes `<the name as written> AS a<suffix>` and, when it
+// was not written with o's schema, `, <o qualified> AS b<suffix>`: the
+// relations of a guard (see guard).
+func writeChecked(b *strings.Builder, catalog, schema, name string, o *Object, suffix string) {
+	if catalog != "" {
+		b.WriteString(quoteAlways(catalog) + ".")
 	}
-	if rv.Schemaname != "" {
-		b.WriteString(quoteAlways(rv.Schemaname) + ".")
+	if schema != "" {
+		b.WriteString(quoteAlways(schema) + ".")
 	}
-	b.WriteString(quoteAlways(rv.Relname) + " AS a")
-	if rv.Schemaname != o.Schema {
-		fmt.Fprintf(&b, ", %s.%s AS b", quoteAlways(o.Schema), quoteAlways(o.Name))
+	b.WriteString(quoteAlways(name) + " AS a" + suffix)
+	if o != nil && schema != o.Schema {
+		fmt.Fprintf(b, ", %s.%s AS b%s", quoteAlways(o.Schema), quoteAlways(o.Name), suffix)
 	}
-	b.WriteString(" WHERE false)")
+}
+
+// RightsCheck is a statement that reads no row and fails as PostgreSQL
+// fails a read of the relations st names itself (its Reads; for EXPLAIN
+// TIMESTAMP, those of the SELECT it explains) when the role may not read
+// them: `SELECT FROM <each as written>[, <its managed object qualified>]
+// HAVING false`, the relations of a rewrite's guard. PostgreSQL resolves
+// each name (42P01; 42501 "permission denied for schema" without USAGE)
+// and checks SELECT on each (42501 "permission denied for table t"),
+// naming the relation as PostgreSQL's own read would. "" when st names
+// none.
+func RightsCheck(st *Statement) string {
+	if len(st.Reads) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("SELECT FROM ")
+	for i, r := range st.Reads {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		writeChecked(&b, "", r.Schema, r.Name, r.Object, strconv.Itoa(i))
+	}
+	b.WriteString(" HAVING false")
 	return b.String()
 }
 

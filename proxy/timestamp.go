@@ -400,6 +400,9 @@ func (s *Session) explicitQuery(ctx context.Context, st *planner.Statement, fr *
 	target := st
 	if st.ExplainTimestamp != nil {
 		target = st.ExplainTimestamp.Inner
+		if err := s.explainRights(ctx, st); err != nil {
+			return err
+		}
 	}
 	c, err := s.chooseTimestamp(ctx, target, fr)
 	if err != nil {
@@ -461,6 +464,27 @@ func (s *Session) planAgain(ctx context.Context, sql string) (*planner.Statement
 		err = pgerr.New(pgerr.InternalError, "a read planned again left the explicit-timestamp path")
 	}
 	return st, fr, err
+}
+
+// explainRights fails EXPLAIN TIMESTAMP st as PostgreSQL fails a read of
+// the relations it explains when the role may not read them (42P01, 42501
+// for a schema without USAGE or a relation without SELECT; see
+// planner.RightsCheck): the proxy answers it itself, and its answer shows
+// their frontiers. One statement of the proxy's on the session's backend,
+// run as the client's role; its failure aborts a transaction block, as
+// the read's would.
+func (s *Session) explainRights(ctx context.Context, st *planner.Statement) error {
+	check := planner.RightsCheck(st)
+	if check == "" {
+		return nil
+	}
+	_, err := s.be.internalValue(ctx, check)
+	if err != nil && !pgerr.As(err).IsFatal() && s.tx == txBlock && !s.be.clientBatch {
+		// internalFailed read the ReadyForQuery that says so.
+		s.tx = txFailed
+		s.releaseTxnHolds()
+	}
+	return err
 }
 
 // textOID is PostgreSQL's text type.
