@@ -48,16 +48,6 @@ else
 	files=($(cd "$CORPUS" && ls select*.test evidence/*.test))
 fi
 
-# cluster_ticks: CPU of the postmaster, its exited children and its live ones.
-cluster_ticks() {
-	local pm s c
-	pm=$(head -1 "$work/pg/postmaster.pid")
-	s=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$pm/stat")
-	for c in $(cat "/proc/$pm/task/$pm/children"); do
-		s=$((s + $(awk '{print $14 + $15}' "/proc/$c/stat" 2>/dev/null || echo 0)))
-	done
-	echo "$s"
-}
 q() { psql -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -qAtc "$1"; }
 
 printf '| target | protocol | wall s | cluster CPU s | mzproxy CPU s | connections | statements (top + nested) |\n'

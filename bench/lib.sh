@@ -16,6 +16,17 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 # cpu_ticks pid: user+system CPU time of a process in clock ticks.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# cluster_ticks: CPU ticks of the postmaster of bench_postgres's cluster
+# ($work/pg), its exited children and its live ones.
+cluster_ticks() {
+	local pm s c
+	pm=$(head -1 "$work/pg/postmaster.pid")
+	s=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$pm/stat")
+	for c in $(cat "/proc/$pm/task/$pm/children"); do
+		s=$((s + $(awk '{print $14 + $15}' "/proc/$c/stat" 2>/dev/null || echo 0)))
+	done
+	echo "$s"
+}
 hz=$(getconf CLK_TCK)
 
 # now: seconds since the epoch with nanoseconds.

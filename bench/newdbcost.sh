@@ -35,15 +35,6 @@ declare -A port pid db
 bench_mzproxy template "$work/mzproxy"
 bench_mzproxy install "$work/mzproxy" -- --no-template
 
-cluster_ticks() {
-	local pm s c
-	pm=$(head -1 "$work/pg/postmaster.pid")
-	s=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$pm/stat")
-	for c in $(cat "/proc/$pm/task/$pm/children"); do
-		s=$((s + $(awk '{print $14 + $15}' "/proc/$c/stat" 2>/dev/null || echo 0)))
-	done
-	echo "$s"
-}
 direct() { psql -X -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -qAtc "$1"; }
 through() { psql -X -h 127.0.0.1 -p "${port[$1]}" -U postgres -d "$2" -qAtc "$3" >/dev/null; }
 statements() { direct "SELECT coalesce(sum(calls) FILTER (WHERE toplevel), 0) || ' ' || coalesce(sum(calls) FILTER (WHERE NOT toplevel), 0) FROM pg_stat_statements"; }

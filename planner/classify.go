@@ -86,6 +86,12 @@ type Transaction struct {
 	Chain     bool   // COMMIT/ROLLBACK AND CHAIN
 }
 
+// Ends reports whether the statement is COMMIT or ROLLBACK (END, ABORT):
+// it ends the transaction block, AND CHAIN or not.
+func (t *Transaction) Ends() bool {
+	return t.Kind == TxnCommit || t.Kind == TxnRollback
+}
+
 // Var describes SET, SHOW and RESET.
 type Var struct {
 	Name    string   // lower-cased; "all" for SHOW ALL / RESET ALL; "transaction" / "session characteristics" for SET TRANSACTION / SET SESSION CHARACTERISTICS

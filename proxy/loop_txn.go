@@ -154,8 +154,7 @@ func (s *Session) txnEnd(sql string) bool {
 		return false
 	}
 	st := stmts[0]
-	return st.Kind == planner.KindTransaction && st.Txn != nil && !st.Txn.Chain &&
-		(st.Txn.Kind == planner.TxnCommit || st.Txn.Kind == planner.TxnRollback)
+	return st.Kind == planner.KindTransaction && st.Txn != nil && !st.Txn.Chain && st.Txn.Ends()
 }
 
 // heldReads reports whether sql is a plain read of the pinned transaction

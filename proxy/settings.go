@@ -101,7 +101,7 @@ func (s *Session) applySetting(st *planner.Statement, tag string) {
 		case planner.TxnRollbackTo:
 			err = s.settings.RollbackToSavepoint(st.Txn.Savepoint)
 		}
-		if st.Txn.Chain && (st.Txn.Kind == planner.TxnCommit || st.Txn.Kind == planner.TxnRollback) {
+		if st.Txn.Chain && st.Txn.Ends() {
 			s.settings.Begin()
 		}
 	case st.Kind == planner.KindReset && st.Var.Name == "all":

@@ -529,8 +529,7 @@ func (s *Session) afterStatements(stmts []*planner.Statement) {
 		switch {
 		case st.Var != nil && (st.Var.Name == "search_path" || st.Var.Name == "all"):
 			s.txn.searchPath = nil
-		case st.Kind == planner.KindTransaction && st.Txn.Chain &&
-			(st.Txn.Kind == planner.TxnCommit || st.Txn.Kind == planner.TxnRollback):
+		case st.Kind == planner.KindTransaction && st.Txn.Chain && st.Txn.Ends():
 			s.endTxn()
 			s.txn.phase = txnFresh
 			return
