@@ -99,11 +99,15 @@ func (s *Session) Admit(batch []byte) ([]byte, bool) {
 		// A read-only transaction's statement (loop_txn.go) or a
 		// timestamped read, guarded (loop_read.go).
 		send, ok = s.admitQuery(sql, batch)
-	} else if s.tx == txIdle {
-		// A prepared timestamped read, guarded (loop_read.go); in a
-		// transaction the session's goroutine serves the extended
-		// protocol.
-		send, ok = s.admitBoundRead(batch)
+	} else {
+		// A prepared timestamped read, guarded (loop_read.go), or a
+		// prepared statement of a read-only transaction (loop_txn.go).
+		if s.tx == txIdle {
+			send, ok = s.admitBoundRead(batch)
+		}
+		if !ok {
+			send, ok = s.admitTxnBind(batch)
+		}
 	}
 	if !ok {
 		return nil, false

@@ -2,7 +2,10 @@ package proxy
 
 import (
 	"context"
+	"encoding/binary"
 	"strconv"
+
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/mzproxy/mzproxy/frontend/evloop"
 	"github.com/mzproxy/mzproxy/pgerr"
@@ -68,6 +71,9 @@ type loopTxn struct {
 	// what the lease grants in memory (hold).
 	noWait bool
 	send   byteSink // the batch the loop sends for a first read, reused
+	// behind: a Bind's batch's, the number of the client's messages
+	// behind the Bind (resumeLoopTxnBind).
+	behind int
 }
 
 // errHoldWaits is hold's error on the loop's goroutine when the lease
@@ -95,24 +101,37 @@ func (s *Session) loopFollowsTxn() bool {
 // transaction: a statement of a read-only transaction, or a guarded
 // timestamped read (loop_read.go).
 func (s *Session) admitQuery(sql string, batch []byte) ([]byte, bool) {
+	if s.tx != txBlock && !s.admitBegin(sql) {
+		return s.admitGuarded(sql)
+	}
+	send, ok := s.admitTxnStatement(sql, "", batch)
+	if ok {
+		s.loopQuery(sql)
+	}
+	return send, ok
+}
+
+// admitTxnStatement admits sql, the statement of a batch (a Query, or a
+// Bind of portal to its Sync), as a statement of a read-only transaction
+// the loop follows: a BEGIN admitBegin took, the first read with its pin
+// in front of it, a read of held tables, or the COMMIT or ROLLBACK. send
+// is what goes to the backend instead of the batch (nil: the batch).
+// The caller records the batch (loopQuery, loopBind) once it is admitted.
+func (s *Session) admitTxnStatement(sql, portal string, batch []byte) (send []byte, ok bool) {
 	switch {
 	case s.tx != txBlock:
-		if s.admitBegin(sql) {
-			return nil, true
-		}
-		return s.admitGuarded(sql)
+		// admitBegin followed it.
+		return nil, true
 	case !s.loopFollowsTxn():
 		return nil, false
 	case s.txn.phase == txnFresh:
-		return s.admitFirstRead(sql, batch)
-	case s.txnEnd(sql) || s.heldReads(sql):
-		s.loopQuery(sql)
-		return nil, true
+		return s.admitFirstRead(sql, portal, batch)
 	}
-	return nil, false
+	return nil, s.txnEnd(sql) || s.heldReads(sql)
 }
 
-// admitBegin follows a BEGIN that needs no peek, as txnQuery does.
+// admitBegin follows a BEGIN that needs no peek, as txnQuery (or, for a
+// Bind of a prepared BEGIN, txnBind) does; the session is idle.
 func (s *Session) admitBegin(sql string) bool {
 	if !s.known.settled.steady || !startsWithWord(sql, "begin", "start") {
 		return false
@@ -121,7 +140,6 @@ func (s *Session) admitBegin(sql string) bool {
 	if opts == nil {
 		return false
 	}
-	s.loopQuery(sql)
 	s.noteBegin(sql, opts)
 	// The last pins' count stands in for the peek: nothing is sent (the
 	// session is idle and synced, as LoopBackend requires).
@@ -143,6 +161,47 @@ func (s *Session) loopQuery(sql string) {
 	}
 	s.loopTxn.active = true
 	s.loopTxn.u = unit{kind: uQuery, relayZ: true, settings: settings}
+}
+
+// admitTxnBind admits a client's batch that runs a prepared statement of
+// a read-only transaction (Bind, a Describe of its portal or none,
+// Execute, Sync: what libpq's PQexecPrepared, pgx and lib/pq send), as
+// admitQuery admits its Query: a prepared BEGIN, the first read with its
+// pin in front of it (the guard's portal is the read's when that is the
+// unnamed one, as txnBind sends it), a read of held tables, the COMMIT.
+func (s *Session) admitTxnBind(batch []byte) ([]byte, bool) {
+	n := 1 + int(binary.BigEndian.Uint32(batch[1:]))
+	bind, ok := readPlain(batch[:n])
+	if !ok || bind.typ != 'B' {
+		return nil, false
+	}
+	behind, ok := portalSteps(batch[n:], string(bind.name))
+	rec := s.stmts[string(bind.stmt)]
+	if !ok || rec == nil || rec.explicit != nil || rec.tsParam {
+		return nil, false
+	}
+	if s.tx != txBlock && !s.admitBegin(rec.sql) {
+		return nil, false
+	}
+	send, ok := s.admitTxnStatement(rec.sql, string(bind.name), batch)
+	if !ok {
+		return nil, false
+	}
+	s.loopTxn.behind = behind
+	// As handle records the batch's messages (handleBind, handleExecute).
+	for off := 0; off < len(batch); {
+		n := 1 + int(binary.BigEndian.Uint32(batch[off+1:]))
+		m, _ := readPlain(batch[off : off+n])
+		s.admitted(&m)
+		off += n
+	}
+	var settings []*planner.Statement
+	if rec.effect != nil {
+		settings = []*planner.Statement{rec.effect}
+	}
+	s.loopTxn.active = true
+	s.loopTxn.u = unit{kind: uExecute, relayZ: true, settings: settings}
+	return send, true
 }
 
 // txnEnd reports whether sql is COMMIT or ROLLBACK alone, without AND
@@ -188,11 +247,12 @@ func (s *Session) heldReads(sql string) bool {
 }
 
 // admitFirstRead admits the first read of a fresh transaction with its
-// pin in front of it, as firstReadAfterGuard sends them.
-func (s *Session) admitFirstRead(sql string, batch []byte) ([]byte, bool) {
+// pin in front of it, as firstReadAfterGuard (a Query) or txnBind (a
+// Bind of portal) sends them.
+func (s *Session) admitFirstRead(sql, portal string, batch []byte) ([]byte, bool) {
 	ctx := context.Background() // nothing below waits: the lease is held (loopFollowsTxn)
 	s.noteStatementText(sql)
-	g := s.pinWithRead(ctx, sql, "")
+	g := s.pinWithRead(ctx, sql, portal)
 	if g == nil || s.db.catalogAt(g.revision) == nil {
 		return nil, false
 	}
@@ -214,7 +274,6 @@ func (s *Session) admitFirstRead(sql string, batch []byte) ([]byte, bool) {
 		s.pinGuardPrepared, s.pinGuardRevPrepared = false, false
 		return nil, false
 	}
-	s.loopQuery(sql)
 	lt.g, lt.ends, lt.value, lt.sql, lt.noted = g, g.ends, "", sql, false
 	return lt.send.b, true
 }
@@ -291,6 +350,29 @@ func (s *Session) resumeLoopTxn(ctx context.Context, frame []byte) error {
 	// loop's is over.
 	s.loopFlight.Store(false)
 	return s.guardAnswers(ctx, sql, frame, g, noted)
+}
+
+// resumeLoopTxnBind takes over, at its Bind m (frame), the first read of
+// a prepared statement the loop gave back with its pin guard in front of
+// it: the session is left as txnBind and handleBind leave it once they
+// sent the guard and the Bind, and the client's messages behind the Bind,
+// which the loop sent too, go through their handlers without being sent
+// again (forward): at the Sync, settleGuard reads the guard's answers,
+// given back, and follows them as it would have (the pin noted again, if
+// the loop noted it, changes nothing).
+func (s *Session) resumeLoopTxnBind(m *pgproto3.Bind, frame []byte) error {
+	lt := &s.loopTxn
+	g := lt.g
+	lt.g, lt.resume, lt.active, lt.noted = nil, false, false, false
+	s.loopFlight.Store(false)
+	// Kept to be sent again if the guard refused (forward keeps the
+	// others).
+	g.extended, g.sql, g.frames = true, lt.sql, [][]byte{cloneFrame(frame)}
+	s.txn.guard = g
+	s.loopRead.sent = lt.behind
+	s.definePortal(m.DestinationPortal, m.PreparedStatement)
+	s.units.push(unit{kind: uBind})
+	return nil
 }
 
 // loopTxnUnit is the unit of the Query the loop forwarded, nil when it

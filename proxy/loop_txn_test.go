@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // step runs sql as the frontend would: through the event loop when the
@@ -28,17 +30,76 @@ func answerTypes(answer string) string {
 	return string(types)
 }
 
+// stepBatch is step for a client's batch (a Query, or extended messages
+// up to a Sync).
+func (c *loopClient) stepBatch(tb testing.TB, ctx context.Context, batch []byte) (answer string, inLoop bool) {
+	tb.Helper()
+	if c.s.LoopBackend() == nil {
+		return c.handleBatch(tb, ctx, batch), false
+	}
+	return c.turnBatch(tb, ctx, batch)
+}
+
+// txnShape is how a client sends a read-only transaction's statements:
+// each one's batch and the frames its answer begins with (before a
+// read's DataRow, CommandComplete and ReadyForQuery).
+type txnShape struct {
+	name               string
+	prepare            []string // statements parsed first: name, text
+	begin, commit      func(tb testing.TB) []byte
+	read               func(tb testing.TB, table string, aid int) []byte
+	beginAns, readHead string
+}
+
+func simpleFrame(sql string) func(testing.TB) []byte {
+	return func(tb testing.TB) []byte { return encodeFrames(tb, &pgproto3.Query{String: sql}) }
+}
+
+func boundFrame(stmt string) func(testing.TB) []byte {
+	return func(tb testing.TB) []byte { return boundBatch(tb, stmt, true) }
+}
+
+// txnShapes: simple Queries; pgbench -M prepared (each statement
+// prepared, bound with a Describe of the portal); pgx's cached statements
+// (BEGIN and COMMIT simple, the reads prepared, with a Describe of the
+// portal); lib/pq's Stmt (the read's Bind, Execute and Sync, no
+// Describe).
+func txnShapes() []txnShape {
+	simpleRead := func(tb testing.TB, table string, aid int) []byte {
+		return encodeFrames(tb, &pgproto3.Query{String: fmt.Sprintf("SELECT abalance FROM %s WHERE aid = %d", table, aid)})
+	}
+	boundRead := func(describe bool) func(testing.TB, string, int) []byte {
+		return func(tb testing.TB, _ string, aid int) []byte { return boundBatch(tb, "read", describe, fmt.Sprint(aid)) }
+	}
+	return []txnShape{
+		{name: "simple", begin: simpleFrame("BEGIN"), commit: simpleFrame("COMMIT"), read: simpleRead,
+			beginAns: "CZ", readHead: "T"},
+		{name: "prepared", prepare: []string{"begin", "BEGIN", "commit", "COMMIT", "read", "SELECT abalance FROM %s WHERE aid = $1"},
+			begin: boundFrame("begin"), commit: boundFrame("commit"), read: boundRead(true), beginAns: "2nCZ", readHead: "2T"},
+		{name: "cached", prepare: []string{"read", "SELECT abalance FROM %s WHERE aid = $1"},
+			begin: simpleFrame("BEGIN"), commit: simpleFrame("COMMIT"), read: boundRead(true), beginAns: "CZ", readHead: "2T"},
+		{name: "stmt", prepare: []string{"read", "SELECT abalance FROM %s WHERE aid = $1"},
+			begin: simpleFrame("BEGIN"), commit: simpleFrame("COMMIT"), read: boundRead(false), beginAns: "CZ", readHead: "2"},
+	}
+}
+
 // TestReadOnlyTxnInLoop: once the session's pins agree (no peek before
-// BEGIN), a simple-protocol read-only transaction is served by the event
-// loop whole (before, every statement of it went to the session's
-// goroutine): BEGIN, the first read with the pin in front of it (nothing
-// of the pin's reaches the client), a later read at the same snapshot
-// while another proxy writes, COMMIT, which releases its holds. When a
-// write came since the last pin, the guard refuses in the loop, which
-// gives the read back before relaying anything; the goroutine pins with
-// the gate and the read sees the write; later transactions are the
-// loop's again.
+// BEGIN), a read-only transaction is served by the event loop whole,
+// simple or prepared (before, every statement of it went to the session's
+// goroutine, and a prepared one's always): BEGIN, the first read with the
+// pin in front of it (nothing of the pin's reaches the client), a later
+// read at the same snapshot while another proxy writes, COMMIT, which
+// releases its holds. When a write came since the last pin, the guard
+// refuses in the loop, which gives the read back before relaying
+// anything; the goroutine pins with the gate and the read sees the write;
+// later transactions are the loop's again.
 func TestReadOnlyTxnInLoop(t *testing.T) {
+	for _, shape := range txnShapes() {
+		t.Run(shape.name, func(t *testing.T) { testReadOnlyTxnInLoop(t, shape) })
+	}
+}
+
+func testReadOnlyTxnInLoop(t *testing.T, shape txnShape) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c := newLoopClient(t, ctx)
@@ -52,19 +113,22 @@ func TestReadOnlyTxnInLoop(t *testing.T) {
 			t.Fatalf("%s: %s", sql, out)
 		}
 	}
-	read := func(aid int) string { return fmt.Sprintf("SELECT abalance FROM %s WHERE aid = %d", table, aid) }
+	for i := 0; i < len(shape.prepare); i += 2 {
+		sql := strings.ReplaceAll(shape.prepare[i+1], "%s", table)
+		c.handleBatch(t, ctx, encodeFrames(t, &pgproto3.Parse{Name: shape.prepare[i], Query: sql}, &pgproto3.Sync{}))
+	}
 	// txn runs one read-only transaction, a write of another proxy's
 	// between its reads when write, and reports which statements the loop
 	// served.
 	txn := func(write bool, want1, want2 string) (served [4]bool) {
 		t.Helper()
 		var answer string
-		answer, served[0] = c.step(t, ctx, "BEGIN")
-		if got := answerTypes(answer); got != "CZ" {
+		answer, served[0] = c.stepBatch(t, ctx, shape.begin(t))
+		if got := answerTypes(answer); got != shape.beginAns {
 			t.Fatalf("BEGIN answered %q (%q)", got, answer)
 		}
-		answer, served[1] = c.step(t, ctx, read(1))
-		checkAnswer(t, answer, "T", want1)
+		answer, served[1] = c.stepBatch(t, ctx, shape.read(t, table, 1))
+		checkAnswer(t, answer, shape.readHead, want1)
 		if n := len(c.s.proxy.Holds()); n == 0 {
 			t.Fatal("the transaction holds nothing after its first read")
 		}
@@ -73,14 +137,17 @@ func TestReadOnlyTxnInLoop(t *testing.T) {
 				t.Fatal(out)
 			}
 		}
-		answer, served[2] = c.step(t, ctx, read(1))
-		checkAnswer(t, answer, "T", want2)
-		answer, served[3] = c.step(t, ctx, "COMMIT")
-		if got := answerTypes(answer); got != "CZ" {
+		answer, served[2] = c.stepBatch(t, ctx, shape.read(t, table, 1))
+		checkAnswer(t, answer, shape.readHead, want2)
+		answer, served[3] = c.stepBatch(t, ctx, shape.commit(t))
+		if got := answerTypes(answer); got != shape.beginAns {
 			t.Fatalf("COMMIT answered %q (%q)", got, answer)
 		}
 		if n := len(c.s.proxy.Holds()); n != 0 {
 			t.Fatalf("%d holds after COMMIT", n)
+		}
+		if c.s.tx != txIdle || c.s.txn.phase != txnNone {
+			t.Fatalf("after COMMIT: transaction status %c, phase %v", c.s.tx, c.s.txn.phase)
 		}
 		return served
 	}

@@ -345,6 +345,11 @@ func (s *Session) handleBind(ctx context.Context, m *pgproto3.Bind, frame []byte
 		// This Bind's guarded read, given back by the event loop.
 		return s.resumeLoopBind(m)
 	}
+	if s.loopTxn.resume {
+		// This Bind, a transaction's first read, given back by the event
+		// loop with its pin in front of it.
+		return s.resumeLoopTxnBind(m, frame)
+	}
 	if err := s.txnBind(ctx, m); err != nil {
 		return err
 	}
