@@ -69,7 +69,9 @@ func txnShapes() []txnShape {
 		return encodeFrames(tb, &pgproto3.Query{String: fmt.Sprintf("SELECT abalance FROM %s WHERE aid = %d", table, aid)})
 	}
 	boundRead := func(describe bool) func(testing.TB, string, int) []byte {
-		return func(tb testing.TB, _ string, aid int) []byte { return boundBatch(tb, "read", describe, fmt.Sprint(aid)) }
+		return func(tb testing.TB, _ string, aid int) []byte {
+			return boundBatch(tb, "read", describe, fmt.Sprint(aid))
+		}
 	}
 	return []txnShape{
 		{name: "simple", begin: simpleFrame("BEGIN"), commit: simpleFrame("COMMIT"), read: simpleRead,
