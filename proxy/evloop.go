@@ -43,9 +43,30 @@ func (s *Session) LoopBackend() *evloop.Conn {
 		// in it, with its holds.
 		return nil
 	case s.units.len() > 0, s.midRequest,
-		s.copy != copyNone, s.listening, s.idleRead != nil, s.occBatch != nil,
+		s.copy != copyNone, s.listening, s.occBatch != nil,
 		s.skipping, s.muted, s.be.unsynced, s.budget != nil:
 		return nil
+	}
+	if s.idleRead != nil {
+		// A transaction with holds its goroutine served last (a first
+		// read given back, or pinned at its Parse): the loop reads the
+		// backend while the client is idle, as the idle reader does (a
+		// FATAL error ends the session, and its holds with it).
+		if s.stopIdleReader() != nil {
+			return nil
+		}
+		if lc = s.loopBackendBuffers(lc); lc == nil {
+			s.watchBackend()
+		}
+		return lc
+	}
+	return s.loopBackendBuffers(lc)
+}
+
+// loopBackendBuffers is LoopBackend's lc when nothing the loop does not
+// follow is buffered or pending: answers, a portal's holds, a deadline.
+func (s *Session) loopBackendBuffers(lc *evloop.Conn) *evloop.Conn {
+	switch {
 	case s.be.r.Buffered() > 0, s.be.w.Buffered() > 0, s.client.Buffered() > 0:
 		return nil
 	case len(s.portalHolds) > 0, s.loopRead.resume, s.loopTxn.resume:

@@ -169,29 +169,59 @@ func (s *Session) loopQuery(sql string) {
 // admitQuery admits its Query: a prepared BEGIN, the first read with its
 // pin in front of it (the guard's portal is the read's when that is the
 // unnamed one, as txnBind sends it), a read of held tables, the COMMIT.
+// A Parse of the unnamed statement in front of the Bind (a driver's
+// query with parameters) is admitted for a read of held tables only: a
+// fresh transaction's first read is pinned at its Parse (txnParse), on
+// the session's goroutine.
 func (s *Session) admitTxnBind(batch []byte) ([]byte, bool) {
 	n := 1 + int(binary.BigEndian.Uint32(batch[1:]))
-	bind, ok := readPlain(batch[:n])
-	if !ok || bind.typ != 'B' {
+	first, ok := readPlain(batch[:n])
+	if !ok {
+		return nil, false
+	}
+	bind, parsed, at := first, "", 0
+	if first.typ == 'P' {
+		var plain bool
+		parsed, plain = s.plainText(first.stmt)
+		if len(first.name) > 0 || !plain || n == len(batch) || s.tx != txBlock || s.txn.phase != txnPinned {
+			return nil, false
+		}
+		at = n
+		n += 1 + int(binary.BigEndian.Uint32(batch[at+1:]))
+		if bind, ok = readPlain(batch[at:n]); !ok || len(bind.stmt) > 0 {
+			return nil, false
+		}
+	}
+	if bind.typ != 'B' {
 		return nil, false
 	}
 	behind, ok := portalSteps(batch[n:], string(bind.name))
-	rec := s.stmts[string(bind.stmt)]
-	if !ok || rec == nil || rec.explicit != nil || rec.tsParam {
+	if !ok {
 		return nil, false
 	}
-	if s.tx != txBlock && !s.admitBegin(rec.sql) {
+	sql, rec := parsed, &preparedStmt{}
+	if first.typ != 'P' {
+		if rec = s.stmts[string(bind.stmt)]; rec == nil || rec.explicit != nil || rec.tsParam {
+			return nil, false
+		}
+		sql = rec.sql
+	}
+	if s.tx != txBlock && !s.admitBegin(sql) {
 		return nil, false
 	}
-	send, ok := s.admitTxnStatement(rec.sql, string(bind.name), batch)
+	send, ok := s.admitTxnStatement(sql, string(bind.name), batch)
 	if !ok {
 		return nil, false
 	}
 	s.loopTxn.behind = behind
-	// As handle records the batch's messages (handleBind, handleExecute).
+	// As handle records the batch's messages (handleParse, handleBind,
+	// handleExecute).
 	for off := 0; off < len(batch); {
 		n := 1 + int(binary.BigEndian.Uint32(batch[off+1:]))
 		m, _ := readPlain(batch[off : off+n])
+		if m.typ == 'P' {
+			m.sql = parsed
+		}
 		s.admitted(&m)
 		off += n
 	}

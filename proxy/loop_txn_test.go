@@ -49,6 +49,9 @@ type txnShape struct {
 	begin, commit      func(tb testing.TB) []byte
 	read               func(tb testing.TB, table string, aid int) []byte
 	beginAns, readHead string
+	// pinnedFirst: the first read is pinned on the session's goroutine
+	// (an unnamed Parse's, txnParse), the other statements are the loop's.
+	pinnedFirst bool
 }
 
 func simpleFrame(sql string) func(testing.TB) []byte {
@@ -63,7 +66,9 @@ func boundFrame(stmt string) func(testing.TB) []byte {
 // prepared, bound with a Describe of the portal); pgx's cached statements
 // (BEGIN and COMMIT simple, the reads prepared, with a Describe of the
 // portal); lib/pq's Stmt (the read's Bind, Execute and Sync, no
-// Describe).
+// Describe); a driver's query with parameters (the unnamed statement
+// parsed, bound, described and run: pgx's exec modes, node-postgres,
+// psycopg).
 func txnShapes() []txnShape {
 	simpleRead := func(tb testing.TB, table string, aid int) []byte {
 		return encodeFrames(tb, &pgproto3.Query{String: fmt.Sprintf("SELECT abalance FROM %s WHERE aid = %d", table, aid)})
@@ -82,6 +87,11 @@ func txnShapes() []txnShape {
 			begin: simpleFrame("BEGIN"), commit: simpleFrame("COMMIT"), read: boundRead(true), beginAns: "CZ", readHead: "2T"},
 		{name: "stmt", prepare: []string{"read", "SELECT abalance FROM %s WHERE aid = $1"},
 			begin: simpleFrame("BEGIN"), commit: simpleFrame("COMMIT"), read: boundRead(false), beginAns: "CZ", readHead: "2"},
+		{name: "unnamed", begin: simpleFrame("BEGIN"), commit: simpleFrame("COMMIT"), read: func(tb testing.TB, table string, aid int) []byte {
+			return encodeFrames(tb, &pgproto3.Parse{Query: "SELECT abalance FROM " + table + " WHERE aid = $1"},
+				&pgproto3.Bind{Parameters: [][]byte{[]byte(fmt.Sprint(aid))}}, &pgproto3.Describe{ObjectType: 'P'},
+				&pgproto3.Execute{}, &pgproto3.Sync{})
+		}, beginAns: "CZ", readHead: "12T", pinnedFirst: true},
 	}
 }
 
@@ -158,7 +168,7 @@ func testReadOnlyTxnInLoop(t *testing.T, shape txnShape) {
 	for range 3 {
 		txn(false, "10", "10")
 	}
-	all := [4]bool{true, true, true, true}
+	all := [4]bool{true, !shape.pinnedFirst, true, true}
 	for i := range 2 {
 		if served := txn(false, "10", "10"); served != all {
 			t.Fatalf("transaction %d: the loop served %v of BEGIN, read, read, COMMIT", i, served)
@@ -171,7 +181,7 @@ func testReadOnlyTxnInLoop(t *testing.T, shape txnShape) {
 	// A write since the last pin: the guard refuses, and the goroutine
 	// pins with the gate.
 	served := txn(false, "11", "11")
-	if served[1] {
+	if served[1] && !shape.pinnedFirst {
 		t.Fatal("the first read after a write was served by the loop: its guard had to refuse")
 	}
 	for i := range 4 {
