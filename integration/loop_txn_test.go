@@ -119,7 +119,7 @@ func boundFrames(stmt string, params ...string) []byte {
 
 // TestLoopPreparedReadOnlyTxn: read-only transactions whose statements
 // are prepared (pgbench -M prepared: BEGIN, the reads and COMMIT each
-// prepared; pgx's cached statements; lib/pq's Prepare inside a Tx), which
+// prepared; pgx's exec modes; lib/pq's Prepare inside a Tx), which
 // the event loop serves once the session's pins agree
 // (proxy/loop_txn.go), with the loop on and off: every read of a
 // transaction is at its snapshot while another connection writes; an
@@ -160,24 +160,27 @@ func TestLoopPreparedReadOnlyTxn(t *testing.T) {
 				}
 				p.awaitHolds(t, 0, "after the transactions")
 			}
-			t.Run("pgx cached statements", func(t *testing.T) {
-				conn := connectMode(t, ctx, p.URL("postgres", "postgres"), pgx.QueryExecModeCacheStatement)
-				check(t, func(between func()) (a, b int, err error) {
-					tx, err := conn.Begin(ctx)
-					if err != nil {
-						return 0, 0, err
-					}
-					defer tx.Rollback(ctx)
-					if err = tx.QueryRow(ctx, read, 1).Scan(&a); err != nil {
-						return
-					}
-					between()
-					if err = tx.QueryRow(ctx, read, 1).Scan(&b); err != nil {
-						return
-					}
-					return a, b, tx.Commit(ctx)
+			for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
+				pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec} {
+				t.Run("pgx "+mode.String(), func(t *testing.T) {
+					conn := connectMode(t, ctx, p.URL("postgres", "postgres"), mode)
+					check(t, func(between func()) (a, b int, err error) {
+						tx, err := conn.Begin(ctx)
+						if err != nil {
+							return 0, 0, err
+						}
+						defer tx.Rollback(ctx)
+						if err = tx.QueryRow(ctx, read, 1).Scan(&a); err != nil {
+							return
+						}
+						between()
+						if err = tx.QueryRow(ctx, read, 1).Scan(&b); err != nil {
+							return
+						}
+						return a, b, tx.Commit(ctx)
+					})
 				})
-			})
+			}
 			t.Run("lib/pq Prepare in a Tx", func(t *testing.T) {
 				pool, err := sql.Open("postgres", p.URL("postgres", "postgres"))
 				if err != nil {
@@ -341,6 +344,28 @@ func TestLoopPreparedReadOnlyTxn(t *testing.T) {
 				run("I", boundFrames("rollback"))
 				run("I", queryFrame("RESET statement_timeout"))
 				p.awaitHolds(t, 0, "after ROLLBACK")
+			})
+			t.Run("idle in transaction, pgx exec", func(t *testing.T) {
+				// Its first read pinned at its Parse by the session's
+				// goroutine, its second the loop's, which then has the
+				// session while it idles.
+				conn := connectMode(t, ctx, p.URL("postgres", "postgres"), pgx.QueryExecModeExec)
+				mustExec(t, ctx, conn, "SET idle_in_transaction_session_timeout = '1s'")
+				tx, err := conn.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var a int
+				for range 2 {
+					if err := tx.QueryRow(ctx, read, 1).Scan(&a); err != nil || a != v {
+						t.Fatalf("read %d, %v; want %d", a, err, v)
+					}
+				}
+				if n := p.readHolds(t); n < 1 {
+					t.Fatalf("%v read holds in the transaction, want at least 1", n)
+				}
+				p.awaitHolds(t, 0, "after the idle-in-transaction timeout")
+				wantCode(t, tx.QueryRow(ctx, read, 1).Scan(&a), "25P03")
 			})
 			t.Run("idle in transaction", func(t *testing.T) {
 				for range 3 {
