@@ -58,7 +58,8 @@ type loopRead struct {
 	// behind: a prepared read's, the number of the client's messages
 	// behind its Bind (sent with it); sent: how many of them, once the
 	// session's goroutine took the read over, forward is still to see
-	// without sending them again.
+	// without sending them again (a read-only transaction's first read
+	// too: resumeLoopTxnBind).
 	behind, sent int
 	ts           []byte // an AS OF read's timestamp parameter, reused
 	// own are the types of the answers to the proxy's own messages, in

@@ -18,7 +18,7 @@ import (
 // loop's point read costs the proxy: two goroutine parks and the
 // netpoller's wake-ups (docs/read-cost.md). A turn in the loop costs about
 // thirty system calls to join and leave, so the loop gains only if it
-// serves the whole transaction: a simple-protocol BEGIN, its first read
+// serves the whole transaction: a BEGIN, its first read
 // with the pin in front of it, the reads after it, and its COMMIT or
 // ROLLBACK, each as handleQuery would, with nothing that takes a round
 // trip or a wait of the proxy's own:
@@ -43,6 +43,18 @@ import (
 //   - COMMIT or ROLLBACK alone (no AND CHAIN) of a pinned transaction
 //     that has not written is forwarded as it is; its ReadyForQuery ends
 //     the transaction (readyForQuery, endTxn).
+//
+// Each statement may come as a Query, or as the Bind to Sync of a
+// statement the client prepared (a Describe of its portal or none:
+// pgbench -M prepared, pgx's cached statements, lib/pq's Stmt), admitted
+// alike (admitTxnBind, admitTxnStatement): the first read's Bind goes out
+// behind the guard as txnBind sends it, and one given back is taken over
+// at its Bind (resumeLoopTxnBind), settleGuard reading the guard's
+// answers at the Sync. A later read may also come as an unnamed Parse in
+// front of its Bind (a driver's query with parameters); a first read so
+// sent is pinned at its Parse by the session's goroutine, which then
+// lends the session back to the loop, its idle reader withdrawn
+// (LoopBackend): the loop reads the backend while the client idles.
 //
 // Anything else is not admitted, and the session's goroutine serves it
 // as before; so is any statement when the transaction's holds were lost
@@ -116,7 +128,8 @@ func (s *Session) admitQuery(sql string, batch []byte) ([]byte, bool) {
 // the loop follows: a BEGIN admitBegin took, the first read with its pin
 // in front of it, a read of held tables, or the COMMIT or ROLLBACK. send
 // is what goes to the backend instead of the batch (nil: the batch).
-// The caller records the batch (loopQuery, loopBind) once it is admitted.
+// The caller records the batch (loopQuery; admitTxnBind) once it is
+// admitted.
 func (s *Session) admitTxnStatement(sql, portal string, batch []byte) (send []byte, ok bool) {
 	switch {
 	case s.tx != txBlock:

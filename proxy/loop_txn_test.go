@@ -10,16 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
-// step runs sql as the frontend would: through the event loop when the
-// session is one it can drive, else on the session's own path.
-func (c *loopClient) step(tb testing.TB, ctx context.Context, sql string) (answer string, inLoop bool) {
-	tb.Helper()
-	if c.s.LoopBackend() == nil {
-		return query(tb, ctx, c.s, c.client, sql), false
-	}
-	return c.turn(tb, ctx, sql)
-}
-
 // answerTypes are the types of answer's frames.
 func answerTypes(answer string) string {
 	var types []byte
@@ -30,8 +20,9 @@ func answerTypes(answer string) string {
 	return string(types)
 }
 
-// stepBatch is step for a client's batch (a Query, or extended messages
-// up to a Sync).
+// stepBatch runs a client's batch (a Query, or extended messages up to a
+// Sync) as the frontend would: through the event loop when the session
+// is one it can drive, else on the session's own path.
 func (c *loopClient) stepBatch(tb testing.TB, ctx context.Context, batch []byte) (answer string, inLoop bool) {
 	tb.Helper()
 	if c.s.LoopBackend() == nil {
