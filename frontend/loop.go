@@ -15,8 +15,9 @@ import (
 // its own, about 30 (the sockets' duplication, epoll registrations both
 // ways, net.FileConn's look-ups) and two goroutine hand-offs, as much as a
 // statement or two on the session's own path. At 64, a client of
-// read-only transactions (BEGIN, reads, COMMIT: a turn at each BEGIN, which
-// the loop does not forward) paid a failed turn every 16 transactions,
+// read-only transactions (BEGIN, reads, COMMIT: a turn at each prepared
+// BEGIN, which the loop did not forward until session 14) paid a failed
+// turn every 16 transactions,
 // about 2.4 system calls per transaction of 32 (strace); at 512 that is
 // every 128. A session whose statements turn plain again waits for at
 // most 512 of its own messages before the loop drives it.
