@@ -147,7 +147,7 @@ func TestLoopPreparedReadOnlyTxn(t *testing.T) {
 			if err := writer.QueryRow(ctx, "SELECT v FROM "+table+" WHERE k = 1").Scan(&v); err != nil {
 				t.Fatal(err)
 			}
-			// check runs n transactions with txn, which reads k = 1 twice
+			// check runs 12 transactions with txn, which reads k = 1 twice
 			// with bump between, and fails unless both reads see the value
 			// before the write, and the value after it once committed.
 			check := func(t *testing.T, txn func(between func()) (int, int, error)) {
