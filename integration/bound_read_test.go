@@ -303,3 +303,57 @@ func TestPreparedReadBehindGuardTimesOut(t *testing.T) {
 	}
 	p.awaitHolds(t, 0, "after the timed-out reads")
 }
+
+// TestHistoryReadExtendedShape: with --history-reads, a read sent as
+// Parse, Bind, Describe, Execute, Sync (pgx's exec mode, the corpus
+// runner's extended protocol) is bound behind the read guard like a
+// prepared read: the ParseComplete's round trip and the batch's, and no
+// pin() of its own on the session's connection (issue 15: it made 3 round
+// trips there, and a catalog round more on the proxy's own connection,
+// per read). Each read still sees the write before it.
+func TestHistoryReadExtendedShape(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	tap := startBackendTap(t)
+	p := startProxy(t, "--backend", tap.url(), "--history-reads")
+	conn := connectTo(t, ctx, p.URL("postgres", db))
+	mustExec(t, ctx, conn, "CREATE TABLE hx (id int PRIMARY KEY, v int NOT NULL)",
+		"INSERT INTO hx SELECT g, g FROM generate_series(1, 20) g")
+	read := func(id, want int) {
+		t.Helper()
+		var v int
+		// Another text each time, as the corpus's queries: a Parse each.
+		sql := fmt.Sprintf("SELECT v FROM hx WHERE id = $1 AND %d = %d", id, id)
+		if err := conn.QueryRow(ctx, sql, pgx.QueryExecModeExec, id).Scan(&v); err != nil || v != want {
+			t.Fatalf("%s: %d, %v; want %d", sql, v, err, want)
+		}
+	}
+	read(1, 1) // prepares the guard
+	const n = 10
+	if _, err := execSimple(ctx, conn, "SELECT 'hx-start'"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		read(2+i, 2+i)
+	}
+	if _, err := execSimple(ctx, conn, "SELECT 'hx-end'"); err != nil {
+		t.Fatal(err)
+	}
+	writes := 0
+	for _, e := range tap.between("hx-start", "hx-end") {
+		if e == "W" {
+			writes++
+		}
+	}
+	roundTrips := writes - 1 // the last write is hx-end's Query
+	t.Logf("%.1f round trips per read", float64(roundTrips)/n)
+	if roundTrips > 2*n {
+		t.Errorf("%d round trips on the session's connection for %d reads, want 2 each", roundTrips, n)
+	}
+	// Still a read of the present: it sees the write before it.
+	for i := 0; i < 3; i++ {
+		mustExec(t, ctx, conn, fmt.Sprintf("UPDATE hx SET v = v + 100 WHERE id = %d", 2+i))
+		read(2+i, 102+i)
+	}
+}
