@@ -10,25 +10,32 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
-// TestHistoryReadPlannedOnce: in history mode a plain read that misses the
-// plan cache (the SLT corpus's reads: each text another shape) is planned
-// once, with the catalog, over both protocols: not first with the empty
-// catalog for its shape (the session-setting check and planExplicit's
-// own), which parsed and analysed it a second time (docs/corpus-cost.md).
-// A locking read still takes the long way and reads the present.
-func TestHistoryReadPlannedOnce(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	s, client := openSession(t, ctx, Config{HistoryReads: true})
+// historySession is a history-mode session against the test server with
+// a new managed table of one row, (1, 4711).
+func historySession(tb testing.TB, ctx context.Context) (*Session, *clientBuffer, string) {
+	s, client := openSession(tb, ctx, Config{HistoryReads: true})
 	table := fmt.Sprintf("hplan_%d", time.Now().UnixNano())
 	for _, sql := range []string{
 		"CREATE TABLE " + table + " (k int PRIMARY KEY, v int NOT NULL)",
 		"INSERT INTO " + table + " VALUES (1, 4711)",
 	} {
-		if out := query(t, ctx, s, client, sql); strings.Contains(out, "ERROR") {
-			t.Fatalf("%s: %s", sql, out)
+		if out := query(tb, ctx, s, client, sql); strings.Contains(out, "ERROR") {
+			tb.Fatalf("%s: %s", sql, out)
 		}
 	}
+	return s, client, table
+}
+
+// TestHistoryReadPlannedOnce: in history mode a plain read that misses the
+// plan cache (the SLT corpus's reads: each text another shape) is planned
+// once, with the catalog, over both protocols: not first with the empty
+// catalog for its shape (the session-setting check and planExplicit's
+// own), which parsed and analysed it a second time (docs/corpus-cost.md).
+// A locking read, which that path leaves to the shape, still answers.
+func TestHistoryReadPlannedOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s, client, table := historySession(t, ctx)
 	send := func(msgs ...pgproto3.FrontendMessage) string {
 		t.Helper()
 		for _, m := range msgs {
@@ -71,7 +78,7 @@ func TestHistoryReadPlannedOnce(t *testing.T) {
 			t.Errorf("%d new reads (%s) missed the plan cache %d times, want %d (planned once each)", n, protocol, misses, n)
 		}
 	}
-	// A locking read is no history read: it reads the present, locked.
+	// A locking read is no history read (planExplicit's shape decides).
 	if out := query(t, ctx, s, client, "SELECT v FROM "+table+" WHERE k = 1 FOR SHARE"); !strings.Contains(out, "4711") || strings.Contains(out, "ERROR") {
 		t.Fatalf("FOR SHARE: %q", out)
 	}
@@ -84,16 +91,7 @@ func TestHistoryReadPlannedOnce(t *testing.T) {
 func BenchmarkHistoryReadNewText(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	s, client := openSession(b, ctx, Config{HistoryReads: true})
-	table := fmt.Sprintf("hbench_%d", time.Now().UnixNano())
-	for _, sql := range []string{
-		"CREATE TABLE " + table + " (k int PRIMARY KEY, v int NOT NULL)",
-		"INSERT INTO " + table + " VALUES (1, 4711)",
-	} {
-		if out := query(b, ctx, s, client, sql); strings.Contains(out, "ERROR") {
-			b.Fatalf("%s: %s", sql, out)
-		}
-	}
+	s, client, table := historySession(b, ctx)
 	sql := "SELECT v FROM " + table + " WHERE k = 1 AND v > 0"
 	query(b, ctx, s, client, sql)
 	b.ReportAllocs()
