@@ -14,7 +14,12 @@
 #                               FILES="<files relative to it>" (default all)
 #                               BASELINE=<git revision>: also mzproxy built
 #                               from it (target baseline), in the same run
-#                               FLAGS="--history-reads": flags of every mzproxy)
+#                               FLAGS="--history-reads": flags of every mzproxy
+#                               VARIANT_FLAGS="--history-reads": also every
+#                               mzproxy with these flags more (targets
+#                               mzproxy-v, baseline-v), in the same run
+#                               TOP=20: each pass's TOP statements by calls
+#                               (pg_stat_statements) into $TOP_DIR, default .)
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -23,6 +28,9 @@ TAIL=${TAIL:-25}
 CORPUS=${CORPUS:-${MZPROXY_SLT_DIR:-$root/../shared/slt/sqlite}}
 BASELINE=${BASELINE:-}
 FLAGS=${FLAGS:-}
+VARIANT_FLAGS=${VARIANT_FLAGS:-}
+TOP=${TOP:-0}
+TOP_DIR=${TOP_DIR:-.}
 [ -f "$CORPUS/select1.test" ] || { echo "no corpus at $CORPUS (set CORPUS or MZPROXY_SLT_DIR)" >&2; exit 1; }
 
 bench_postgres
@@ -40,6 +48,16 @@ if [ -n "$BASELINE" ]; then
 	# shellcheck disable=SC2086
 	bench_mzproxy baseline "$work/mzproxy-baseline" -- $FLAGS
 	targets="$targets baseline"
+fi
+if [ -n "$VARIANT_FLAGS" ]; then
+	# shellcheck disable=SC2086
+	bench_mzproxy mzproxy-v "$work/mzproxy" -- $FLAGS $VARIANT_FLAGS
+	targets="$targets mzproxy-v"
+	if [ -n "$BASELINE" ]; then
+		# shellcheck disable=SC2086
+		bench_mzproxy baseline-v "$work/mzproxy-baseline" -- $FLAGS $VARIANT_FLAGS
+		targets="$targets baseline-v"
+	fi
 fi
 (cd "$src" && go build -o "$work/mzslt" ./cmd/mzslt)
 if [ -n "${FILES:-}" ]; then
@@ -72,6 +90,10 @@ for proto in $PROTOCOLS; do
 		conns1=$(grep -c 'connection received' "$work/pg.log" || true)
 		stmts=$(q "SELECT sum(calls) FILTER (WHERE toplevel) || ' + ' || sum(calls) FILTER (WHERE NOT toplevel) FROM pg_stat_statements")
 		[ "$t" = direct ] && m1=$m0
+		if [ "$TOP" -gt 0 ]; then
+			q "SELECT calls, toplevel, round(total_exec_time::numeric, 1), left(regexp_replace(query, '\s+', ' ', 'g'), 160)
+			     FROM pg_stat_statements ORDER BY calls DESC LIMIT $TOP" >"$TOP_DIR/corpuscost-top-$t-$proto.txt"
+		fi
 		printf '| %s | %s | %.1f | %.2f | %.2f | %d | %s |\n' "$t" "$proto" \
 			"$(python3 -c "print($t1 - $t0)")" "$(python3 -c "print(($c1 - $c0) / $hz)")" \
 			"$(python3 -c "print(($m1 - $m0) / $hz)")" $((conns1 - conns0)) "$stmts"

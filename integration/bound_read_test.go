@@ -1,10 +1,12 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -302,4 +304,182 @@ func TestPreparedReadBehindGuardTimesOut(t *testing.T) {
 		t.Fatalf("prepared read after the timeouts: %q, %v", v, err)
 	}
 	p.awaitHolds(t, 0, "after the timed-out reads")
+}
+
+// TestHistoryReadExtendedShape: with --history-reads, a read sent as
+// Parse, Bind, Describe, Execute, Sync (pgx's exec mode, the corpus
+// runner's extended protocol) is bound behind the read guard like a
+// prepared read: the ParseComplete's round trip and the batch's, and no
+// pin() of its own on the session's connection (issue 15: it made 3 round
+// trips there, and a catalog round more on the proxy's own connection,
+// per read). Each read still sees the write before it.
+func TestHistoryReadExtendedShape(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	tap := startBackendTap(t)
+	p := startProxy(t, "--backend", tap.url(), "--history-reads")
+	conn := connectTo(t, ctx, p.URL("postgres", db))
+	mustExec(t, ctx, conn, "CREATE TABLE hx (id int PRIMARY KEY, v int NOT NULL)",
+		"INSERT INTO hx SELECT g, g FROM generate_series(1, 20) g")
+	read := func(id, want int) {
+		t.Helper()
+		var v int
+		// Another text each time, as the corpus's queries: a Parse each.
+		sql := fmt.Sprintf("SELECT v FROM hx WHERE id = $1 AND %d = %d", id, id)
+		if err := conn.QueryRow(ctx, sql, pgx.QueryExecModeExec, id).Scan(&v); err != nil || v != want {
+			t.Fatalf("%s: %d, %v; want %d", sql, v, err, want)
+		}
+	}
+	read(1, 1) // prepares the guard
+	const n = 10
+	if _, err := execSimple(ctx, conn, "SELECT 'hx-start'"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		read(2+i, 2+i)
+	}
+	if _, err := execSimple(ctx, conn, "SELECT 'hx-end'"); err != nil {
+		t.Fatal(err)
+	}
+	writes := 0
+	for _, e := range tap.between("hx-start", "hx-end") {
+		if e == "W" {
+			writes++
+		}
+	}
+	roundTrips := writes - 1 // the last write is hx-end's Query
+	t.Logf("%.1f round trips per read", float64(roundTrips)/n)
+	if roundTrips > 2*n {
+		t.Errorf("%d round trips on the session's connection for %d reads, want 2 each", roundTrips, n)
+	}
+	// Still a read of the present: it sees the write before it.
+	for i := 0; i < 3; i++ {
+		mustExec(t, ctx, conn, fmt.Sprintf("UPDATE hx SET v = v + 100 WHERE id = %d", 2+i))
+		read(2+i, 102+i)
+	}
+}
+
+// TestHistoryReadExtendedErrors: with --history-reads, a read parsed and
+// bound in one batch (Parse, Bind, Describe, Execute, Sync) whose Parse,
+// Bind or Execute fails gives the client what PostgreSQL gives for the
+// same batch directly (SQLSTATE, message, position), and the session goes
+// on: its next read of the same shape sees the present (a Sync of the
+// proxy's ends the Parse's implicit transaction when the Bind goes behind
+// the read guard; it must never run after a failed Parse). A statement
+// timeout and a cancel of such a read end it with 57014 and leave no hold.
+func TestHistoryReadExtendedErrors(t *testing.T) {
+	t.Parallel()
+	st := newStage(t, stageOpts{proxies: [][]string{{"--history-reads", "--metrics-listen", "127.0.0.1:0"}}})
+	ctx, db, role := st.ctx, st.db, st.role
+	p := st.proxies[0]
+	owner := connectTo(t, ctx, st.url(0, "postgres"))
+	mustExec(t, ctx, owner, "CREATE TABLE he (id int PRIMARY KEY, v int NOT NULL)",
+		"INSERT INTO he SELECT g, g FROM generate_series(1, 20) g",
+		"CREATE TABLE he_secret (id int PRIMARY KEY, v int NOT NULL)",
+		"INSERT INTO he_secret VALUES (1, 1)",
+		"CREATE SCHEMA he_nouse", "CREATE TABLE he_nouse.t (id int, v int)",
+		"GRANT SELECT ON he TO "+role, "GRANT UPDATE ON he TO "+role)
+	conn := connectTo(t, ctx, st.url(0, role))
+	direct := connectTo(t, ctx, directURL(role, db))
+	oneShot := func(c *pgx.Conn, sql string, params ...string) (string, error) {
+		args := make([][]byte, len(params))
+		for i, v := range params {
+			args[i] = []byte(v)
+		}
+		return firstOfOneRow(c.PgConn().ExecParams(ctx, sql, args, nil, nil, nil).Read())
+	}
+	answer := func(c *pgx.Conn, sql string, params ...string) string {
+		v, err := oneShot(c, sql, params...)
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			if pe.Position == 0 {
+				return pe.Code + " " + pe.Message
+			}
+			return fmt.Sprintf("%s %s (position %d)", pe.Code, pe.Message, pe.Position)
+		}
+		if err != nil {
+			return err.Error()
+		}
+		return v
+	}
+	const read = "SELECT v FROM he WHERE id = $1"
+	n := 0
+	next := func(what string) {
+		// The session reads again, and sees a write made just before.
+		t.Helper()
+		n++
+		mustExec(t, ctx, conn, fmt.Sprintf("UPDATE he SET v = v + 1000 WHERE id = %d", n))
+		want := strconv.Itoa(n + 1000)
+		for i := 0; i < 2; i++ {
+			sql := fmt.Sprintf("%s AND %d = %d", read, i, i) // a Parse each
+			if v, err := oneShot(conn, sql, strconv.Itoa(n)); err != nil || v != want {
+				t.Fatalf("after %s: %s: %q, %v; want %s", what, sql, v, err, want)
+			}
+		}
+	}
+	next("the start") // the guard prepared, the catalog seen
+	cases := []struct {
+		what   string
+		sql    string
+		params []string
+		code   string
+		// The backend's position is in the rewrite's text, not the
+		// client's (README, SQL surface): compared without it.
+		rewritePosition bool
+	}{
+		{"syntax error at Parse", "SELEC v FROM he WHERE id = $1", []string{"1"}, "42601", false},
+		{"unknown table at Parse", "SELECT v FROM he_missing WHERE id = $1", []string{"1"}, "42P01", false},
+		{"unknown column at Parse", "SELECT w FROM he WHERE id = $1", []string{"1"}, "42703", false},
+		{"schema without USAGE at Parse", "SELECT v FROM he_nouse.t WHERE id = $1", []string{"1"}, "42501", true},
+		{"parameter's text at Bind", read, []string{"one"}, "22P02", false},
+		{"parameter count at Bind", read, []string{"1", "2"}, "08P01", false},
+		{"division by zero at Execute", "SELECT v / (id - $1) FROM he WHERE id = 3", []string{"3"}, "22012", false},
+	}
+	for _, c := range cases {
+		got, want := answer(conn, c.sql, c.params...), answer(direct, c.sql, c.params...)
+		if !strings.HasPrefix(want, c.code+" ") {
+			t.Fatalf("%s: directly %q, want SQLSTATE %s", c.what, want, c.code)
+		}
+		if c.rewritePosition {
+			got, want = strings.Split(got, " (position")[0], strings.Split(want, " (position")[0]
+		}
+		if got != want {
+			t.Errorf("%s: %s: mzproxy answered %q, PostgreSQL %q", c.what, c.sql, got, want)
+		}
+		next(c.what)
+	}
+	// Without SELECT: 42501 at Execute, naming the history table (README
+	// Security).
+	if got := answer(conn, "SELECT v FROM he_secret WHERE id = $1", "1"); !strings.HasPrefix(got, "42501 permission denied for table ") {
+		t.Errorf("a table without SELECT: %q", got)
+	}
+	next("a table without SELECT")
+	p.awaitHolds(t, 0, "after the failed reads")
+
+	// A statement timeout, and a cancel, of a read in such a batch.
+	const slow = "SELECT v FROM he WHERE id = $1 AND pg_sleep(2) IS NOT NULL"
+	mustExec(t, ctx, conn, "SET statement_timeout = '300ms'")
+	_, err := oneShot(conn, slow, "2")
+	wantCode(t, err, "57014")
+	mustExec(t, ctx, conn, "SET statement_timeout = 0")
+	next("a statement timeout")
+	errc := make(chan error, 1)
+	go func() { _, err := oneShot(conn, slow, "2"); errc <- err }()
+	eventually(t, 20*time.Second, "the slow read runs", func() bool {
+		var running bool
+		err := owner.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE usename = $1 AND wait_event = 'PgSleep')`, role).Scan(&running)
+		return err == nil && running
+	})
+	if err := conn.PgConn().CancelRequest(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		wantCode(t, err, "57014")
+	case <-time.After(20 * time.Second):
+		t.Fatal("the canceled read did not end")
+	}
+	next("a cancel")
+	p.awaitHolds(t, 0, "after the timed-out and canceled reads")
 }

@@ -16,15 +16,18 @@ import (
 // pg_stat_activity.
 const frontiersMarker = "x.upper, c.id, c.since"
 
-// TestPreparedAsOfSharesSnapshots (issue 15): Binds of AS OF reads on many
-// sessions at once share the proxy's catalog/frontier round trips on the
-// database's admin connection instead of queueing one each. The reads are
-// one-shot queries (Parse, Bind, Execute, Sync in one batch): a Bind after
-// its Parse in the batch reads the catalog (a Bind that starts its batch
-// is guarded instead, TestPreparedReadGuardedBind). The
-// test plays a slow backend: it holds a lock that every frontiers read
-// waits for, and counts the distinct frontiers reads that wait, releasing
-// the lock after each.
+// TestPreparedAsOfSharesSnapshots (issue 15): requests for the catalog
+// and frontiers on many sessions at once share the proxy's round trips on
+// the database's admin connection instead of queueing one each. The
+// requests are the Parses of one-shot AS OF reads (Parse, Bind, Execute,
+// Sync in one batch): a Parse in a batch plans with the current catalog
+// (database.snapshot, the same rounds a Bind in a block or after another
+// Bind of its batch reads); their Binds are sent behind the read guard,
+// reading no round (TestPreparedReadGuardedBind, TestHistoryReadExtendedShape).
+// The test plays a slow backend: it holds a lock on the catalog revision,
+// which every frontiers read and every read guard waits for, counts the
+// distinct frontiers reads that wait, and hands the lock over after each
+// waiter (a guard's too, uncounted), so that what comes later waits again.
 func TestPreparedAsOfSharesSnapshots(t *testing.T) {
 	const clients = 12
 	ctx := testContext(t)
@@ -76,9 +79,12 @@ func TestPreparedAsOfSharesSnapshots(t *testing.T) {
 		}
 		if key := waitingFrontiersRead(t, ctx, watcher); key != "" && !waited[key] {
 			waited[key] = true
-			// Let the other Binds arrive behind it, then let it through
+			// Let the other Parses arrive behind it, then let it through
 			// and hold up the next read.
 			time.Sleep(300 * time.Millisecond)
+			holder = handOverLock(t, ctx, watcher, lockers, holder)
+		} else if key == "" && lockWaiters(t, ctx, watcher, lockers) > 0 {
+			// Read guards, behind Parses that have their catalog.
 			holder = handOverLock(t, ctx, watcher, lockers, holder)
 		}
 	}
@@ -88,12 +94,12 @@ func TestPreparedAsOfSharesSnapshots(t *testing.T) {
 		t.Error(err)
 	}
 	if len(waited) == 0 || len(waited) > clients/2 {
-		t.Fatalf("%d frontiers round trips for %d concurrent Binds of a prepared AS OF read; want them shared (at most %d)",
+		t.Fatalf("%d frontiers round trips for %d concurrent Parses of an AS OF read; want them shared (at most %d)",
 			len(waited), clients, clients/2)
 	}
-	t.Logf("%d frontiers round trips for %d concurrent Binds", len(waited), clients)
+	t.Logf("%d frontiers round trips for %d concurrent Parses", len(waited), clients)
 
-	// A Bind waiting for a round ends at its statement_timeout, with
+	// A Parse waiting for a round ends at its statement_timeout, with
 	// 57014, and its session reads again once the backend answers.
 	c := conns[0]
 	if _, err := c.Exec(ctx, "SET statement_timeout = '300ms'"); err != nil {
@@ -104,7 +110,7 @@ func TestPreparedAsOfSharesSnapshots(t *testing.T) {
 	unlock(t, ctx, lockers[0])
 	wantCode(t, err, "57014")
 	if v, err := readOneShot(ctx, c, query); err != nil || v != "one" {
-		t.Fatalf("prepared AS OF after a timed out Bind: %q, %v", v, err)
+		t.Fatalf("prepared AS OF after a timed out Parse: %q, %v", v, err)
 	}
 }
 
@@ -189,4 +195,18 @@ func waitingFrontiersRead(t *testing.T, ctx context.Context, conn *pgx.Conn) str
 		t.Fatalf("pg_stat_activity: %v", err)
 	}
 	return key
+}
+
+// lockWaiters counts the backends, other than the lockers, waiting for a
+// lock on the catalog revision.
+func lockWaiters(t *testing.T, ctx context.Context, conn *pgx.Conn, lockers []*pgx.Conn) int {
+	t.Helper()
+	var n int
+	err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks l
+		WHERE NOT l.granted AND l.relation = 'mzproxy.catalog_revision'::regclass AND l.pid <> ALL ($1)`,
+		[]int32{int32(lockers[0].PgConn().PID()), int32(lockers[1].PgConn().PID())}).Scan(&n)
+	if err != nil {
+		t.Fatalf("pg_locks: %v", err)
+	}
+	return n
 }

@@ -125,11 +125,11 @@ const boundReadTSExpr = "nullif(pg_catalog.current_setting('mzproxy.read_ts', tr
 // binds the ordinary way.
 func (s *Session) guardedBind(ctx context.Context, m *pgproto3.Bind, p *portal, st *planner.Statement, params [][]byte) (ok bool, err error) {
 	seen := s.db.seen.Load()
-	if seen == nil || s.tx != txIdle || s.be.unsynced || s.units.len() > 0 || s.skipping ||
+	if seen == nil || s.tx != txIdle || s.be.bound || s.units.len() > 0 || s.skipping ||
 		s.isolation != strictSerializable || st.Kind != planner.KindRead || !stillDefined(st, seen.catalog) {
-		// Inside a batch already begun, a refused guard could only be
-		// ended by a Sync of the proxy's, which would end the client's
-		// implicit transaction too.
+		// After a Bind of the batch, a refused guard could only be ended
+		// by a Sync of the proxy's, which would end the client's portal
+		// and implicit transaction too.
 		return false, nil
 	}
 	present := st.AsOf == nil
@@ -138,6 +138,20 @@ func (s *Session) guardedBind(ctx context.Context, m *pgproto3.Bind, p *portal, 
 		return false, err
 	}
 	s.timestampPhase(ctx, present)
+	if s.be.unsynced {
+		// Only a Parse, Describe or Close of the client's batch came
+		// before (answered: the caller quiesced), as in a batch of
+		// Parse, Bind, Describe, Execute, Sync (pgx's exec mode, the
+		// corpus runner): a prepared statement outlives the Sync, so a
+		// Sync of the proxy's ends that implicit transaction unseen, and
+		// the guard starts the read's own, as when the Bind begins the
+		// batch (its snapshot after the pin). readGuard passes over its
+		// ReadyForQuery.
+		if err := s.be.w.Send(&s.pinMsgs.sync); err != nil {
+			s.release(hold)
+			return false, s.lost(err)
+		}
+	}
 	if err := s.be.sendGuard(guardKey{rev: seen.catalog.cat.Revision, pin: present}, &s.pinMsgs); err != nil {
 		s.release(hold)
 		return false, s.lost(err)

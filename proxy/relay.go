@@ -268,8 +268,11 @@ func (s *Session) handleQuery(ctx context.Context, m *pgproto3.Query, frame []by
 		if s.isShowSessions(m.String) {
 			return s.showSessions()
 		}
-		if handled, err := s.sessionSetting(ctx, m.String); handled {
-			return err
+		if !plain {
+			// (A plain read is no SET, SHOW or RESET: not parsed here.)
+			if handled, err := s.sessionSetting(ctx, m.String); handled {
+				return err
+			}
 		}
 		st, fr, err := s.explicitPlan(ctx, m.String)
 		if err != nil {
