@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 36, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 37, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -719,7 +719,7 @@ BEGIN
     -- single-row one. Nested loops over the lookup indexes are linear in the
     -- statement's rows whatever the plan was made for (join_settings, for
     -- the functions that retract).
-    settings := 'SET search_path = pg_catalog, pg_temp';
+    settings := 'SET search_path = pg_catalog, pg_temp SET enable_seqscan = off';
     IF pk IS NULL THEN
         settings := settings || $s$
 SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres' SET TimeZone = 'UTC'
@@ -806,7 +806,7 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
          WHERE %2$s h.mz_to = 9223372036854775807 AND %3$s = %4$s
            AND (h.mz_from = _t OR NOT EXISTS (
                 SELECT 1 FROM %1$s x
-                 WHERE %5$s x.mz_to = 9223372036854775807 AND x.mz_from = _t AND %6$s = %4$s))
+                 WHERE %5$s x.mz_to = 9223372036854775807 AND x.mz_from = _t AND %6$s = %4$s OFFSET 0))
         RETURNING h.mz_from
     )$r$, h, kjoin, htext, otext,
             (SELECT string_agg(format('x.%I %s d.%I AND ', k, kop[i], k), '' ORDER BY i) FROM unnest(pk) WITH ORDINALITY AS u(k, i)),
@@ -1993,10 +1993,10 @@ CREATE FUNCTION mzproxy.restamp_functions(h text) RETURNS text
     AS $_$
 SELECT format($f$
 CREATE OR REPLACE FUNCTION %1$s_closed(p bigint) RETURNS bigint
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SET enable_seqscan = off
 AS $$ BEGIN RETURN (SELECT max(h.mz_from) FROM %1$s h WHERE h.mz_to = p AND h.mz_to < 0); END $$;
 CREATE OR REPLACE FUNCTION %1$s_restamp(p bigint, t bigint) RETURNS void
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SET enable_seqscan = off
 AS $$
 BEGIN
     -- One statement (two index conditions OR-ed): the versions the block
@@ -3500,6 +3500,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('33', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('34', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('35', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('36', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('37', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));

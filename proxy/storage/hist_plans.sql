@@ -1,0 +1,107 @@
+-- mzproxy backend state, version 36 to 37: the history statements of a
+-- write read the history through its indexes whatever size the history had
+-- when they were planned (issue 14). docs/write-cost.md has the figures.
+--
+-- PL/pgSQL keeps a statement's generic plan for the session after five
+-- custom ones. The history triggers' close and checks, and a block's
+-- _closed and _restamp, were planned for the history table's size at the
+-- time: a table of a page or two (fresh, analyzed while small as pgbench
+-- -i leaves it, or by an early autovacuum) got sequential scans, kept
+-- until an ANALYZE or VACUUM of the table invalidated them. Every write in
+-- between read the whole history (at 20,000 versions about 300 pages per
+-- statement). Each of these statements has an index that finds its rows
+-- by equality on the index's leading columns (the key's mirror
+-- (key, mz_to), or (mz_to, mz_from)); with sequential scans disabled for
+-- the functions that run them, the planner takes that index at any size:
+-- the other paths left scan a whole index on a non-leading column, which
+-- costs more than the probe at every size, and the transition tables
+-- (tuplestores) are not affected by the setting. The TRUNCATE trigger
+-- reads the whole history anyway and keeps its plans.
+--
+--  * gen_triggers: the INSERT, UPDATE and DELETE trigger functions get
+--    SET enable_seqscan = off with their other settings.
+--  * restamp_functions: _closed and _restamp get it too.
+--  * Every table's trigger functions and restamp functions made again.
+
+-- Edits to gen_triggers as version 35 left it; each must apply exactly
+-- once.
+DO $edit$
+DECLARE
+    edits text[][] := ARRAY[
+        [$$    settings := 'SET search_path = pg_catalog, pg_temp';$$,
+         $$    settings := 'SET search_path = pg_catalog, pg_temp SET enable_seqscan = off';$$],
+        -- The general path's search for a version written at _t stays a
+        -- probe per old row (OFFSET 0: no hashed subplan of every current
+        -- version at _t, which scans the key's mirror on mz_to).
+        [$$ AND x.mz_from = _t AND %6$s = %4$s))$$,
+         $$ AND x.mz_from = _t AND %6$s = %4$s OFFSET 0))$$]
+    ];
+    i int;
+    def text := pg_get_functiondef('@SCHEMA@.gen_triggers(bigint)'::regprocedure);
+BEGIN
+    FOR i IN 1 .. array_length(edits, 1) LOOP
+        IF (length(def) - length(replace(def, edits[i][1], ''))) / length(edits[i][1]) <> 1 THEN
+            RAISE EXCEPTION 'storage version 37: edit % of gen_triggers does not apply once', i;
+        END IF;
+        def := replace(def, edits[i][1], edits[i][2]);
+    END LOOP;
+    EXECUTE def;
+END
+$edit$;
+
+-- As restamp.sql made it, with the setting (see the header).
+CREATE OR REPLACE FUNCTION @SCHEMA@.restamp_functions(h text) RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+AS $gen$
+SELECT format($f$
+CREATE OR REPLACE FUNCTION %1$s_closed(p bigint) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SET enable_seqscan = off
+AS $$ BEGIN RETURN (SELECT max(h.mz_from) FROM %1$s h WHERE h.mz_to = p AND h.mz_to < 0); END $$;
+CREATE OR REPLACE FUNCTION %1$s_restamp(p bigint, t bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE SET enable_seqscan = off
+AS $$
+BEGIN
+    -- One statement (two index conditions OR-ed): the versions the block
+    -- closed, and those it wrote, which are current (one it closed again
+    -- was deleted by the trigger). restamp.sql says why mz_to is named.
+    UPDATE %1$s h SET mz_to = CASE WHEN h.mz_to = p THEN t ELSE h.mz_to END,
+                      mz_from = CASE WHEN h.mz_from = p THEN t ELSE h.mz_from END
+     WHERE (h.mz_to = p AND h.mz_to < 0)
+        OR (h.mz_to = 9223372036854775807 AND h.mz_from = p AND h.mz_from < 0);
+END
+$$;
+REVOKE ALL ON FUNCTION %1$s_closed(bigint), %1$s_restamp(bigint, bigint) FROM PUBLIC;$f$, h)
+$gen$;
+
+-- Every table's restamp functions made again (dropped tables' too, while
+-- their history is kept), as restamp.sql did.
+DO $regen$
+DECLARE
+    h text;
+BEGIN
+    FOR h IN SELECT k.history FROM @SCHEMA@.catalog k
+              WHERE k.history IS NOT NULL AND to_regprocedure(k.history || '_restamp(bigint, bigint)') IS NOT NULL
+              ORDER BY k.id LOOP
+        EXECUTE @SCHEMA@.restamp_functions(h);
+    END LOOP;
+END
+$regen$;
+
+-- The trigger functions of every managed table made again, as mzproxy's
+-- own DDL, through sync_triggers (as block_lean.sql did): gen_triggers'
+-- text changed, so every kept signature is stale.
+DO $regen$
+DECLARE
+    k record;
+BEGIN
+    PERFORM set_config('mzproxy.in_ddl', @SCHEMA@.ddl_mark(), true);
+    FOR k IN SELECT c.id FROM @SCHEMA@.catalog c
+              WHERE c.kind = 'table' AND c.dropped_ts IS NULL AND to_regclass(c.history) IS NOT NULL
+                AND EXISTS (SELECT 1 FROM pg_class r WHERE r.oid = c.oid) LOOP
+        PERFORM @SCHEMA@.sync_triggers(k.id);
+    END LOOP;
+    PERFORM set_config('mzproxy.in_ddl', '', true);
+END
+$regen$;
+
+INSERT INTO @SCHEMA@.schema_version (version) VALUES (37);
