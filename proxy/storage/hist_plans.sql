@@ -34,7 +34,11 @@ DECLARE
         -- probe per old row (OFFSET 0: no hashed subplan of every current
         -- version at _t, which scans the key's mirror on mz_to).
         [$$ AND x.mz_from = _t AND %6$s = %4$s))$$,
-         $$ AND x.mz_from = _t AND %6$s = %4$s OFFSET 0))$$]
+         $$ AND x.mz_from = _t AND %6$s = %4$s OFFSET 0))$$],
+        -- Functions whose text is unchanged are kept only when they have
+        -- the setting (a keyless table's text did not change).
+        [$$ AND p.prosrc = ins_src) AND EXISTS ($$,
+         $$ AND p.prosrc = ins_src AND 'enable_seqscan=off' = ANY (p.proconfig)) AND EXISTS ($$]
     ];
     i int;
     def text := pg_get_functiondef('@SCHEMA@.gen_triggers(bigint)'::regprocedure);

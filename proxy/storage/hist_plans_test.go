@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"strings"
 	"testing"
 )
 
@@ -23,19 +24,26 @@ func newHistBlocks(hist string) histBlocks {
 // ones). Made while the history table was small and analyzed, as pgbench
 // -i or an early autovacuum leaves it, a plan that scans the table whole
 // stays until the table is analyzed again; the cost of every write then
-// grows with the history. Here a table's history is analyzed at two rows,
-// the session's plans are made by autocommit writes and blocks, the
-// history grows to 20,000 closed versions of the written key and 20,000
-// current versions of other keys (autovacuum off: nothing re-plans), and
+// grows with the history. Here a table's history (with a primary key, and
+// without) is analyzed at two rows, the session's plans are made by
+// autocommit writes and blocks, the history grows to 20,000 closed versions of a written row and 20,000
+// current versions of other rows (autovacuum off: nothing re-plans), and
 // the buffers a write reads of the history may not grow with it.
 func TestHistoryPlansStayFlat(t *testing.T) {
+	for _, table := range []string{"c (id int PRIMARY KEY, v int)", "n (id int, v int)"} {
+		name := table[:1]
+		t.Run(name, func(t *testing.T) { historyPlansStayFlat(t, name, table) })
+	}
+}
+
+func historyPlansStayFlat(t *testing.T, c, table string) {
 	_, conn := installedDB(t)
 	ctx := context.Background()
-	inWrite(t, conn, "CREATE TABLE c (id int PRIMARY KEY, v int)", "INSERT INTO c VALUES (1, 0), (2, 0)")
-	hist := queryText(t, conn, "SELECT history FROM "+Schema+".catalog WHERE oid = 'c'::regclass")
+	inWrite(t, conn, "CREATE TABLE "+table, "INSERT INTO "+c+" VALUES (1, 0), (2, 0)")
+	hist := queryText(t, conn, "SELECT history FROM "+Schema+".catalog WHERE oid = $1::regclass", c)
 	for _, s := range []string{
 		"ALTER TABLE " + hist + " SET (autovacuum_enabled = false)",
-		"VACUUM ANALYZE c", "VACUUM ANALYZE " + hist,
+		"VACUUM ANALYZE " + c, "VACUUM ANALYZE " + hist,
 	} {
 		if _, err := conn.Exec(ctx, s); err != nil {
 			t.Fatalf("%s: %v", s, err)
@@ -43,8 +51,8 @@ func TestHistoryPlansStayFlat(t *testing.T) {
 	}
 	hb := newHistBlocks(hist)
 	// measured runs stmts in one transaction and returns the history
-	// buffers read by all but the first (the slot) and the last (which
-	// ends it: commit_write or commit_write_tx, whose restamp is counted).
+	// buffers read by all but the first (the slot); the last ends the
+	// write (commit_write or commit_write_tx, whose restamp is counted).
 	measured := func(stmts ...string) int64 {
 		t.Helper()
 		tx, err := conn.Begin(ctx)
@@ -67,17 +75,17 @@ func TestHistoryPlansStayFlat(t *testing.T) {
 		}
 		return n
 	}
+	upd := func(id string) string { return "UPDATE " + c + " SET v = v + 1 WHERE id = " + id }
 	shapes := []struct {
 		name  string
 		stmts []string
 	}{
-		{"autocommit UPDATE", []string{OpenWriteFor(-1), "UPDATE c SET v = v + 1 WHERE id = 1", CommitWriteFor(-1)}},
-		{"autocommit DELETE and INSERT", []string{OpenWriteFor(-1), "DELETE FROM c WHERE id = 2", "INSERT INTO c VALUES (2, 0)", CommitWriteFor(-1)}},
-		{"block, a key written twice", []string{OpenWriteDeferredFor(-1),
-			"UPDATE c SET v = v + 1 WHERE id = 1", "UPDATE c SET v = v + 1 WHERE id = 2",
-			"UPDATE c SET v = v + 1 WHERE id = 1", CommitWriteTxFor(-1)}},
-		{"block, DELETE", []string{OpenWriteDeferredFor(-1),
-			"DELETE FROM c WHERE id = 2", "INSERT INTO c VALUES (2, 0)", CommitWriteTxFor(-1)}},
+		{"autocommit UPDATE", []string{OpenWriteFor(-1), upd("1"), CommitWriteFor(-1)}},
+		{"autocommit DELETE and INSERT", []string{OpenWriteFor(-1), "DELETE FROM " + c + " WHERE id = 2",
+			"INSERT INTO " + c + " VALUES (2, 0)", CommitWriteFor(-1)}},
+		{"block, a row written twice", []string{OpenWriteDeferredFor(-1), upd("1"), upd("2"), upd("1"), CommitWriteTxFor(-1)}},
+		{"block, DELETE and INSERT", []string{OpenWriteDeferredFor(-1), "DELETE FROM " + c + " WHERE id = 2",
+			"INSERT INTO " + c + " VALUES (2, 0)", CommitWriteTxFor(-1)}},
 	}
 	small := make([]int64, len(shapes))
 	for round := 0; round < 8; round++ {
@@ -85,18 +93,66 @@ func TestHistoryPlansStayFlat(t *testing.T) {
 			small[i] = measured(s.stmts...)
 		}
 	}
-	inWrite(t, conn, "INSERT INTO c SELECT g, 0 FROM generate_series(3, 20002) g")
+	inWrite(t, conn, "INSERT INTO "+c+" SELECT g, 0 FROM generate_series(3, 20002) g")
 	if _, err := conn.Exec(ctx, "INSERT INTO "+hist+" SELECT g, g + 1, 0, 1, 0 FROM generate_series(1, 20000) g"); err != nil {
 		t.Fatal(err)
 	}
 	for i, s := range shapes {
 		big := measured(s.stmts...)
-		t.Logf("%s: %d history buffers at 2 keys, %d at 20,000 keys and 20,000 old versions", s.name, small[i], big)
+		t.Logf("%s: %d history buffers at 2 rows, %d at 20,000 rows and 20,000 old versions", s.name, small[i], big)
 		// An index probe's depth grows by a level or two; a scan reads
 		// hundreds of pages.
 		if big > 2*small[i]+12 {
 			t.Errorf("%s read %d buffers of the history with 40,000 versions, %d with a few: a plan that scans it",
 				s.name, big, small[i])
 		}
+	}
+}
+
+// The upgrade to 37 makes every table's trigger and restamp functions
+// again with sequential scans disabled; writes then commit as before.
+func TestUpgradeToVersion37(t *testing.T) {
+	cs := newDB(t)
+	ctx := context.Background()
+	conn := connect(t, cs)
+	prev := strings.ReplaceAll(strings.Join(migrations[:36], "\n"), "@SCHEMA@", Schema)
+	if _, err := conn.PgConn().Exec(ctx, "BEGIN; SET LOCAL check_function_bodies = off; "+prev+"; COMMIT").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	inWrite(t, conn, "CREATE TABLE a (id int PRIMARY KEY, v int)", "CREATE TABLE n (id int, v int)",
+		"INSERT INTO a SELECT g, 0 FROM generate_series(1, 10) g", "INSERT INTO n VALUES (1, 1)")
+	// The functions of a's and n's history that run the history's
+	// statements, and whether each has the setting.
+	settings := func() []string {
+		t.Helper()
+		got, err := collectText(ctx, conn, `SELECT p.proname || ' ' || (coalesce(p.proconfig, '{}') @> '{enable_seqscan=off}')
+			FROM pg_proc p, `+Schema+`.catalog k
+			WHERE k.oid IN ('a'::regclass, 'n'::regclass) AND p.pronamespace = '`+Schema+`'::regnamespace
+			  AND p.proname IN ('h' || k.id || '_ins', 'h' || k.id || '_upd', 'h' || k.id || '_del',
+			                    'h' || k.id || '_closed', 'h' || k.id || '_restamp')
+			ORDER BY 1`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	before := settings()
+	if len(before) != 10 || strings.Contains(strings.Join(before, ","), "true") {
+		t.Fatalf("before the upgrade: %v", before)
+	}
+	if err := Install(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	if got := queryInt(t, conn, "SELECT max(version) FROM "+Schema+".schema_version"); got != SchemaVersion {
+		t.Fatalf("version %d after the upgrade, want %d", got, SchemaVersion)
+	}
+	after := settings()
+	if len(after) != 10 || strings.Contains(strings.Join(after, ","), "false") {
+		t.Fatalf("after the upgrade: %v", after)
+	}
+	blockCalls(t, cs, -1, "UPDATE a SET v = 1 WHERE id = 1", "UPDATE a SET v = 2 WHERE id = 1", "UPDATE n SET v = 2", "DELETE FROM a WHERE id = 2")
+	inWrite(t, conn, "UPDATE a SET v = 3 WHERE id = 3", "INSERT INTO n VALUES (2, 2)")
+	for _, tb := range []string{"a", "n"} {
+		historyMatches(t, conn, tb, uint64(queryInt(t, conn, ReadTSSQL)), "writes after the upgrade")
 	}
 }

@@ -949,7 +949,7 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
                       CASE WHEN ins_check = '' THEN check_sql ELSE ins_check END, insert_sql);
     IF triggers_ok AND EXISTS (
             SELECT 1 FROM pg_proc p
-             WHERE p.oid = to_regprocedure(fn || '_ins()') AND p.prosrc = ins_src) AND EXISTS (
+             WHERE p.oid = to_regprocedure(fn || '_ins()') AND p.prosrc = ins_src AND 'enable_seqscan=off' = ANY (p.proconfig)) AND EXISTS (
             SELECT 1 FROM pg_proc p
              WHERE p.oid = to_regprocedure(fn || '_upd()')
                AND p.prosrc = format(E'\nDECLARE _t bigint; _k bigint; _n bigint; _m bigint; _z bigint; _fresh bool; _d bigint;\nBEGIN%s%s%s\n    RETURN NULL;\nEND\n',
