@@ -28,17 +28,74 @@
 DO $edit$
 DECLARE
     edits text[][] := ARRAY[
-        [$$    settings := 'SET search_path = pg_catalog, pg_temp';$$,
-         $$    settings := 'SET search_path = pg_catalog, pg_temp SET enable_seqscan = off';$$],
+        -- A table with a non-deferrable primary key: its functions plan no
+        -- sequential scan (the close is a probe of the key's mirror, below).
+        [$$
+    IF pk IS NOT NULL AND NOT pk_deferrable THEN
+$$, $$
+    IF pk IS NOT NULL AND NOT pk_deferrable THEN
+        settings := settings || ' SET enable_seqscan = off';
+$$],
         -- The general path's search for a version written at _t stays a
         -- probe per old row (OFFSET 0: no hashed subplan of every current
         -- version at _t, which scans the key's mirror on mz_to).
         [$$ AND x.mz_from = _t AND %6$s = %4$s))$$,
          $$ AND x.mz_from = _t AND %6$s = %4$s OFFSET 0))$$],
+        -- The close of an old row's current version, at a write whose
+        -- trigger chose T (or a block's first write of the table): a probe
+        -- of the key's mirror per old row, by ctid (see the header).
+        [$$    fresh_upd text;
+$$, $$    fresh_upd text;
+    probe text;
+$$],
+        [$$
+        fresh_cte := format($r$$, $$
+        -- (Version 37, see hist_plans.sql.) The key's current version of
+        -- an old row d, as a condition on x: (key, mz_to) >= and <= (d's
+        -- key, Infinity), two row comparisons, which only the mirror
+        -- (key, mz_to) can take as index conditions, and which start and
+        -- end its scan at that one entry. Keys whose operators are not
+        -- all pg_catalog's: the key's equalities and mz_to.
+        SELECT CASE WHEN bool_and(kop[i] ^@ 'OPERATOR(pg_catalog.')
+                    THEN format('ROW(%1$s, x.mz_to) OPERATOR(pg_catalog.>=) ROW(%2$s, 9223372036854775807)'
+                                ' AND ROW(%1$s, x.mz_to) OPERATOR(pg_catalog.<=) ROW(%2$s, 9223372036854775807)',
+                                string_agg(format('x.%I', k), ', ' ORDER BY i),
+                                string_agg(format('d.%I', k), ', ' ORDER BY i))
+                    ELSE string_agg(format('x.%I %s d.%I AND ', k, kop[i], k), '' ORDER BY i)
+                         || 'x.mz_to = 9223372036854775807' END
+          INTO probe FROM unnest(pk) WITH ORDINALITY AS u(k, i);
+        fresh_cte := format($r$$],
+        [$$
+        UPDATE %1$s h SET mz_to = _t FROM mz_old d
+         WHERE %2$s h.mz_to = 9223372036854775807
+        RETURNING h.mz_from
+    )$r$, h, kjoin);$$, $$
+        UPDATE %1$s h SET mz_to = _t
+         WHERE h.ctid = ANY (ARRAY(SELECT s.tid FROM mz_old d, LATERAL (
+                   SELECT x.ctid AS tid FROM %1$s x WHERE %2$s OFFSET 0) s))
+        RETURNING h.mz_from
+    )$r$, h, probe);$$],
+        [$$
+    UPDATE %1$s h SET mz_to = _t FROM mz_old d
+     WHERE %2$s h.mz_to = 9223372036854775807 AND (h.mz_from < _t OR _t < 0);
+    GET DIAGNOSTICS _k = ROW_COUNT;%3$s$$, $$
+    UPDATE %1$s h SET mz_to = _t
+     WHERE h.ctid = ANY (ARRAY(SELECT s.tid FROM mz_old d, LATERAL (
+               SELECT x.ctid AS tid FROM %1$s x WHERE %6$s AND (x.mz_from < _t OR _t < 0) OFFSET 0) s));
+    GET DIAGNOSTICS _k = ROW_COUNT;%3$s$$],
+        [$$
+            (SELECT string_agg(format('n.%I %s d.%I AND ', k, kop[i], k), '' ORDER BY i) FROM unnest(pk) WITH ORDINALITY AS u(k, i)));
+        upd_sql := E'$$, $$
+            (SELECT string_agg(format('n.%I %s d.%I AND ', k, kop[i], k), '' ORDER BY i) FROM unnest(pk) WITH ORDINALITY AS u(k, i)),
+            probe);
+        upd_sql := E'$$],
         -- Functions whose text is unchanged are kept only when they have
-        -- the setting (a keyless table's text did not change).
+        -- the setting where they should (an INSERT trigger's text did not
+        -- change).
         [$$ AND p.prosrc = ins_src) AND EXISTS ($$,
-         $$ AND p.prosrc = ins_src AND 'enable_seqscan=off' = ANY (p.proconfig)) AND EXISTS ($$]
+         $$ AND p.prosrc = ins_src
+               AND coalesce('enable_seqscan=off' = ANY (p.proconfig), false)
+                   = coalesce(pk IS NOT NULL AND NOT pk_deferrable, false)) AND EXISTS ($$]
     ];
     i int;
     def text := pg_get_functiondef('@SCHEMA@.gen_triggers(bigint)'::regprocedure);
@@ -59,10 +116,10 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
 AS $gen$
 SELECT format($f$
 CREATE OR REPLACE FUNCTION %1$s_closed(p bigint) RETURNS bigint
-LANGUAGE plpgsql VOLATILE SET enable_seqscan = off
+LANGUAGE plpgsql VOLATILE SET enable_seqscan = off SET plan_cache_mode = force_custom_plan
 AS $$ BEGIN RETURN (SELECT max(h.mz_from) FROM %1$s h WHERE h.mz_to = p AND h.mz_to < 0); END $$;
 CREATE OR REPLACE FUNCTION %1$s_restamp(p bigint, t bigint) RETURNS void
-LANGUAGE plpgsql VOLATILE SET enable_seqscan = off
+LANGUAGE plpgsql VOLATILE SET enable_seqscan = off SET plan_cache_mode = force_custom_plan
 AS $$
 BEGIN
     -- One statement (two index conditions OR-ed): the versions the block

@@ -675,6 +675,7 @@ DECLARE
     ins_src text;
     fresh_stamp text;
     fresh_upd text;
+    probe text;
 BEGIN
     SELECT * INTO c FROM mzproxy.catalog WHERE id = p_id;
     h := c.history;
@@ -719,7 +720,7 @@ BEGIN
     -- single-row one. Nested loops over the lookup indexes are linear in the
     -- statement's rows whatever the plan was made for (join_settings, for
     -- the functions that retract).
-    settings := 'SET search_path = pg_catalog, pg_temp SET enable_seqscan = off';
+    settings := 'SET search_path = pg_catalog, pg_temp';
     IF pk IS NULL THEN
         settings := settings || $s$
 SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres' SET TimeZone = 'UTC'
@@ -788,6 +789,7 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
          WHERE set_config('mzproxy.write_ts', x.t::text || ' - ' || mzproxy.key_tag(x.k, x.t::text || ' -'), true) IS NOT NULL;$r$;
 
     IF pk IS NOT NULL AND NOT pk_deferrable THEN
+        settings := settings || ' SET enable_seqscan = off';
         SELECT string_agg(format('h.%I %s d.%I AND ', k, kop[i], k), '' ORDER BY i)
           INTO kjoin FROM unnest(pk) WITH ORDINALITY AS u(k, i);
         -- One version per old row, found through the lookup index and
@@ -817,12 +819,27 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
         -- written none yet.
         -- (Version 27, see write_lean.sql.) By key alone: with T chosen
         -- by this trigger the key has one current version.
+        -- (Version 37, see hist_plans.sql.) The key's current version of
+        -- an old row d, as a condition on x: (key, mz_to) >= and <= (d's
+        -- key, Infinity), two row comparisons, which only the mirror
+        -- (key, mz_to) can take as index conditions, and which start and
+        -- end its scan at that one entry. Keys whose operators are not
+        -- all pg_catalog's: the key's equalities and mz_to.
+        SELECT CASE WHEN bool_and(kop[i] ^@ 'OPERATOR(pg_catalog.')
+                    THEN format('ROW(%1$s, x.mz_to) OPERATOR(pg_catalog.>=) ROW(%2$s, 9223372036854775807)'
+                                ' AND ROW(%1$s, x.mz_to) OPERATOR(pg_catalog.<=) ROW(%2$s, 9223372036854775807)',
+                                string_agg(format('x.%I', k), ', ' ORDER BY i),
+                                string_agg(format('d.%I', k), ', ' ORDER BY i))
+                    ELSE string_agg(format('x.%I %s d.%I AND ', k, kop[i], k), '' ORDER BY i)
+                         || 'x.mz_to = 9223372036854775807' END
+          INTO probe FROM unnest(pk) WITH ORDINALITY AS u(k, i);
         fresh_cte := format($r$
     WITH u AS (
-        UPDATE %1$s h SET mz_to = _t FROM mz_old d
-         WHERE %2$s h.mz_to = 9223372036854775807
+        UPDATE %1$s h SET mz_to = _t
+         WHERE h.ctid = ANY (ARRAY(SELECT s.tid FROM mz_old d, LATERAL (
+                   SELECT x.ctid AS tid FROM %1$s x WHERE %2$s OFFSET 0) s))
         RETURNING h.mz_from
-    )$r$, h, kjoin);
+    )$r$, h, probe);
         retract_select := $r$
     SELECT count(*), (SELECT count(*) FROM mz_old), max(u.mz_from), count(*) FILTER (WHERE u.mz_from = _t)
       INTO _k, _n, _m, _z FROM u;$r$;
@@ -863,8 +880,9 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
         -- again; the difference is the other transactions'. _z, which has
         -- the general path delete versions closed at T, stays 0: none is.
         fresh_upd := format($r$
-    UPDATE %1$s h SET mz_to = _t FROM mz_old d
-     WHERE %2$s h.mz_to = 9223372036854775807 AND (h.mz_from < _t OR _t < 0);
+    UPDATE %1$s h SET mz_to = _t
+     WHERE h.ctid = ANY (ARRAY(SELECT s.tid FROM mz_old d, LATERAL (
+               SELECT x.ctid AS tid FROM %1$s x WHERE %6$s AND (x.mz_from < _t OR _t < 0) OFFSET 0) s));
     GET DIAGNOSTICS _k = ROW_COUNT;%3$s
     GET DIAGNOSTICS _n = ROW_COUNT;
     IF _k <> _n THEN
@@ -877,7 +895,8 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
         _k := _k + _z - _d;
         _z := 0;
     END IF;$r$, h, kjoin, insert_sql, replace(left(insert_sql, -1), E'\n    ', E'\n        '),
-            (SELECT string_agg(format('n.%I %s d.%I AND ', k, kop[i], k), '' ORDER BY i) FROM unnest(pk) WITH ORDINALITY AS u(k, i)));
+            (SELECT string_agg(format('n.%I %s d.%I AND ', k, kop[i], k), '' ORDER BY i) FROM unnest(pk) WITH ORDINALITY AS u(k, i)),
+            probe);
         upd_sql := E'\n    END IF;\n    IF _fresh THEN' || fresh_upd
                    || E'\n    ELSE' || retract_cte || upd_insert || retract_select || upd_check || E'\n    END IF;' || retract_end;
         fresh_sql := $r$
@@ -949,7 +968,9 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
                       CASE WHEN ins_check = '' THEN check_sql ELSE ins_check END, insert_sql);
     IF triggers_ok AND EXISTS (
             SELECT 1 FROM pg_proc p
-             WHERE p.oid = to_regprocedure(fn || '_ins()') AND p.prosrc = ins_src AND 'enable_seqscan=off' = ANY (p.proconfig)) AND EXISTS (
+             WHERE p.oid = to_regprocedure(fn || '_ins()') AND p.prosrc = ins_src
+               AND coalesce('enable_seqscan=off' = ANY (p.proconfig), false)
+                   = coalesce(pk IS NOT NULL AND NOT pk_deferrable, false)) AND EXISTS (
             SELECT 1 FROM pg_proc p
              WHERE p.oid = to_regprocedure(fn || '_upd()')
                AND p.prosrc = format(E'\nDECLARE _t bigint; _k bigint; _n bigint; _m bigint; _z bigint; _fresh bool; _d bigint;\nBEGIN%s%s%s\n    RETURN NULL;\nEND\n',
@@ -1993,10 +2014,10 @@ CREATE FUNCTION mzproxy.restamp_functions(h text) RETURNS text
     AS $_$
 SELECT format($f$
 CREATE OR REPLACE FUNCTION %1$s_closed(p bigint) RETURNS bigint
-LANGUAGE plpgsql VOLATILE SET enable_seqscan = off
+LANGUAGE plpgsql VOLATILE SET enable_seqscan = off SET plan_cache_mode = force_custom_plan
 AS $$ BEGIN RETURN (SELECT max(h.mz_from) FROM %1$s h WHERE h.mz_to = p AND h.mz_to < 0); END $$;
 CREATE OR REPLACE FUNCTION %1$s_restamp(p bigint, t bigint) RETURNS void
-LANGUAGE plpgsql VOLATILE SET enable_seqscan = off
+LANGUAGE plpgsql VOLATILE SET enable_seqscan = off SET plan_cache_mode = force_custom_plan
 AS $$
 BEGIN
     -- One statement (two index conditions OR-ed): the versions the block
