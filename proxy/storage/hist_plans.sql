@@ -1,27 +1,34 @@
--- mzproxy backend state, version 36 to 37: the history statements of a
--- write read the history through its indexes whatever size the history had
--- when they were planned (issue 14). docs/write-cost.md has the figures.
+-- mzproxy backend state, version 36 to 37: a write's history statements
+-- whose plan cannot go wrong with the history's size (issue 14).
+-- docs/write-cost.md has the figures.
 --
 -- PL/pgSQL keeps a statement's generic plan for the session after five
--- custom ones. The history triggers' close and checks, and a block's
--- _closed and _restamp, were planned for the history table's size at the
--- time: a table of a page or two (fresh, analyzed while small as pgbench
--- -i leaves it, or by an early autovacuum) got sequential scans, kept
--- until an ANALYZE or VACUUM of the table invalidated them. Every write in
--- between read the whole history (at 20,000 versions about 300 pages per
--- statement). Each of these statements has an index that finds its rows
--- by equality on the index's leading columns (the key's mirror
--- (key, mz_to), or (mz_to, mz_from)); with sequential scans disabled for
--- the functions that run them, the planner takes that index at any size:
--- the other paths left scan a whole index on a non-leading column, which
--- costs more than the probe at every size, and the transition tables
--- (tuplestores) are not affected by the setting. The TRUNCATE trigger
--- reads the whole history anyway and keeps its plans.
+-- custom ones. Planned while a history table had a page or two, the
+-- triggers' close, _closed and _restamp were sequential scans, kept until
+-- an ANALYZE or VACUUM of the table; with statistics taken at one row
+-- every path costs the same to the planner, and full scans of an index on
+-- its second column were picked as readily. Every write in between read
+-- the whole history.
 --
---  * gen_triggers: the INSERT, UPDATE and DELETE trigger functions get
---    SET enable_seqscan = off with their other settings.
---  * restamp_functions: _closed and _restamp get it too.
---  * Every table's trigger functions and restamp functions made again.
+--  * The close of an old row's current version by key (an autocommit
+--    UPDATE or DELETE of a table with a non-deferrable primary key, and a
+--    block's first write of such a table): a LATERAL probe per old row
+--    (OFFSET 0: the old rows drive it) whose condition is two row
+--    comparisons, (key, mz_to) >= and <= (old key, Infinity), which only
+--    the key's mirror (key, mz_to) can take as index conditions and which
+--    start and end its scan at that entry; the versions are closed by
+--    ctid (a TID scan). The tables' trigger functions get
+--    SET enable_seqscan = off, so the probe is the planner's only path.
+--  * _closed and _restamp: SET plan_cache_mode = force_custom_plan (and
+--    enable_seqscan = off): planned at each call for the history's size
+--    then, where (mz_to, mz_from) wins.
+--  * The general path's search for a version written at _t: a probe per
+--    old row (no hashed subplan of every current version at _t).
+--  * Keyless tables' triggers are unchanged (no setting: their close uses
+--    the partial (mz_hash) index, which (mz_to, mz_from) competes with on
+--    the same condition; with the setting and one-row statistics the
+--    planner chose the latter).
+--  * Every table's trigger and restamp functions made again.
 
 -- Edits to gen_triggers as version 35 left it; each must apply exactly
 -- once.

@@ -261,9 +261,10 @@ var blockLeanSQL string
 //go:embed ddl_create.sql
 var ddlCreateSQL string
 
-// histPlansSQL upgrades version 36 to 37: the history triggers' and the
-// restamp functions' statements plan no sequential scan of the history, so
-// a plan made while it was small does not scan it whole once it has grown.
+// histPlansSQL upgrades version 36 to 37: the close by key is an index
+// probe per old row whatever the plan was made for, and _closed and
+// _restamp are planned at each call, so a plan made while a history was
+// small does not scan it whole once it has grown.
 //
 //go:embed hist_plans.sql
 var histPlansSQL string
