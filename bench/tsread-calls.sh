@@ -7,7 +7,8 @@
 # is measured in runs without it, ROUNDS of them interleaved across the
 # revisions, and the median taken). SCRIPTS may also name managed.sh's
 # point (a plain point read) and rotxn (BEGIN, two point reads, COMMIT:
-# its "read" is the transaction).
+# its "read" is the transaction) and update (an autocommit UPDATE of a
+# random row, issue 14's single-client write: its "read" is the write).
 #
 # REVS: the revisions measured, each (rev_database) with its own mzproxy
 # in front of a database of its own on the same PostgreSQL, so that
@@ -59,6 +60,11 @@ BEGIN;
 SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
 SELECT abalance FROM pgbench_accounts WHERE aid = :aid + 1;
 COMMIT;
+EOS
+	cat >"$work/update.$d.sql" <<EOS
+\set aid random(1, 100000)
+\set delta random(-5000, 5000)
+UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;
 EOS
 	cat >"$work/asof.$d.sql" <<EOS
 \set aid random(1, 100000)
