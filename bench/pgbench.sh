@@ -19,7 +19,7 @@
 #        PROFILE=dir   write mzproxy's CPU profile (whole run) to dir/mzproxy.pprof
 #                      and the binary to dir/mzproxy (go tool pprof dir/mzproxy dir/mzproxy.pprof)
 #        SRC=tree      build the working tree instead of the last commit
-#        STRACE=secs   after the rounds, one extra simple-protocol run per middle
+#        STRACE=secs   after the rounds, one extra run per protocol (MODES) and middle
 #                      process with `strace -c -f` attached: calls and failed
 #                      calls (EAGAIN) per transaction for each system call
 #                      (strace slows the process; its counts, not its TPS,
@@ -206,20 +206,22 @@ done
 if [ -n "$STRACE" ]; then
 	# strace -c counts each system call and its failures: a read that
 	# found nothing (EAGAIN) before its wait is a call spent for nothing.
-	for t in $targets; do
-		p=${pid[$t]:-}
-		[ -n "$p" ] || continue
-		strace -c -f -p "$p" -o "$work/trace.$t" 2>/dev/null &
-		spid=$!
-		sleep 0.5
-		out=$(pgbench -n -S -M simple -c "$CLIENTS" -j "$JOBS" -T "$STRACE" \
-			-h 127.0.0.1 -p "${port[$t]}" -U postgres "${db[$t]:-postgres}" 2>&1) || true
-		kill -INT "$spid" 2>/dev/null || true
-		wait "$spid" 2>/dev/null || true
-		n=$(awk '/^number of transactions actually processed/{print $NF}' <<<"$out" | cut -d/ -f1)
-		echo
-		echo "strace -c -f of $t over $STRACE s of pgbench -S -M simple: $n transactions; calls (failed) per transaction:"
-		syscall_breakdown "$work/trace.$t" "${n:-0}" | sort -k2 -rn | head -8
+	for mode in $MODES; do
+		for t in $targets; do
+			p=${pid[$t]:-}
+			[ -n "$p" ] || continue
+			strace -c -f -p "$p" -o "$work/trace.$t" 2>/dev/null &
+			spid=$!
+			sleep 0.5
+			out=$(pgbench -n -S -M "$mode" -c "$CLIENTS" -j "$JOBS" -T "$STRACE" \
+				-h 127.0.0.1 -p "${port[$t]}" -U postgres "${db[$t]:-postgres}" 2>&1) || true
+			kill -INT "$spid" 2>/dev/null || true
+			wait "$spid" 2>/dev/null || true
+			n=$(awk '/^number of transactions actually processed/{print $NF}' <<<"$out" | cut -d/ -f1)
+			echo
+			echo "strace -c -f of $t over $STRACE s of pgbench -S -M $mode: $n transactions; calls (failed) per transaction:"
+			syscall_breakdown "$work/trace.$t" "${n:-0}" | sort -k2 -rn | head -8
+		done
 	done
 	echo
 fi

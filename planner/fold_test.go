@@ -1,6 +1,10 @@
 package planner
 
-import "testing"
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
 
 func TestContainsAnyFold(t *testing.T) {
 	for _, c := range []struct {
@@ -17,6 +21,43 @@ func TestContainsAnyFold(t *testing.T) {
 	} {
 		if got := ContainsAnyFold(c.s, c.words...); got != c.want {
 			t.Errorf("ContainsAnyFold(%q, %q) = %v", c.s, c.words, got)
+		}
+	}
+}
+
+// TestFoldWordsAsEqualFold: FoldWords.In answers as a scan of every
+// window of s with strings.EqualFold does, for ASCII words and others,
+// on texts with upper case and multi-byte runes that fold to ASCII
+// letters (the Kelvin sign, the long s).
+func TestFoldWordsAsEqualFold(t *testing.T) {
+	reference := func(s string, words []string) bool {
+		for i := range len(s) {
+			for _, w := range words {
+				if w != "" && len(s)-i >= len(w) && strings.EqualFold(s[i:i+len(w)], w) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	sets := [][]string{
+		{"search_path", "set_config", "reset", "discard", "rollback", "abort"},
+		{"ks", "as"},
+		{asciiLower("Éx"), `u&"`},
+	}
+	pieces := []string{"s", "S", "k", "K", "\u212a", "\u017f", "a", "A", "_", "É", "é", "x", "X", "u&\"", "et", "ET",
+		"search_path", "SEARCH_PATH", "set_config", "Abort", "reseT"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		var b strings.Builder
+		for range rng.IntN(12) {
+			b.WriteString(pieces[rng.IntN(len(pieces))])
+		}
+		s := b.String()
+		for _, words := range sets {
+			if got, want := NewFoldWords(words...).In(s), reference(s, words); got != want {
+				t.Fatalf("In(%q) with %q = %v, EqualFold's scan %v", s, words, got, want)
+			}
 		}
 	}
 }

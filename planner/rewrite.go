@@ -213,32 +213,79 @@ func mayMention(sql, word string) bool {
 // case-insensitively (strings.EqualFold): words' ASCII letters must be
 // lower case. It looks at each byte of s once, in a table of the words'
 // first bytes (either case), and compares words only where one may begin,
-// so it is cheap enough for every statement's text.
+// so it is cheap enough for every statement's text. A caller that asks
+// about the same words for every statement builds the table once:
+// NewFoldWords.
 func ContainsAnyFold(s string, words ...string) bool {
-	var first [256]bool
+	f := newFoldWords(words)
+	return f.In(s)
+}
+
+// FoldWords is ContainsAnyFold's question with its words' table built
+// once.
+type FoldWords struct {
+	words []string
+	first [256]bool
+	// ascii: every word is ASCII, compared byte by byte.
+	ascii bool
+}
+
+// NewFoldWords is the set of words (ASCII letters in lower case).
+func NewFoldWords(words ...string) *FoldWords {
+	f := newFoldWords(words)
+	return &f
+}
+
+func newFoldWords(words []string) FoldWords {
+	f := FoldWords{words: words, ascii: true}
 	for _, w := range words {
+		for j := 0; j < len(w); j++ {
+			f.ascii = f.ascii && w[j] < utf8.RuneSelf
+		}
 		if w != "" {
-			first[w[0]] = true
+			f.first[w[0]] = true
 			if 'a' <= w[0] && w[0] <= 'z' {
-				first[w[0]-'a'+'A'] = true
+				f.first[w[0]-'a'+'A'] = true
 			}
 		}
 	}
+	return f
+}
+
+// In reports whether s contains one of the words, case-insensitively.
+// ASCII words are compared byte by byte, as strings.EqualFold would: a
+// slice of s as long as an ASCII word in bytes that holds a longer UTF-8
+// sequence has fewer runes, which EqualFold does not match either.
+func (f *FoldWords) In(s string) bool {
 	for i := 0; i < len(s); i++ {
-		if !first[s[i]] {
+		if !f.first[s[i]] {
 			continue
 		}
-		c := s[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		for _, w := range words {
-			if w != "" && c == w[0] && len(s)-i >= len(w) && strings.EqualFold(s[i:i+len(w)], w) {
+		for _, w := range f.words {
+			if w == "" || len(s)-i < len(w) {
+				continue
+			}
+			if f.ascii && asciiEqualFoldLower(s[i:i+len(w)], w) || !f.ascii && strings.EqualFold(s[i:i+len(w)], w) {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// asciiEqualFoldLower: s is w with some ASCII letters in upper case (w's
+// letters are lower case; len(s) == len(w)).
+func asciiEqualFoldLower(s, w string) bool {
+	for j := 0; j < len(w); j++ {
+		c := s[j]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != w[j] {
+			return false
+		}
+	}
+	return true
 }
 
 // asciiLower lower-cases the ASCII letters of s (PostgreSQL folds only

@@ -67,14 +67,31 @@ var forgetWords = []string{
 // Limitations).
 var viewRestrictionWords = []string{"restrict_nonsystem", "set_config"}
 
+// forgetSet and viewRestrictionSet are forgetWords and
+// viewRestrictionWords, their tables built once.
+var forgetSet, viewRestrictionSet = planner.NewFoldWords(forgetWords...), planner.NewFoldWords(viewRestrictionWords...)
+
+// quietText is the last text noteStatementText found without a
+// forgetWord: an extended client's Parse and Bind of one statement, and
+// its next Parse of the same text, then cost a comparison of the text
+// with itself.
+type quietText struct {
+	sql   string
+	known bool
+}
+
 // noteStatementText forgets what sql may change, before it runs.
 func (s *Session) noteStatementText(sql string) {
-	if !planner.ContainsAnyFold(sql, forgetWords...) {
+	if q := &s.quietText; q.known && q.sql == sql {
+		return
+	}
+	if !forgetSet.In(sql) {
+		s.quietText = quietText{sql: sql, known: true}
 		return
 	}
 	s.known.searchPath, s.known.searchPathShown = nil, ""
 	s.known.defaults = txnCharacteristics{}
-	if planner.ContainsAnyFold(sql, viewRestrictionWords...) {
+	if viewRestrictionSet.In(sql) {
 		s.known.settled.steady = false
 	}
 	// Until the block ends (a later BEGIN, or the end of the block sql

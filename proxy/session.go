@@ -62,6 +62,8 @@ type Session struct {
 	dump bool
 	// lastPlain: plainRead's last answer.
 	lastPlain plainMemo
+	// quietText: noteStatementText's last text that changes nothing.
+	quietText quietText
 	// seenPlan: explicitPlan planned the Query with the catalog seen last
 	// (seen_read.go).
 	seenPlan seenPlan

@@ -21,7 +21,10 @@ type Loop struct {
 	joining []*member
 	wanted  []wantBack
 
-	members map[int32]*member // by socket; the loop's goroutine only
+	// members are the sessions by socket (a descriptor is a small
+	// number: a slice indexed by it costs no hashing per event); the
+	// loop's goroutine only.
+	members []*member
 }
 
 type wantBack struct {
@@ -46,7 +49,7 @@ func New(maxBatch int) (*Loop, error) {
 		syscall.Close(epfd)
 		return nil, err
 	}
-	l := &Loop{epfd: epfd, wakeR: p[0], wakeW: p[1], maxBatch: maxBatch, members: map[int32]*member{}}
+	l := &Loop{epfd: epfd, wakeR: p[0], wakeW: p[1], maxBatch: maxBatch}
 	go l.run()
 	return l, nil
 }
@@ -121,12 +124,20 @@ func (l *Loop) run() {
 				l.takeRequests()
 				continue
 			}
-			if m := l.members[ev.Fd]; m != nil {
+			if m := l.member(int(ev.Fd)); m != nil {
 				m.note(int(ev.Fd), ev.Events)
 				l.progress(m)
 			}
 		}
 	}
+}
+
+// member is the session of socket fd, if the loop drives one.
+func (l *Loop) member(fd int) *member {
+	if fd < 0 || fd >= len(l.members) {
+		return nil
+	}
+	return l.members[fd]
 }
 
 // takeRequests admits the sessions joining and acts on sockets wanted back.
@@ -174,7 +185,10 @@ func (l *Loop) join(m *member) {
 			l.leave(m, nil)
 			return
 		}
-		l.members[int32(fd)] = m
+		if fd >= len(l.members) {
+			l.members = append(l.members, make([]*member, fd+1-len(l.members))...)
+		}
+		l.members[fd] = m
 	}
 	l.progress(m)
 }
@@ -214,8 +228,8 @@ func (l *Loop) leave(m *member, over error) {
 	}
 	m.gone, m.over = true, over
 	for _, fd := range []int{m.client, m.backend} {
-		if l.members[int32(fd)] == m {
-			delete(l.members, int32(fd))
+		if l.member(fd) == m {
+			l.members[fd] = nil
 			_ = syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_DEL, fd, nil)
 		}
 	}
