@@ -184,6 +184,15 @@ func planOne(text string, toks []token, cat Catalog, opts Options) (*Statement, 
 	if st.AsOf != nil && st.Kind != KindRead {
 		return nil, nil, pgerr.New(pgerr.FeatureNotSupported, "AS OF is only supported for SELECT")
 	}
+	if st.Txn != nil && st.Txn.Kind == TxnPrepare {
+		// A prepared transaction outlives its session and every timeout:
+		// one that wrote keeps the writers' gate (its T was chosen at
+		// PREPARE), and every pin of the database waits for it until
+		// someone runs COMMIT or ROLLBACK PREPARED. Materialize has no
+		// two-phase commit either.
+		return nil, nil, pgerr.New(pgerr.FeatureNotSupported, "PREPARE TRANSACTION is not supported").
+			WithHint("mzproxy does not support two-phase commit: use COMMIT.")
+	}
 	if (st.AsOf != nil || st.UsesMzNow || opts.ExplicitTimestamp) && rewritable(st) {
 		if hasParamZero(text, toks) {
 			// The raw parser takes $0 and pg_query's deparser prints it as

@@ -251,16 +251,24 @@ func (p *Proxy) makeTemplate(ctx context.Context) error {
 	// template or the new one, never none. A rename waits for copies
 	// being made of the database it renames.
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		var present bool
-		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_database WHERE datname = $1)", templateDB).Scan(&present); err != nil {
+		// The name may have been taken since the client's statement
+		// looked: a database a role with CREATEDB made meanwhile is its
+		// owner's, not to be renamed.
+		var super bool
+		err := tx.QueryRow(ctx, `SELECT r.rolsuper FROM pg_catalog.pg_database d
+  JOIN pg_catalog.pg_roles r ON r.oid = d.datdba WHERE d.datname = $1`, templateDB).Scan(&super)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
 			return err
-		}
-		if present {
+		case !super:
+			return fmt.Errorf("database %q is not mzproxy's (no superuser owns it)", templateDB)
+		default:
 			if _, err := tx.Exec(ctx, "ALTER DATABASE "+templateDB+" RENAME TO "+templateOld); err != nil {
 				return err
 			}
 		}
-		_, err := tx.Exec(ctx, "ALTER DATABASE "+templateNext+" RENAME TO "+templateDB)
+		_, err = tx.Exec(ctx, "ALTER DATABASE "+templateNext+" RENAME TO "+templateDB)
 		return err
 	})
 	if err != nil {
