@@ -71,22 +71,13 @@ var viewRestrictionWords = []string{"restrict_nonsystem", "set_config"}
 // viewRestrictionWords, their tables built once.
 var forgetSet, viewRestrictionSet = planner.NewFoldWords(forgetWords...), planner.NewFoldWords(viewRestrictionWords...)
 
-// quietText is the last text noteStatementText found without a
-// forgetWord: an extended client's Parse and Bind of one statement, and
-// its next Parse of the same text, then cost a comparison of the text
-// with itself.
-type quietText struct {
-	sql   string
-	known bool
-}
-
 // noteStatementText forgets what sql may change, before it runs.
 func (s *Session) noteStatementText(sql string) {
-	if q := &s.quietText; q.known && q.sql == sql {
+	if sql == s.quietText {
 		return
 	}
 	if !forgetSet.In(sql) {
-		s.quietText = quietText{sql: sql, known: true}
+		s.quietText = sql
 		return
 	}
 	s.known.searchPath, s.known.searchPathShown = nil, ""

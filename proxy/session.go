@@ -62,8 +62,10 @@ type Session struct {
 	dump bool
 	// lastPlain: plainRead's last answer.
 	lastPlain plainMemo
-	// quietText: noteStatementText's last text that changes nothing.
-	quietText quietText
+	// quietText: noteStatementText's last text without a forgetWord (the
+	// empty text has none either): an extended client's Parse and Bind of
+	// one statement, and its next Parse of it, then cost one comparison.
+	quietText string
 	// seenPlan: explicitPlan planned the Query with the catalog seen last
 	// (seen_read.go).
 	seenPlan seenPlan
