@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 36, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 37, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -675,6 +675,7 @@ DECLARE
     ins_src text;
     fresh_stamp text;
     fresh_upd text;
+    probe text;
 BEGIN
     SELECT * INTO c FROM mzproxy.catalog WHERE id = p_id;
     h := c.history;
@@ -788,6 +789,7 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
          WHERE set_config('mzproxy.write_ts', x.t::text || ' - ' || mzproxy.key_tag(x.k, x.t::text || ' -'), true) IS NOT NULL;$r$;
 
     IF pk IS NOT NULL AND NOT pk_deferrable THEN
+        settings := settings || ' SET enable_seqscan = off SET jit = off';
         SELECT string_agg(format('h.%I %s d.%I AND ', k, kop[i], k), '' ORDER BY i)
           INTO kjoin FROM unnest(pk) WITH ORDINALITY AS u(k, i);
         -- One version per old row, found through the lookup index and
@@ -806,7 +808,7 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
          WHERE %2$s h.mz_to = 9223372036854775807 AND %3$s = %4$s
            AND (h.mz_from = _t OR NOT EXISTS (
                 SELECT 1 FROM %1$s x
-                 WHERE %5$s x.mz_to = 9223372036854775807 AND x.mz_from = _t AND %6$s = %4$s))
+                 WHERE %5$s x.mz_to = 9223372036854775807 AND x.mz_from = _t AND %6$s = %4$s OFFSET 0))
         RETURNING h.mz_from
     )$r$, h, kjoin, htext, otext,
             (SELECT string_agg(format('x.%I %s d.%I AND ', k, kop[i], k), '' ORDER BY i) FROM unnest(pk) WITH ORDINALITY AS u(k, i)),
@@ -817,12 +819,27 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
         -- written none yet.
         -- (Version 27, see write_lean.sql.) By key alone: with T chosen
         -- by this trigger the key has one current version.
+        -- (Version 37, see hist_plans.sql.) The key's current version of
+        -- an old row d, as a condition on x: (key, mz_to) >= and <= (d's
+        -- key, Infinity), two row comparisons, which only the mirror
+        -- (key, mz_to) can take as index conditions, and which start and
+        -- end its scan at that one entry. Keys whose operators are not
+        -- all pg_catalog's: the key's equalities and mz_to.
+        SELECT CASE WHEN bool_and(kop[i] ^@ 'OPERATOR(pg_catalog.')
+                    THEN format('ROW(%1$s, x.mz_to) OPERATOR(pg_catalog.>=) ROW(%2$s, 9223372036854775807)'
+                                ' AND ROW(%1$s, x.mz_to) OPERATOR(pg_catalog.<=) ROW(%2$s, 9223372036854775807)',
+                                string_agg(format('x.%I', k), ', ' ORDER BY i),
+                                string_agg(format('d.%I', k), ', ' ORDER BY i))
+                    ELSE string_agg(format('x.%I %s d.%I AND ', k, kop[i], k), '' ORDER BY i)
+                         || 'x.mz_to = 9223372036854775807' END
+          INTO probe FROM unnest(pk) WITH ORDINALITY AS u(k, i);
         fresh_cte := format($r$
     WITH u AS (
-        UPDATE %1$s h SET mz_to = _t FROM mz_old d
-         WHERE %2$s h.mz_to = 9223372036854775807
+        UPDATE %1$s h SET mz_to = _t
+         WHERE h.ctid = ANY (ARRAY(SELECT s.tid FROM mz_old d, LATERAL (
+                   SELECT x.ctid AS tid FROM %1$s x WHERE %2$s OFFSET 0) s))
         RETURNING h.mz_from
-    )$r$, h, kjoin);
+    )$r$, h, probe);
         retract_select := $r$
     SELECT count(*), (SELECT count(*) FROM mz_old), max(u.mz_from), count(*) FILTER (WHERE u.mz_from = _t)
       INTO _k, _n, _m, _z FROM u;$r$;
@@ -863,8 +880,9 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
         -- again; the difference is the other transactions'. _z, which has
         -- the general path delete versions closed at T, stays 0: none is.
         fresh_upd := format($r$
-    UPDATE %1$s h SET mz_to = _t FROM mz_old d
-     WHERE %2$s h.mz_to = 9223372036854775807 AND (h.mz_from < _t OR _t < 0);
+    UPDATE %1$s h SET mz_to = _t
+     WHERE h.ctid = ANY (ARRAY(SELECT s.tid FROM mz_old d, LATERAL (
+               SELECT x.ctid AS tid FROM %1$s x WHERE %6$s AND (x.mz_from < _t OR _t < 0) OFFSET 0) s));
     GET DIAGNOSTICS _k = ROW_COUNT;%3$s
     GET DIAGNOSTICS _n = ROW_COUNT;
     IF _k <> _n THEN
@@ -877,7 +895,8 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
         _k := _k + _z - _d;
         _z := 0;
     END IF;$r$, h, kjoin, insert_sql, replace(left(insert_sql, -1), E'\n    ', E'\n        '),
-            (SELECT string_agg(format('n.%I %s d.%I AND ', k, kop[i], k), '' ORDER BY i) FROM unnest(pk) WITH ORDINALITY AS u(k, i)));
+            (SELECT string_agg(format('n.%I %s d.%I AND ', k, kop[i], k), '' ORDER BY i) FROM unnest(pk) WITH ORDINALITY AS u(k, i)),
+            probe);
         upd_sql := E'\n    END IF;\n    IF _fresh THEN' || fresh_upd
                    || E'\n    ELSE' || retract_cte || upd_insert || retract_select || upd_check || E'\n    END IF;' || retract_end;
         fresh_sql := $r$
@@ -949,7 +968,9 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
                       CASE WHEN ins_check = '' THEN check_sql ELSE ins_check END, insert_sql);
     IF triggers_ok AND EXISTS (
             SELECT 1 FROM pg_proc p
-             WHERE p.oid = to_regprocedure(fn || '_ins()') AND p.prosrc = ins_src) AND EXISTS (
+             WHERE p.oid = to_regprocedure(fn || '_ins()') AND p.prosrc = ins_src
+               AND coalesce(p.proconfig @> '{enable_seqscan=off,jit=off}', false)
+                   = coalesce(pk IS NOT NULL AND NOT pk_deferrable, false)) AND EXISTS (
             SELECT 1 FROM pg_proc p
              WHERE p.oid = to_regprocedure(fn || '_upd()')
                AND p.prosrc = format(E'\nDECLARE _t bigint; _k bigint; _n bigint; _m bigint; _z bigint; _fresh bool; _d bigint;\nBEGIN%s%s%s\n    RETURN NULL;\nEND\n',
@@ -1674,6 +1695,7 @@ CREATE FUNCTION mzproxy.plain_column_change(p_id bigint, p_oid oid, p_history te
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET enable_seqscan TO 'off'
+    SET jit TO 'off'
     AS $$
 DECLARE
     d record;
@@ -1993,10 +2015,10 @@ CREATE FUNCTION mzproxy.restamp_functions(h text) RETURNS text
     AS $_$
 SELECT format($f$
 CREATE OR REPLACE FUNCTION %1$s_closed(p bigint) RETURNS bigint
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SET enable_seqscan = off SET jit = off SET plan_cache_mode = force_custom_plan
 AS $$ BEGIN RETURN (SELECT max(h.mz_from) FROM %1$s h WHERE h.mz_to = p AND h.mz_to < 0); END $$;
 CREATE OR REPLACE FUNCTION %1$s_restamp(p bigint, t bigint) RETURNS void
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SET enable_seqscan = off SET jit = off SET plan_cache_mode = force_custom_plan
 AS $$
 BEGIN
     -- One statement (two index conditions OR-ed): the versions the block
@@ -2384,6 +2406,7 @@ CREATE FUNCTION mzproxy.table_shape(p_id bigint) RETURNS text
     LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET enable_seqscan TO 'off'
+    SET jit TO 'off'
     AS $$
 DECLARE
     rel oid := (SELECT k.oid FROM mzproxy.catalog k WHERE k.id = p_id);
@@ -3500,6 +3523,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('33', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('34', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('35', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('36', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('37', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
