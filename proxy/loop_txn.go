@@ -50,11 +50,14 @@ import (
 // alike (admitTxnBind, admitTxnStatement): the first read's Bind goes out
 // behind the guard as txnBind sends it, and one given back is taken over
 // at its Bind (resumeLoopTxnBind), settleGuard reading the guard's
-// answers at the Sync. A later read may also come as an unnamed Parse in
-// front of its Bind (a driver's query with parameters); a first read so
-// sent is pinned at its Parse by the session's goroutine, which then
-// lends the session back to the loop, its idle reader withdrawn
-// (LoopBackend): the loop reads the backend while the client idles.
+// answers at the Sync. A read may also come as an unnamed Parse in front
+// of its Bind (a driver's query with parameters), or as that Parse with a
+// Describe of it and a Sync (the Bind in a batch of its own): a first
+// read so sent goes out behind the guard, Parse and all, and one given
+// back is taken over at its Parse (resumeLoopTxnParse). A transaction
+// whose first read its goroutine served lends the session back to the
+// loop, its idle reader withdrawn (LoopBackend): the loop reads the
+// backend while the client idles.
 //
 // Anything else is not admitted, and the session's goroutine serves it
 // as before; so is any statement when the transaction's holds were lost
