@@ -194,25 +194,20 @@ func (s *Session) loopQuery(sql string) {
 // postgres), or alone with a Describe of it (pgx's describe_exec mode
 // parses and describes, then binds in a batch of its own); a first read
 // so sent goes behind the guard whole, Parse and all (parsing a SELECT
-// takes the snapshot, which the guard must take first).
+// takes the snapshot, which the guard must take first). BEGIN and COMMIT
+// may come so too (pgbench -M extended, psycopg's pipeline).
 func (s *Session) admitTxnBind(batch []byte) ([]byte, bool) {
-	if s.tx != txBlock && batch[0] == 'P' {
-		// (A Parse of BEGIN is the goroutine's.)
-		return nil, false
-	}
 	n := 1 + int(binary.BigEndian.Uint32(batch[1:]))
 	first, ok := readPlain(batch[:n])
 	if !ok {
 		return nil, false
 	}
-	bind, parsed := first, ""
+	bind, rec := first, (*preparedStmt)(nil)
 	lt := &s.loopTxn
-	parse := first.typ == 'P'
 	lt.bindBehind = false
-	if parse {
-		var plain bool
-		parsed, plain = s.plainText(first.stmt)
-		if len(first.name) > 0 || !plain || n == len(batch) {
+	if first.typ == 'P' {
+		parsed, plain := s.plainText(first.stmt)
+		if len(first.name) > 0 || n == len(batch) {
 			return nil, false
 		}
 		at := n
@@ -221,13 +216,20 @@ func (s *Session) admitTxnBind(batch []byte) ([]byte, bool) {
 			return nil, false
 		}
 		lt.bindBehind = bind.typ == 'B'
-		if bind.typ == 'D' && bind.objType == 'S' && len(bind.name) == 0 && len(batch)-n == 5 && batch[n] == 'S' {
+		if plain && s.tx == txBlock && bind.typ == 'D' && bind.objType == 'S' && len(bind.name) == 0 &&
+			len(batch)-n == 5 && batch[n] == 'S' {
 			// Parse, Describe, Sync: no portal is run; the guard runs in
 			// a portal of its own, closed.
-			return s.admitTxnBatch(batch, parsed, pinGuardStatement, 2, nil)
+			return s.admitTxnBatch(batch, &preparedStmt{sql: parsed}, pinGuardStatement, 2)
 		}
 		if !lt.bindBehind || len(bind.stmt) > 0 {
 			return nil, false
+		}
+		// A read's record as plainStmtRecord makes it (admitted); BEGIN's
+		// or COMMIT's (pgbench -M extended) as handleParse does.
+		rec = &preparedStmt{sql: parsed}
+		if !plain {
+			rec.route, rec.effect = s.routeOf(parsed), s.effectOf(parsed)
 		}
 	}
 	if bind.typ != 'B' {
@@ -237,26 +239,24 @@ func (s *Session) admitTxnBind(batch []byte) ([]byte, bool) {
 	if !ok {
 		return nil, false
 	}
-	if parse {
-		return s.admitTxnBatch(batch, parsed, string(bind.name), behind, nil)
-	}
-	rec := s.stmts[string(bind.stmt)]
-	if rec == nil || rec.explicit != nil || rec.tsParam {
-		return nil, false
+	if first.typ != 'P' {
+		if rec = s.stmts[string(bind.stmt)]; rec == nil || rec.explicit != nil || rec.tsParam {
+			return nil, false
+		}
 	}
 	if s.tx != txBlock && !s.admitBegin(rec.sql) {
 		return nil, false
 	}
-	return s.admitTxnBatch(batch, rec.sql, string(bind.name), behind, rec.effect)
+	return s.admitTxnBatch(batch, rec, string(bind.name), behind)
 }
 
-// admitTxnBatch admits the extended batch of sql, the statement it runs
+// admitTxnBatch admits the extended batch of rec, the statement it runs
 // in portal (or describes: behind its Parse, Describe and Sync), as
-// admitTxnStatement judges it, and records its messages. behind is the
-// number of the client's messages behind its Bind (behind its Parse when
-// none follows); effect is the statement's on the session's settings.
-func (s *Session) admitTxnBatch(batch []byte, sql, portal string, behind int, effect *planner.Statement) ([]byte, bool) {
-	send, ok := s.admitTxnStatement(sql, portal, batch)
+// admitTxnStatement judges it, and records its messages (a Parse in it
+// is rec's). behind is the number of the client's messages behind its
+// Bind (behind its Parse when none follows).
+func (s *Session) admitTxnBatch(batch []byte, rec *preparedStmt, portal string, behind int) ([]byte, bool) {
+	send, ok := s.admitTxnStatement(rec.sql, portal, batch)
 	if !ok {
 		return nil, false
 	}
@@ -267,14 +267,17 @@ func (s *Session) admitTxnBatch(batch []byte, sql, portal string, behind int, ef
 		n := 1 + int(binary.BigEndian.Uint32(batch[off+1:]))
 		m, _ := readPlain(batch[off : off+n])
 		if m.typ == 'P' {
-			m.sql = sql
+			m.sql = rec.sql
 		}
 		s.admitted(&m)
+		if m.typ == 'P' && (rec.route != route{} || rec.effect != nil) {
+			s.defineStatement("", rec)
+		}
 		off += n
 	}
 	var settings []*planner.Statement
-	if effect != nil {
-		settings = []*planner.Statement{effect}
+	if rec.effect != nil {
+		settings = []*planner.Statement{rec.effect}
 	}
 	s.loopTxn.active = true
 	s.loopTxn.u = unit{kind: uExecute, relayZ: true, settings: settings}

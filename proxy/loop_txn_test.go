@@ -51,6 +51,20 @@ func simpleFrame(sql string) func(testing.TB) []byte {
 	return func(tb testing.TB) []byte { return encodeFrames(tb, &pgproto3.Query{String: sql}) }
 }
 
+// unnamedFrame is a driver's batch for sql with parameters: the unnamed
+// statement parsed, bound, described and run (pgbench -M extended, pgx's
+// exec modes, node-postgres, psycopg).
+func unnamedFrame(sql string, params ...string) func(testing.TB) []byte {
+	return func(tb testing.TB) []byte {
+		values := make([][]byte, len(params))
+		for i, p := range params {
+			values[i] = []byte(p)
+		}
+		return encodeFrames(tb, &pgproto3.Parse{Query: sql}, &pgproto3.Bind{Parameters: values},
+			&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	}
+}
+
 func boundFrame(stmt string) func(testing.TB) []byte {
 	return func(tb testing.TB) []byte { return boundBatch(tb, stmt, true) }
 }
@@ -61,7 +75,8 @@ func boundFrame(stmt string) func(testing.TB) []byte {
 // portal); lib/pq's Stmt (the read's Bind, Execute and Sync, no
 // Describe); a driver's query with parameters (the unnamed statement
 // parsed, bound, described and run: pgx's exec modes, node-postgres,
-// psycopg); pgx's describe_exec (the unnamed statement parsed and
+// psycopg); pgbench -M extended (BEGIN and COMMIT so too); pgx's
+// describe_exec (the unnamed statement parsed and
 // described, then bound in a batch of its own).
 func txnShapes() []txnShape {
 	simpleRead := func(tb testing.TB, table string, aid int) []byte {
@@ -82,10 +97,11 @@ func txnShapes() []txnShape {
 		{name: "stmt", prepare: []string{"read", "SELECT abalance FROM %s WHERE aid = $1"},
 			begin: simpleFrame("BEGIN"), commit: simpleFrame("COMMIT"), read: boundRead(false), beginAns: "CZ", readHead: "2"},
 		{name: "unnamed", begin: simpleFrame("BEGIN"), commit: simpleFrame("COMMIT"), read: func(tb testing.TB, table string, aid int) []byte {
-			return encodeFrames(tb, &pgproto3.Parse{Query: "SELECT abalance FROM " + table + " WHERE aid = $1"},
-				&pgproto3.Bind{Parameters: [][]byte{[]byte(fmt.Sprint(aid))}}, &pgproto3.Describe{ObjectType: 'P'},
-				&pgproto3.Execute{}, &pgproto3.Sync{})
+			return unnamedFrame("SELECT abalance FROM "+table+" WHERE aid = $1", fmt.Sprint(aid))(tb)
 		}, beginAns: "CZ", readHead: "12T"},
+		{name: "extended", begin: unnamedFrame("BEGIN"), commit: unnamedFrame("COMMIT"), read: func(tb testing.TB, table string, aid int) []byte {
+			return unnamedFrame("SELECT abalance FROM "+table+" WHERE aid = $1", fmt.Sprint(aid))(tb)
+		}, beginAns: "12nCZ", readHead: "12T"},
 		{name: "described", begin: simpleFrame("BEGIN"), commit: simpleFrame("COMMIT"), describe: func(tb testing.TB, table string) []byte {
 			return encodeFrames(tb, &pgproto3.Parse{Query: "SELECT abalance FROM " + table + " WHERE aid = $1"},
 				&pgproto3.Describe{ObjectType: 'S'}, &pgproto3.Sync{})
