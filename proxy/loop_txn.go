@@ -220,16 +220,17 @@ func (s *Session) admitTxnBind(batch []byte) ([]byte, bool) {
 			len(batch)-n == 5 && batch[n] == 'S' {
 			// Parse, Describe, Sync: no portal is run; the guard runs in
 			// a portal of its own, closed.
-			return s.admitTxnBatch(batch, &preparedStmt{sql: parsed}, pinGuardStatement, 2)
+			return s.admitTxnBatch(batch, s.plainStmtRecord("", parsed), pinGuardStatement, 2)
 		}
 		if !lt.bindBehind || len(bind.stmt) > 0 {
 			return nil, false
 		}
-		// A read's record as plainStmtRecord makes it (admitted); BEGIN's
-		// or COMMIT's (pgbench -M extended) as handleParse does.
-		rec = &preparedStmt{sql: parsed}
-		if !plain {
-			rec.route, rec.effect = s.routeOf(parsed), s.effectOf(parsed)
+		// A read's record as admitted defines it; BEGIN's or COMMIT's
+		// (pgbench -M extended) as handleParse does.
+		if plain {
+			rec = s.plainStmtRecord("", parsed)
+		} else {
+			rec = &preparedStmt{sql: parsed, route: s.routeOf(parsed), effect: s.effectOf(parsed)}
 		}
 	}
 	if bind.typ != 'B' {

@@ -76,8 +76,8 @@ func boundFrame(stmt string) func(testing.TB) []byte {
 // Describe); a driver's query with parameters (the unnamed statement
 // parsed, bound, described and run: pgx's exec modes, node-postgres,
 // psycopg); pgbench -M extended (BEGIN and COMMIT so too); pgx's
-// describe_exec (the unnamed statement parsed and
-// described, then bound in a batch of its own).
+// describe_exec (the unnamed statement parsed and described, then bound
+// in a batch of its own).
 func txnShapes() []txnShape {
 	simpleRead := func(tb testing.TB, table string, aid int) []byte {
 		return encodeFrames(tb, &pgproto3.Query{String: fmt.Sprintf("SELECT abalance FROM %s WHERE aid = %d", table, aid)})
@@ -145,9 +145,6 @@ func testReadOnlyTxnInLoop(t *testing.T, shape txnShape) {
 		sql := strings.ReplaceAll(shape.prepare[i+1], "%s", table)
 		c.handleBatch(t, ctx, encodeFrames(t, &pgproto3.Parse{Name: shape.prepare[i], Query: sql}, &pgproto3.Sync{}))
 	}
-	// txn runs one read-only transaction, a write of another proxy's
-	// between its reads when write, and reports which statements the loop
-	// served.
 	// readStep runs a read (after its describe batch, if the shape has
 	// one) and reports whether the loop served all of it.
 	readStep := func(read []byte, want string) bool {
@@ -164,6 +161,9 @@ func testReadOnlyTxnInLoop(t *testing.T, shape txnShape) {
 		checkAnswer(t, answer, shape.readHead, want)
 		return inLoop && served
 	}
+	// txn runs one read-only transaction, a write of another proxy's
+	// between its reads when write, and reports which statements the loop
+	// served.
 	txn := func(write bool, want1, want2 string) (served [4]bool) {
 		t.Helper()
 		var answer string
