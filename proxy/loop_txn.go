@@ -50,11 +50,14 @@ import (
 // alike (admitTxnBind, admitTxnStatement): the first read's Bind goes out
 // behind the guard as txnBind sends it, and one given back is taken over
 // at its Bind (resumeLoopTxnBind), settleGuard reading the guard's
-// answers at the Sync. A later read may also come as an unnamed Parse in
-// front of its Bind (a driver's query with parameters); a first read so
-// sent is pinned at its Parse by the session's goroutine, which then
-// lends the session back to the loop, its idle reader withdrawn
-// (LoopBackend): the loop reads the backend while the client idles.
+// answers at the Sync. A read may also come as an unnamed Parse in front
+// of its Bind (a driver's query with parameters), or as that Parse with a
+// Describe of it and a Sync (the Bind in a batch of its own): a first
+// read so sent goes out behind the guard, Parse and all, and one given
+// back is taken over at its Parse (resumeLoopTxnParse). A transaction
+// whose first read its goroutine served lends the session back to the
+// loop, its idle reader withdrawn (LoopBackend): the loop reads the
+// backend while the client idles.
 //
 // Anything else is not admitted, and the session's goroutine serves it
 // as before; so is any statement when the transaction's holds were lost
@@ -83,9 +86,13 @@ type loopTxn struct {
 	// what the lease grants in memory (hold).
 	noWait bool
 	send   byteSink // the batch the loop sends for a first read, reused
-	// behind: a Bind's batch's, the number of the client's messages
-	// behind the Bind (resumeLoopTxnBind).
-	behind int
+	// behind: an extended batch's, the number of the client's messages
+	// behind its Bind, or behind its Parse when no Bind follows;
+	// bindBehind: the batch begins with the unnamed statement's Parse,
+	// and a Bind follows it (resumeLoopTxnParse).
+	behind     int
+	bindBehind bool
+	parseFrame []byte // the Parse, given back, of a batch a Bind follows
 }
 
 // errHoldWaits is hold's error on the loop's goroutine when the lease
@@ -182,27 +189,48 @@ func (s *Session) loopQuery(sql string) {
 // admitQuery admits its Query: a prepared BEGIN, the first read with its
 // pin in front of it (the guard's portal is the read's when that is the
 // unnamed one, as txnBind sends it), a read of held tables, the COMMIT.
-// A Parse of the unnamed statement in front of the Bind (a driver's
-// query with parameters) is admitted for a read of held tables only: a
-// fresh transaction's first read is pinned at its Parse (txnParse), on
-// the session's goroutine.
+// A Parse of the unnamed statement may come in front of the Bind (a
+// driver's query with parameters: pgx's exec modes, psycopg, node-
+// postgres), or alone with a Describe of it (pgx's describe_exec mode
+// parses and describes, then binds in a batch of its own); a first read
+// so sent goes behind the guard whole, Parse and all (parsing a SELECT
+// takes the snapshot, which the guard must take first). BEGIN and COMMIT
+// may come so too (pgbench -M extended, psycopg's pipeline).
 func (s *Session) admitTxnBind(batch []byte) ([]byte, bool) {
 	n := 1 + int(binary.BigEndian.Uint32(batch[1:]))
 	first, ok := readPlain(batch[:n])
 	if !ok {
 		return nil, false
 	}
-	bind, parsed, at := first, "", 0
+	bind, rec := first, (*preparedStmt)(nil)
+	lt := &s.loopTxn
+	lt.bindBehind = false
 	if first.typ == 'P' {
-		var plain bool
-		parsed, plain = s.plainText(first.stmt)
-		if len(first.name) > 0 || !plain || n == len(batch) || s.tx != txBlock || s.txn.phase != txnPinned {
+		parsed, plain := s.plainText(first.stmt)
+		if len(first.name) > 0 || n == len(batch) {
 			return nil, false
 		}
-		at = n
+		at := n
 		n += 1 + int(binary.BigEndian.Uint32(batch[at+1:]))
-		if bind, ok = readPlain(batch[at:n]); !ok || len(bind.stmt) > 0 {
+		if bind, ok = readPlain(batch[at:n]); !ok {
 			return nil, false
+		}
+		lt.bindBehind = bind.typ == 'B'
+		if plain && s.tx == txBlock && bind.typ == 'D' && bind.objType == 'S' && len(bind.name) == 0 &&
+			len(batch)-n == 5 && batch[n] == 'S' {
+			// Parse, Describe, Sync: no portal is run; the guard runs in
+			// a portal of its own, closed.
+			return s.admitTxnBatch(batch, s.plainStmtRecord("", parsed), pinGuardStatement, 2)
+		}
+		if !lt.bindBehind || len(bind.stmt) > 0 {
+			return nil, false
+		}
+		// A read's record as admitted defines it; BEGIN's or COMMIT's
+		// (pgbench -M extended) as handleParse does.
+		if plain {
+			rec = s.plainStmtRecord("", parsed)
+		} else {
+			rec = &preparedStmt{sql: parsed, route: s.routeOf(parsed), effect: s.effectOf(parsed)}
 		}
 	}
 	if bind.typ != 'B' {
@@ -212,17 +240,24 @@ func (s *Session) admitTxnBind(batch []byte) ([]byte, bool) {
 	if !ok {
 		return nil, false
 	}
-	sql, rec := parsed, &preparedStmt{}
 	if first.typ != 'P' {
 		if rec = s.stmts[string(bind.stmt)]; rec == nil || rec.explicit != nil || rec.tsParam {
 			return nil, false
 		}
-		sql = rec.sql
 	}
-	if s.tx != txBlock && !s.admitBegin(sql) {
+	if s.tx != txBlock && !s.admitBegin(rec.sql) {
 		return nil, false
 	}
-	send, ok := s.admitTxnStatement(sql, string(bind.name), batch)
+	return s.admitTxnBatch(batch, rec, string(bind.name), behind)
+}
+
+// admitTxnBatch admits the extended batch of rec, the statement it runs
+// in portal (or describes: behind its Parse, Describe and Sync), as
+// admitTxnStatement judges it, and records its messages (a Parse in it
+// is rec's). behind is the number of the client's messages behind its
+// Bind (behind its Parse when none follows).
+func (s *Session) admitTxnBatch(batch []byte, rec *preparedStmt, portal string, behind int) ([]byte, bool) {
+	send, ok := s.admitTxnStatement(rec.sql, portal, batch)
 	if !ok {
 		return nil, false
 	}
@@ -233,9 +268,12 @@ func (s *Session) admitTxnBind(batch []byte) ([]byte, bool) {
 		n := 1 + int(binary.BigEndian.Uint32(batch[off+1:]))
 		m, _ := readPlain(batch[off : off+n])
 		if m.typ == 'P' {
-			m.sql = parsed
+			m.sql = rec.sql
 		}
 		s.admitted(&m)
+		if m.typ == 'P' && (rec.route != route{} || rec.effect != nil) {
+			s.defineStatement("", rec)
+		}
 		off += n
 	}
 	var settings []*planner.Statement
@@ -397,25 +435,56 @@ func (s *Session) resumeLoopTxn(ctx context.Context, frame []byte) error {
 
 // resumeLoopTxnBind takes over, at its Bind m (frame), the first read of
 // a prepared statement the loop gave back with its pin guard in front of
-// it: the session is left as txnBind and handleBind leave it once they
-// sent the guard and the Bind, and the client's messages behind the Bind,
-// which the loop sent too, go through their handlers without being sent
-// again (forward): at the Sync, settleGuard reads the guard's answers,
-// given back, and follows them as it would have (the pin noted again, if
-// the loop noted it, changes nothing).
-func (s *Session) resumeLoopTxnBind(m *pgproto3.Bind, frame []byte) error {
+// it (takeLoopTxn): the Bind and the client's messages behind it, which
+// the loop sent, go through their handlers without being sent again
+// (forward); so did the Parse in front of it, if the batch began with one
+// (resumeLoopTxnParse).
+func (s *Session) resumeLoopTxnBind(ctx context.Context, m *pgproto3.Bind, frame []byte) error {
+	lt := &s.loopTxn
+	parse := lt.parseFrame
+	lt.parseFrame = nil
+	s.takeLoopTxn(1 + lt.behind)
+	if parse != nil {
+		s.txn.guard.frames = append(s.txn.guard.frames, parse)
+	}
+	s.definePortal(m.DestinationPortal, m.PreparedStatement)
+	return s.request(ctx, frame, unit{kind: uBind}, false)
+}
+
+// resumeLoopTxnParse takes over, at its Parse m (frame), the first read
+// the loop gave back whose batch began with the unnamed statement's
+// Parse: the Parse is recorded as handleParse records a plain read's, not
+// sent again; with a Bind behind it, the guard is taken over there
+// (resumeLoopTxnBind: the guard pending, handle would settle it at a
+// Bind), else here.
+func (s *Session) resumeLoopTxnParse(ctx context.Context, m *pgproto3.Parse, frame []byte) error {
+	lt := &s.loopTxn
+	s.defineStatement(m.Name, &preparedStmt{sql: m.Query, route: s.routeOf(m.Query), effect: s.effectOf(m.Query)})
+	if lt.bindBehind {
+		lt.parseFrame = cloneFrame(frame)
+		s.units.push(unit{kind: uParse})
+		return nil
+	}
+	s.takeLoopTxn(1 + lt.behind)
+	return s.request(ctx, frame, unit{kind: uParse}, false)
+}
+
+// takeLoopTxn leaves the session as txnBind and the handlers after it
+// leave it once they sent the guard and the client's messages: the guard
+// pending, its answers given back, for settleGuard to read at the Sync
+// and follow as it would have (the pin noted again, if the loop noted it,
+// changes nothing). The client's next sent messages, which the loop sent,
+// are kept to be sent again if the guard refused, and not sent now.
+func (s *Session) takeLoopTxn(sent int) {
 	lt := &s.loopTxn
 	g := lt.g
 	lt.g, lt.resume, lt.active, lt.noted = nil, false, false, false
+	// A cancel from now on is the statement's (handleStatement): the
+	// loop's is over.
 	s.loopFlight.Store(false)
-	// Kept to be sent again if the guard refused (forward keeps the
-	// others).
-	g.extended, g.sql, g.frames = true, lt.sql, [][]byte{cloneFrame(frame)}
+	g.extended, g.sql, g.frames = true, lt.sql, nil
 	s.txn.guard = g
-	s.loopRead.sent = lt.behind
-	s.definePortal(m.DestinationPortal, m.PreparedStatement)
-	s.units.push(unit{kind: uBind})
-	return nil
+	s.loopRead.sent = sent
 }
 
 // loopTxnUnit is the unit of the Query the loop forwarded, nil when it

@@ -40,13 +40,29 @@ type txnShape struct {
 	begin, commit      func(tb testing.TB) []byte
 	read               func(tb testing.TB, table string, aid int) []byte
 	beginAns, readHead string
-	// pinnedFirst: the first read is pinned on the session's goroutine
-	// (an unnamed Parse's, txnParse), the other statements are the loop's.
-	pinnedFirst bool
+	// describe, if set, is a batch sent before each read (its answer
+	// describe's types): pgx's describe_exec mode parses and describes
+	// the unnamed statement, then binds it in a batch of its own.
+	describe    func(tb testing.TB, table string) []byte
+	describeAns string
 }
 
 func simpleFrame(sql string) func(testing.TB) []byte {
 	return func(tb testing.TB) []byte { return encodeFrames(tb, &pgproto3.Query{String: sql}) }
+}
+
+// unnamedFrame is a driver's batch for sql with parameters: the unnamed
+// statement parsed, bound, described and run (pgbench -M extended, pgx's
+// exec modes, node-postgres, psycopg).
+func unnamedFrame(sql string, params ...string) func(testing.TB) []byte {
+	return func(tb testing.TB) []byte {
+		values := make([][]byte, len(params))
+		for i, p := range params {
+			values[i] = []byte(p)
+		}
+		return encodeFrames(tb, &pgproto3.Parse{Query: sql}, &pgproto3.Bind{Parameters: values},
+			&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	}
 }
 
 func boundFrame(stmt string) func(testing.TB) []byte {
@@ -59,7 +75,9 @@ func boundFrame(stmt string) func(testing.TB) []byte {
 // portal); lib/pq's Stmt (the read's Bind, Execute and Sync, no
 // Describe); a driver's query with parameters (the unnamed statement
 // parsed, bound, described and run: pgx's exec modes, node-postgres,
-// psycopg).
+// psycopg); pgbench -M extended (BEGIN and COMMIT so too); pgx's
+// describe_exec (the unnamed statement parsed and described, then bound
+// in a batch of its own).
 func txnShapes() []txnShape {
 	simpleRead := func(tb testing.TB, table string, aid int) []byte {
 		return encodeFrames(tb, &pgproto3.Query{String: fmt.Sprintf("SELECT abalance FROM %s WHERE aid = %d", table, aid)})
@@ -79,10 +97,17 @@ func txnShapes() []txnShape {
 		{name: "stmt", prepare: []string{"read", "SELECT abalance FROM %s WHERE aid = $1"},
 			begin: simpleFrame("BEGIN"), commit: simpleFrame("COMMIT"), read: boundRead(false), beginAns: "CZ", readHead: "2"},
 		{name: "unnamed", begin: simpleFrame("BEGIN"), commit: simpleFrame("COMMIT"), read: func(tb testing.TB, table string, aid int) []byte {
+			return unnamedFrame("SELECT abalance FROM "+table+" WHERE aid = $1", fmt.Sprint(aid))(tb)
+		}, beginAns: "CZ", readHead: "12T"},
+		{name: "extended", begin: unnamedFrame("BEGIN"), commit: unnamedFrame("COMMIT"), read: func(tb testing.TB, table string, aid int) []byte {
+			return unnamedFrame("SELECT abalance FROM "+table+" WHERE aid = $1", fmt.Sprint(aid))(tb)
+		}, beginAns: "12nCZ", readHead: "12T"},
+		{name: "described", begin: simpleFrame("BEGIN"), commit: simpleFrame("COMMIT"), describe: func(tb testing.TB, table string) []byte {
 			return encodeFrames(tb, &pgproto3.Parse{Query: "SELECT abalance FROM " + table + " WHERE aid = $1"},
-				&pgproto3.Bind{Parameters: [][]byte{[]byte(fmt.Sprint(aid))}}, &pgproto3.Describe{ObjectType: 'P'},
-				&pgproto3.Execute{}, &pgproto3.Sync{})
-		}, beginAns: "CZ", readHead: "12T", pinnedFirst: true},
+				&pgproto3.Describe{ObjectType: 'S'}, &pgproto3.Sync{})
+		}, describeAns: "1tTZ", read: func(tb testing.TB, _ string, aid int) []byte {
+			return boundBatch(tb, "", true, fmt.Sprint(aid))
+		}, beginAns: "CZ", readHead: "2T"},
 	}
 }
 
@@ -120,6 +145,22 @@ func testReadOnlyTxnInLoop(t *testing.T, shape txnShape) {
 		sql := strings.ReplaceAll(shape.prepare[i+1], "%s", table)
 		c.handleBatch(t, ctx, encodeFrames(t, &pgproto3.Parse{Name: shape.prepare[i], Query: sql}, &pgproto3.Sync{}))
 	}
+	// readStep runs a read (after its describe batch, if the shape has
+	// one) and reports whether the loop served all of it.
+	readStep := func(read []byte, want string) bool {
+		t.Helper()
+		inLoop := true
+		if shape.describe != nil {
+			answer, served := c.stepBatch(t, ctx, shape.describe(t, table))
+			if got := answerTypes(answer); got != shape.describeAns {
+				t.Fatalf("the describe batch answered %q (%q)", got, answer)
+			}
+			inLoop = served
+		}
+		answer, served := c.stepBatch(t, ctx, read)
+		checkAnswer(t, answer, shape.readHead, want)
+		return inLoop && served
+	}
 	// txn runs one read-only transaction, a write of another proxy's
 	// between its reads when write, and reports which statements the loop
 	// served.
@@ -130,8 +171,7 @@ func testReadOnlyTxnInLoop(t *testing.T, shape txnShape) {
 		if got := answerTypes(answer); got != shape.beginAns {
 			t.Fatalf("BEGIN answered %q (%q)", got, answer)
 		}
-		answer, served[1] = c.stepBatch(t, ctx, shape.read(t, table, 1))
-		checkAnswer(t, answer, shape.readHead, want1)
+		served[1] = readStep(shape.read(t, table, 1), want1)
 		if n := len(c.s.proxy.Holds()); n == 0 {
 			t.Fatal("the transaction holds nothing after its first read")
 		}
@@ -140,8 +180,7 @@ func testReadOnlyTxnInLoop(t *testing.T, shape txnShape) {
 				t.Fatal(out)
 			}
 		}
-		answer, served[2] = c.stepBatch(t, ctx, shape.read(t, table, 1))
-		checkAnswer(t, answer, shape.readHead, want2)
+		served[2] = readStep(shape.read(t, table, 1), want2)
 		answer, served[3] = c.stepBatch(t, ctx, shape.commit(t))
 		if got := answerTypes(answer); got != shape.beginAns {
 			t.Fatalf("COMMIT answered %q (%q)", got, answer)
@@ -159,7 +198,7 @@ func testReadOnlyTxnInLoop(t *testing.T, shape txnShape) {
 	for range 3 {
 		txn(false, "10", "10")
 	}
-	all := [4]bool{true, !shape.pinnedFirst, true, true}
+	all := [4]bool{true, true, true, true}
 	for i := range 2 {
 		if served := txn(false, "10", "10"); served != all {
 			t.Fatalf("transaction %d: the loop served %v of BEGIN, read, read, COMMIT", i, served)
@@ -172,7 +211,7 @@ func testReadOnlyTxnInLoop(t *testing.T, shape txnShape) {
 	// A write since the last pin: the guard refuses, and the goroutine
 	// pins with the gate.
 	served := txn(false, "11", "11")
-	if served[1] && !shape.pinnedFirst {
+	if served[1] {
 		t.Fatal("the first read after a write was served by the loop: its guard had to refuse")
 	}
 	for i := range 4 {

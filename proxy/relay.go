@@ -304,6 +304,11 @@ func (s *Session) handleQuery(ctx context.Context, m *pgproto3.Query, frame []by
 // Parse).
 func (s *Session) handleParse(ctx context.Context, m *pgproto3.Parse, frame []byte) error {
 	s.forgetStatement(m.Name)
+	if s.loopTxn.resume {
+		// This Parse, of a transaction's first read, given back by the
+		// event loop with its pin in front of it.
+		return s.resumeLoopTxnParse(ctx, m, frame)
+	}
 	if err := s.checkStringSyntax(m.Query); err != nil {
 		return s.failExtended(ctx, err)
 	}
@@ -351,7 +356,7 @@ func (s *Session) handleBind(ctx context.Context, m *pgproto3.Bind, frame []byte
 	if s.loopTxn.resume {
 		// This Bind, a transaction's first read, given back by the event
 		// loop with its pin in front of it.
-		return s.resumeLoopTxnBind(m, frame)
+		return s.resumeLoopTxnBind(ctx, m, frame)
 	}
 	if err := s.txnBind(ctx, m); err != nil {
 		return err
