@@ -4,22 +4,30 @@ package evloop
 
 import (
 	"errors"
+	"os"
 	"runtime"
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
-// Loop is one event loop: a goroutine waiting in its own epoll set on the
-// sockets of the sessions it drives.
+// Loop is one event loop: a goroutine waiting on the sockets of the
+// sessions it drives, through its own epoll set, which itself waits in Go's
+// netpoller (Loop.run).
 type Loop struct {
 	epfd         int
+	ep           *os.File // epfd, registered with Go's netpoller
 	wakeR, wakeW int
 	maxBatch     int
+	stopped      chan struct{}
 
 	mu      sync.Mutex
 	joining []*member
 	wanted  []wantBack
+	closed  bool
+	// pipeClosed: the wake-up pipe is closed (the loop's goroutine ended).
+	pipeClosed bool
 
 	// members are the sessions by socket (a descriptor is a small
 	// number: a slice indexed by it costs no hashing per event); the
@@ -44,14 +52,41 @@ func New(maxBatch int) (*Loop, error) {
 		syscall.Close(epfd)
 		return nil, err
 	}
+	closeAll := func() { syscall.Close(epfd); syscall.Close(p[0]); syscall.Close(p[1]) }
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(p[0])}
 	if err := syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, p[0], &ev); err != nil {
-		syscall.Close(epfd)
+		closeAll()
 		return nil, err
 	}
-	l := &Loop{epfd: epfd, wakeR: p[0], wakeW: p[1], maxBatch: maxBatch}
+	// An epoll set is readable while it has events: non-blocking, os.NewFile
+	// registers it with Go's netpoller, where the loop's goroutine waits.
+	if err := syscall.SetNonblock(epfd, true); err != nil {
+		closeAll()
+		return nil, err
+	}
+	l := &Loop{epfd: epfd, ep: os.NewFile(uintptr(epfd), "evloop"), wakeR: p[0], wakeW: p[1], maxBatch: maxBatch, stopped: make(chan struct{})}
 	go l.run()
 	return l, nil
+}
+
+// ErrClosed: the loop is closed. Run takes no session then, and one it
+// had with a batch at the backend ends with it (Result.Over).
+var ErrClosed = errors.New("evloop: the event loop is closed")
+
+// Close stops the loop and waits for its goroutine to end. The sessions it
+// drives go back to their goroutines (Run returns): an idle one as if it
+// had asked, one with a batch at the backend with Over ErrClosed (its
+// backend's work abandoned, as for a client gone).
+func (l *Loop) Close() error {
+	l.mu.Lock()
+	already := l.closed
+	l.closed = true
+	l.mu.Unlock()
+	if !already {
+		l.wake()
+	}
+	<-l.stopped
+	return nil
 }
 
 // Run hands a session's client and backend sockets to the loop and waits
@@ -69,6 +104,10 @@ func (l *Loop) Run(client, backend *Conn, peer Peer) (Result, error) {
 		return Result{}, errors.Join(err, client.attach())
 	}
 	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return Result{}, errors.Join(ErrClosed, client.attach(), backend.attach())
+	}
 	l.joining = append(l.joining, m)
 	l.mu.Unlock()
 	l.wake()
@@ -85,51 +124,115 @@ func (l *Loop) want(m *member, closing bool) {
 }
 
 func (l *Loop) wake() {
-	_, _ = syscall.Write(l.wakeW, []byte{0})
+	l.mu.Lock()
+	if !l.pipeClosed {
+		_, _ = syscall.Write(l.wakeW, []byte{0})
+	}
+	l.mu.Unlock()
 }
 
-// yieldEvery is how long the loop's goroutine runs before it lets Go's
-// scheduler see it (runtime.Gosched). The scheduler preempts a goroutine
-// that kept its P for 10 ms, system calls included, which a busy loop
-// always does: a signal that interrupts its epoll_wait, about 50 times a
-// second, each also keeping the scheduler's monitor thread (sysmon) waking
-// every few tens of microseconds for a while (about 800 wake-ups a
-// second under pgbench -S). Yielding first costs a futex call or two
-// (an idle thread is woken to look for work); under pgbench -S that is
-// about a third fewer of these wake-ups in all (strace -f, 2 s: futex,
-// tgkill and nanosleep about 920 instead of 1,300-2,100).
+// yieldEvery is how long the loop's goroutine runs without waiting before
+// it lets Go's scheduler see it (runtime.Gosched). The scheduler preempts
+// a goroutine that kept its P for 10 ms with a signal; a loop that waits
+// for its events in the netpoller rarely runs that long, but under a
+// steady load it may find events at every turn.
 const yieldEvery = 5 * time.Millisecond
 
-// run is the loop's goroutine. It is not locked to its thread
-// (runtime.LockOSThread): a locked goroutine that yields or is preempted
-// has its thread hand the P to another thread and sleep until that thread
-// hands it back, and meanwhile every session the loop drives waits (on a
-// loaded machine, for as long as the woken thread waits for a CPU). An
-// unlocked one is put back on a run queue, and a thread picks it up again
-// at once.
+// run is the loop's goroutine. It waits for its events in Go's netpoller:
+// the epoll set is a file of the netpoller's (New), and the loop takes its
+// events with a non-blocking epoll_wait (RawSyscall) inside the file's
+// RawConn, which parks the goroutine until the set is readable again.
+// Waiting in epoll_wait itself, as the loop did until session 15, put
+// its thread in the scheduler's system-call state: sysmon took its P
+// away after 20 µs of waiting (a futex wake of another thread, sysmon
+// itself kept waking every 20 µs), and the loop had to get a P back when
+// its events came; and a loop that never parks is preempted every 10 ms,
+// which a Gosched every 5 ms forestalled, each also a futex wake.
+//
+// The goroutine is not locked to its thread (runtime.LockOSThread): a
+// locked goroutine that yields or is preempted has its thread hand the P
+// to another thread and sleep until that thread hands it back, and
+// meanwhile every session the loop drives waits.
 func (l *Loop) run() {
+	defer close(l.stopped)
 	events := make([]syscall.EpollEvent, 128)
-	lastYield := time.Now()
-	for {
-		n, err := syscall.EpollWait(l.epfd, events, -1)
-		if now := time.Now(); now.Sub(lastYield) >= yieldEvery {
-			runtime.Gosched()
-			lastYield = now
-		}
-		if err != nil {
-			continue // EINTR
-		}
-		for _, ev := range events[:n] {
-			if int(ev.Fd) == l.wakeR {
-				l.takeRequests()
-				continue
+	rc, err := l.ep.SyscallConn()
+	if err == nil {
+		start := time.Now()
+		err = rc.Read(func(fd uintptr) bool {
+			for {
+				n, errno := epollWait(int(fd), events, 0)
+				if errno != 0 {
+					if errno == syscall.EINTR {
+						continue
+					}
+					l.fail(errno)
+					return true
+				}
+				if l.handle(events[:n]) {
+					return true
+				}
+				if n < len(events) {
+					// The set is empty now, or was when it was read:
+					// an event after that read makes it readable again,
+					// which wakes the goroutine (the netpoller watches it
+					// edge-triggered; an edge it reported already makes
+					// the next wait return at once, and the next read
+					// find nothing: harmless).
+					start = time.Now()
+					return false
+				}
+				if time.Since(start) >= yieldEvery {
+					runtime.Gosched()
+					start = time.Now()
+				}
 			}
-			if m := l.member(int(ev.Fd)); m != nil {
-				m.note(int(ev.Fd), ev.Events)
-				l.progress(m)
+		})
+	}
+	if err != nil {
+		l.fail(err)
+	}
+	_ = l.ep.Close()
+	l.mu.Lock()
+	// Closed under the lock: a Conn given back may still ask to be let go
+	// (wake), and its write must not reach a descriptor reused meanwhile.
+	l.pipeClosed = true
+	syscall.Close(l.wakeR)
+	syscall.Close(l.wakeW)
+	l.mu.Unlock()
+}
+
+// fail ends the loop: its epoll set cannot be waited on (never expected),
+// and every session it drives goes back to its goroutine.
+func (l *Loop) fail(err error) {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	l.takeRequests()
+}
+
+// handle acts on the events of one epoll_wait; true: the loop is closed.
+func (l *Loop) handle(events []syscall.EpollEvent) bool {
+	for _, ev := range events {
+		if int(ev.Fd) == l.wakeR {
+			if l.takeRequests() {
+				return true
 			}
+			continue
+		}
+		if m := l.member(int(ev.Fd)); m != nil {
+			m.note(int(ev.Fd), ev.Events)
+			l.progress(m)
 		}
 	}
+	return false
+}
+
+// epollWait is epoll_wait(2) without telling Go's scheduler: with a
+// timeout of 0 it never blocks.
+func epollWait(epfd int, events []syscall.EpollEvent, msec int) (int, syscall.Errno) {
+	n, _, errno := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), uintptr(msec), 0, 0)
+	return int(n), errno
 }
 
 // member is the session of socket fd, if the loop drives one.
@@ -140,8 +243,9 @@ func (l *Loop) member(fd int) *member {
 	return l.members[fd]
 }
 
-// takeRequests admits the sessions joining and acts on sockets wanted back.
-func (l *Loop) takeRequests() {
+// takeRequests admits the sessions joining and acts on sockets wanted
+// back; true: the loop is closed, and every session went back.
+func (l *Loop) takeRequests() bool {
 	var buf [64]byte
 	for {
 		if n, _ := syscall.Read(l.wakeR, buf[:]); n <= 0 {
@@ -149,7 +253,7 @@ func (l *Loop) takeRequests() {
 		}
 	}
 	l.mu.Lock()
-	joining, wanted := l.joining, l.wanted
+	joining, wanted, closed := l.joining, l.wanted, l.closed
 	l.joining, l.wanted = nil, nil
 	l.mu.Unlock()
 	for _, m := range joining {
@@ -165,6 +269,21 @@ func (l *Loop) takeRequests() {
 		w.m.wanted = true
 		l.progress(w.m)
 	}
+	if !closed {
+		return false
+	}
+	for _, m := range l.members {
+		if m == nil || m.gone {
+			continue
+		}
+		if m.inFlight {
+			go m.peer.Abandon()
+			l.leave(m, ErrClosed)
+		} else {
+			l.leave(m, nil)
+		}
+	}
+	return true
 }
 
 // join adds a session's sockets to the epoll set, edge-triggered: the loop
