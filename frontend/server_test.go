@@ -25,7 +25,7 @@ import (
 
 func TestMain(m *testing.M) {
 	// An event loop's goroutine lives as long as the process.
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/mzproxy/mzproxy/frontend/evloop.(*Loop).run"))
+	goleak.VerifyTestMain(m)
 }
 
 // scriptedHandler opens scriptedSessions: a stand-in for the proxy that

@@ -8,7 +8,6 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
-	"time"
 	"unsafe"
 )
 
@@ -29,6 +28,8 @@ type Loop struct {
 	// pipeClosed: the wake-up pipe is closed (the loop's goroutine ended).
 	pipeClosed bool
 
+	// readied: the loop's goroutine made another runnable (Run returns).
+	readied bool
 	// members are the sessions by socket (a descriptor is a small
 	// number: a slice indexed by it costs no hashing per event); the
 	// loop's goroutine only.
@@ -131,23 +132,31 @@ func (l *Loop) wake() {
 	l.mu.Unlock()
 }
 
-// yieldEvery is how long the loop's goroutine runs without waiting before
-// it lets Go's scheduler see it (runtime.Gosched). The scheduler preempts
-// a goroutine that kept its P for 10 ms with a signal; a loop that waits
-// for its events in the netpoller rarely runs that long, but under a
-// steady load it may find events at every turn.
-const yieldEvery = 5 * time.Millisecond
+// busyWait is how long the loop waits for its sessions' next event while
+// it keeps its P (an epoll_wait the scheduler is not told of: Loop.run),
+// before it parks in Go's netpoller. Under load the next event comes
+// well within it; a loop idle this long pays the netpoller's wake-up at
+// its next event (two more epoll calls).
+const busyWait = 1 // ms
 
-// run is the loop's goroutine. It waits for its events in Go's netpoller:
-// the epoll set is a file of the netpoller's (New), and the loop takes its
-// events with a non-blocking epoll_wait (RawSyscall) inside the file's
-// RawConn, which parks the goroutine until the set is readable again.
-// Waiting in epoll_wait itself, as the loop did until session 15, put
-// its thread in the scheduler's system-call state: sysmon took its P
-// away after 20 µs of waiting (a futex wake of another thread, sysmon
-// itself kept waking every 20 µs), and the loop had to get a P back when
-// its events came; and a loop that never parks is preempted every 10 ms,
-// which a Gosched every 5 ms forestalled, each also a futex wake.
+// run is the loop's goroutine. While its sessions are busy it waits for
+// their events in epoll_wait itself, made with RawSyscall: the scheduler
+// does not see a system call, so the goroutine keeps its P and its thread
+// (no futex to get them back when the event comes, no sysmon waking every
+// 20 µs to take the P away meanwhile), as PgBouncer waits. The P it keeps
+// is one the other goroutines cannot have, so the wait is short
+// (busyWait), and the goroutine yields when a signal interrupts it (the
+// scheduler's preemption, at the latest 10 ms on: a stop-the-world for the
+// garbage collector waits for it) and when it readied another goroutine
+// (a session given back: Go runs a goroutine readied by this one on its
+// P next). Idle longer than busyWait, it parks in Go's netpoller, where
+// its epoll set is a file (New): a wait that holds no thread and no P.
+//
+// Until session 15 the loop waited in syscall.EpollWait, in the
+// scheduler's system-call state (a futex wake or two per wake-up and
+// sysmon's nanosleeps), with a runtime.Gosched every 5 ms against the
+// preemption; in the netpoller alone it made about three epoll calls per
+// transaction where it had made one (docs/read-cost.md).
 //
 // The goroutine is not locked to its thread (runtime.LockOSThread): a
 // locked goroutine that yields or is preempted has its thread hand the P
@@ -158,33 +167,31 @@ func (l *Loop) run() {
 	events := make([]syscall.EpollEvent, 128)
 	rc, err := l.ep.SyscallConn()
 	if err == nil {
-		start := time.Now()
 		err = rc.Read(func(fd uintptr) bool {
 			for {
-				n, errno := epollWait(int(fd), events, 0)
-				if errno != 0 {
-					if errno == syscall.EINTR {
-						continue
-					}
+				n, errno := epollWait(int(fd), events, busyWait)
+				switch {
+				case errno == syscall.EINTR:
+					// A signal, most likely the scheduler's preemption:
+					// yield, as it wants.
+					runtime.Gosched()
+					continue
+				case errno != 0:
 					l.fail(errno)
 					return true
+				case n == 0:
+					// Idle: park until the set is readable (an edge
+					// reported already wakes it at once, and the next
+					// epoll_wait finds nothing or the new events).
+					return false
 				}
+				l.readied = false
 				if l.handle(events[:n]) {
 					return true
 				}
-				if n < len(events) {
-					// The set is empty now, or was when it was read:
-					// an event after that read makes it readable again,
-					// which wakes the goroutine (the netpoller watches it
-					// edge-triggered; an edge it reported already makes
-					// the next wait return at once, and the next read
-					// find nothing: harmless).
-					start = time.Now()
-					return false
-				}
-				if time.Since(start) >= yieldEvery {
+				if l.readied {
+					// Let the goroutines it readied run on this P.
 					runtime.Gosched()
-					start = time.Now()
 				}
 			}
 		})
@@ -228,8 +235,8 @@ func (l *Loop) handle(events []syscall.EpollEvent) bool {
 	return false
 }
 
-// epollWait is epoll_wait(2) without telling Go's scheduler: with a
-// timeout of 0 it never blocks.
+// epollWait is epoll_wait(2) without telling Go's scheduler, which sees the
+// goroutine running while it waits (up to msec).
 func epollWait(epfd int, events []syscall.EpollEvent, msec int) (int, syscall.Errno) {
 	n, _, errno := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), uintptr(msec), 0, 0)
 	return int(n), errno
@@ -355,6 +362,7 @@ func (l *Loop) leave(m *member, over error) {
 	bufPool.Put(m.buf[:cap(m.buf)])
 	m.buf, m.out = nil, nil
 	close(m.done)
+	l.readied = true
 }
 
 var bufPool = sync.Pool{New: func() any { return make([]byte, 32<<10) }}
