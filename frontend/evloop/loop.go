@@ -4,19 +4,16 @@ package evloop
 
 import (
 	"errors"
-	"os"
 	"runtime"
 	"sync"
 	"syscall"
-	"unsafe"
+	"time"
 )
 
-// Loop is one event loop: a goroutine waiting on the sockets of the
-// sessions it drives, through its own epoll set, which itself waits in Go's
-// netpoller (Loop.run).
+// Loop is one event loop: a goroutine waiting in its own epoll set on the
+// sockets of the sessions it drives.
 type Loop struct {
 	epfd         int
-	ep           *os.File // epfd, registered with Go's netpoller
 	wakeR, wakeW int
 	maxBatch     int
 	stopped      chan struct{}
@@ -28,8 +25,6 @@ type Loop struct {
 	// pipeClosed: the wake-up pipe is closed (the loop's goroutine ended).
 	pipeClosed bool
 
-	// readied: the loop's goroutine made another runnable (Run returns).
-	readied bool
 	// members are the sessions by socket (a descriptor is a small
 	// number: a slice indexed by it costs no hashing per event); the
 	// loop's goroutine only.
@@ -59,13 +54,7 @@ func New(maxBatch int) (*Loop, error) {
 		closeAll()
 		return nil, err
 	}
-	// An epoll set is readable while it has events: non-blocking, os.NewFile
-	// registers it with Go's netpoller, where the loop's goroutine waits.
-	if err := syscall.SetNonblock(epfd, true); err != nil {
-		closeAll()
-		return nil, err
-	}
-	l := &Loop{epfd: epfd, ep: os.NewFile(uintptr(epfd), "evloop"), wakeR: p[0], wakeW: p[1], maxBatch: maxBatch, stopped: make(chan struct{})}
+	l := &Loop{epfd: epfd, wakeR: p[0], wakeW: p[1], maxBatch: maxBatch, stopped: make(chan struct{})}
 	go l.run()
 	return l, nil
 }
@@ -132,74 +121,58 @@ func (l *Loop) wake() {
 	l.mu.Unlock()
 }
 
-// busyWait is how long the loop waits for its sessions' next event while
-// it keeps its P (an epoll_wait the scheduler is not told of: Loop.run),
-// before it parks in Go's netpoller. Under load the next event comes
-// well within it; a loop idle this long pays the netpoller's wake-up at
-// its next event (two more epoll calls).
-const busyWait = 1 // ms
+// yieldEvery is how long the loop's goroutine runs before it lets Go's
+// scheduler see it (runtime.Gosched). The scheduler preempts a goroutine
+// that kept its P for 10 ms, system calls included, which a busy loop
+// always does: a signal that interrupts its epoll_wait, each also keeping
+// the scheduler's monitor thread (sysmon) waking every few tens of
+// microseconds for a while. A preemption yields as Gosched does (an idle
+// thread is woken to look for work: a futex call or two) and adds the
+// signal's tgkill and rt_sigreturn, so the loop yields first; the closer
+// to 10 ms, the fewer such wake-ups (session 14: 5 ms, about 93% of the
+// proxy's futex calls under pgbench -S).
+const yieldEvery = 9 * time.Millisecond
 
-// run is the loop's goroutine. While its sessions are busy it waits for
-// their events in epoll_wait itself, made with RawSyscall: the scheduler
-// does not see a system call, so the goroutine keeps its P and its thread
-// (no futex to get them back when the event comes, no sysmon waking every
-// 20 µs to take the P away meanwhile), as PgBouncer waits. The P it keeps
-// is one the other goroutines cannot have, so the wait is short
-// (busyWait), and the goroutine yields when a signal interrupts it (the
-// scheduler's preemption, at the latest 10 ms on: a stop-the-world for the
-// garbage collector waits for it) and when it readied another goroutine
-// (a session given back: Go runs a goroutine readied by this one on its
-// P next). Idle longer than busyWait, it parks in Go's netpoller, where
-// its epoll set is a file (New): a wait that holds no thread and no P.
+// run is the loop's goroutine. It waits in epoll_wait, in the scheduler's
+// system-call state (the P is handed off when it waits long). Two other
+// waits measured worse (session 15, docs/read-cost.md): the epoll set as
+// a file of Go's netpoller, parked there between events (three epoll
+// calls per transaction instead of one: the netpoller's, the loop's
+// own, the scheduler's polls), and epoll_wait made with RawSyscall for
+// up to 1 ms, keeping the P (the other threads then spin and poll the
+// netpoller: more epoll calls and more CPU per transaction).
 //
-// Until session 15 the loop waited in syscall.EpollWait, in the
-// scheduler's system-call state (a futex wake or two per wake-up and
-// sysmon's nanosleeps), with a runtime.Gosched every 5 ms against the
-// preemption; in the netpoller alone it made about three epoll calls per
-// transaction where it had made one (docs/read-cost.md).
-//
-// The goroutine is not locked to its thread (runtime.LockOSThread): a
-// locked goroutine that yields or is preempted has its thread hand the P
-// to another thread and sleep until that thread hands it back, and
-// meanwhile every session the loop drives waits.
+// It is not locked to its thread (runtime.LockOSThread): a locked
+// goroutine that yields or is preempted has its thread hand the P to
+// another thread and sleep until that thread hands it back, and meanwhile
+// every session the loop drives waits (on a loaded machine, for as long
+// as the woken thread waits for a CPU). An unlocked one is put back on a
+// run queue, and a thread picks it up again at once.
 func (l *Loop) run() {
-	defer close(l.stopped)
+	defer l.stop()
 	events := make([]syscall.EpollEvent, 128)
-	rc, err := l.ep.SyscallConn()
-	if err == nil {
-		err = rc.Read(func(fd uintptr) bool {
-			for {
-				n, errno := epollWait(int(fd), events, busyWait)
-				switch {
-				case errno == syscall.EINTR:
-					// A signal, most likely the scheduler's preemption:
-					// yield, as it wants.
-					runtime.Gosched()
-					continue
-				case errno != 0:
-					l.fail(errno)
-					return true
-				case n == 0:
-					// Idle: park until the set is readable (an edge
-					// reported already wakes it at once, and the next
-					// epoll_wait finds nothing or the new events).
-					return false
-				}
-				l.readied = false
-				if l.handle(events[:n]) {
-					return true
-				}
-				if l.readied {
-					// Let the goroutines it readied run on this P.
-					runtime.Gosched()
-				}
-			}
-		})
+	lastYield := time.Now()
+	for {
+		n, err := syscall.EpollWait(l.epfd, events, -1)
+		if now := time.Now(); now.Sub(lastYield) >= yieldEvery {
+			runtime.Gosched()
+			lastYield = now
+		}
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			l.fail(err)
+			return
+		}
+		if l.handle(events[:n]) {
+			return
+		}
 	}
-	if err != nil {
-		l.fail(err)
-	}
-	_ = l.ep.Close()
+}
+
+// stop closes what the loop's goroutine had and lets Close return.
+func (l *Loop) stop() {
 	l.mu.Lock()
 	// Closed under the lock: a Conn given back may still ask to be let go
 	// (wake), and its write must not reach a descriptor reused meanwhile.
@@ -207,6 +180,8 @@ func (l *Loop) run() {
 	syscall.Close(l.wakeR)
 	syscall.Close(l.wakeW)
 	l.mu.Unlock()
+	syscall.Close(l.epfd)
+	close(l.stopped)
 }
 
 // fail ends the loop: its epoll set cannot be waited on (never expected),
@@ -233,13 +208,6 @@ func (l *Loop) handle(events []syscall.EpollEvent) bool {
 		}
 	}
 	return false
-}
-
-// epollWait is epoll_wait(2) without telling Go's scheduler, which sees the
-// goroutine running while it waits (up to msec).
-func epollWait(epfd int, events []syscall.EpollEvent, msec int) (int, syscall.Errno) {
-	n, _, errno := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), uintptr(msec), 0, 0)
-	return int(n), errno
 }
 
 // member is the session of socket fd, if the loop drives one.
@@ -362,7 +330,6 @@ func (l *Loop) leave(m *member, over error) {
 	bufPool.Put(m.buf[:cap(m.buf)])
 	m.buf, m.out = nil, nil
 	close(m.done)
-	l.readied = true
 }
 
 var bufPool = sync.Pool{New: func() any { return make([]byte, 32<<10) }}

@@ -17,9 +17,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-// How the loop waits (Loop.run): in Go's netpoller, so that its goroutine
-// holds no thread and no P while no session has anything to do, and wakes
-// at its sessions' events alone.
+// The loop's wait (Loop.run) and its end (Loop.Close).
 
 // newLoop is a loop of the test's own, closed at its end.
 func newLoop(t *testing.T) *Loop {
@@ -68,8 +66,9 @@ func roundTrip(t *testing.T, s *session) {
 	}
 }
 
-// loopState is the state the goroutine dump gives the goroutine running
-// l's run ("IO wait", "syscall", "runnable", ...), or "" when none runs.
+// loopState is the state the goroutine dump gives the first goroutine
+// running a loop's run ("syscall" while it waits, "runnable", ...), or ""
+// when none runs.
 func loopState() string {
 	buf := make([]byte, 1<<20)
 	dump := string(buf[:runtime.Stack(buf, true)])
@@ -86,33 +85,10 @@ func loopState() string {
 	return ""
 }
 
-// TestLoopWaitsInTheNetpoller: a loop with an idle session waits parked in
-// the netpoller ("IO wait"), not in a blocking epoll_wait ("syscall"),
-// whose thread Go's scheduler takes the P from and must give one back at
-// each wake-up (futex calls, sysmon's wake-ups: Loop.run).
-func TestLoopWaitsInTheNetpoller(t *testing.T) {
-	l := newLoop(t)
-	s := runOn(t, l, &fakePeer{})
-	roundTrip(t, s)
-	deadline := time.Now().Add(10 * time.Second)
-	var state string
-	for time.Now().Before(deadline) {
-		if state = loopState(); state == "IO wait" {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if state != "IO wait" {
-		t.Fatalf("the idle loop's goroutine is %q, want IO wait", state)
-	}
-	// Woken by its session's socket, it serves it.
-	roundTrip(t, s)
-}
-
 // TestSessionsWakeTheLoopOnly: sessions served one after the other each
-// wake the loop and get their answers, while others stay idle in it; each
-// is woken by its own sockets (an event on one session's socket does not
-// move another's bytes).
+// wake the loop by their own sockets and get their answers, while the
+// others stay idle in it, untouched (roundTrip reads exactly the bytes
+// it expects on each end).
 func TestSessionsWakeTheLoopOnly(t *testing.T) {
 	l := newLoop(t)
 	var sessions []*session
@@ -211,7 +187,8 @@ func TestCloseWhileWaiting(t *testing.T) {
 	if _, err := io.ReadFull(busy.backend, make([]byte, len(batch))); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); loopState() != "IO wait"; {
+	// The loop waits in epoll_wait: Close must wake it.
+	for deadline := time.Now().Add(10 * time.Second); loopState() != "syscall"; {
 		if time.Now().After(deadline) {
 			t.Fatalf("the loop does not wait: %q", loopState())
 		}
