@@ -24,7 +24,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// An event loop's goroutine lives as long as the process.
+	// The tests close their event loops (Loop.Close): none is left running.
 	goleak.VerifyTestMain(m)
 }
 
