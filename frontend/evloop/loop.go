@@ -136,11 +136,12 @@ const yieldEvery = 9 * time.Millisecond
 // run is the loop's goroutine. It waits in epoll_wait, in the scheduler's
 // system-call state (the P is handed off when it waits long). Two other
 // waits measured worse (session 15, docs/read-cost.md): the epoll set as
-// a file of Go's netpoller, parked there between events (three epoll
-// calls per transaction instead of one: the netpoller's, the loop's
-// own, the scheduler's polls), and epoll_wait made with RawSyscall for
-// up to 1 ms, keeping the P (the other threads then spin and poll the
-// netpoller: more epoll calls and more CPU per transaction).
+// a file of Go's netpoller, parked there between events (about three
+// epoll calls per transaction instead of one: the netpoller's, the
+// loop's own, the scheduler's polls, it seems), and epoll_wait made with
+// RawSyscall for up to 1 ms, keeping the P (more epoll calls and more CPU
+// per transaction; likely the other threads spinning and polling the
+// netpoller meanwhile).
 //
 // It is not locked to its thread (runtime.LockOSThread): a locked
 // goroutine that yields or is preempted has its thread hand the P to
