@@ -45,7 +45,9 @@ func (c *conn) runLoop() bool {
 		return true
 	}
 	res, err := loop.Run(client, be, loopPeer{ls, c.srv.cfg.MaxMessageSize})
-	if errors.Is(err, evloop.ErrDeadlineSet) {
+	if errors.Is(err, evloop.ErrDeadlineSet) || errors.Is(err, evloop.ErrClosed) && res.Over == nil {
+		// Not taken (a drain, or the loop was closed): the connection
+		// goes on by itself.
 		return true
 	}
 	if res.Forwarded == 0 {
@@ -66,6 +68,11 @@ func (c *conn) runLoop() bool {
 		return false
 	case errors.Is(res.Over, evloop.ErrClientGone):
 		c.closeWhy = "client disconnected"
+		return false
+	case errors.Is(res.Over, evloop.ErrClosed):
+		// The loop was closed with the session's batch at the backend,
+		// whose answer is lost: the proxy is shutting down.
+		c.closeWhy = "event loop closed"
 		return false
 	case errors.Is(res.Over, evloop.ErrBackendGone):
 		c.closeWhy = "backend connection ended"

@@ -88,6 +88,7 @@ func TestLoopLeavesAListeningSessionsWriterAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = loop.Close() })
 	ts := newTestServer(t, Config{EventLoop: loop, Handler: &listeningHandler{}})
 	c := dialRaw(t, ts.addr)
 	c.startup(nil)
@@ -166,6 +167,7 @@ func TestLoopBacksOffASessionItCannotServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = loop.Close() })
 	h := &refusingHandler{t: t}
 	ts := newTestServer(t, Config{EventLoop: loop, Handler: h})
 	c := dialRaw(t, ts.addr)

@@ -220,6 +220,9 @@ func run(cfg *config, log *logrus.Entry) error {
 		if loop, err = evloop.New(evloopMaxBatch); err != nil {
 			return fmt.Errorf("event loop: %w", err)
 		}
+		// After the server's drain (deferred later, so run first): the
+		// sessions are gone from the loop by then.
+		defer loop.Close()
 	}
 	srv := frontend.NewServer(frontend.Config{
 		EventLoop:      loop,

@@ -16,10 +16,14 @@ type Loop struct {
 	epfd         int
 	wakeR, wakeW int
 	maxBatch     int
+	stopped      chan struct{}
 
 	mu      sync.Mutex
 	joining []*member
 	wanted  []wantBack
+	closed  bool
+	// pipeClosed: the wake-up pipe is closed (the loop's goroutine ended).
+	pipeClosed bool
 
 	// members are the sessions by socket (a descriptor is a small
 	// number: a slice indexed by it costs no hashing per event); the
@@ -44,14 +48,35 @@ func New(maxBatch int) (*Loop, error) {
 		syscall.Close(epfd)
 		return nil, err
 	}
+	closeAll := func() { syscall.Close(epfd); syscall.Close(p[0]); syscall.Close(p[1]) }
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(p[0])}
 	if err := syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, p[0], &ev); err != nil {
-		syscall.Close(epfd)
+		closeAll()
 		return nil, err
 	}
-	l := &Loop{epfd: epfd, wakeR: p[0], wakeW: p[1], maxBatch: maxBatch}
+	l := &Loop{epfd: epfd, wakeR: p[0], wakeW: p[1], maxBatch: maxBatch, stopped: make(chan struct{})}
 	go l.run()
 	return l, nil
+}
+
+// ErrClosed: the loop is closed. Run takes no session then, and one it
+// had with a batch at the backend ends with it (Result.Over).
+var ErrClosed = errors.New("evloop: the event loop is closed")
+
+// Close stops the loop and waits for its goroutine to end. The sessions it
+// drives go back to their goroutines (Run returns): an idle one as if it
+// had asked, one with a batch at the backend with Over ErrClosed (its
+// backend's work abandoned, as for a client gone).
+func (l *Loop) Close() error {
+	l.mu.Lock()
+	already := l.closed
+	l.closed = true
+	l.mu.Unlock()
+	if !already {
+		l.wake()
+	}
+	<-l.stopped
+	return nil
 }
 
 // Run hands a session's client and backend sockets to the loop and waits
@@ -69,6 +94,10 @@ func (l *Loop) Run(client, backend *Conn, peer Peer) (Result, error) {
 		return Result{}, errors.Join(err, client.attach())
 	}
 	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return Result{}, errors.Join(ErrClosed, client.attach(), backend.attach())
+	}
 	l.joining = append(l.joining, m)
 	l.mu.Unlock()
 	l.wake()
@@ -85,29 +114,43 @@ func (l *Loop) want(m *member, closing bool) {
 }
 
 func (l *Loop) wake() {
-	_, _ = syscall.Write(l.wakeW, []byte{0})
+	l.mu.Lock()
+	if !l.pipeClosed {
+		_, _ = syscall.Write(l.wakeW, []byte{0})
+	}
+	l.mu.Unlock()
 }
 
 // yieldEvery is how long the loop's goroutine runs before it lets Go's
 // scheduler see it (runtime.Gosched). The scheduler preempts a goroutine
 // that kept its P for 10 ms, system calls included, which a busy loop
-// always does: a signal that interrupts its epoll_wait, about 50 times a
-// second, each also keeping the scheduler's monitor thread (sysmon) waking
-// every few tens of microseconds for a while (about 800 wake-ups a
-// second under pgbench -S). Yielding first costs a futex call or two
-// (an idle thread is woken to look for work); under pgbench -S that is
-// about a third fewer of these wake-ups in all (strace -f, 2 s: futex,
-// tgkill and nanosleep about 920 instead of 1,300-2,100).
-const yieldEvery = 5 * time.Millisecond
+// always does: a signal that interrupts its epoll_wait, each also keeping
+// the scheduler's monitor thread (sysmon) waking every few tens of
+// microseconds for a while. A preemption yields as Gosched does (an idle
+// thread is woken to look for work: a futex call or two) and adds the
+// signal's tgkill and rt_sigreturn, so the loop yields first; the closer
+// to 10 ms, the fewer such wake-ups (session 14: 5 ms, about 93% of the
+// proxy's futex calls under pgbench -S).
+const yieldEvery = 9 * time.Millisecond
 
-// run is the loop's goroutine. It is not locked to its thread
-// (runtime.LockOSThread): a locked goroutine that yields or is preempted
-// has its thread hand the P to another thread and sleep until that thread
-// hands it back, and meanwhile every session the loop drives waits (on a
-// loaded machine, for as long as the woken thread waits for a CPU). An
-// unlocked one is put back on a run queue, and a thread picks it up again
-// at once.
+// run is the loop's goroutine. It waits in epoll_wait, in the scheduler's
+// system-call state (the P is handed off when it waits long). Two other
+// waits measured worse (session 15, docs/read-cost.md): the epoll set as
+// a file of Go's netpoller, parked there between events (about three
+// epoll calls per transaction instead of one: the netpoller's, the
+// loop's own, the scheduler's polls, it seems), and epoll_wait made with
+// RawSyscall for up to 1 ms, keeping the P (more epoll calls and more CPU
+// per transaction; likely the other threads spinning and polling the
+// netpoller meanwhile).
+//
+// It is not locked to its thread (runtime.LockOSThread): a locked
+// goroutine that yields or is preempted has its thread hand the P to
+// another thread and sleep until that thread hands it back, and meanwhile
+// every session the loop drives waits (on a loaded machine, for as long
+// as the woken thread waits for a CPU). An unlocked one is put back on a
+// run queue, and a thread picks it up again at once.
 func (l *Loop) run() {
+	defer l.stop()
 	events := make([]syscall.EpollEvent, 128)
 	lastYield := time.Now()
 	for {
@@ -116,20 +159,56 @@ func (l *Loop) run() {
 			runtime.Gosched()
 			lastYield = now
 		}
-		if err != nil {
-			continue // EINTR
+		if err == syscall.EINTR {
+			continue
 		}
-		for _, ev := range events[:n] {
-			if int(ev.Fd) == l.wakeR {
-				l.takeRequests()
-				continue
-			}
-			if m := l.member(int(ev.Fd)); m != nil {
-				m.note(int(ev.Fd), ev.Events)
-				l.progress(m)
-			}
+		if err != nil {
+			l.fail(err)
+			return
+		}
+		if l.handle(events[:n]) {
+			return
 		}
 	}
+}
+
+// stop closes what the loop's goroutine had and lets Close return.
+func (l *Loop) stop() {
+	l.mu.Lock()
+	// Closed under the lock: a Conn given back may still ask to be let go
+	// (wake), and its write must not reach a descriptor reused meanwhile.
+	l.pipeClosed = true
+	syscall.Close(l.wakeR)
+	syscall.Close(l.wakeW)
+	l.mu.Unlock()
+	syscall.Close(l.epfd)
+	close(l.stopped)
+}
+
+// fail ends the loop: its epoll set cannot be waited on (never expected),
+// and every session it drives goes back to its goroutine.
+func (l *Loop) fail(err error) {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	l.takeRequests()
+}
+
+// handle acts on the events of one epoll_wait; true: the loop is closed.
+func (l *Loop) handle(events []syscall.EpollEvent) bool {
+	for _, ev := range events {
+		if int(ev.Fd) == l.wakeR {
+			if l.takeRequests() {
+				return true
+			}
+			continue
+		}
+		if m := l.member(int(ev.Fd)); m != nil {
+			m.note(int(ev.Fd), ev.Events)
+			l.progress(m)
+		}
+	}
+	return false
 }
 
 // member is the session of socket fd, if the loop drives one.
@@ -140,8 +219,9 @@ func (l *Loop) member(fd int) *member {
 	return l.members[fd]
 }
 
-// takeRequests admits the sessions joining and acts on sockets wanted back.
-func (l *Loop) takeRequests() {
+// takeRequests admits the sessions joining and acts on sockets wanted
+// back; true: the loop is closed, and every session went back.
+func (l *Loop) takeRequests() bool {
 	var buf [64]byte
 	for {
 		if n, _ := syscall.Read(l.wakeR, buf[:]); n <= 0 {
@@ -149,7 +229,7 @@ func (l *Loop) takeRequests() {
 		}
 	}
 	l.mu.Lock()
-	joining, wanted := l.joining, l.wanted
+	joining, wanted, closed := l.joining, l.wanted, l.closed
 	l.joining, l.wanted = nil, nil
 	l.mu.Unlock()
 	for _, m := range joining {
@@ -165,6 +245,21 @@ func (l *Loop) takeRequests() {
 		w.m.wanted = true
 		l.progress(w.m)
 	}
+	if !closed {
+		return false
+	}
+	for _, m := range l.members {
+		if m == nil || m.gone {
+			continue
+		}
+		if m.inFlight {
+			go m.peer.Abandon()
+			l.leave(m, ErrClosed)
+		} else {
+			l.leave(m, nil)
+		}
+	}
+	return true
 }
 
 // join adds a session's sockets to the epoll set, edge-triggered: the loop

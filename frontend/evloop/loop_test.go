@@ -99,8 +99,8 @@ var (
 	testLoop     *Loop
 )
 
-// sharedLoop is one loop for all tests, as the proxy has (its goroutine
-// lives as long as the process).
+// sharedLoop is one loop for all tests, as the proxy has one for all its
+// sessions (never closed: it lives as long as the test binary).
 func sharedLoop(t *testing.T) *Loop {
 	testLoopOnce.Do(func() {
 		var err error

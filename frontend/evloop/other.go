@@ -23,3 +23,9 @@ func New(int) (*Loop, error) { return nil, errors.New("evloop: the event loop ne
 func (l *Loop) Run(client, backend *Conn, peer Peer) (Result, error) {
 	return Result{}, errors.New("evloop: the event loop needs Linux")
 }
+
+// ErrClosed: the loop is closed.
+var ErrClosed = errors.New("evloop: the event loop is closed")
+
+// Close does nothing: no loop runs here.
+func (l *Loop) Close() error { return nil }
