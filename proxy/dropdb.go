@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -58,14 +59,11 @@ func (s *Session) dropDatabase(ctx context.Context, sql string, frame []byte) er
 	p := s.proxy
 	last := plain
 	last.drop = true
+	check := dropStateSQL(name, p.cfg.Backend.User, force)
 	for attempt := 1; attempt < dropAttempts; attempt++ {
-		state, err := s.be.queryValue(ctx, dropStateSQL(name, p.cfg.Backend.User, force))
+		state, err := s.dropState(ctx, check)
 		if err != nil {
-			var pe *pgerr.Error
-			if !errors.As(err, &pe) || pe.IsFatal() {
-				return err
-			}
-			state = ""
+			return err
 		}
 		if state != "internal" {
 			break
@@ -93,6 +91,37 @@ func (s *Session) dropDatabase(ctx context.Context, sql string, frame []byte) er
 	}
 	s.dropped(name)
 	return nil
+}
+
+// dropBusyWait is how long a DROP DATABASE waits for other clients'
+// sessions in the database to go before it runs as written (and then
+// PostgreSQL waits 5 s more for them): a client that closed its last
+// session there just before may have a backend still on its way out.
+const dropBusyWait = time.Second
+
+// dropState runs check (dropStateSQL) on the session's backend, again
+// every 100 ms while it says 'busy', dropBusyWait at most. A failed check
+// says nothing ("").
+func (s *Session) dropState(ctx context.Context, check string) (string, error) {
+	deadline := time.Now().Add(dropBusyWait)
+	for {
+		state, err := s.be.queryValue(ctx, check)
+		if err != nil {
+			var pe *pgerr.Error
+			if !errors.As(err, &pe) || pe.IsFatal() {
+				return "", err
+			}
+			return "", nil
+		}
+		if state != "busy" || time.Now().After(deadline) {
+			return state, nil
+		}
+		select {
+		case <-ctx.Done():
+			return state, nil
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // dropped forgets database name after the client's DROP DATABASE, if it
