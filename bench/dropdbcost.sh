@@ -50,7 +50,8 @@ for r in $(seq "$ROUNDS"); do
 		c0=$(cluster_ticks) p0=$(cpu_ticks "${pid[$target]}")
 		t0=$(now)
 		through "$target" postgres "CREATE DATABASE $name"
-		through "$target" "$name" "CREATE TABLE t (k int PRIMARY KEY); INSERT INTO t VALUES (1); SELECT k, mz_now() FROM t"
+		psql -X -h 127.0.0.1 -p "${port[$target]}" -U postgres -d "$name" -qAt -v ON_ERROR_STOP=1 \
+			-c "CREATE TABLE t (k int PRIMARY KEY)" -c "INSERT INTO t VALUES (1)" -c "SELECT k, mz_now() FROM t" >/dev/null
 		t1=$(now)
 		through "$target" postgres "DROP DATABASE $name WITH (FORCE)"
 		t2=$(now)
