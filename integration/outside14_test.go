@@ -186,4 +186,3 @@ func TestOutside14TempTableShadows(t *testing.T) {
 	}
 	p.mustAlive(t, ctx)
 }
-

@@ -119,12 +119,10 @@ const InternalApplicationName = "mzproxy internal"
 func (p *Proxy) internalConfig(database string) *pgconn.Config {
 	cfg := p.cfg.Backend.Copy()
 	cfg.Database = database
-	params := make(map[string]string, len(cfg.RuntimeParams)+1)
-	for k, v := range cfg.RuntimeParams {
-		params[k] = v
+	if cfg.RuntimeParams == nil { // (Copy copies a map it has)
+		cfg.RuntimeParams = map[string]string{}
 	}
-	params["application_name"] = InternalApplicationName
-	cfg.RuntimeParams = params
+	cfg.RuntimeParams["application_name"] = InternalApplicationName
 	return cfg
 }
 

@@ -158,10 +158,3 @@ func (p *Proxy) stopIdle() {
 		}
 	}
 }
-
-// Databases is the number of databases the proxy keeps state of.
-func (p *Proxy) Databases() int {
-	p.dbMu.Lock()
-	defer p.dbMu.Unlock()
-	return len(p.dbs)
-}
