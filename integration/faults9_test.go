@@ -153,6 +153,10 @@ func TestFault9KillBetweenGuardAndRead(t *testing.T) {
 			}
 		}()
 	}
+	// A session through b keeps b serving the database (its lease there
+	// compacts, which retires the killed proxy's incarnation); without
+	// one b lets go of the database after --idle-release.
+	conn := connectTo(t, ctx, b.URL("postgres", d.name))
 	time.Sleep(time.Second)
 	inc := d.incarnation(a)
 	a.signal(syscall.SIGKILL)
@@ -163,7 +167,6 @@ func TestFault9KillBetweenGuardAndRead(t *testing.T) {
 	d.eventually(20*time.Second, "the killed proxy's holds lapsed", func() bool {
 		return d.int("SELECT count(*) FROM mz_internal.mz_read_holds WHERE incarnation = $1", inc) == 0
 	})
-	conn := connectTo(t, ctx, b.URL("postgres", d.name))
 	if err := boundReads(ctx, conn, 1, 2, 3, 4, 5, 6); err != nil {
 		t.Fatalf("through the other proxy: %v", err)
 	}

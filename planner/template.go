@@ -48,3 +48,23 @@ func WithTemplate(sql, template string) (string, bool) {
 	}
 	return sql[:end] + " TEMPLATE " + template + sql[end:], true
 }
+
+// DropDatabase reads sql, a query string of one DROP DATABASE: the
+// database it names and whether it says WITH (FORCE); ok is false for
+// anything else.
+func DropDatabase(sql string) (name string, force, ok bool) {
+	tree, err := pg.Parse(sql)
+	if err != nil || len(tree.Stmts) != 1 {
+		return "", false, false
+	}
+	drop, isDrop := tree.Stmts[0].Stmt.GetNode().(*pg.Node_DropdbStmt)
+	if !isDrop {
+		return "", false, false
+	}
+	for _, o := range drop.DropdbStmt.Options {
+		if d := o.GetDefElem(); d != nil && d.Defname == "force" {
+			force = true
+		}
+	}
+	return drop.DropdbStmt.Dbname, force, true
+}

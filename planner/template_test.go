@@ -21,3 +21,24 @@ func TestWithTemplate(t *testing.T) {
 		}
 	}
 }
+
+func TestDropDatabase(t *testing.T) {
+	for _, c := range []struct {
+		in    string
+		name  string
+		force bool
+		ok    bool
+	}{
+		{"DROP DATABASE x", "x", false, true},
+		{"drop database if exists \"My Db\" with (force);", "My Db", true, true},
+		{"DROP DATABASE x (FORCE) -- c", "x", true, true},
+		{"DROP DATABASE x; SELECT 1", "", false, false},
+		{"DROP TABLE x", "", false, false},
+		{"DROP DATABASE", "", false, false},
+	} {
+		name, force, ok := DropDatabase(c.in)
+		if name != c.name || force != c.force || ok != c.ok {
+			t.Errorf("DropDatabase(%q) = %q, %v, %v; want %q, %v, %v", c.in, name, force, ok, c.name, c.force, c.ok)
+		}
+	}
+}

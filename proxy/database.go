@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
@@ -36,6 +37,13 @@ type database struct {
 	// without waiting for conn.
 	seen atomic.Pointer[seenFrontiers]
 
+	// users counts the sessions of the database (starting ones
+	// included), and idle is the timer that releases the database once
+	// it has had none for Config.IdleRelease (idle.go); both guarded by
+	// Proxy.dbMu.
+	users int
+	idle  *time.Timer
+
 	// fixed, when set, is what every snapshot returns, read over no
 	// connection: the session scripts (session_script_test.go) run
 	// against a scripted backend with no database behind it.
@@ -52,6 +60,10 @@ type seenFrontiers struct {
 func (p *Proxy) database(name string) *database {
 	p.dbMu.Lock()
 	defer p.dbMu.Unlock()
+	return p.databaseLocked(name)
+}
+
+func (p *Proxy) databaseLocked(name string) *database {
 	db := p.dbs[name]
 	if db == nil {
 		db = &database{name: name}
@@ -86,10 +98,37 @@ func (db *database) forgetCatalog() {
 	db.seen.Store(nil)
 }
 
-// adminConn connects to database as the backend's configured user.
-func (p *Proxy) adminConn(ctx context.Context, database string) (*pgx.Conn, error) {
+// closeConn closes the administrative connection; the next use dials
+// again.
+func (db *database) closeConn() {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if db.conn != nil {
+		db.conn.Close()
+	}
+}
+
+// InternalApplicationName is the application_name of mzproxy's own
+// connections to the backend (catalog reads, leases, installs): what
+// tells them from the clients' sessions in pg_stat_activity, so that a
+// client's DROP DATABASE can end them (dropdb.go).
+const InternalApplicationName = "mzproxy internal"
+
+// internalConfig is the backend configuration of mzproxy's own
+// connections to database, as the backend's configured user.
+func (p *Proxy) internalConfig(database string) *pgconn.Config {
 	cfg := p.cfg.Backend.Copy()
 	cfg.Database = database
+	if cfg.RuntimeParams == nil { // (Copy copies a map it has)
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["application_name"] = InternalApplicationName
+	return cfg
+}
+
+// adminConn connects to database as the backend's configured user.
+func (p *Proxy) adminConn(ctx context.Context, database string) (*pgx.Conn, error) {
+	cfg := p.internalConfig(database)
 	connCfg, err := pgx.ParseConfig("")
 	if err != nil {
 		return nil, err

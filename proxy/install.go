@@ -80,13 +80,11 @@ func (p *Proxy) installed(database string) {
 // proxy's start, LoadCatalog: registering is a session's business, and a
 // proxy of a newer generation fences the older ones when it registers).
 func (p *Proxy) install(ctx context.Context, database string) error {
-	cfg := p.cfg.Backend.Copy()
-	cfg.Database = database
 	connCfg, err := pgx.ParseConfig("")
 	if err != nil {
 		return err
 	}
-	connCfg.Config = *cfg
+	connCfg.Config = *p.internalConfig(database)
 	conn, err := pgx.ConnectConfig(ctx, connCfg)
 	if err != nil {
 		return pgerr.Fatal(pgerr.ConnectionFailure, "mzproxy could not connect to install its schema in database %q: %v", database, err)

@@ -50,6 +50,7 @@ func (p *Proxy) LeaseErr(database string) error {
 // Call it after the sessions have ended.
 func (p *Proxy) Close(ctx context.Context) error {
 	p.closeTemplates()
+	p.stopIdle()
 	return p.leases.Close(ctx)
 }
 

@@ -65,6 +65,11 @@ type Config struct {
 	// whose SQL contains OCCPauseMarker pauses between its payload and its
 	// append while this file exists. Inert when empty.
 	OCCPauseFile string
+	// IdleRelease is how long the proxy keeps its own connections to a
+	// database (and its incarnation there) after the database's last
+	// session ended (idle.go); 0: DefaultIdleRelease, < 0: until the
+	// proxy stops.
+	IdleRelease time.Duration
 	// Lease configures the incarnation the proxy registers in each
 	// database it serves (Dial is ignored: the proxy connects as the
 	// backend's configured user).
@@ -92,9 +97,10 @@ type Proxy struct {
 	statementTimeout atomic.Int64
 	occMaxAttempts   atomic.Int64
 
-	dbMu     sync.Mutex
-	dbs      map[string]*database
-	sessions atomic.Uint64 // numbers sessions
+	dbMu      sync.Mutex
+	dbs       map[string]*database
+	dbsClosed bool          // Close began: no idle timer starts
+	sessions  atomic.Uint64 // numbers sessions
 }
 
 // New returns a Proxy.
@@ -192,6 +198,9 @@ func (p *Proxy) Connect(ctx context.Context, start wire.Startup, relay wire.Auth
 	if p.cfg.EventLoop {
 		be.detachable()
 	}
+	// The session counts in its database from here: the database is not
+	// let go while it starts (idle.go).
+	db := p.enterDatabase(start.Database)
 	// The backend work of a session's start (schema check, registration,
 	// settings) is bounded like PostgreSQL's authentication_timeout: a
 	// backend that does not answer fails the start rather than hanging it.
@@ -199,6 +208,7 @@ func (p *Proxy) Connect(ctx context.Context, start wire.Startup, relay wire.Auth
 	defer cancel()
 	if err := p.ensureInstalled(startCtx, be, start.Database); err != nil {
 		be.close()
+		p.leaveDatabase(db)
 		return nil, startError(startCtx, err)
 	}
 	// Registering is needed to write and to hold reads; a proxy that a
@@ -206,16 +216,21 @@ func (p *Proxy) Connect(ctx context.Context, start wire.Startup, relay wire.Auth
 	l, err := p.Lease(startCtx, start.Database)
 	if err != nil {
 		be.close()
+		p.leaveDatabase(db)
 		return nil, startError(startCtx, pgerr.As(err))
 	}
-	return p.openSession(ctx, startCtx, be, start, client, l)
+	return p.openSession(ctx, startCtx, be, start, client, l, db)
 }
 
 // openSession opens the session of start on its connected backend be,
-// under lease l; startCtx bounds the backend work of the start. It is
+// under lease l, counted in db (nil: it counts itself in); startCtx bounds
+// the backend work of the start. It is
 // Connect's last step, apart so that the session scripts
 // (session_script_test.go) can open a session on a scripted backend.
-func (p *Proxy) openSession(ctx, startCtx context.Context, be *backend, start wire.Startup, client *wire.Writer, l *lease.Lease) (*Session, error) {
+func (p *Proxy) openSession(ctx, startCtx context.Context, be *backend, start wire.Startup, client *wire.Writer, l *lease.Lease, db *database) (*Session, error) {
+	if db == nil {
+		db = p.enterDatabase(start.Database)
+	}
 	id := p.sessions.Add(1)
 	obs := p.obs.OpenSession(observe.SessionInfo{
 		ID:              start.Session,
@@ -226,6 +241,7 @@ func (p *Proxy) openSession(ctx, startCtx context.Context, be *backend, start wi
 	}, p.log.WithField("backend_pid", be.pid))
 	s := newSession(ctx, p, be, client, obs.Log())
 	s.id = id
+	s.db = db
 	s.obs = obs
 	if err := s.loadTimeoutDefaults(startCtx); err != nil {
 		s.Close()
@@ -233,7 +249,6 @@ func (p *Proxy) openSession(ctx, startCtx context.Context, be *backend, start wi
 	}
 	s.user = start.User
 	s.dump = start.Params["application_name"] == dumpApplicationName
-	s.db = p.database(start.Database)
 	s.lease = l
 	return s, nil
 }

@@ -49,6 +49,10 @@ type unit struct {
 	// database (template.go): an error the client's statement may not get
 	// is not relayed, and the client's statement runs instead.
 	templateCopy bool
+	// drop: a client's DROP DATABASE (dropdb.go); dropRetry: not its last
+	// attempt, whose 55006 or 42501 (mzproxy's own connections in the
+	// database) the client does not see, as the proxy tries again.
+	drop, dropRetry bool
 }
 
 // readStatementGone reports whether body, an ErrorResponse to the Bind of
@@ -293,6 +297,9 @@ func (s *Session) handleQuery(ctx context.Context, m *pgproto3.Query, frame []by
 		}
 		if r.createDatabase {
 			return s.createDatabase(ctx, m.String, frame)
+		}
+		if r.dropDatabase {
+			return s.dropDatabase(ctx, m.String, frame)
 		}
 	}
 	return s.request(ctx, frame, unit{kind: uQuery, relayZ: true, settings: settings}, true)
@@ -611,8 +618,15 @@ func (s *Session) answerUnit(ctx context.Context, u *unit, typ byte, frame []byt
 		s.muted = true
 	}
 	if typ == 'E' && u.templateCopy && copyRefusedBy(wire.Body(frame)) {
-		s.copyRefused = true
+		s.attemptRefused = true
 		s.muted = true
+	}
+	if typ == 'E' && u.drop {
+		s.dropFailed = true
+		if u.dropRetry && dropBlocked(wire.Body(frame)) {
+			s.attemptRefused = true
+			s.muted = true
+		}
 	}
 	if typ == 'E' && s.peekRefusedView(u, frame) {
 		return false, nil
@@ -760,7 +774,7 @@ func (s *Session) unitDone() error {
 // relays reports whether the client sees an answer of unit u.
 func (s *Session) relays(u *unit, typ byte) bool {
 	if typ == 'Z' {
-		return u.relayZ && !s.be.reads.lost && !s.copyRefused
+		return u.relayZ && !s.be.reads.lost && !s.attemptRefused
 	}
 	if s.muted {
 		return false

@@ -49,6 +49,9 @@ type route struct {
 	// createDatabase: the string is one CREATE DATABASE, which may copy
 	// the template database (template.go).
 	createDatabase bool
+	// dropDatabase: the string is one DROP DATABASE, before which the
+	// proxies let go of the database (dropdb.go).
+	dropDatabase bool
 }
 
 // emptyCatalog answers "not managed" for every name: routing needs only
@@ -118,6 +121,7 @@ func (s *Session) routeOf(sql string) route {
 	var r route
 	r.replayable = len(stmts) == 1 && stmts[0].Kind == planner.KindWrite && !stmts[0].CopyFromStdin
 	r.createDatabase = len(stmts) == 1 && stmts[0].Tag == "CREATE DATABASE"
+	r.dropDatabase = len(stmts) == 1 && stmts[0].Tag == "DROP DATABASE"
 	neutral, control := true, false
 	for _, st := range stmts {
 		control = control || st.Kind == planner.KindTransaction

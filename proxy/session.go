@@ -102,9 +102,14 @@ type relayState struct {
 	clientFailed bool
 	// requestFailed: an ErrorResponse came since the last ReadyForQuery.
 	requestFailed bool
-	// copyRefused: a copy of the template database failed, unseen by the
-	// client, whose own CREATE DATABASE runs next (template.go).
-	copyRefused bool
+	// attemptRefused: a statement the proxy tried in the client's place
+	// failed, unseen by the client, whose own statement runs next: a copy
+	// of the template database (template.go), a DROP DATABASE that met
+	// mzproxy's own connections (dropdb.go).
+	attemptRefused bool
+	// dropFailed: the last DROP DATABASE the proxy ran for the client
+	// failed (dropdb.go).
+	dropFailed bool
 	// skipping: an extended-protocol message failed; the backend ignores
 	// everything until Sync.
 	skipping bool
@@ -505,6 +510,7 @@ func (s *Session) Close() error {
 		return nil
 	}
 	s.closed = true
+	defer s.proxy.leaveDatabase(s.db)
 	s.obs.Close()
 	s.stopWait()
 	if sc := s.stmt; sc != nil {

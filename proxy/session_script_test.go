@@ -223,7 +223,7 @@ type scriptHandler struct {
 func (h scriptHandler) Connect(ctx context.Context, start wire.Startup, _ wire.AuthRelay, w *wire.Writer) (frontend.Session, error) {
 	startCtx, cancel := context.WithTimeout(ctx, scriptWait)
 	defer cancel()
-	s, err := h.e.px.openSession(ctx, startCtx, h.be, start, w, lease.Granted(scriptIncarnation))
+	s, err := h.e.px.openSession(ctx, startCtx, h.be, start, w, lease.Granted(scriptIncarnation), nil)
 	if err != nil {
 		return nil, err
 	}

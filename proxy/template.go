@@ -133,10 +133,10 @@ func (s *Session) createDatabase(ctx context.Context, sql string, frame []byte) 
 	if err != nil {
 		return err
 	}
-	if err := s.request(ctx, copyFrame, unit{kind: uQuery, relayZ: true, templateCopy: true}, true); err != nil || !s.copyRefused {
+	if err := s.request(ctx, copyFrame, unit{kind: uQuery, relayZ: true, templateCopy: true}, true); err != nil || !s.attemptRefused {
 		return err
 	}
-	s.copyRefused = false
+	s.attemptRefused = false
 	return s.request(ctx, frame, original, true)
 }
 

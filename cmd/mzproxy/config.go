@@ -20,6 +20,7 @@ import (
 
 	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/occ"
+	"github.com/mzproxy/mzproxy/proxy"
 	"github.com/mzproxy/mzproxy/proxy/lease"
 )
 
@@ -60,6 +61,7 @@ type config struct {
 	compaction        time.Duration
 	tick              time.Duration
 	retainHistory     time.Duration
+	idleRelease       time.Duration
 
 	// values is each setting's value as text, by name, and source where
 	// it came from: SIGHUP compares them to report what changed.
@@ -145,6 +147,7 @@ func newFlagSet(c *config, kinds map[string]kind) *flag.FlagSet {
 	dur(&c.leaseGrace, "lease-grace", lease.DefaultGrace, "a proxy without a heartbeat for this long is retired: its holds stop counting and it must register again")
 	dur(&c.compaction, "compaction-interval", lease.DefaultCompactInterval, "how often the proxy holding the compaction lock compacts history (0: this proxy never compacts)")
 	dur(&c.tick, "tick-interval", lease.DefaultTickInterval, "the most a database's upper and mz_now() trail the clock while nothing is written: the proxy holding its tick lock commits an empty write when no write did (0: this proxy never ticks)")
+	dur(&c.idleRelease, "idle-release", proxy.DefaultIdleRelease, "how long the proxy keeps its own connections to a database (and its lease there) after the database's last client session through it ended, so that the database can be dropped directly (0: until the proxy stops)")
 	dur(&c.retainHistory, "retain-history", lease.DefaultRetention, "history kept of a table without RETAIN HISTORY (when this proxy compacts)")
 	boolean(&c.noTemplate, "no-template", false, "copy template1 for a client's CREATE DATABASE as written and install mzproxy's schema at the first connection, instead of copying the template database mzproxy_template that holds it")
 	boolean(&c.historyReads, "history-reads", false, "read managed tables through their history at the oracle's timestamp, even for reads of the present (for conformance testing of the rewrite; slower)")

@@ -197,6 +197,7 @@ func run(cfg *config, log *logrus.Entry) error {
 		Logger:           log,
 		Observer:         obs,
 		HistoryReads:     cfg.historyReads,
+		IdleRelease:      idleRelease(cfg.idleRelease),
 		NoTemplate:       cfg.noTemplate,
 		EventLoop:        cfg.eventLoop,
 		StatementTimeout: cfg.statementTimeout,
@@ -366,4 +367,13 @@ func (h handler) Connect(ctx context.Context, start wire.Startup, relay wire.Aut
 		return nil, err
 	}
 	return s, nil
+}
+
+// idleRelease is proxy.Config.IdleRelease for the idle-release setting,
+// whose 0 means never.
+func idleRelease(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }

@@ -147,6 +147,7 @@ type Lease struct {
 	// their own on connMu.
 	flights   map[uint64]chan struct{}
 	err       error // set once lost
+	gone      bool  // lost because its database does not exist any more
 	done      chan struct{}
 	lastRound CompactStats
 
@@ -559,10 +560,21 @@ func (l *Lease) withConn(ctx context.Context, retry internalconn.Retry, f func(*
 		// compact. Without this the loop dialed the dropped database
 		// about twice a second until the lease expired (47 refused
 		// connections per database a sqllogictest file makes and drops).
+		l.mu.Lock()
+		l.gone = true
+		l.mu.Unlock()
 		l.lose(lost(err))
 		return l.Err()
 	}
 	return err
+}
+
+// Gone reports whether the lease was lost because its database does not
+// exist any more (it was dropped).
+func (l *Lease) Gone() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.gone
 }
 
 // databaseGone reports whether err is the refusal of a connection to a

@@ -642,6 +642,9 @@ func TestDroppedDatabase(t *testing.T) {
 	if err := a.Err(); !errors.Is(err, ErrLost) || !strings.Contains(err.Error(), "does not exist") {
 		t.Fatalf("lost with %v, want ErrLost saying the database does not exist", err)
 	}
+	if !a.Gone() {
+		t.Error("the lease of a dropped database does not say it is gone")
+	}
 	n := dials.Load()
 	time.Sleep(200 * time.Millisecond)
 	if more := dials.Load() - n; more > 0 {
@@ -695,6 +698,58 @@ func TestSet(t *testing.T) {
 	}
 	if got := d2.int("SELECT count(*) FROM mz_internal.mz_incarnations WHERE status = 'live'"); got != 0 {
 		t.Errorf("live incarnations after Close: %d", got)
+	}
+}
+
+// TestSetDetachDropped: Detach takes a live lease out of the set (it is
+// not closed: the caller closes it) and keeps the database's entry (its
+// generation); a lease lost because its database was dropped takes the
+// entry with it, and so does a Get refused with 3D000, so a set does not
+// grow with the databases made and dropped.
+func TestSetDetachDropped(t *testing.T) {
+	d1, d2 := newDB(t), newDB(t)
+	n1, n2 := d1.conn.Config().Database, d2.conn.Config().Database
+	css := map[string]string{n1: d1.cs, n2: d2.cs}
+	s := NewSet(Config{Interval: time.Hour, Grace: time.Hour, CompactInterval: 20 * time.Millisecond, Log: quiet},
+		func(ctx context.Context, database string) (*pgx.Conn, error) { return pgx.Connect(ctx, css[database]) })
+	defer s.Close(context.Background())
+	ctx := context.Background()
+	l1, err := s.Get(ctx, n1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Detach(n1); got != l1 || l1.Err() != nil {
+		t.Fatalf("Detach: %v (lease err %v), want the live lease", got, l1.Err())
+	}
+	if s.Len() != 1 || len(s.Leases()) != 0 {
+		t.Fatalf("after Detach: %d entries, %d leases; want 1, 0", s.Len(), len(s.Leases()))
+	}
+	if err := l1.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := s.Get(ctx, n2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2.conn.Close(ctx)
+	admin := connect(t, server.ConnString("postgres", "postgres"))
+	if _, err := admin.Exec(ctx, "DROP DATABASE "+n2+" WITH (FORCE)"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l2.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lease of a dropped database is not lost after 10 s")
+	}
+	if got := s.Detach(n2); got != l2 || s.Len() != 1 {
+		t.Fatalf("Detach of a dropped database's lease: %v, %d entries; want the lease, 1", got, s.Len())
+	}
+	if _, err := s.Get(ctx, n2); !databaseGone(err) || s.Len() != 1 {
+		t.Fatalf("Get of a dropped database: %v, %d entries; want 3D000, 1", err, s.Len())
+	}
+	s.Remove(n1)
+	if s.Len() != 0 {
+		t.Fatalf("after Remove: %d entries", s.Len())
 	}
 }
 

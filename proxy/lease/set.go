@@ -74,6 +74,10 @@ func (s *Set) Get(ctx context.Context, database string) (*Lease, error) {
 	cfg.Dial = func(ctx context.Context) (*pgx.Conn, error) { return s.dial(ctx, database) }
 	l, err := Register(ctx, cfg)
 	if err != nil {
+		if databaseGone(err) {
+			// Nothing is left to remember of a database that is gone.
+			s.drop(database, e)
+		}
 		return nil, err
 	}
 	s.mu.Lock()
@@ -104,6 +108,63 @@ func (s *Set) Forget(database string) {
 		e.l.abandon()
 		e.l = nil
 	}
+}
+
+// Detach takes the lease of database out of the set without closing it
+// (the caller closes it), for a database the proxy stopped using: the
+// next Get registers anew, with the generation of the last registration.
+// When the lease was lost because the database is gone, the database's
+// entry goes too.
+func (s *Set) Detach(database string) *Lease {
+	s.mu.Lock()
+	e := s.entries[database]
+	s.mu.Unlock()
+	if e == nil {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	l := e.l
+	e.l = nil
+	if l != nil && l.Gone() {
+		s.drop(database, e)
+	}
+	return l
+}
+
+// Remove forgets database, which was dropped: its lease is abandoned (the
+// incarnation went with the database) and its entry removed, so that a
+// database made again under the name starts from scratch.
+func (s *Set) Remove(database string) {
+	s.mu.Lock()
+	e := s.entries[database]
+	s.mu.Unlock()
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.l != nil {
+		e.l.abandon()
+		e.l = nil
+	}
+	s.drop(database, e)
+}
+
+// drop removes entry e of database (e.mu held).
+func (s *Set) drop(database string, e *setEntry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.entries[database] == e {
+		delete(s.entries, database)
+	}
+}
+
+// Len is the number of databases the set has an entry for.
+func (s *Set) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.entries)
 }
 
 // Leases returns the leases held now, by database (lost ones included
