@@ -1,0 +1,120 @@
+package integration
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// Session 15's attacks from outside, and the known gaps of session 14.
+// Each test here failed on the code before its fix (4d0ab04), or is
+// skipped as a known bug.
+
+// TestOutside15TempTablePlans: a temporary table that shadows a managed
+// one is read by its own session's timestamped reads (AS OF, mz_now(), a
+// read-only transaction) in both protocols, and only there: another
+// session reading the same texts at the same search_path reads the managed
+// table (the plan cache is keyed by text and search_path, and must not
+// serve one session's plan to the other), as does the temporary table's
+// session once pg_temp comes after the managed table's schema or the
+// temporary table is dropped (with a text that does not say it is
+// temporary).
+func TestOutside15TempTablePlans(t *testing.T) {
+	t.Parallel()
+	st := newStage(t, stageOpts{})
+	ctx, role, p := st.ctx, st.role, st.proxies[0]
+	owner := connectTo(t, ctx, st.url(0, "postgres"))
+	mustExec(t, ctx, owner, "CREATE TABLE shade (v text)", "INSERT INTO shade VALUES ('managed')", "GRANT SELECT ON shade TO "+role)
+	withTemp := connectTo(t, ctx, p.URL(role, st.db))
+	without := connectTo(t, ctx, p.URL(role, st.db))
+	mustExec(t, ctx, withTemp, "CREATE TEMPORARY TABLE shade (v text)", "INSERT INTO shade VALUES ('temp')")
+	var now int64
+	if err := owner.QueryRow(ctx, "SELECT mz_now()::text::int8").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	reads := []string{fmt.Sprintf("SELECT v FROM shade AS OF AT LEAST %d", now), "SELECT v FROM shade WHERE mz_now() > 0"}
+	check := func(c *pgx.Conn, who, want string) {
+		t.Helper()
+		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec} {
+			for _, sql := range reads {
+				var v string
+				if err := c.QueryRow(ctx, sql, mode).Scan(&v); err != nil || v != want {
+					t.Errorf("%s, %v: %s: %q (%v), want %q", who, mode, sql, v, err, want)
+				}
+			}
+		}
+	}
+	for range 2 {
+		check(withTemp, "the temporary table's session", "temp")
+		check(without, "another session", "managed")
+	}
+	// A read-only transaction: its plain reads are PostgreSQL's, its
+	// timestamped ones must agree with them.
+	for _, c := range []struct {
+		conn *pgx.Conn
+		want string
+	}{{withTemp, "temp"}, {without, "managed"}} {
+		mustExec(t, ctx, c.conn, "BEGIN")
+		for _, sql := range []string{"SELECT v FROM shade", reads[1]} {
+			var v string
+			if err := c.conn.QueryRow(ctx, sql, pgx.QueryExecModeSimpleProtocol).Scan(&v); err != nil || v != c.want {
+				t.Errorf("in a read-only transaction: %s: %q (%v), want %q", sql, v, err, c.want)
+			}
+		}
+		mustExec(t, ctx, c.conn, "COMMIT")
+	}
+	mustExec(t, ctx, withTemp, "SET search_path = public, pg_temp")
+	check(withTemp, "pg_temp last", "managed")
+	mustExec(t, ctx, withTemp, "RESET search_path")
+	check(withTemp, "pg_temp first again", "temp")
+	mustExec(t, ctx, withTemp, "DROP TABLE shade")
+	check(withTemp, "the temporary table dropped", "managed")
+	p.mustAlive(t, ctx)
+}
+
+// TestOutside15StrayStartup: bytes that cannot begin a message of a
+// session (a second StartupMessage or an SSLRequest mid-session, whose
+// first byte is 0; a Sync or Execute whose length is beyond what
+// PostgreSQL accepts for its type) end the session at once with FATAL
+// 08P01, as PostgreSQL does, with mzproxy's default message limit. mzproxy
+// used to take their length words at their word and wait for the rest of
+// a "message" that never comes, holding the session and its backend.
+// Other sessions go on.
+func TestOutside15StrayStartup(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	p := startProxy(t)
+	other := p.connect(t, ctx)
+	tests := []struct {
+		name string
+		send []byte
+	}{
+		{"second StartupMessage", startupBytes()},
+		{"SSLRequest", be32(8, 80877103)},
+		{"GSSENCRequest", be32(8, 80877104)},
+		{"Sync of 1 MB", []byte{'S', 0, 0x10, 0, 0}},
+		{"Execute of 64 kB", []byte{'E', 0, 1, 0, 0}},
+		{"Sync after a Parse", func() []byte {
+			b, _ := (&pgproto3.Parse{Query: "SELECT 1"}).Encode(nil)
+			return append(b, 'S', 0, 0x10, 0, 0)
+		}()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := p.dialRaw(t)
+			c.startup()
+			c.write(tt.send)
+			c.expectFatal("08P01")
+		})
+	}
+	t.Cleanup(func() {
+		var n int
+		if err := other.QueryRow(ctx, "SELECT 1").Scan(&n); err != nil {
+			t.Errorf("another session after the stray messages: %v", err)
+		}
+		p.mustAlive(t, ctx)
+	})
+}
