@@ -118,3 +118,32 @@ func TestOutside15StrayStartup(t *testing.T) {
 		p.mustAlive(t, ctx)
 	})
 }
+
+// TestOutside15AsOfParamUnknownType: a Parse that declares a type that does
+// not exist for the AS OF parameter gets PostgreSQL's error for a
+// parameter of that type that a statement uses (XX000, its catalog
+// lookup's message), as the same Parse of SELECT $1 gets directly, and the
+// session goes on. mzproxy took the value as text.
+func TestOutside15AsOfParamUnknownType(t *testing.T) {
+	t.Parallel()
+	st := newStage(t, stageOpts{})
+	ctx := st.ctx
+	owner := connectTo(t, ctx, st.url(0, "postgres"))
+	mustExec(t, ctx, owner, "CREATE TABLE typed (v int)", "INSERT INTO typed VALUES (1)", "GRANT SELECT ON typed TO "+st.role)
+	c := connectTo(t, ctx, st.url(0, st.role))
+	direct := connectTo(t, ctx, directURL(st.role, st.db))
+	_, want := direct.PgConn().Prepare(ctx, "", "SELECT $1", []uint32{999999})
+	_, err := c.PgConn().Prepare(ctx, "", "SELECT v FROM typed AS OF $1", []uint32{999999})
+	if err == nil || want == nil || err.Error() != want.Error() {
+		t.Errorf("Parse of AS OF $1 declared with type OID 999999: %v; want PostgreSQL's %v", err, want)
+	}
+	var now int64
+	if err := c.QueryRow(ctx, "SELECT mz_now()::text::int8").Scan(&now); err != nil {
+		t.Fatalf("the session after the refused Parse: %v", err)
+	}
+	var v int
+	if err := c.QueryRow(ctx, "SELECT v FROM typed AS OF $1", now).Scan(&v); err != nil || v != 1 {
+		t.Errorf("AS OF $1 bound as bigint: %d, %v", v, err)
+	}
+	st.proxies[0].mustAlive(t, ctx)
+}
