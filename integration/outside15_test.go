@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -146,4 +147,37 @@ func TestOutside15AsOfParamUnknownType(t *testing.T) {
 		t.Errorf("AS OF $1 bound as bigint: %d, %v", v, err)
 	}
 	st.proxies[0].mustAlive(t, ctx)
+}
+
+// TestOutside15TimestampedReadMaxParams: a timestamped read with 65535
+// parameters, the most a Parse holds, is refused (54000) and the session
+// goes on: mzproxy binds the read's timestamp as one more parameter, and
+// its Parse of 65536 used to fail to encode, which ended the session
+// (08006). The same read of the present runs, as in PostgreSQL.
+func TestOutside15TimestampedReadMaxParams(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	p := startProxy(t)
+	c := p.connect(t, ctx)
+	const n = 65535
+	var in strings.Builder
+	args := make([]any, n)
+	for i := range n {
+		if i > 0 {
+			in.WriteByte(',')
+		}
+		fmt.Fprintf(&in, "$%d::int", i+1)
+		args[i] = i
+	}
+	read := "SELECT count(*) FROM generate_series(1, 10) g WHERE g IN (" + in.String() + ")"
+	var got int
+	if err := c.QueryRow(ctx, read, args...).Scan(&got); err != nil || got != 10 {
+		t.Fatalf("a read of the present with %d parameters: %d, %v", n, got, err)
+	}
+	err := c.QueryRow(ctx, read+" AND mz_now() > 0", args...).Scan(&got)
+	wantCode(t, err, "54000")
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM generate_series(1, 10) WHERE mz_now() > 0").Scan(&got); err != nil || got != 10 {
+		t.Errorf("the session after the refused read: %d, %v", got, err)
+	}
+	p.mustAlive(t, ctx)
 }
