@@ -181,3 +181,56 @@ func TestOutside15TimestampedReadMaxParams(t *testing.T) {
 	}
 	p.mustAlive(t, ctx)
 }
+
+// TestOutside15ClientEncoding: a session in client_encoding LATIN1 whose
+// statement text is not UTF-8 (an é is one byte) gets 0A000 for what
+// mzproxy must parse (DDL, writes, timestamped reads), and its plain reads
+// and its ASCII statements run. mzproxy's parser failed on such a text
+// and forwarded it unplanned: CREATE TABLE made a table mzproxy did not
+// manage (no history, no AS OF), an INSERT into a managed table failed
+// with MZ002, and a read with mz_now() with 42883.
+func TestOutside15ClientEncoding(t *testing.T) {
+	t.Parallel()
+	st := newStage(t, stageOpts{postgres: true})
+	ctx, p := st.ctx, st.proxies[0]
+	c := p.dialRaw(t)
+	start, _ := (&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersion30,
+		Parameters: map[string]string{"user": "postgres", "database": st.db, "client_encoding": "LATIN1"}}).Encode(nil)
+	c.write(start)
+	query := func(sql string) (code string, rows []string) {
+		t.Helper()
+		q, _ := (&pgproto3.Query{String: sql}).Encode(nil)
+		c.write(q)
+		for {
+			switch m := c.receive().(type) {
+			case *pgproto3.ErrorResponse:
+				code = m.Code
+			case *pgproto3.DataRow:
+				rows = append(rows, string(m.Values[0]))
+			case *pgproto3.ReadyForQuery:
+				return code, rows
+			}
+		}
+	}
+	for {
+		if _, ok := c.receive().(*pgproto3.ReadyForQuery); ok {
+			break
+		}
+	}
+	for _, tt := range []struct{ sql, code, row string }{
+		{"CREATE TABLE latin (v text)", "", ""},
+		{"INSERT INTO latin VALUES ('cafe')", "", ""},
+		{"SELECT v || 'caf\xe9' FROM latin", "", "cafecaf\xe9"},
+		{"CREATE TABLE latin_default (v text DEFAULT 'caf\xe9')", "0A000", ""},
+		{"INSERT INTO latin VALUES ('caf\xe9')", "0A000", ""},
+		{"SELECT v FROM latin WHERE v <> 'caf\xe9' AND mz_now() > 0", "0A000", ""},
+		{"SELECT count(*)::text FROM latin WHERE mz_now() > 0", "", "1"},
+		{"SELECT count(*)::text FROM pg_class WHERE relname = 'latin_default'", "", "0"},
+	} {
+		code, rows := query(tt.sql)
+		if code != tt.code || tt.row != "" && (len(rows) != 1 || rows[0] != tt.row) {
+			t.Errorf("%q: error %q, rows %q; want error %q, row %q", tt.sql, code, rows, tt.code, tt.row)
+		}
+	}
+	p.mustAlive(t, ctx)
+}
