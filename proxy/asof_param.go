@@ -205,7 +205,7 @@ func invalidAsOf(n int, v string) error {
 	return pgerr.New(pgerr.InvalidParameterValue, "AS OF parameter $%d: %q is not a valid timestamp", n, v)
 }
 
-// checkAsOfParamType refuses the Parse of a timestamped read with the
+// checkExplicitParse refuses the Parse of a timestamped read with the
 // client's 65535 parameters (the limit of a Parse: the rewrite needs one
 // more), and that of a statement with AS OF $n whose
 // Parse declared a type for $n that does not exist, as PostgreSQL refuses
@@ -214,7 +214,7 @@ func invalidAsOf(n int, v string) error {
 // as text; the backend never sees $n used, and would accept any OID. A
 // type the proxy reads (asOfParamMillis) costs nothing; another is looked
 // up in pg_type, the backend quiesced.
-func (s *Session) checkAsOfParamType(ctx context.Context, st *planner.Statement, declared []uint32) error {
+func (s *Session) checkExplicitParse(ctx context.Context, st *planner.Statement, declared []uint32) error {
 	if t := st.Template; t != nil && t.Holes() > 0 && max(len(declared), t.Param()-1) >= math.MaxUint16 {
 		// The rewrite reads the timestamp from a parameter after the
 		// client's (explicitRecord): a Parse holds at most 65535.

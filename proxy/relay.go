@@ -321,7 +321,7 @@ func (s *Session) handleParse(ctx context.Context, m *pgproto3.Parse, frame []by
 			}
 			st, _, err := s.explicitPlan(ctx, m.Query)
 			if err == nil && st != nil {
-				err = s.checkAsOfParamType(ctx, st, m.ParameterOIDs)
+				err = s.checkExplicitParse(ctx, st, m.ParameterOIDs)
 			}
 			if err != nil {
 				return s.failExtended(ctx, err)
