@@ -81,7 +81,7 @@ func (s *Session) noteStatementText(sql string) {
 		s.quietText = sql
 		return
 	}
-	if tempSet.In(sql) {
+	if !s.tempSeen && tempSet.In(sql) && saysTemp(sql) {
 		s.tempSeen = true
 	}
 	if !forgetSet.In(sql) {

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"strconv"
+	"strings"
 
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
@@ -14,14 +15,43 @@ import (
 // relation, which has no history, and not the managed one. The proxy does
 // not see the backend's catalog, so it asks for the session's temporary
 // relations before planning a timestamped read, once a text of the
-// session may have made one: one that says "temp" (CREATE TEMP[ORARY],
-// pg_temp.x, SELECT INTO TEMP). A session that never says it pays
+// session may have made one: one with the word TEMP or TEMPORARY, or
+// naming pg_temp (saysTemp). A session that never says it pays
 // nothing. A function that makes a temporary relation from a text the
 // session never sent (its body created elsewhere, building the word at
 // run time) is not seen (README, Limitations).
 
 // tempWord is the word of a text that may make a temporary relation.
 const tempWord = "temp"
+
+// saysTemp reports whether sql has the word TEMP or TEMPORARY, or names
+// the schema pg_temp (or pg_temp_N), in any case: not "attempts" or
+// "temperature", which would cost their sessions the event loop's
+// timestamped reads for nothing.
+func saysTemp(sql string) bool {
+	ident := func(c byte) bool {
+		return c == '_' || c == '$' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80
+	}
+	for i := 0; i+len(tempWord) <= len(sql); i++ {
+		if !strings.EqualFold(sql[i:i+len(tempWord)], tempWord) {
+			continue
+		}
+		start, end := i, i+len(tempWord)
+		if start >= 3 && strings.EqualFold(sql[start-3:start], "pg_") {
+			start -= 3
+			if end < len(sql) && sql[end] == '_' {
+				for end++; end < len(sql) && sql[end] >= '0' && sql[end] <= '9'; end++ {
+				}
+			}
+		} else if end+5 <= len(sql) && strings.EqualFold(sql[end:end+5], "orary") {
+			end += 5
+		}
+		if (start == 0 || !ident(sql[start-1])) && (end == len(sql) || !ident(sql[end])) {
+			return true
+		}
+	}
+	return false
+}
 
 // tempSet is tempWord's table; noteSet is forgetWords and tempWord, the
 // first scan of every text (known.go).
