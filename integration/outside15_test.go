@@ -104,7 +104,6 @@ func TestOutside15StrayStartup(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
 			c := p.dialRaw(t)
 			c.startup()
 			c.write(tt.send)
