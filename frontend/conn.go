@@ -91,6 +91,7 @@ func (s *Server) serveConn(nc net.Conn) {
 		ctx:   ctx,
 		stop:  stop,
 	}
+	c.r.SetLimit(wire.FrontendLimit)
 	c.raw = nc
 	c.prefix.src = nc
 	c.watchdog = time.AfterFunc(time.Hour, c.checkClient)

@@ -164,7 +164,6 @@ func TestOutside14PrepareTransaction(t *testing.T) {
 // name under PostgreSQL's rules (a role without SELECT on the managed
 // table gets 42501 for the history table instead of its own rows).
 func TestOutside14TempTableShadows(t *testing.T) {
-	t.Skip("known bug: mzproxy resolves unqualified names without the session's temporary tables (README Limitations)")
 	t.Parallel()
 	st := newStage(t, stageOpts{})
 	ctx, role, p := st.ctx, st.role, st.proxies[0]

@@ -78,12 +78,17 @@ type Ref struct {
 func (r Ref) Managed() bool { return r.Object != nil }
 
 // EffectiveSearchPath turns a session's search_path setting into the list
-// of schemas PostgreSQL searches, in order: "$user" becomes user (dropped
-// when user is ""), and pg_catalog comes first unless listed explicitly.
-// pg_temp is dropped: the proxy cannot see temporary tables, and they are
-// never managed. Catalog implementations may use it.
+// of schemas PostgreSQL searches for a relation, in order: "$user" becomes
+// user (dropped when user is ""), pg_catalog comes first unless listed
+// explicitly, and pg_temp (the session's temporary schema) before it
+// unless listed explicitly. The catalog decides what pg_temp holds: its
+// temporary relations shadow managed objects of the same name there.
+// Catalog implementations may use it.
 func EffectiveSearchPath(searchPath []string, user string) []string {
-	out := make([]string, 0, len(searchPath)+1)
+	out := make([]string, 0, len(searchPath)+2)
+	if !slices.Contains(searchPath, "pg_temp") {
+		out = append(out, "pg_temp")
+	}
 	if !slices.Contains(searchPath, "pg_catalog") {
 		out = append(out, "pg_catalog")
 	}
@@ -93,7 +98,6 @@ func EffectiveSearchPath(searchPath []string, user string) []string {
 			if user != "" {
 				out = append(out, user)
 			}
-		case "pg_temp":
 		default:
 			out = append(out, s)
 		}

@@ -204,3 +204,39 @@ func numericText(v []byte) (string, error) {
 func invalidAsOf(n int, v string) error {
 	return pgerr.New(pgerr.InvalidParameterValue, "AS OF parameter $%d: %q is not a valid timestamp", n, v)
 }
+
+// checkExplicitParse refuses the Parse of a timestamped read with the
+// client's 65535 parameters (the limit of a Parse: the rewrite needs one
+// more), and that of a statement with AS OF $n whose
+// Parse declared a type for $n that does not exist, as PostgreSQL refuses
+// a parameter it uses with such a type (XX000, its catalog lookup's own
+// message). The proxy reads the value itself and would otherwise take it
+// as text; the backend never sees $n used, and would accept any OID. A
+// type the proxy reads (asOfParamMillis) costs nothing; another is looked
+// up in pg_type, the backend quiesced.
+func (s *Session) checkExplicitParse(ctx context.Context, st *planner.Statement, declared []uint32) error {
+	if t := st.Template; t != nil && t.Holes() > 0 && max(len(declared), t.Param()-1) >= math.MaxUint16 {
+		// The rewrite reads the timestamp from a parameter after the
+		// client's (explicitRecord): a Parse holds at most 65535.
+		return pgerr.New("54000", "a timestamped read over the extended protocol may have at most %d parameters", math.MaxUint16-1).
+			WithHint("mzproxy binds the read's timestamp as one more parameter.")
+	}
+	a := st.AsOf
+	if a == nil || a.Param == 0 || a.Param > len(declared) {
+		return nil
+	}
+	oid := declared[a.Param-1]
+	switch oid {
+	case 0, pgtype.UnknownOID, pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID, pgtype.NumericOID,
+		pgtype.TimestamptzOID, pgtype.TimestampOID, pgtype.DateOID, pgtype.TextOID, pgtype.VarcharOID:
+		return nil
+	}
+	v, err := s.be.internalValue(ctx, "SELECT pg_catalog.count(*) FROM pg_catalog.pg_type WHERE oid = "+strconv.FormatUint(uint64(oid), 10))
+	if err != nil {
+		return err
+	}
+	if v == "0" {
+		return pgerr.New(pgerr.InternalError, "cache lookup failed for type %d", oid)
+	}
+	return nil
+}

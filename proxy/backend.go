@@ -59,6 +59,9 @@ type backend struct {
 	// escapingStrings: the session has standard_conforming_strings off
 	// (strings_scs.go).
 	escapingStrings bool
+	// foreignText: the session's client_encoding is neither UTF8 nor
+	// SQL_ASCII (strings_scs.go).
+	foreignText bool
 	// guards are the read guards prepared on this connection, one per
 	// shape (seen_read.go, guardSlot); guardUsed is the one sent last.
 	guards    [guardSlots]preparedGuard
@@ -179,6 +182,7 @@ func newBackend(nc net.Conn, pid uint32, secret []byte, params map[string]string
 		params:          params,
 		cfg:             cfg,
 		escapingStrings: params[scsParameter] == "off",
+		foreignText:     foreignEncoding(params[encodingParameter]),
 	}
 }
 

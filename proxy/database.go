@@ -305,6 +305,24 @@ func (db *database) catalogAt(rev int64) *catalogSnapshot {
 type catalogSnapshot struct {
 	cat     *storage.Catalog
 	objects map[int64]*planner.Object
+	// temps are the names of one session's temporary relations, which
+	// shadow managed objects of the same name where the search path has
+	// pg_temp (withTemps): nil in a database's own snapshot, which all
+	// its sessions share.
+	temps map[string]bool
+}
+
+// withTemps is s as seen by a session whose temporary relations have
+// the names temps: a copy, so that no plan made with it is taken for one
+// made with s (the planner's cache tells catalogs apart by pointer), nor
+// s for it.
+func (s *catalogSnapshot) withTemps(temps map[string]bool) *catalogSnapshot {
+	if len(temps) == 0 {
+		return s
+	}
+	c := *s
+	c.temps = temps
+	return &c
 }
 
 func newCatalogSnapshot(c *storage.Catalog) *catalogSnapshot {
@@ -332,9 +350,10 @@ func newCatalogSnapshot(c *storage.Catalog) *catalogSnapshot {
 }
 
 // Lookup implements planner.Catalog. An unqualified name resolves in the
-// first schema of the search path holding a managed object of that name;
-// an unmanaged relation earlier in the path that shadows it is not seen
-// (the proxy does not track unmanaged relations).
+// first schema of the search path holding a managed object of that name,
+// or, at pg_temp, a temporary relation of the session's (unmanaged); an
+// unmanaged relation of another schema earlier in the path that shadows
+// it is not seen (the proxy does not track those).
 func (s *catalogSnapshot) Lookup(schema, name string, searchPath []string) (*planner.Object, bool) {
 	if schema != "" {
 		if o := s.cat.ByName(schema, name); o != nil {
@@ -343,6 +362,12 @@ func (s *catalogSnapshot) Lookup(schema, name string, searchPath []string) (*pla
 		return nil, false
 	}
 	for _, sch := range searchPath {
+		if sch == "pg_temp" {
+			if s.temps[name] {
+				return nil, false
+			}
+			continue
+		}
 		if o := s.cat.ByName(sch, name); o != nil {
 			return s.objects[o.ID], true
 		}

@@ -71,10 +71,18 @@ var viewRestrictionWords = []string{"restrict_nonsystem", "set_config"}
 // viewRestrictionWords, their tables built once.
 var forgetSet, viewRestrictionSet = planner.NewFoldWords(forgetWords...), planner.NewFoldWords(viewRestrictionWords...)
 
-// noteStatementText forgets what sql may change, before it runs.
+// noteStatementText forgets what sql may change, before it runs, and
+// notes a text that may make a temporary relation (temps.go).
 func (s *Session) noteStatementText(sql string) {
 	if sql == s.quietText {
 		return
+	}
+	if !noteSet.In(sql) {
+		s.quietText = sql
+		return
+	}
+	if !s.tempSeen && tempSet.In(sql) && saysTemp(sql) {
+		s.tempSeen = true
 	}
 	if !forgetSet.In(sql) {
 		s.quietText = sql

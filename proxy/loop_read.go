@@ -86,7 +86,8 @@ func (s *Session) admitGuarded(sql string) ([]byte, bool) {
 	// second time changes nothing).
 	s.observeQuery(sql)
 	s.noteStatementText(sql)
-	if s.isolation != strictSerializable || s.known.searchPath == nil || s.db.seen.Load() == nil {
+	if s.isolation != strictSerializable || s.known.searchPath == nil || s.db.seen.Load() == nil ||
+		s.tempSeen { // planning asks for its temporary relations (temps.go)
 		return nil, false
 	}
 	// As handle does for a Query: explicitSnapshot reads it.

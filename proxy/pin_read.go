@@ -130,7 +130,8 @@ func (s *Session) pinWithRead(ctx context.Context, sql, readPortal string) *pinG
 	// Over the extended protocol, the read's Bind begins the batch.
 	if s.txn.phase != txnFresh || s.tx != txBlock || s.be.unsynced ||
 		s.units.len() > 0 || s.skipping || s.proxy.cfg.HistoryReads || ctx.Err() != nil ||
-		s.txn.peek == nil || *s.txn.peek == "" || s.known.searchPath == nil || !s.plainRead(sql) {
+		s.txn.peek == nil || *s.txn.peek == "" || s.known.searchPath == nil || !s.plainRead(sql) ||
+		s.tempSeen { // notePinned asks for its temporary relations (temps.go)
 		return nil
 	}
 	expected, guessed := s.expectedCharacteristics()

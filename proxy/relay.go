@@ -332,6 +332,9 @@ func (s *Session) handleParse(ctx context.Context, m *pgproto3.Parse, frame []by
 				return s.parseExplicit(ctx, m, st)
 			}
 			st, _, err := s.explicitPlan(ctx, m.Query)
+			if err == nil && st != nil {
+				err = s.checkExplicitParse(ctx, st, m.ParameterOIDs)
+			}
 			if err != nil {
 				return s.failExtended(ctx, err)
 			}

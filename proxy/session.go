@@ -66,6 +66,9 @@ type Session struct {
 	// empty text has none either): an extended client's Parse and Bind of
 	// one statement, and its next Parse of it, then cost one comparison.
 	quietText string
+	// tempSeen: a text of the session may have made a temporary
+	// relation, which timestamped reads then ask for (temps.go).
+	tempSeen bool
 	// seenPlan: explicitPlan planned the Query with the catalog seen last
 	// (seen_read.go).
 	seenPlan seenPlan

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"unicode/utf8"
+
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/mzproxy/mzproxy/frontend/wire"
@@ -29,14 +31,44 @@ func (b *backend) noteParameter(frame []byte) {
 		return
 	}
 	b.params[ps.Name] = ps.Value
-	if ps.Name == scsParameter {
+	switch ps.Name {
+	case scsParameter:
 		b.escapingStrings = ps.Value == "off"
+	case encodingParameter:
+		b.foreignText = foreignEncoding(ps.Value)
 	}
+}
+
+// The proxy reads statement text as UTF-8 too (pg_query's parser), and
+// PostgreSQL converts a session's text from its client_encoding. A text
+// that is not UTF-8 (a LATIN1 é) is not parsed by the proxy: a read is
+// forwarded as it is, but a write or DDL would run unplanned (a CREATE
+// TABLE whose text has an é made a table mzproxy did not manage, with no
+// history; an INSERT into a managed one was refused with MZ002), and a
+// timestamped read lost its AS OF or mz_now(). Such a text is refused
+// (0A000) unless it is a plain read; text of the session that is UTF-8
+// (ASCII, or a multibyte encoding's text that happens to be) is read
+// as it is: the proxy passes its bytes through unchanged.
+
+// encodingParameter is client_encoding's name.
+const encodingParameter = "client_encoding"
+
+// foreignEncoding reports whether a client_encoding, as the backend
+// reports it, is one whose text the proxy may not read: neither UTF8 nor
+// SQL_ASCII (whose bytes PostgreSQL takes as UTF-8 too, and refuses when
+// they are not).
+func foreignEncoding(enc string) bool {
+	return enc != "" && enc != "UTF8" && enc != "SQL_ASCII"
 }
 
 // checkStringSyntax refuses sql when the session's backend reads its
 // strings otherwise than the proxy does (see above).
 func (s *Session) checkStringSyntax(sql string) error {
+	if s.be.foreignText && !utf8.ValidString(sql) && !s.plainRead(sql) {
+		return pgerr.New(pgerr.FeatureNotSupported,
+			"mzproxy reads statement text as UTF-8, and this statement in client_encoding %s is not", s.be.params[encodingParameter]).
+			WithHint("Set client_encoding to UTF8, or pass the non-ASCII values as parameters.")
+	}
 	if !s.be.escapingStrings || !backslashInPlainString(sql) {
 		return nil
 	}

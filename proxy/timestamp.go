@@ -100,6 +100,9 @@ func (s *Session) planWith(ctx context.Context, sql string, seen bool) ([]*plann
 	if err != nil {
 		return nil, nil, err
 	}
+	if cat, err = s.withSessionTemps(ctx, cat); err != nil {
+		return nil, nil, err
+	}
 	stmts, err := s.proxy.planner.Plan(sql, cat, planner.Options{
 		SearchPath:        planner.EffectiveSearchPath(path, s.user),
 		ExplicitTimestamp: s.proxy.cfg.HistoryReads,

@@ -902,9 +902,19 @@ func (s *Session) notePinned(ctx context.Context, read uint64, writes, revision 
 		if s.txn.catalog, _, err = s.db.snapshot(ctx, s.proxy); err != nil {
 			// The snapshot is taken, but no read can be checked.
 			s.txn.phase = txnOther
+			return err
 		}
 	}
-	return err
+	// Never while a client's read rides behind the pin: pinWithRead
+	// leaves a session that may have temporary relations to this round
+	// trip of its own.
+	cat, err := s.withSessionTemps(ctx, s.txn.catalog)
+	if err != nil {
+		s.txn.phase = txnOther
+		return err
+	}
+	s.txn.catalog = cat
+	return nil
 }
 
 // parsePin reads a pin's value, "timestamp writes revision" (strconv, not

@@ -1,6 +1,10 @@
 package evloop
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/mzproxy/mzproxy/frontend/wire"
+)
 
 // batchState is what a client's bytes are, read from the start.
 type batchState uint8
@@ -13,7 +17,8 @@ const (
 
 // judgeBatch looks at a client's bytes: one batch is whole frames of which
 // the last, and only it, is a Query or a Sync. What the connection's own
-// reader would refuse (a length below 4, a frame longer than maxFrame),
+// reader would refuse (a length below 4, a frame longer than maxFrame or
+// than its type's limit, wire.FrontendLimit),
 // more than one batch (a pipeline), or a batch longer than maxBatch, goes
 // back to the connection's goroutine, which answers it as it always does.
 // So does, from its type byte on, a frame after which no Sync may be
@@ -40,7 +45,7 @@ func judgeBatch(b []byte, maxBatch, maxFrame int) (state batchState, whole int) 
 			return short(off)
 		}
 		n := int(binary.BigEndian.Uint32(b[off+1:]))
-		if n < 4 || 1+n > maxFrame {
+		if n < 4 || 1+n > maxFrame || 1+n > wire.FrontendLimit(b[off]) {
 			return batchOther, off
 		}
 		end := off + 1 + n

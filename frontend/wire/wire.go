@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 )
@@ -36,6 +37,44 @@ type Reader struct {
 	max     int
 	discard int    // bytes of the previous frame still in br
 	big     []byte // frames larger than br's buffer
+	// limit, when set, bounds each type's frames (SetLimit).
+	limit func(typ byte) int
+}
+
+// SetLimit makes the Reader judge each frame by its header, before it
+// waits for the body: limit(typ) bounds a frame of that type (length word
+// and body; the Reader's own maximum still applies), and 0 refuses the
+// type at once.
+func (r *Reader) SetLimit(limit func(typ byte) int) { r.limit = limit }
+
+// Frontend message limits, PostgreSQL's (postgres.c, SocketBackend):
+// messages that carry a client's data may be large, the others hold a
+// few names and counts.
+const (
+	// smallFrontendMessage is PQ_SMALL_MESSAGE_LIMIT.
+	smallFrontendMessage = 10000
+	// authFrontendMessage is PG_MAX_AUTH_TOKEN_LENGTH (a password or
+	// SASL message).
+	authFrontendMessage = 65535
+)
+
+// FrontendLimit is a client connection's limit for SetLimit: the message
+// types a client may send, each with PostgreSQL's bound (a Query, Parse,
+// Bind, CopyData or FunctionCall only by the Reader's maximum). Any other
+// type byte (the first byte of a StartupMessage or SSLRequest sent
+// mid-session is 0) is refused before its length is believed, as
+// PostgreSQL refuses it: a client that lost the message boundaries is not
+// waited for.
+func FrontendLimit(typ byte) int {
+	switch typ {
+	case 'Q', 'P', 'B', 'd', 'F':
+		return math.MaxInt
+	case 'C', 'D', 'E', 'H', 'S', 'X', 'c', 'f':
+		return smallFrontendMessage
+	case 'p':
+		return authFrontendMessage
+	}
+	return 0
 }
 
 // NewReader returns a Reader over r with a buffer of size bytes that refuses
@@ -74,6 +113,15 @@ func (r *Reader) Next() (byte, []byte, error) {
 	if err := r.release(); err != nil {
 		return 0, nil, err
 	}
+	if r.limit != nil {
+		typ, err := r.br.Peek(1)
+		if err != nil {
+			return 0, nil, err
+		}
+		if r.limit(typ[0]) == 0 {
+			return 0, nil, &FrameError{fmt.Sprintf("invalid frontend message type %d", typ[0])}
+		}
+	}
 	hdr, err := r.br.Peek(5)
 	if err != nil {
 		return 0, nil, err
@@ -81,6 +129,9 @@ func (r *Reader) Next() (byte, []byte, error) {
 	n := int(binary.BigEndian.Uint32(hdr[1:5]))
 	if n < 4 {
 		return 0, nil, &FrameError{fmt.Sprintf("invalid message length %d for message type %q", n, hdr[0])}
+	}
+	if r.limit != nil && n+1 > r.limit(hdr[0]) {
+		return 0, nil, &FrameError{fmt.Sprintf("invalid message length %d for message type %q (limit %d)", n, hdr[0], r.limit(hdr[0]))}
 	}
 	if n > r.max-1 {
 		return 0, nil, &FrameError{fmt.Sprintf("message of type %q is too large (%d bytes, limit %d)", hdr[0], n+1, r.max)}
