@@ -1,3 +1,8 @@
+-- bench/ddlcost.sh VARIANTS file (docs/ddl-cost.md, session 15): lazy.sql
+-- plus ensure_history(rel), the build a lazy table would get before its
+-- first write: the history table, its index, markers, mirrors, trigger
+-- functions and triggers, as storage 36's manage_table makes them at
+-- CREATE, under the table's SHARE ROW EXCLUSIVE lock. For the first pair.
 CREATE OR REPLACE FUNCTION mzproxy.history_pending() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $f$
 BEGIN
