@@ -2,7 +2,8 @@
 -- as of storage 36 without the history objects: the catalog row, the
 -- columns and the collection, and one shared trigger that refuses every
 -- write (no history table, index, trigger function or marker). A bound on
--- what a lazy CREATE TABLE costs; a table made so cannot be written.
+-- what a lazy CREATE TABLE costs; a table made so cannot be written
+-- (CREATE TABLE AS not handled: scratch databases only).
 CREATE OR REPLACE FUNCTION mzproxy.history_pending() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $f$
 BEGIN

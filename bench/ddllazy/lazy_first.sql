@@ -3,6 +3,8 @@
 -- first write: the history table, its index, markers, mirrors, trigger
 -- functions and triggers, as storage 36's manage_table makes them at
 -- CREATE, under the table's SHARE ROW EXCLUSIVE lock. For the first pair.
+-- A measuring stub for scratch databases: no rights check (any role could
+-- lock any managed table with it), CREATE TABLE AS not handled.
 CREATE OR REPLACE FUNCTION mzproxy.history_pending() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $f$
 BEGIN
