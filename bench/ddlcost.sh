@@ -15,7 +15,10 @@
 #
 # usage: bench/ddlcost.sh
 #   env: REVS="main tree" (git revisions, or tree for the working tree)
-#        N0=5 N=45 PAIRS="column table view index"
+#        N0=5 N=45 PAIRS="column table view index" (or first:
+#                  CREATE TABLE, one INSERT, DROP TABLE, with the
+#                  managed side's mzproxy.ensure_history('t2') before
+#                  the INSERT: a variant or PATCH must define it)
 #        CGSAVE=dir (keep each run's callgrind output there)
 #        PATCH=file.sql (run in each managed database before it is
 #                        measured: a part stubbed, to measure it by
@@ -80,6 +83,11 @@ pair() {
 	table) printf '%s\n' 'CREATE TABLE t2 (a int PRIMARY KEY, b text)' 'DROP TABLE t2' ;;
 	view) printf '%s\n' 'CREATE VIEW v AS SELECT a, b FROM probe' 'DROP VIEW v' ;;
 	index) printf '%s\n' 'CREATE INDEX probe_b ON probe (b)' 'DROP INDEX probe_b' ;;
+	# A table's first write with its CREATE and DROP; a line marked
+	# MANAGED runs in the managed databases only, without the slot (a
+	# variant's own statement, such as building what the CREATE left).
+	first) printf '%s\n' 'CREATE TABLE t2 (a int PRIMARY KEY, b text)' "MANAGED SELECT mzproxy.ensure_history('t2')" \
+		"INSERT INTO t2 VALUES (1, 'x')" 'DROP TABLE t2' ;;
 	esac
 }
 
@@ -91,7 +99,12 @@ instructions() {
 		echo 'SELECT pg_backend_pid();'
 		[ "$4" = yes ] && echo 'PREPARE mzproxy_slot AS SELECT mzproxy.begin_write_occ(NULL, 0);'
 		for i in $(seq "$3"); do
-			pair "$2" | while read -r s; do echo "$slot$s;"; done
+			pair "$2" | while read -r s; do
+				case $s in
+				'MANAGED '*) [ "$4" = no ] || echo "${s#MANAGED };" ;;
+				*) echo "$slot$s;" ;;
+				esac
+			done
 		done
 	} | psql -X -h 127.0.0.1 -p "$pg_port" -U postgres -d "$1" -qAt -v ON_ERROR_STOP=1 | awk 'NR == 1')
 	f=$work/cg/$p
