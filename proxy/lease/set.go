@@ -95,20 +95,7 @@ func (s *Set) Get(ctx context.Context, database string) (*Lease, error) {
 // for a database that was dropped and made again under the same name: the
 // incarnation's id may belong to another proxy there now. The next Get
 // registers anew.
-func (s *Set) Forget(database string) {
-	s.mu.Lock()
-	e := s.entries[database]
-	s.mu.Unlock()
-	if e == nil {
-		return
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.l != nil {
-		e.l.abandon()
-		e.l = nil
-	}
-}
+func (s *Set) Forget(database string) { s.abandon(database, false) }
 
 // Detach takes the lease of database out of the set without closing it
 // (the caller closes it), for a database the proxy stopped using: the
@@ -135,7 +122,11 @@ func (s *Set) Detach(database string) *Lease {
 // Remove forgets database, which was dropped: its lease is abandoned (the
 // incarnation went with the database) and its entry removed, so that a
 // database made again under the name starts from scratch.
-func (s *Set) Remove(database string) {
+func (s *Set) Remove(database string) { s.abandon(database, true) }
+
+// abandon abandons the lease of database without retiring its
+// incarnation and, with remove, removes the database's entry.
+func (s *Set) abandon(database string, remove bool) {
 	s.mu.Lock()
 	e := s.entries[database]
 	s.mu.Unlock()
@@ -148,7 +139,9 @@ func (s *Set) Remove(database string) {
 		e.l.abandon()
 		e.l = nil
 	}
-	s.drop(database, e)
+	if remove {
+		s.drop(database, e)
+	}
 }
 
 // drop removes entry e of database (e.mu held).
