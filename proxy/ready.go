@@ -14,10 +14,7 @@ import (
 // backend schema is installed first, as a session's start would;
 // without, it is an error.
 func (p *Proxy) LoadCatalog(ctx context.Context, install bool) error {
-	name := p.cfg.Backend.Database
-	if name == "" {
-		name = p.cfg.Backend.User
-	}
+	name := p.defaultDatabase()
 	db := p.database(name)
 	_, _, err := db.snapshot(ctx, p)
 	if !undefinedTable(err) {
