@@ -88,12 +88,12 @@ func (s *Session) withSessionTemps(ctx context.Context, cat *catalogSnapshot) (*
 func parseTemps(v string) (map[string]bool, error) {
 	var temps map[string]bool
 	for v != "" {
-		colon := 0
-		for colon < len(v) && v[colon] != ':' {
-			colon++
+		colon := strings.IndexByte(v, ':')
+		if colon < 0 {
+			return nil, strconv.ErrSyntax
 		}
 		n, err := strconv.Atoi(v[:colon])
-		if err != nil || colon == len(v) || n < 0 || n > len(v)-colon-1 {
+		if err != nil || n < 0 || n > len(v)-colon-1 {
 			return nil, strconv.ErrSyntax
 		}
 		if temps == nil {
