@@ -92,14 +92,22 @@ func (s *Session) bindAsOfParam(ctx context.Context, st *planner.Statement, m *p
 			return nil, nil, err
 		}
 	}
+	st, params := withAsOfValue(st, m.Parameters, ms)
+	return st, params, nil
+}
+
+// withAsOfValue is st with its AS OF $n resolved to ms, and the Bind's
+// parameters to forward (the AS OF's own is NULL unless the query uses it
+// too).
+func withAsOfValue(st *planner.Statement, params [][]byte, ms uint64) (*planner.Statement, [][]byte) {
+	a := st.AsOf
 	resolved := *a
 	resolved.Expr, resolved.Param, resolved.Now = strconv.FormatUint(ms, 10), 0, nil
-	params := m.Parameters
 	if !a.ParamElsewhere {
-		params = append([][]byte(nil), m.Parameters...)
-		params[i] = nil
+		params = append([][]byte(nil), params...)
+		params[a.Param-1] = nil
 	}
-	return withAsOf(st, &resolved), params, nil
+	return withAsOf(st, &resolved), params
 }
 
 // paramFormat is the format code of parameter i under a Bind's codes.
@@ -200,6 +208,30 @@ func numericText(v []byte) (string, error) {
 	return b.String(), nil
 }
 
+// tooManyParams: the rewrite of st, with the parameter types declared,
+// would need more parameters than a Parse holds (checkExplicitParse).
+func tooManyParams(st *planner.Statement, declared []uint32) bool {
+	t := st.Template
+	return t != nil && t.Holes() > 0 && max(len(declared), t.Param()-1) >= math.MaxUint16
+}
+
+// asOfTypeKnown reports whether the type declared for st's AS OF $n, if
+// any, needs no look-up (checkExplicitParse): none declared, or one the
+// proxy reads (asOfParamMillis). oid is the type declared.
+func asOfTypeKnown(st *planner.Statement, declared []uint32) (oid uint32, known bool) {
+	a := st.AsOf
+	if a == nil || a.Param == 0 || a.Param > len(declared) {
+		return 0, true
+	}
+	oid = declared[a.Param-1]
+	switch oid {
+	case 0, pgtype.UnknownOID, pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID, pgtype.NumericOID,
+		pgtype.TimestamptzOID, pgtype.TimestampOID, pgtype.DateOID, pgtype.TextOID, pgtype.VarcharOID:
+		return oid, true
+	}
+	return oid, false
+}
+
 // invalidAsOf is the error for an AS OF timestamp that is no time.
 func invalidAsOf(n int, v string) error {
 	return pgerr.New(pgerr.InvalidParameterValue, "AS OF parameter $%d: %q is not a valid timestamp", n, v)
@@ -215,20 +247,14 @@ func invalidAsOf(n int, v string) error {
 // type the proxy reads (asOfParamMillis) costs nothing; another is looked
 // up in pg_type, the backend quiesced.
 func (s *Session) checkExplicitParse(ctx context.Context, st *planner.Statement, declared []uint32) error {
-	if t := st.Template; t != nil && t.Holes() > 0 && max(len(declared), t.Param()-1) >= math.MaxUint16 {
+	if tooManyParams(st, declared) {
 		// The rewrite reads the timestamp from a parameter after the
 		// client's (explicitRecord): a Parse holds at most 65535.
 		return pgerr.New("54000", "a timestamped read over the extended protocol may have at most %d parameters", math.MaxUint16-1).
 			WithHint("mzproxy binds the read's timestamp as one more parameter.")
 	}
-	a := st.AsOf
-	if a == nil || a.Param == 0 || a.Param > len(declared) {
-		return nil
-	}
-	oid := declared[a.Param-1]
-	switch oid {
-	case 0, pgtype.UnknownOID, pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID, pgtype.NumericOID,
-		pgtype.TimestamptzOID, pgtype.TimestampOID, pgtype.DateOID, pgtype.TextOID, pgtype.VarcharOID:
+	oid, known := asOfTypeKnown(st, declared)
+	if known {
 		return nil
 	}
 	v, err := s.be.internalValue(ctx, "SELECT pg_catalog.count(*) FROM pg_catalog.pg_type WHERE oid = "+strconv.FormatUint(uint64(oid), 10))

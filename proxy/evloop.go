@@ -121,10 +121,14 @@ func (s *Session) Admit(batch []byte) ([]byte, bool) {
 		// timestamped read, guarded (loop_read.go).
 		send, ok = s.admitQuery(sql, batch)
 	} else {
-		// A prepared timestamped read, guarded (loop_read.go), or a
+		// A prepared timestamped read, or one sent as the unnamed
+		// statement's Parse, guarded (loop_read.go, loop_parse.go), or a
 		// prepared statement of a read-only transaction (loop_txn.go).
 		if s.tx == txIdle {
 			send, ok = s.admitBoundRead(batch)
+			if !ok {
+				send, ok = s.admitParsedRead(batch)
+			}
 		}
 		if !ok {
 			send, ok = s.admitTxnBind(batch)
@@ -172,6 +176,11 @@ type loopScratch struct {
 	// slices reused; boundPortal the record forwardExplicitBind reads.
 	bind        pgproto3.Bind
 	boundPortal portal
+	// A timestamped read's unnamed Parse (admitParsedRead): its declared
+	// parameter types, the Parse of its rewrite, and the last record.
+	declared   []uint32
+	parse      pgproto3.Parse
+	parsedRead parsedRead
 }
 
 // named is whether the statement or portal name defined earlier in a

@@ -61,7 +61,13 @@ type loopRead struct {
 	// without sending them again (a read-only transaction's first read
 	// too: resumeLoopTxnBind).
 	behind, sent int
-	ts           []byte // an AS OF read's timestamp parameter, reused
+	// parsed: the read came as the unnamed statement's Parse, rec its
+	// record (loop_parse.go); given back, the session's goroutine takes
+	// it over at that Parse, and, when its guard answered, at its Bind
+	// (parsedBind).
+	parsed, parsedBind bool
+	rec                *preparedStmt
+	ts                 []byte // an AS OF read's timestamp parameter, reused
 	// own are the types of the answers to the proxy's own messages, in
 	// the order they come (ownAnswers), got how many of them came.
 	own    []byte

@@ -383,14 +383,24 @@ func loopReadCases(tb testing.TB) []timestampedReadCase {
 	aid := 0
 	// A Query of the text format with the next key, or (stmt not empty)
 	// the batch that binds the statement stmt to it, as pgbench -M
-	// prepared sends it: Bind, Describe, Execute, Sync.
+	// prepared sends it: Bind, Describe, Execute, Sync; or (stmt "-") that
+	// batch of the unnamed statement with the Parse of format in front of
+	// it, as pgbench -M extended sends it.
 	read := func(format, stmt string) {
 		aid = aid%1000 + 1
 		var err error
-		if stmt == "" {
+		switch {
+		case stmt == "":
 			batch = fmt.Appendf(batch[:0], "Q\x00\x00\x00\x00"+format+"\x00", aid)
 			binary.BigEndian.PutUint32(batch[1:], uint32(len(batch)-1))
-		} else {
+		case stmt == "-":
+			// The unnamed statement parsed in front of its Bind (pgbench
+			// -M extended, a driver's query with parameters).
+			batch = append(batch[:0], 'P', 0, 0, 0, 0, 0)
+			batch = append(append(batch, format...), 0, 0, 0)
+			binary.BigEndian.PutUint32(batch[1:], uint32(len(batch)-1))
+			batch = preparedBatch(batch, "", aid)
+		default:
 			batch = preparedBatch(batch[:0], stmt, aid)
 		}
 		send, ok := s.Admit(batch)
@@ -429,11 +439,15 @@ func loopReadCases(tb testing.TB) []timestampedReadCase {
 			tb.Fatalf("%d rows", rows)
 		}
 	}
+	tsreadParsed := "SELECT abalance, mz_now() FROM " + table + " WHERE aid = $1"
+	asofParsed := strings.Replace(asof, "%d", "$1", 1)
 	return []timestampedReadCase{
 		{"tsread-loop", func() { read("SELECT abalance, mz_now() FROM "+table+" WHERE aid = %d", "") }},
 		{"asof-loop", func() { read(asof, "") }},
 		{"tsread-prepared-loop", func() { read("", "tsread") }},
 		{"asof-prepared-loop", func() { read("", "asof") }},
+		{"tsread-parsed-loop", func() { read(tsreadParsed, "-") }},
+		{"asof-parsed-loop", func() { read(asofParsed, "-") }},
 	}
 }
 
@@ -441,22 +455,25 @@ func loopReadCases(tb testing.TB) []timestampedReadCase {
 // the text parameter aid and runs it (Bind, Describe, Execute, Sync),
 // without an allocation of its own.
 func preparedBatch(b []byte, stmt string, aid int) []byte {
+	start := len(b)
 	b = append(b, 'B', 0, 0, 0, 0, 0)
 	b = append(append(b, stmt...), 0, 0, 0, 0, 1)
 	at := len(b)
 	b = strconv.AppendInt(append(b, 0, 0, 0, 0), int64(aid), 10)
 	binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
 	b = append(b, 0, 0)
-	binary.BigEndian.PutUint32(b[1:], uint32(len(b)-1))
+	binary.BigEndian.PutUint32(b[start+1:], uint32(len(b)-start-1))
 	return append(b, 'D', 0, 0, 0, 6, 'P', 0, 'E', 0, 0, 0, 9, 0, 0, 0, 0, 0, 'S', 0, 0, 0, 4)
 }
 
 // TestLoopReadAllocations bounds the allocations of a timestamped read the
 // event loop serves (loopReadCases): the session's part, the test's own
 // few included. 32 and 34 when they were first served so (the session's
-// own path: 39 and 40, TestTimestampedReadAllocations).
+// own path: 39 and 40, TestTimestampedReadAllocations); sent as the
+// unnamed statement's Parse, 11 and 9 (the session's own path: 72 and 70).
 func TestLoopReadAllocations(t *testing.T) {
-	want := map[string]float64{"tsread-loop": 34, "asof-loop": 36, "tsread-prepared-loop": 11, "asof-prepared-loop": 9}
+	want := map[string]float64{"tsread-loop": 34, "asof-loop": 36, "tsread-prepared-loop": 11, "asof-prepared-loop": 9,
+		"tsread-parsed-loop": 13, "asof-parsed-loop": 11}
 	for _, c := range loopReadCases(t) {
 		c.next()
 		c.next()

@@ -311,6 +311,11 @@ func (s *Session) handleQuery(ctx context.Context, m *pgproto3.Query, frame []by
 // Parse).
 func (s *Session) handleParse(ctx context.Context, m *pgproto3.Parse, frame []byte) error {
 	s.forgetStatement(m.Name)
+	if lr := &s.loopRead; lr.resume && lr.parsed {
+		// This Parse's timestamped read, given back by the event loop
+		// with its guard in front of it.
+		return s.resumeLoopParse(ctx, m, frame)
+	}
 	if s.loopTxn.resume {
 		// This Parse, of a transaction's first read, given back by the
 		// event loop with its pin in front of it.
@@ -362,6 +367,10 @@ func (s *Session) handleBind(ctx context.Context, m *pgproto3.Bind, frame []byte
 	if s.loopRead.resume {
 		// This Bind's guarded read, given back by the event loop.
 		return s.resumeLoopBind(m)
+	}
+	if s.loopRead.parsedBind {
+		// Its Parse's read, given back by the event loop (resumeLoopParse).
+		return s.takeParsedBind(m)
 	}
 	if s.loopTxn.resume {
 		// This Bind, a transaction's first read, given back by the event

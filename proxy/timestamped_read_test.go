@@ -39,14 +39,19 @@ func BenchmarkTimestampedRead(b *testing.B) {
 // other goroutines meanwhile). Before the guard's messages, the refusal's
 // copies, the bound read's messages and the forwarded Bind were reused,
 // and the guard's value read in place, they were 53 and 43 (tsread simple
-// and prepared), 54 and 43 (asof); now 39, 24, 40, 23.
+// and prepared), 54 and 43 (asof); now 39, 24, 40, 23. The unnamed
+// statement parsed in front of its Bind (extended) is not bounded: it
+// reads the catalog at each Parse, 72 and 70 when run alone, about 190
+// after other tests.
 func TestTimestampedReadAllocations(t *testing.T) {
 	want := map[string]float64{"tsread-simple": 41, "tsread-prepared": 26, "asof-simple": 42, "asof-prepared": 25}
 	for _, c := range timestampedReadCases(t) {
 		c.next() // the first read of each prepares what the next ones reuse
 		c.next()
-		if got := testing.AllocsPerRun(200, c.next); got > want[c.name] {
-			t.Errorf("%s: %.1f allocations per read, want at most %.0f", c.name, got, want[c.name])
+		got := testing.AllocsPerRun(200, c.next)
+		t.Logf("%s: %.1f allocations per read", c.name, got)
+		if w, ok := want[c.name]; ok && got > w {
+			t.Errorf("%s: %.1f allocations per read, want at most %.0f", c.name, got, w)
 		}
 	}
 }
@@ -104,11 +109,23 @@ func timestampedReadCases(tb testing.TB) []timestampedReadCase {
 				&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{}))
 		}
 	}
+	// The unnamed statement parsed in front of its Bind (pgbench -M
+	// extended, a driver's query with parameters).
+	parsed := func(sql string) func() {
+		param := make([]byte, 0, 8)
+		return func() {
+			param = fmt.Appendf(param[:0], "%d", key())
+			check(handle(&pgproto3.Parse{Query: sql}, &pgproto3.Bind{Parameters: [][]byte{param}},
+				&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{}))
+		}
+	}
 	return []timestampedReadCase{
 		{"tsread-simple", func() { check(query(tb, ctx, s, client, fmt.Sprintf("%s%d", tsread, key()))) }},
 		{"tsread-prepared", prepared("tsread")},
+		{"tsread-extended", parsed(tsread + "$1")},
 		{"asof-simple", func() { check(query(tb, ctx, s, client, fmt.Sprintf(asof, key()))) }},
 		{"asof-prepared", prepared("asof")},
+		{"asof-extended", parsed(strings.Replace(asof, "%d", "$1", 1))},
 	}
 }
 

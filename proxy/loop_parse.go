@@ -1,0 +1,278 @@
+package proxy
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"slices"
+	"strconv"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/mzproxy/mzproxy/frontend/wire"
+	"github.com/mzproxy/mzproxy/pgerr"
+	"github.com/mzproxy/mzproxy/planner"
+)
+
+// A one-shot timestamped read sent as the unnamed statement's Parse in
+// the event loop (issue 15). A driver's query with parameters (pgx's
+// exec and cache_describe modes, psycopg, node-postgres, JDBC's first
+// runs, pgbench -M extended) sends Parse, Bind, a Describe of the portal
+// or none, Execute and Sync in one batch. Served by the session's
+// goroutine, a timestamped read so sent cost two round trips (the
+// rewritten Parse answered before the Bind chose its timestamp, then the
+// guard and the Bind) and the goroutine's parks. admitParsedRead does on
+// the loop's goroutine what handleParse and bindExplicit do, when all of
+// it is known in memory: the read planned with the catalog seen last
+// (the plan cache's, no parse when the text was planned before), its
+// rewrite (explicitRecord: the timestamp as one more parameter), the
+// timestamp and hold (loopChoice), AS OF $n read from the Bind when its
+// value is a number. The loop sends the read guard first (it pins a read
+// of the present, and checks the catalog's revision and the search_path
+// the read was planned with), then the rewritten Parse, the client's Bind
+// with the timestamp parameter appended, and the client's other messages
+// as they are. Answer drops the guard's answers; the client's first one
+// is its ParseComplete. A Describe of the portal describes the rewrite's
+// result, as the goroutine's does: the client's parameters are not
+// described.
+//
+// The guard is in front of the Parse, so a refusal (or any error of the
+// guard: a cancel) leaves the backend skipping all of the client's batch
+// to its Sync, nothing of it run. Anything unexpected before the client's
+// first answer gives the batch back (evloop.Back), and the session's
+// goroutine takes it over at its Parse (resumeLoopParse): it reads the
+// guard's answers; after a refusal it drops the skipped batch's answers
+// and serves the batch as if the loop had never had it (planned again,
+// with the current catalog); after another error the batch fails with it;
+// when the guard answered, the goroutine follows the batch as sent.
+//
+// Not admitted, and served by the goroutine as before: a Parse and
+// Describe of the statement (its ParameterDescription would show the
+// proxy's parameter, which only the goroutine strips), a named
+// statement, a batch of any other shape, a read whose check or AS OF
+// value needs the backend (a type declared for AS OF $n that must be
+// looked up, its value as text that is no number), and everything
+// admitGuarded leaves out (a timestamp or hold that takes a round trip,
+// temporary relations, a statement timeout: LoopBackend).
+
+// parsedRead is the last read admitParsedRead made a record for: the
+// same text, parameter types, plan and search_path make the same record,
+// rewrite and parameter types, reused (records are never changed).
+type parsedRead struct {
+	plan *planner.Statement // as the planner returned it
+	rec  *preparedStmt
+	sql  string
+	oids []uint32
+}
+
+// admitParsedRead admits a batch that parses the unnamed statement as a
+// timestamped read and runs it (see above), and returns what the loop
+// sends for it.
+func (s *Session) admitParsedRead(batch []byte) ([]byte, bool) {
+	n := 1 + int(binary.BigEndian.Uint32(batch[1:]))
+	if batch[0] != 'P' || n+5 > len(batch) || batch[n] != 'B' {
+		return nil, false
+	}
+	parse, ok := readPlain(batch[:n])
+	if !ok || len(parse.name) > 0 {
+		return nil, false
+	}
+	bn := n + 1 + int(binary.BigEndian.Uint32(batch[n+1:]))
+	m := &s.loop.bind
+	if bn > len(batch) || !readBind(batch[n:bn], m) || m.PreparedStatement != "" {
+		return nil, false
+	}
+	rest := batch[bn:]
+	behind, ok := portalSteps(rest, m.DestinationPortal)
+	if !ok {
+		return nil, false
+	}
+	sql, plain := s.plainText(parse.stmt)
+	if plain || s.isolation != strictSerializable || s.known.searchPath == nil || s.db.seen.Load() == nil ||
+		s.tempSeen { // planning asks for its temporary relations (temps.go)
+		return nil, false
+	}
+	s.loop.declared = parseParamTypes(batch[:n], s.loop.declared[:0])
+	declared := s.loop.declared
+	// As handleParse begins (again there if this is not admitted).
+	s.noteStatementText(sql)
+	// Planned with the catalog seen last, as a Query is (explicitSnapshot).
+	ctx := context.Background() // nothing below waits
+	clientBatch := s.be.clientBatch
+	s.be.clientBatch = false
+	st, fr, err := s.planExplicit(ctx, sql, true)
+	s.be.clientBatch = clientBatch
+	seen := s.seenPlan
+	s.seenPlan = seenPlan{}
+	if err != nil || st == nil || !seen.ok || st.Kind != planner.KindRead || answeredByProxy(st) ||
+		st.Var != nil || hasEffect(st) || tooManyParams(st, declared) {
+		return nil, false
+	}
+	if _, known := asOfTypeKnown(st, declared); !known {
+		return nil, false
+	}
+	pr := &s.loop.parsedRead
+	if pr.plan != st || pr.rec.sql != sql || pr.rec.parsed.path != s.known.searchPathShown ||
+		!slices.Equal(pr.rec.parsed.declared, declared) {
+		rec, rewrite, oids := s.explicitRecord(sql, slices.Clone(declared), st)
+		*pr = parsedRead{plan: st, rec: rec, sql: rewrite, oids: oids}
+	}
+	rec := pr.rec
+	if rec.tsParam && bindCountsError(m, rec.params) != nil {
+		// The goroutine's error.
+		return nil, false
+	}
+	st, params, ok := asOfValueNow(rec.explicit, m)
+	if !ok {
+		return nil, false
+	}
+	c, hold, ok := s.loopChoice(st, fr)
+	if !ok {
+		return nil, false
+	}
+	g := guardedSend{c: c, hold: hold, guard: guardKey{rev: seen.revision, path: s.known.searchPathShown, pin: st.AsOf == nil}}
+	s.timestampPhase(ctx, g.guard.pin)
+	lr := &s.loopRead
+	var ts []byte
+	if !g.guard.pin {
+		ts = strconv.AppendUint(lr.ts[:0], c.ts, 10)
+		lr.ts = ts
+	}
+	p := &s.loop.boundPortal
+	*p = portal{stmt: rec}
+	guardLen := 0
+	if !s.encodeLoopRead(&g, func() error {
+		if err := s.be.sendGuard(g.guard, &s.pinMsgs); err != nil {
+			return err
+		}
+		if err := s.be.w.Flush(); err != nil {
+			return err
+		}
+		guardLen = len(lr.send.b)
+		s.loop.parse = pgproto3.Parse{Query: pr.sql, ParameterOIDs: pr.oids}
+		if err := s.be.w.Send(&s.loop.parse); err != nil {
+			return err
+		}
+		if err := s.forwardExplicitBind(m, p, st, params, ts, false); err != nil {
+			return err
+		}
+		return s.be.w.WriteFrame(rest)
+	}) {
+		return nil, false
+	}
+	// As handle records the batch's messages (handleParse, handleBind,
+	// handleDescribe, handleExecute).
+	s.forgetStatement("")
+	s.observeParse("", sql)
+	s.defineStatement("", rec)
+	for off := n; off < len(batch); {
+		fn := 1 + int(binary.BigEndian.Uint32(batch[off+1:]))
+		m, _ := readPlain(batch[off : off+fn])
+		s.admitted(&m)
+		off += fn
+	}
+	*lr = loopRead{active: true, g: g, parsed: true, rec: rec, behind: behind,
+		own: ownAnswers(lr.own[:0], lr.send.b[:guardLen]), send: lr.send, ts: lr.ts}
+	return lr.send.b, true
+}
+
+// parseParamTypes appends to dst the parameter types a Parse frame
+// declares (readPlain read it whole).
+func parseParamTypes(frame []byte, dst []uint32) []uint32 {
+	r := msgReader{b: wire.Body(frame)}
+	r.cstring()
+	r.cstring()
+	for range r.uint16() {
+		dst = append(dst, uint32(r.int32()))
+	}
+	return dst
+}
+
+// asOfValueNow is bindAsOfParam without a round trip: false when the
+// value of AS OF $n is missing, wrong (the goroutine's error), or text
+// that is no number (the backend reads it).
+func asOfValueNow(st *planner.Statement, m *pgproto3.Bind) (*planner.Statement, [][]byte, bool) {
+	a := st.AsOf
+	if a == nil || a.Param == 0 {
+		return st, m.Parameters, true
+	}
+	if a.Param > len(m.Parameters) {
+		return nil, nil, false
+	}
+	i := a.Param - 1
+	ms, text, err := asOfParamMillis(a.Param, m.Parameters[i], paramFormat(m.ParameterFormatCodes, i), a.ParamType)
+	if err != nil {
+		return nil, nil, false
+	}
+	if text != "" {
+		var ok bool
+		if ms, ok, err = millisOfNumber(text); !ok || err != nil {
+			return nil, nil, false
+		}
+	}
+	st, params := withAsOfValue(st, m.Parameters, ms)
+	return st, params, true
+}
+
+// resumeLoopParse takes over, at its Parse m, the read the loop gave back
+// (see above). The guard's answers come first: the client's messages,
+// all at the backend with their Sync, are answered without more sent.
+func (s *Session) resumeLoopParse(ctx context.Context, m *pgproto3.Parse, frame []byte) error {
+	lr := &s.loopRead
+	g, rec, behind := lr.g, lr.rec, lr.behind
+	lr.active, lr.resume, lr.parsed, lr.rec = false, false, false, nil
+	// A cancel from now on is the statement's (handleStatement): the
+	// loop's is over.
+	s.loopFlight.Store(false)
+	clientBatch := s.be.clientBatch
+	s.be.clientBatch = true // the backend skips to the client's Sync after an error
+	value, err := s.be.readGuard()
+	s.be.clientBatch = clientBatch
+	if err == nil {
+		if g.guard.pin {
+			if err := g.c.pinnedBy(value); err != nil {
+				// The read is bound already, at a timestamp the proxy
+				// cannot tell: nothing may relay its answers.
+				s.release(g.hold)
+				pe := pgerr.As(err)
+				return pgerr.Fatal(pe.Code, "%s", pe.Message)
+			}
+		}
+		s.obs.Timestamp(g.c.ts)
+		// The backend runs the rest as sent: this Parse's answer comes
+		// next, then the Bind's (handleBind: takeParsedBind) and those of
+		// the client's messages behind it, which are not sent again.
+		s.defineStatement(m.Name, rec)
+		s.units.push(unit{kind: uParse})
+		s.portalHolds = append(s.portalHolds, g.hold)
+		lr.parsedBind, lr.sent = true, behind
+		return nil
+	}
+	s.release(g.hold)
+	var pe *pgerr.Error
+	if !errors.As(err, &pe) || pe.IsFatal() {
+		return err
+	}
+	// The backend skipped the client's batch, its Sync answered.
+	if err := s.dropQueryAnswers(); err != nil {
+		return err
+	}
+	if !isStale(err) {
+		// The batch fails with the guard's error, as with an error of its
+		// Parse: the frontend skips to the client's Sync, whose answer is
+		// the backend's to an idle session.
+		return pe
+	}
+	// Refused: the catalog changed since it was seen. Served as if the
+	// loop had never had it.
+	return s.handleParse(ctx, m, frame)
+}
+
+// takeParsedBind takes over the Bind m of a read the loop gave back whose
+// guard answered (resumeLoopParse): recorded, not sent again.
+func (s *Session) takeParsedBind(m *pgproto3.Bind) error {
+	s.loopRead.parsedBind = false
+	s.definePortal(m.DestinationPortal, m.PreparedStatement)
+	s.units.push(unit{kind: uBind})
+	return nil
+}
