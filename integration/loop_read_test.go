@@ -15,22 +15,23 @@ import (
 // TestLoopTimestampedReadCancelAndGone: a timestamped read of a session
 // that has seen the catalog and its search_path (the event loop serves it
 // in one round trip, proxy/loop_read.go), with the loop on and off, as a
-// simple Query and as the Bind, Describe, Execute and Sync of a statement
-// the client prepared: a cancel reaches it (57014 on the same connection;
+// simple Query, as the Bind, Describe, Execute and Sync of a statement
+// the client prepared, and as those of the unnamed statement with its
+// Parse in front (proxy/loop_parse.go): a cancel reaches it (57014 on the same connection;
 // the session goes on, its next reads answer, no hold is left), and a
 // client that goes away while it runs gets the backend's work stopped and
 // its hold released.
 func TestLoopTimestampedReadCancelAndGone(t *testing.T) {
 	for _, loop := range []string{"--event-loop=true", "--event-loop=false"} {
-		for _, protocol := range []string{"simple", "prepared"} {
+		for _, protocol := range []string{"simple", "prepared", "unnamed"} {
 			t.Run(loop+" "+protocol, func(t *testing.T) {
-				loopReadCancelAndGone(t, loop, protocol == "prepared")
+				loopReadCancelAndGone(t, loop, protocol)
 			})
 		}
 	}
 }
 
-func loopReadCancelAndGone(t *testing.T, loop string, prepared bool) {
+func loopReadCancelAndGone(t *testing.T, loop, protocol string) {
 	ctx := testContext(t)
 	p := startProxy(t, loop, "--metrics-listen", "127.0.0.1:0")
 	direct := connectDirect(t, ctx)
@@ -52,10 +53,13 @@ func loopReadCancelAndGone(t *testing.T, loop string, prepared bool) {
 	slowText := func(marker string) string {
 		return "SELECT v AS " + marker + " FROM " + table + " WHERE mz_now() > 0 AND pg_sleep(120) IS NOT NULL"
 	}
-	// send sends the read sql: a Query, or the batch that runs the
-	// statement prepared for it (below).
+	// send sends the read sql: a Query, the batch that runs the
+	// statement prepared for it (below), or the unnamed statement's.
 	send := func(sql string) { c.write(queryFrame(sql)) }
-	if prepared {
+	switch protocol {
+	case "unnamed":
+		send = func(sql string) { c.write(unnamedFrames(sql)) }
+	case "prepared":
 		names := map[string]string{}
 		var parses []byte
 		for i, sql := range []string{read, slowText("loop_read_cancel"), slowText("loop_read_gone")} {
