@@ -44,7 +44,8 @@ import (
 //
 // A client-prepared timestamped read (the Bind to Sync of a named
 // statement whose Parse the proxy rewrote) is served alike: see
-// admitBoundRead and resumeLoopBind.
+// admitBoundRead and resumeLoopBind; so is one sent as the unnamed
+// statement's Parse in front of its Bind (loop_parse.go).
 
 // loopRead is the guarded read the loop has at the backend, from Admit
 // to its ReadyForQuery or to the session's goroutine taking it over.
