@@ -196,3 +196,48 @@ func TestParsedReadInLoopRefused(t *testing.T) {
 	}
 	checkAnswer(t, answer, "12T", "40")
 }
+
+// TestParsedReadInLoopNoticeInGuard: a notice among the guard's answers
+// (the session's client_min_messages at debug5: PostgreSQL reports its
+// transactions' starts) gives the batch back though the guard answered;
+// the session's goroutine reads the guard's answers at the Parse and
+// follows the rest as the loop sent it (takeParsedBind), without sending
+// anything again: the client gets its read, and no hold is left.
+func TestParsedReadInLoopNoticeInGuard(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := newLoopClient(t, ctx)
+	table := newParsedReadTable(t, ctx, c, "lpn")
+	tsread := "SELECT abalance, mz_now() FROM " + table + " WHERE aid = $1"
+	c.handleBatch(t, ctx, parsedBatch(t, tsread, nil, true, "1"))
+	if answer, inLoop := c.turnBatch(t, ctx, parsedBatch(t, tsread, nil, true, "2")); !inLoop {
+		t.Fatal("the read was given back")
+	} else {
+		checkAnswer(t, answer, "12T", "20")
+	}
+	query(t, ctx, c.s, c.client, "SET client_min_messages = debug5")
+	for aid := 3; aid < 6; aid++ {
+		answer, inLoop := c.stepBatch(t, ctx, parsedBatch(t, tsread, nil, true, fmt.Sprint(aid)))
+		if inLoop {
+			t.Fatal("a read with notices among its guard's answers was served in the loop")
+		}
+		if got := strings.ReplaceAll(answerTypes(answer), "N", ""); got != "12TDCZ" {
+			t.Fatalf("answer's frames %q (notices aside), want 12TDCZ: %q", got, answer)
+		}
+		if got := firstValueOf(t, answer); got != fmt.Sprint(aid*10) {
+			t.Fatalf("read %q, want %d", got, aid*10)
+		}
+		if n := len(c.s.proxy.Holds()); n != 0 {
+			t.Fatalf("%d holds after the read", n)
+		}
+	}
+	query(t, ctx, c.s, c.client, "RESET client_min_messages")
+	// (RESET makes the session ask for its search_path again: the
+	// goroutine's.)
+	c.stepBatch(t, ctx, parsedBatch(t, tsread, nil, true, "6"))
+	if answer, inLoop := c.stepBatch(t, ctx, parsedBatch(t, tsread, nil, true, "7")); !inLoop {
+		t.Fatal("the read after the notices was given back")
+	} else {
+		checkAnswer(t, answer, "12T", "70")
+	}
+}
