@@ -19,6 +19,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -44,6 +45,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	rewrite := fl.Bool("rewrite", false, "write actual results back into the files")
 	engine := fl.String("engine", "postgresql", "engine name for skipif/onlyif")
 	timeout := fl.Duration("timeout", 2*time.Minute, "time limit per record (0: none)")
+	timings := fl.String("timings", "", "write each record's wall time (and each connect's and database's) to this file: <file> <line> <what> <microseconds>, tab-separated")
 	expect := fl.String("expect", "", "file of expected per-file counts (<path> <passed> <failed> <skipped>); exit status then says whether the counts match")
 	fl.Usage = func() {
 		fmt.Fprintf(stderr, "usage: mzslt --url postgres://... [flags] file.slt...\n")
@@ -92,6 +94,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if *verbose {
 		opts.Verbose = stdout
+	}
+	if *timings != "" {
+		f, err := os.Create(*timings)
+		if err != nil {
+			fmt.Fprintln(stderr, "mzslt:", err)
+			return 2
+		}
+		defer f.Close()
+		w := bufio.NewWriter(f)
+		defer w.Flush()
+		opts.Timings = w
 	}
 	rep, err := slt.Run(ctx, opts, files...)
 	if err != nil {

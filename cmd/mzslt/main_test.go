@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -119,4 +120,71 @@ func TestURLFromEnv(t *testing.T) {
 	if code := run([]string{"--no-fresh-db", "slt/testdata/pass.slt"}, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d\n%s%s", code, out.String(), errOut.String())
 	}
+}
+
+// TestTimings checks --timings: a line per record run, with its line in
+// the file, per connection opened and per wait for a file's database.
+func TestTimings(t *testing.T) {
+	needServer(t)
+	path := filepath.Join(t.TempDir(), "timings.tsv")
+	var out, errOut strings.Builder
+	if code := run([]string{"--url", url, "--timings", path, "slt/testdata/pass.slt", "slt/testdata/pass.slt"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out.String(), errOut.String())
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type key struct {
+		file int // 0 or 1: which of the two runs of pass.slt
+		what string
+	}
+	counts := map[key]int{}
+	records := map[int]string{} // line -> what, of the first run
+	file := -1
+	for _, l := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
+		f := strings.Split(l, "\t")
+		if len(f) != 4 || f[0] != "slt/testdata/pass.slt" || !regexp.MustCompile(`^\d+$`).MatchString(f[3]) {
+			t.Fatalf("bad line %q", l)
+		}
+		if f[2] == "database" {
+			file++
+		}
+		if file < 0 {
+			t.Fatalf("line %q before the file's database", l)
+		}
+		what := f[2]
+		if f[1] != "0" {
+			what = "record"
+			if file == 0 {
+				records[atoi(t, f[1])] = f[2]
+			}
+		}
+		counts[key{file, what}]++
+	}
+	// pass.slt runs 24 records and skips 3; reset-server opens the main
+	// connection again, and two simple records open one each.
+	for _, f := range []int{0, 1} {
+		if got := counts[key{f, "record"}]; got != 24 {
+			t.Errorf("run %d: %d record lines, want 24", f, got)
+		}
+		if got := counts[key{f, "database"}]; got != 1 {
+			t.Errorf("run %d: %d database lines, want 1", f, got)
+		}
+	}
+	if got := counts[key{0, "connect"}]; got != 4 {
+		t.Errorf("first run: %d connect lines, want 4 (main, other, admin, main after reset-server)", got)
+	}
+	if records[5] != "CREATE TABLE" || records[8] != "INSERT INTO" || records[124] != "SELECT 1" {
+		t.Errorf("records 5, 8, 124: %q, %q, %q", records[5], records[8], records[124])
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -52,6 +52,14 @@ type Options struct {
 	Rewrite bool
 	// Timeout bounds each record; 0 means none.
 	Timeout time.Duration
+	// Timings, when set, receives one tab-separated line per record run
+	// (not skipped), per connection a record opened and per wait for a
+	// file's database (made in advance while the previous file ran,
+	// except for the first file's): the file, the record's line (0 for
+	// the others), what it was (the SQL's first two words in upper case,
+	// "connect" or "database") and the wall time in microseconds. The
+	// writer is used from Run's goroutine only.
+	Timings io.Writer
 }
 
 // Run runs the files in order, one at a time, and reports every record.
@@ -220,6 +228,9 @@ type fileState struct {
 	conns   map[string]*pgconn.PgConn
 	users   map[string]string
 
+	// connecting is the time spent opening connections so far.
+	connecting time.Duration
+
 	threshold int
 	cockroach bool
 	labels    map[string]string
@@ -242,12 +253,14 @@ func (r *runner) runFile(ctx context.Context, path string, pre chan dbResult, pr
 	defer fs.close()
 	// The database first, so that a prefetched one is always dropped.
 	var err error
+	start := time.Now()
 	if pre != nil {
 		res := <-pre
 		fs.db, err = res.name, res.err
 	} else if r.opts.FreshDB {
 		fs.db, err = r.createDB(ctx)
 	}
+	fs.timing(0, "database", time.Since(start))
 	prefetch()
 	if err != nil {
 		fr.Err = fmt.Errorf("create database: %w", err)
@@ -387,12 +400,39 @@ func (fs *fileState) conn(ctx context.Context, name, user string) (*pgconn.PgCon
 	if u := fs.users[name]; u != "" {
 		cfg.User = u
 	}
+	start := time.Now()
 	c, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
+	d := time.Since(start)
+	fs.connecting += d
+	fs.timing(0, "connect", d)
 	fs.conns[name] = c
 	return c, nil
+}
+
+// timing writes one line to Options.Timings, if set: what took d, at
+// line (0: not a record's).
+func (fs *fileState) timing(line int, what string, d time.Duration) {
+	if w := fs.r.opts.Timings; w != nil {
+		fmt.Fprintf(w, "%s\t%d\t%s\t%d\n", fs.path, line, what, d.Microseconds())
+	}
+}
+
+// leadingWords is the first n words of sql in upper case, for a timing.
+func leadingWords(sql string, n int) string {
+	f := strings.Fields(sql)
+	if len(f) > n {
+		f = f[:n]
+	}
+	for i, w := range f {
+		if j := strings.IndexAny(w, "(;,"); j >= 0 {
+			w = w[:j]
+		}
+		f[i] = strings.ToUpper(w)
+	}
+	return strings.Join(f, " ")
 }
 
 // runRecord runs one record that is not skipped and reports whether it was
@@ -412,12 +452,18 @@ func (fs *fileState) runRecord(ctx context.Context, rec *Record) bool {
 		fs.cockroach = rec.Arg == "cockroach"
 	case DirResetServer:
 		fs.resetServer(ctx)
-	case DirStatement:
-		fs.statement(ctx, rec)
-	case DirQuery:
-		fs.query(ctx, rec)
-	case DirSimple:
-		fs.simple(ctx, rec)
+	case DirStatement, DirQuery, DirSimple:
+		start, connecting := time.Now(), fs.connecting
+		switch rec.Directive {
+		case DirStatement:
+			fs.statement(ctx, rec)
+		case DirQuery:
+			fs.query(ctx, rec)
+		default:
+			fs.simple(ctx, rec)
+		}
+		// A connection the record opened has its own line.
+		fs.timing(rec.Line, leadingWords(rec.SQL, 2), time.Since(start)-(fs.connecting-connecting))
 	}
 	return false
 }
