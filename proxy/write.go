@@ -127,6 +127,8 @@ func (s *Session) optimisticWrite(ctx context.Context, sql string, inc int64, re
 	s.busy.Store(true)
 	defer s.busy.Store(false)
 	s.midRequest = true
+	s.slotSQL = sql
+	defer func() { s.slotSQL = "" }()
 
 	w := &occWrite{
 		s: s, ctx: ctx, req: req, inc: inc,
@@ -280,7 +282,7 @@ func (s *Session) oneTrip(ctx context.Context, req occRequest, inc int64) (at at
 		case typ == 'C':
 			slotDone = true
 		case typ == 'E':
-			at.failed = cloneFrame(f)
+			at.failed = s.slotRefusal(cloneFrame(f))
 			slotMissing = pgerr.Code(errorCode(wire.Body(f))) == pgerr.InvalidSQLStatementName
 			// Whatever failed, the slot's statement is prepared again
 			// next time.
