@@ -248,3 +248,54 @@ func TestOutside16ReadOnlyWriteMessage(t *testing.T) {
 	}
 	st.proxies[0].mustAlive(t, ctx)
 }
+
+// TestOutside16TempTableInReadOnlyTxn: a temporary table made inside a
+// read-only transaction after its first read, with a managed table's
+// name, is read by the transaction's timestamped reads exactly when its
+// plain reads (PostgreSQL's own) read it, in each protocol: in a simple
+// Query and an unnamed statement, and in a named statement prepared
+// before the table was made (PostgreSQL keeps such a statement's plan on
+// the table it first resolved: a new relation that shadows it does not
+// invalidate the plan).
+func TestOutside16TempTableInReadOnlyTxn(t *testing.T) {
+	t.Parallel()
+	st := newStage(t, stageOpts{postgres: true})
+	ctx := st.ctx
+	conn := connectTo(t, ctx, st.url(0, "postgres"))
+	mustExec(t, ctx, conn, "CREATE TABLE shade16 (v text)", "INSERT INTO shade16 VALUES ('managed')")
+	modes := map[protocol]pgx.QueryExecMode{simpleQuery: pgx.QueryExecModeSimpleProtocol, unnamedStmt: pgx.QueryExecModeExec, namedStmt: pgx.QueryExecModeCacheStatement}
+	for _, mode := range protocols {
+		read := func(sql string) string {
+			t.Helper()
+			var v string
+			if err := conn.QueryRow(ctx, sql, modes[mode]).Scan(&v); err != nil {
+				t.Fatalf("%v: %s: %v", mode, sql, err)
+			}
+			return v
+		}
+		plain, stamped := "SELECT v FROM shade16", "SELECT v FROM shade16 WHERE mz_now() > 0"
+		// Two transactions before, so that the event loop serves the
+		// third whole (its last two pins agree).
+		for range 2 {
+			mustExec(t, ctx, conn, "BEGIN")
+			read(stamped)
+			mustExec(t, ctx, conn, "COMMIT")
+		}
+		mustExec(t, ctx, conn, "BEGIN")
+		if v := read(stamped); v != "managed" {
+			t.Errorf("%v: the first read: %q", mode, v)
+		}
+		read(plain)
+		mustExec(t, ctx, conn, "CREATE TEMP TABLE shade16 (v text) ON COMMIT DROP", "INSERT INTO shade16 VALUES ('temp')")
+		p, s := read(plain), read(stamped)
+		t.Logf("%v: plain %q, timestamped %q", mode, p, s)
+		if s != p {
+			t.Errorf("%v: after CREATE TEMP TABLE in the transaction: the timestamped read reads %q, the plain read %q", mode, s, p)
+		}
+		if mode != namedStmt && p != "temp" {
+			t.Errorf("%v: the plain read reads %q, want temp", mode, p)
+		}
+		mustExec(t, ctx, conn, "COMMIT")
+	}
+	st.proxies[0].mustAlive(t, ctx)
+}
