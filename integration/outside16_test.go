@@ -299,3 +299,83 @@ func TestOutside16TempTableInReadOnlyTxn(t *testing.T) {
 	}
 	st.proxies[0].mustAlive(t, ctx)
 }
+
+// TestOutside16BatchOfWrites: a driver's batch of autocommit writes of a
+// prepared statement, with a Sync after every 256 (JDBC's executeBatch
+// without reWriteBatchedInserts: Bind, Describe, Execute per row, and a
+// Sync whenever its estimate of the answers' size fills its buffer), runs
+// every write, each group of 256 in one implicit transaction. Before, the
+// last write of a group that began right after the proxy drained its
+// pipeline (every 128 requests) was held for the optimistic loop, which
+// ended the group's transaction itself without the session seeing it
+// end: the next group's writes ran without the write slot and failed
+// with MZ002 (JDBC: "Batch entry 511 ... was aborted"). A group whose
+// last write fails rolls back whole, as in PostgreSQL.
+func TestOutside16BatchOfWrites(t *testing.T) {
+	t.Parallel()
+	st := newStage(t, stageOpts{postgres: true})
+	ctx := st.ctx
+	conn := connectTo(t, ctx, st.url(0, "postgres"))
+	mustExec(t, ctx, conn, "CREATE TABLE bw (k int PRIMARY KEY, v text)")
+	pc := conn.PgConn()
+	if _, err := pc.Prepare(ctx, "ins", "INSERT INTO bw VALUES ($1, 'v')", nil); err != nil {
+		t.Fatal(err)
+	}
+	// run sends keys as one pipeline, a Sync after every 256, and returns
+	// the first error.
+	run := func(keys []int) error {
+		p := pc.StartPipeline(ctx)
+		for i, k := range keys {
+			p.SendQueryPrepared("ins", [][]byte{[]byte(fmt.Sprint(k))}, nil, nil)
+			if (i+1)%256 == 0 || i == len(keys)-1 {
+				p.SendPipelineSync()
+			}
+		}
+		if err := p.Flush(); err != nil {
+			return err
+		}
+		var first error
+		for {
+			r, err := p.GetResults()
+			if err != nil {
+				if first == nil {
+					first = err
+				}
+				continue
+			}
+			if r == nil {
+				break
+			}
+			if rr, ok := r.(*pgconn.ResultReader); ok {
+				if _, err := rr.Close(); err != nil && first == nil {
+					first = err
+				}
+			}
+		}
+		if err := p.Close(); err != nil && first == nil {
+			first = err
+		}
+		return first
+	}
+	keys := make([]int, 900)
+	for i := range keys {
+		keys[i] = i
+	}
+	if err := run(keys); err != nil {
+		t.Errorf("900 writes in groups of 256: %v", err)
+	}
+	if n := count(t, ctx, conn, "SELECT count(*) FROM bw", pgx.QueryExecModeSimpleProtocol); n != 900 {
+		t.Errorf("%d rows after 900 writes, want 900", n)
+	}
+	// One group of 256 whose last write fails (a key taken): none of it.
+	keys = keys[:256]
+	for i := range keys {
+		keys[i] = 1000 + i
+	}
+	keys[255] = 0
+	wantCode(t, run(keys), "23505")
+	if n := count(t, ctx, conn, "SELECT count(*) FROM bw WHERE k >= 1000", pgx.QueryExecModeSimpleProtocol); n != 0 {
+		t.Errorf("%d rows of a group whose last write failed, want 0", n)
+	}
+	st.proxies[0].mustAlive(t, ctx)
+}

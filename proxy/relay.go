@@ -382,7 +382,12 @@ func (s *Session) handleBind(ctx context.Context, m *pgproto3.Bind, frame []byte
 	if p.stmt.explicit != nil {
 		return s.bindExplicit(ctx, m, p)
 	}
-	if p.stmt.route.replayable && s.tx == txIdle && s.units.len() == 0 && !s.skipping {
+	if p.stmt.route.replayable && s.tx == txIdle && s.units.len() == 0 && !s.skipping && !s.batchExecuted {
+		// The batch's first write: the optimistic loop replays it alone
+		// in its own implicit transaction. After an Execute of the same
+		// batch (a driver's batch of writes before one Sync, JDBC's
+		// executeBatch) the implicit transaction holds that too: the
+		// write is forwarded under the slot the batch took.
 		s.occBatch = &occBatch{bind: cloneFrame(frame), portal: m.DestinationPortal, sql: p.stmt.sql}
 		return nil
 	}

@@ -156,7 +156,8 @@ type txnState struct {
 	slotSQL string
 	// batchExecuted: an Execute of the client's was sent since its last
 	// Sync (or Query): a DROP DATABASE now would run inside the batch's
-	// implicit transaction, which PostgreSQL refuses (25001).
+	// implicit transaction, which PostgreSQL refuses (25001), and a write
+	// now is not the batch's first (no optimistic loop).
 	batchExecuted bool
 	// txn is the client's transaction block (read-only transactions).
 	txn readTxn

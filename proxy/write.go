@@ -641,6 +641,7 @@ func (s *Session) releaseBatch(ctx context.Context) error {
 	if b.execute == nil {
 		return nil
 	}
+	s.batchExecuted = true
 	if !s.writeSlot && !s.skipping {
 		if err := s.takeWriteSlotExtended(ctx); err != nil {
 			return s.failExtended(ctx, err)
