@@ -379,3 +379,26 @@ func TestOutside16BatchOfWrites(t *testing.T) {
 	}
 	st.proxies[0].mustAlive(t, ctx)
 }
+
+// TestOutside16PartitionedAsOf: a partitioned table made through mzproxy
+// is not managed (storage/doc.go, Known limits): it has no history, and
+// AS OF a time before an UPDATE reads the present rows, with no error.
+// Materialize's model wants its past; a known gap (README, Limitations).
+func TestOutside16PartitionedAsOf(t *testing.T) {
+	t.Skip("known gap: partitioned tables are not managed; AS OF reads their present rows (README, Limitations)")
+	t.Parallel()
+	st := newStage(t, stageOpts{postgres: true})
+	ctx := st.ctx
+	conn := connectTo(t, ctx, st.url(0, "postgres"))
+	mustExec(t, ctx, conn, "CREATE TABLE parted (k int, r text, v int, PRIMARY KEY (k, r)) PARTITION BY LIST (r)",
+		"CREATE TABLE parted_a PARTITION OF parted FOR VALUES IN ('a')", "INSERT INTO parted VALUES (1, 'a', 1)")
+	var ts int64
+	if err := conn.QueryRow(ctx, "SELECT mz_now()::text::int8", pgx.QueryExecModeSimpleProtocol).Scan(&ts); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, ctx, conn, "UPDATE parted SET v = 2")
+	var v int
+	if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT v FROM parted AS OF %d", ts), pgx.QueryExecModeSimpleProtocol).Scan(&v); err != nil || v != 1 {
+		t.Errorf("AS OF before the UPDATE: %d (%v), want 1", v, err)
+	}
+}
