@@ -81,7 +81,9 @@ func TestOutside14TemplateNameTaken(t *testing.T) {
 }
 
 // TestOutside14PrepareTransaction: PREPARE TRANSACTION through mzproxy is
-// refused (0A000) in every protocol, and the block goes on. A prepared
+// refused (0A000) in every protocol, and the block is aborted (its COMMIT
+// rolls back), as a PREPARE TRANSACTION that fails in PostgreSQL rolls the
+// transaction back (session 16; before, the block went on). A prepared
 // transaction outlives its session and every timeout: one that wrote a
 // managed table kept the writers' gate, and every timestamped read and
 // read-only transaction of the database waited for it until someone
@@ -129,8 +131,13 @@ func TestOutside14PrepareTransaction(t *testing.T) {
 			_, err := w.Exec(ctx, "PREPARE TRANSACTION 'gid1'", c.mode)
 			wantCode(t, err, "0A000")
 			if c.begin != nil {
-				// The refusal did not end the block: it commits.
-				mustExec(t, ctx, w, "COMMIT")
+				if s := w.PgConn().TxStatus(); s != 'E' {
+					t.Errorf("the block after the refusal: status %q, want 'E'", s)
+				}
+				tag, err := w.Exec(ctx, "COMMIT", pgx.QueryExecModeSimpleProtocol)
+				if err != nil || tag.String() != "ROLLBACK" {
+					t.Errorf("COMMIT of the block after the refusal: %q, %v; want ROLLBACK", tag, err)
+				}
 			}
 			var n int
 			if err := direct.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_xacts").Scan(&n); err != nil {
@@ -146,8 +153,8 @@ func TestOutside14PrepareTransaction(t *testing.T) {
 		})
 	}
 	var v int
-	if err := reader.QueryRow(ctx, "SELECT v FROM pt", pgx.QueryExecModeSimpleProtocol).Scan(&v); err != nil || v != 2 {
-		t.Errorf("pt.v = %d (%v), want 2: the two write blocks committed", v, err)
+	if err := reader.QueryRow(ctx, "SELECT v FROM pt", pgx.QueryExecModeSimpleProtocol).Scan(&v); err != nil || v != 0 {
+		t.Errorf("pt.v = %d (%v), want 0: the two write blocks rolled back", v, err)
 	}
 	// COMMIT PREPARED and ROLLBACK PREPARED still reach PostgreSQL, for
 	// transactions prepared directly.

@@ -47,6 +47,12 @@ type backend struct {
 	// portal, which a Sync would end, and may have run an Execute, after
 	// which PostgreSQL refuses DISCARD ALL or VACUUM in the batch (25001).
 	bound bool
+	// failed: an ErrorResponse came since the last ReadyForQuery (the
+	// backend skips to a Sync, or its answers go on to a ReadyForQuery);
+	// status is that of the last ReadyForQuery (0 before the first one
+	// next reads).
+	failed bool
+	status byte
 	// clientBatch: the message being handled is part of the client's
 	// extended-protocol batch, which the client's own Sync ends (set by
 	// Session.handle). A proxy's query that fails then leaves the backend
@@ -93,6 +99,12 @@ func (b *backend) next() (typ byte, frame []byte, err error) {
 		typ, frame, err = b.r.Next()
 		if err != nil || typ != 'A' && typ != 'S' {
 			b.followBatch(typ)
+			switch typ {
+			case 'E':
+				b.failed = true
+			case 'Z':
+				b.failed, b.status = false, frame[5]
+			}
 			return typ, frame, err
 		}
 		if typ == 'S' {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
@@ -201,4 +202,57 @@ func (p *Proxy) endInternal(ctx context.Context, name string) error {
 		var n int64
 		return conn.QueryRow(ctx, endInternalSQL, name, InternalApplicationName).Scan(&n)
 	})
+}
+
+// dropDatabaseExtended runs the Execute (frame) of a client's DROP
+// DATABASE sent in the extended protocol, portal p, as the batch's first
+// Execute outside a transaction block: as dropDatabase does for a simple
+// Query, the proxies' own connections to the database are let go of first,
+// when they are all that stands in the way. The check is a simple Query,
+// which ends the batch's implicit transaction (and with it the client's
+// portal) and replaces the unnamed statement: the proxy then parses the
+// client's unnamed statement again and sends its Bind again, without
+// showing their answers, before the Execute. Unlike the simple Query, the
+// statement runs once: a proxy that dials into the database meanwhile
+// makes it fail (55006).
+func (s *Session) dropDatabaseExtended(ctx context.Context, frame []byte, p *portal) error {
+	name, force, ok := planner.DropDatabase(p.stmt.sql)
+	if !ok || name == s.db.name {
+		s.batchExecuted = true
+		return s.request(ctx, frame, unit{kind: uExecute}, false)
+	}
+	if s.units.len() > 0 {
+		if err := s.be.w.Send(&pgproto3.Flush{}); err != nil {
+			return s.lost(err)
+		}
+		if err := s.exchange(ctx); err != nil {
+			return err
+		}
+	}
+	s.batchExecuted = true
+	if s.skipping {
+		// What came before failed: the backend skips the Execute.
+		return s.request(ctx, frame, unit{kind: uExecute}, false)
+	}
+	px := s.proxy
+	state, err := s.dropState(ctx, dropStateSQL(name, px.cfg.Backend.User, force))
+	if err != nil {
+		return err
+	}
+	if state == "internal" {
+		px.letGo(name)
+		if err := px.endInternal(ctx, name); err != nil {
+			px.log.WithError(err).WithField("database", name).Warn("mzproxy could not end its connections to a database being dropped")
+		}
+	}
+	if p.stmtName == "" {
+		if err := s.internalMsg(&pgproto3.Parse{Query: p.stmt.sql}, uParse); err != nil {
+			return err
+		}
+	}
+	if err := s.be.w.WriteFrame(p.bind); err != nil {
+		return s.lostWrite(err)
+	}
+	s.units.push(unit{kind: uBind, disp: swallow})
+	return s.request(ctx, frame, unit{kind: uExecute, dropOf: name}, false)
 }

@@ -53,6 +53,9 @@ type unit struct {
 	// attempt, whose 55006 or 42501 (mzproxy's own connections in the
 	// database) the client does not see, as the proxy tries again.
 	drop, dropRetry bool
+	// dropOf: the Execute of a client's DROP DATABASE of this database,
+	// which the proxy forgets when it completes (dropDatabaseExtended).
+	dropOf string
 }
 
 // readStatementGone reports whether body, an ErrorResponse to the Bind of
@@ -162,6 +165,7 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 		s.be.clientBatch = true
 	case *pgproto3.Query, *pgproto3.FunctionCall, *pgproto3.Sync:
 		s.be.clientBatch = false
+		s.batchExecuted = false
 	}
 	if s.txn.guard != nil || s.be.pendingRead != nil {
 		switch msg.(type) {
@@ -381,10 +385,18 @@ func (s *Session) handleBind(ctx context.Context, m *pgproto3.Bind, frame []byte
 		return err
 	}
 	p := s.definePortal(m.DestinationPortal, m.PreparedStatement)
+	if p.stmt.route.dropDatabase {
+		p.bind, p.stmtName = cloneFrame(frame), m.PreparedStatement
+	}
 	if p.stmt.explicit != nil {
 		return s.bindExplicit(ctx, m, p)
 	}
-	if p.stmt.route.replayable && s.tx == txIdle && s.units.len() == 0 && !s.skipping {
+	if p.stmt.route.replayable && s.tx == txIdle && s.units.len() == 0 && !s.skipping && !s.batchExecuted {
+		// The batch's first write: the optimistic loop replays it alone
+		// in its own implicit transaction. After an Execute of the same
+		// batch (a driver's batch of writes before one Sync, JDBC's
+		// executeBatch) the implicit transaction holds that too: the
+		// write is forwarded under the slot the batch took.
 		s.occBatch = &occBatch{bind: cloneFrame(frame), portal: m.DestinationPortal, sql: p.stmt.sql}
 		return nil
 	}
@@ -413,7 +425,12 @@ func (s *Session) handleExecute(ctx context.Context, m *pgproto3.Execute, frame 
 		return s.executeExplain(ctx, p.explain)
 	}
 	r := p.stmt.route
+	if r.dropDatabase && p.bind != nil && s.tx == txIdle && !s.batchExecuted && !s.skipping {
+		return s.dropDatabaseExtended(ctx, frame, p)
+	}
+	s.batchExecuted = true
 	if r.write && !s.writeSlot && s.tx != txFailed && !s.skipping {
+		s.slotSQL = p.stmt.sql
 		if err := s.takeWriteSlotExtended(ctx); err != nil {
 			return s.failExtended(ctx, err)
 		}
@@ -643,6 +660,9 @@ func (s *Session) answerUnit(ctx context.Context, u *unit, typ byte, frame []byt
 	if typ == 'E' && s.peekRefusedView(u, frame) {
 		return false, nil
 	}
+	if typ == 'E' && u.disp == swallow {
+		frame = s.slotRefusal(frame)
+	}
 	if typ == 't' && u.stripParam {
 		if frame, err = stripTimestampParam(frame); err != nil {
 			return true, s.lost(err)
@@ -669,6 +689,9 @@ func (s *Session) answerUnit(ctx context.Context, u *unit, typ byte, frame []byt
 	case 'C', 'I', 's':
 		if typ == 'C' {
 			s.commandComplete(u, frame)
+			if u.dropOf != "" {
+				s.proxy.forgetDropped(u.dropOf)
+			}
 		}
 		done = u.kind == uExecute
 	case 'E':
@@ -692,6 +715,7 @@ func (s *Session) readyForQuery(u *unit, frame []byte) {
 	s.tx = txStatus(frame[5])
 	s.settleSettings(prev)
 	s.skipping = false
+	s.slotSQL = ""
 	switch {
 	case u.beforeBegin != nil:
 		// The end of the proxy's own statement before a BEGIN.
@@ -850,6 +874,7 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 	if err != nil {
 		return err
 	}
+	s.slotSQL = sql
 	if s.tx == txBlock {
 		if !s.writeSlot {
 			if err := s.internal(s.writeSlotSQL(inc), false); err != nil {

@@ -150,6 +150,15 @@ type txnState struct {
 	// writeSlot: the current backend transaction holds the write slot
 	// (begin_write_occ ran in it).
 	writeSlot bool
+	// slotSQL is the client's statement text before which the proxy is
+	// taking the write slot, until the next ReadyForQuery: an error of
+	// the slot is told as the statement's (slotRefusal).
+	slotSQL string
+	// batchExecuted: an Execute of the client's was sent since its last
+	// Sync (or Query): a DROP DATABASE now would run inside the batch's
+	// implicit transaction, which PostgreSQL refuses (25001), and a write
+	// now is not the batch's first (no optimistic loop).
+	batchExecuted bool
 	// txn is the client's transaction block (read-only transactions).
 	txn readTxn
 	// portalHolds are the read holds of the transaction (its portals' and
@@ -274,6 +283,9 @@ func (s *Session) Handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 	s.observeMessage(msg)
 	copyQuery := s.copy == copyQuery
 	err := s.handleStatement(ctx, msg, frame)
+	if err != nil {
+		err = s.abortAfterRefusal(ctx, msg, err)
+	}
 	s.observeHandled(msg, copyQuery, err)
 	if err == nil {
 		s.watchBackend()

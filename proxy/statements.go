@@ -57,6 +57,10 @@ type portal struct {
 	// explain is set for a portal the proxy answers itself (EXPLAIN
 	// TIMESTAMP, SHOW transaction_isolation).
 	explain *explainPortal
+	// bind is the client's Bind of a DROP DATABASE, and stmtName its
+	// statement's name, to bind it again (dropDatabaseExtended).
+	bind     []byte
+	stmtName string
 }
 
 // unknownStmt stands for a statement the session has no record of (never

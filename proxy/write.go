@@ -95,7 +95,11 @@ type attempt struct {
 	// interrupted: the context ended at the failpoint, before COMMIT; the
 	// attempt was rolled back.
 	interrupted bool
-	ready       []byte // the ReadyForQuery that ended the attempt
+	// readOnly: the slot failed with 25006, the transaction is read-only
+	// (default_transaction_read_only): nothing managed can be written in
+	// it, so the statement runs without the slot (runReadOnly).
+	readOnly bool
+	ready    []byte // the ReadyForQuery that ended the attempt
 }
 
 // take records an answer of the client's statement.
@@ -127,6 +131,8 @@ func (s *Session) optimisticWrite(ctx context.Context, sql string, inc int64, re
 	s.busy.Store(true)
 	defer s.busy.Store(false)
 	s.midRequest = true
+	s.slotSQL = sql
+	defer func() { s.slotSQL = "" }()
 
 	w := &occWrite{
 		s: s, ctx: ctx, req: req, inc: inc,
@@ -210,6 +216,8 @@ func (w *occWrite) attempt(a occ.Action[struct{}]) (next occ.Action[struct{}], a
 		return w.m.Step(occ.Event[struct{}]{Kind: occ.EvError, Err: occ.Interrupted(w.ctx, s.budget)}), false, nil
 	case at.conflict:
 		return w.step(a.Floor, at.rows, occ.AppendResult{}), false, nil
+	case at.readOnly && at.ready != nil:
+		return a, true, s.runReadOnly(w.ctx, w.req)
 	case at.failed != nil:
 		if at.answers == nil {
 			at.answers = [][]byte{at.failed}
@@ -280,7 +288,8 @@ func (s *Session) oneTrip(ctx context.Context, req occRequest, inc int64) (at at
 		case typ == 'C':
 			slotDone = true
 		case typ == 'E':
-			at.failed = cloneFrame(f)
+			at.failed = s.slotRefusal(cloneFrame(f))
+			at.readOnly = pgerr.Code(errorCode(wire.Body(f))) == pgerr.ReadOnlySQLTransaction
 			slotMissing = pgerr.Code(errorCode(wire.Body(f))) == pgerr.InvalidSQLStatementName
 			// Whatever failed, the slot's statement is prepared again
 			// next time.
@@ -624,6 +633,32 @@ func (s *Session) holdBatch(ctx context.Context, msg pgproto3.FrontendMessage, f
 	return false, s.releaseBatch(ctx)
 }
 
+// runReadOnly runs req, a write whose slot the backend refused because its
+// transaction is read-only, as the client sent it, without the slot: in a
+// read-only transaction PostgreSQL refuses every write that the slot is
+// for (a permanent table's), with its own message, and runs the others (a
+// temporary table's) as it would directly.
+func (s *Session) runReadOnly(ctx context.Context, req occRequest) error {
+	if req.query != "" {
+		return s.request(ctx, req.frames[0], unit{kind: uQuery, relayZ: true}, true)
+	}
+	for _, f := range req.frames {
+		u := unit{kind: uBind}
+		switch f[0] {
+		case 'D':
+			u.kind = uDescribePortal
+		case 'E':
+			u.kind = uExecute
+		case 'S':
+			u = unit{kind: uSync, relayZ: true}
+		}
+		if err := s.request(ctx, f, u, u.kind == uSync); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // releaseBatch forwards a held batch as if it had not been held.
 func (s *Session) releaseBatch(ctx context.Context) error {
 	b := s.occBatch
@@ -639,6 +674,7 @@ func (s *Session) releaseBatch(ctx context.Context) error {
 	if b.execute == nil {
 		return nil
 	}
+	s.batchExecuted = true
 	if !s.writeSlot && !s.skipping {
 		if err := s.takeWriteSlotExtended(ctx); err != nil {
 			return s.failExtended(ctx, err)
