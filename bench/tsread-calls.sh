@@ -8,7 +8,11 @@
 # revisions, and the median taken). SCRIPTS may also name managed.sh's
 # point (a plain point read) and rotxn (BEGIN, two point reads, COMMIT:
 # its "read" is the transaction) and update (an autocommit UPDATE of a
-# random row, issue 14's single-client write: its "read" is the write).
+# random row, issue 14's single-client write: its "read" is the write)
+# and insert (an autocommit blind INSERT of one row into a keyless table,
+# as bench/writes.sh's 32-client section sends).
+# CLIENTS: pgbench clients of the CPU runs (the strace run too), default 1;
+# READS is then the reads of each client.
 #
 # REVS: the revisions measured, each (rev_database) with its own mzproxy
 # in front of a database of its own on the same PostgreSQL, so that
@@ -22,6 +26,7 @@
 # usage: bench/tsread-calls.sh
 #   env: REVS="tree" READS=2000 ROUNDS=3 SCRIPTS="tsread asof"
 #        MODES="simple prepared" STRACE=1 (STRACE=0: CPU only) PROFILE= FLAGS=
+#        CLIENTS=1
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -32,6 +37,7 @@ SCRIPTS=${SCRIPTS:-"tsread asof"}
 MODES=${MODES:-"simple prepared"}
 STRACE=${STRACE:-1}
 PROFILE=${PROFILE:-}
+CLIENTS=${CLIENTS:-1}
 read -ra flags <<<"${FLAGS:-}"
 
 SRC=tree bench_postgres
@@ -66,6 +72,8 @@ EOS
 \set delta random(-5000, 5000)
 UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;
 EOS
+	psql -h 127.0.0.1 -p "${port[$d]}" -U postgres -d "$d" -qAtc "CREATE TABLE ins (x int)" >/dev/null
+	echo 'INSERT INTO ins VALUES (1);' >"$work/insert.$d.sql"
 	cat >"$work/asof.$d.sql" <<EOS
 \set aid random(1, 100000)
 SELECT abalance FROM pgbench_accounts WHERE aid = :aid AS OF $asof_t;
@@ -75,18 +83,19 @@ done
 # by the time it is read (a heartbeat every 5 s moves them).
 sleep 11
 
-run() { # database script mode reads
-	pgbench -n -M "$3" -c 1 -t "$4" -f "$work/$2.$1.sql" \
+run() { # database script mode reads [clients]
+	pgbench -n -M "$3" -c "${5:-1}" -j "$(( ${5:-1} < 2 ? 1 : 2 ))" -t "$4" -f "$work/$2.$1.sql" \
 		-h 127.0.0.1 -p "${port[$1]}" -U postgres "$1" 2>&1
 }
-# cpu database script mode: mzproxy's CPU per read over 2*READS reads, µs.
+# cpu database script mode: mzproxy's CPU per read over 2*READS reads of
+# each of CLIENTS clients, µs.
 cpu() {
 	local p=${pid[$1]} c0 c1 out
 	c0=$(cpu_ticks "$p")
-	out=$(run "$1" "$2" "$3" "$((READS * 2))")
+	out=$(run "$1" "$2" "$3" "$((READS * 2))" "$CLIENTS")
 	c1=$(cpu_ticks "$p")
 	grep -q "number of failed transactions: 0" <<<"$out" || { echo "$out" >&2; exit 1; }
-	python3 -c "print(f'{($c1 - $c0) / $hz / $((READS * 2)) * 1e6:.1f}')"
+	python3 -c "print(f'{($c1 - $c0) / $hz / $((READS * 2 * CLIENTS)) * 1e6:.1f}')"
 }
 printf '%-22s %-7s %-9s %10s %s\n' revision script mode "calls/read" "cpu-us/read (rounds)   per read: calls (failed)" >&2
 for script in $SCRIPTS; do
@@ -108,11 +117,11 @@ for script in $SCRIPTS; do
 				strace -c -f -p "${pid[$d]}" -o "$work/trace" 2>/dev/null &
 				spid=$!
 				sleep 0.5
-				run "$d" "$script" "$mode" "$READS" >/dev/null
+				run "$d" "$script" "$mode" "$READS" "$CLIENTS" >/dev/null
 				kill -INT "$spid" 2>/dev/null || true
 				wait "$spid" 2>/dev/null || true
 				total=$(awk '$1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" {n += $4} END {print n + 0}' "$work/trace")
-				breakdown=$(awk -v n="$READS" '
+				breakdown=$(awk -v n="$((READS * CLIENTS))" '
 					$1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" {
 						calls[$NF] += $4; if (NF >= 6) errs[$NF] += $5
 					}
@@ -121,7 +130,7 @@ for script in $SCRIPTS; do
 			fi
 			med=$(tr ' ' '\n' <<<"${cpus[$rev]}" | grep . | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
 			printf '%-22s %-7s %-9s %10.2f %s (%s)   %s\n' "$rev" "$script" "$mode" \
-				"$(python3 -c "print(${total:-0} / $READS)")" "$med" "${cpus[$rev]# }" "$breakdown"
+				"$(python3 -c "print(${total:-0} / $READS / $CLIENTS)")" "$med" "${cpus[$rev]# }" "$breakdown"
 		done
 		unset cpus
 	done
