@@ -219,6 +219,9 @@ type statementState struct {
 // the catalog revision (pin_read.go).
 type ownStatements struct {
 	writeSlotPrepared, deferredSlotPrepared int64
+	// blockBuilt: the write targets (schema.name as written) whose history
+	// the open block built (lazy_history.go); forgotten at its end.
+	blockBuilt map[string]bool
 	lostHoldPrepared                        bool
 	pinPeekPrepared, pinCheckPrepared       bool
 	pinGuardPrepared, pinGuardRevPrepared   bool
