@@ -221,11 +221,11 @@ type ownStatements struct {
 	writeSlotPrepared, deferredSlotPrepared int64
 	// blockBuilt: the write targets (schema.name as written) whose history
 	// the open block built (lazy_history.go); forgotten at its end.
-	blockBuilt map[string]bool
-	lostHoldPrepared                        bool
-	pinPeekPrepared, pinCheckPrepared       bool
-	pinGuardPrepared, pinGuardRevPrepared   bool
-	pinMsgs                                 pinMessages // reused by the pin and the read guard (pin_read.go, seen_read.go)
+	blockBuilt                            map[string]bool
+	lostHoldPrepared                      bool
+	pinPeekPrepared, pinCheckPrepared     bool
+	pinGuardPrepared, pinGuardRevPrepared bool
+	pinMsgs                               pinMessages // reused by the pin and the read guard (pin_read.go, seen_read.go)
 	// explicitBind and explicitParams are the client's Bind as
 	// forwardExplicitBind sends it, reused from one read to the next.
 	explicitBind   pgproto3.Bind

@@ -104,7 +104,6 @@ func buildAll(t testing.TB, tx pgx.Tx, lazy bool) {
 const buildAllSQL = "SELECT " + Schema + ".ensure_history(array_agg(oid)) FROM " + Schema +
 	".catalog WHERE kind = 'table' AND dropped_ts IS NULL AND NOT history_built"
 
-
 func queryInt(t testing.TB, q Querier, sql string, args ...any) int64 {
 	t.Helper()
 	var v int64
