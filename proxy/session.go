@@ -150,6 +150,9 @@ type txnState struct {
 	// writeSlot: the current backend transaction holds the write slot
 	// (begin_write_occ ran in it).
 	writeSlot bool
+	// blockBuilt: the write targets (schema.name as written) whose history
+	// the open block built (lazy_history.go); forgotten at its end.
+	blockBuilt map[string]bool
 	// txn is the client's transaction block (read-only transactions).
 	txn readTxn
 	// portalHolds are the read holds of the transaction (its portals' and
@@ -219,13 +222,10 @@ type statementState struct {
 // the catalog revision (pin_read.go).
 type ownStatements struct {
 	writeSlotPrepared, deferredSlotPrepared int64
-	// blockBuilt: the write targets (schema.name as written) whose history
-	// the open block built (lazy_history.go); forgotten at its end.
-	blockBuilt                            map[string]bool
-	lostHoldPrepared                      bool
-	pinPeekPrepared, pinCheckPrepared     bool
-	pinGuardPrepared, pinGuardRevPrepared bool
-	pinMsgs                               pinMessages // reused by the pin and the read guard (pin_read.go, seen_read.go)
+	lostHoldPrepared                        bool
+	pinPeekPrepared, pinCheckPrepared       bool
+	pinGuardPrepared, pinGuardRevPrepared   bool
+	pinMsgs                                 pinMessages // reused by the pin and the read guard (pin_read.go, seen_read.go)
 	// explicitBind and explicitParams are the client's Bind as
 	// forwardExplicitBind sends it, reused from one read to the next.
 	explicitBind   pgproto3.Bind
