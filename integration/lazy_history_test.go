@@ -126,6 +126,12 @@ func TestLazyHistoryWrites(t *testing.T) {
 	wantHistory(t, ctx, direct, "w_block", 3)
 	wantHistory(t, ctx, direct, "w_ext", 2)
 
+	// A table dropped and made again under the same name: the proxy's
+	// catalog still knows the old one, built.
+	mustExec(t, ctx, c, "CREATE TABLE w_again (k int)", "INSERT INTO w_again VALUES (1)", "DROP TABLE w_again",
+		"CREATE TABLE w_again (k int)", "BEGIN", "INSERT INTO w_again VALUES (2)", "COMMIT")
+	wantHistory(t, ctx, direct, "w_again", 1)
+
 	// Writes outside mzproxy are refused before the build and after it.
 	mustExec(t, ctx, c, "CREATE TABLE w_outside (k int)")
 	_, err = direct.Exec(ctx, "INSERT INTO w_outside VALUES (1)")

@@ -43,6 +43,9 @@ var pendingDetail = regexp.MustCompile(`^mzproxy: the history of relation ([0-9]
 // tables this proxy saw built since.
 type historyState struct {
 	built sync.Map // catalog ID -> struct{}
+	// builtNames: targets as written (schema.name) this proxy wrote
+	// through a committed build, which the snapshot does not know.
+	builtNames sync.Map
 	// byName: every live table by its bare name, for unqualified targets.
 	byName map[string][]*storage.Object
 	// unbuilt: the snapshot has tables without history.
@@ -113,7 +116,9 @@ func (s *Session) historyBuildsFor(sql string) *historyBuilds {
 		return nil
 	}
 	var cat *catalogSnapshot
-	if seen := s.db.seen.Load(); seen != nil {
+	if seen := s.db.seen.Load(); seen != nil && seen.catalog != s.ddlCatalog {
+		// (Not the catalog read before this session's last DDL: a table
+		// it dropped and made again under the same name is not in it.)
 		cat = seen.catalog
 	}
 	var b *historyBuilds
@@ -136,8 +141,13 @@ func (s *Session) historyBuildsFor(sql string) *historyBuilds {
 				continue
 			}
 			key := ref.Schema + "." + ref.Name
-			if s.blockBuilt[key] {
+			if s.blockBuilt[key] || s.ddlBuilt[key] {
 				continue
+			}
+			if cat != nil {
+				if _, ok := cat.history.builtNames.Load(key); ok {
+					continue
+				}
 			}
 			if b == nil {
 				b = &historyBuilds{}
@@ -188,15 +198,38 @@ func (c *catalogSnapshot) candidates(ref planner.Ref) []*storage.Object {
 	return c.history.byName[ref.Name]
 }
 
+// noteDDL records that the session ran DDL: the catalog read before it
+// may name a table it dropped, with history, where a new one of the same
+// name has none.
+func (s *Session) noteDDL(r route) {
+	if r.ddl {
+		if seen := s.db.seen.Load(); seen != nil {
+			s.ddlCatalog = seen.catalog
+		}
+		clear(s.ddlBuilt)
+	}
+}
+
 // markBuilt records that b's tables were built by a write that committed.
 func (s *Session) markBuilt(b *historyBuilds) {
 	if b.empty() {
 		return
 	}
-	if seen := s.db.seen.Load(); seen != nil {
+	seen := s.db.seen.Load()
+	if seen != nil && seen.catalog != s.ddlCatalog {
 		for _, id := range b.ids {
 			seen.catalog.history.built.Store(id, struct{}{})
 		}
+		for _, k := range b.keys {
+			seen.catalog.history.builtNames.Store(k, struct{}{})
+		}
+		return
+	}
+	if s.ddlBuilt == nil {
+		s.ddlBuilt = map[string]bool{}
+	}
+	for _, k := range b.keys {
+		s.ddlBuilt[k] = true
 	}
 }
 

@@ -409,6 +409,7 @@ func (s *Session) handleExecute(ctx context.Context, m *pgproto3.Execute, frame 
 			return s.failExtended(ctx, err)
 		}
 	}
+	s.noteDDL(r)
 	if r.write && s.tx != txFailed && !s.skipping {
 		if err := s.buildExtended(p.stmt.sql); err != nil {
 			return s.failExtended(ctx, err)
@@ -850,6 +851,7 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 	if err != nil {
 		return err
 	}
+	s.noteDDL(r)
 	builds := s.historyBuildsFor(sql)
 	if s.tx == txBlock {
 		if !s.writeSlot {
