@@ -116,7 +116,12 @@ func (s *Session) historyBuildsFor(sql string) *historyBuilds {
 		return nil
 	}
 	var cat *catalogSnapshot
-	if seen := s.db.seen.Load(); seen != nil && seen.catalog != s.ddlCatalog {
+	seen := s.db.seen.Load()
+	if seen == nil {
+		// Before the first snapshot: a fixed one (tests) or none.
+		seen = s.db.fixed
+	}
+	if seen != nil && seen.catalog != s.ddlCatalog {
 		// (Not the catalog read before this session's last DDL: a table
 		// it dropped and made again under the same name is not in it.)
 		cat = seen.catalog
