@@ -390,7 +390,11 @@ func (s *Session) forwardAll(frames [][]byte) error {
 // the statement failed or the context ended at the pause).
 func (s *Session) explicitAttempt(ctx context.Context, req occRequest, inc int64) (attempt, error) {
 	var at attempt
-	if err := s.sendOwn("BEGIN", storage.OpenWriteFor(inc)); err != nil {
+	own := []string{"BEGIN", storage.OpenWriteFor(inc)}
+	if !req.builds.empty() {
+		own = append(own, req.builds.sql())
+	}
+	if err := s.sendOwn(own...); err != nil {
 		return at, err
 	}
 	if err := s.forwardAll(req.frames); err != nil {

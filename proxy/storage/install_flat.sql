@@ -148,8 +148,11 @@ BEGIN
     EXECUTE format('CREATE TABLE %s (mz_from int8 NOT NULL, mz_to int8 NOT NULL, mz_hash int4 NOT NULL%s)', k.history,
                    CASE WHEN defs = '' THEN '' ELSE ', ' || defs END);
     EXECUTE format('CREATE INDEX %I ON %s (mz_to, mz_from)', 'h' || p_id || '_mz_to', k.history);
-    IF EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = k.oid AND t.tgname = 'mzproxy_history_pending') THEN
-        EXECUTE format('DROP TRIGGER mzproxy_history_pending ON %s', k.oid::regclass);
+    -- Disabled, not dropped: DROP TRIGGER takes ACCESS EXCLUSIVE on the
+    -- table, which readers would wait for until the write's transaction
+    -- ends; DISABLE takes SHARE ROW EXCLUSIVE, as the build's other DDL.
+    IF EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = k.oid AND t.tgname = 'mzproxy_pending_history') THEN
+        EXECUTE format('ALTER TABLE %s DISABLE TRIGGER mzproxy_pending_history', k.oid::regclass);
     END IF;
     UPDATE mzproxy.catalog SET history_built = true WHERE id = p_id AND NOT history_built;
     IF p_rows_ts IS NOT NULL THEN
@@ -1255,9 +1258,9 @@ BEGIN
     IF has_rows OR current_setting('mzproxy.eager_history', true) = 'on' THEN
         PERFORM mzproxy.build_history(new_id, p_ts);
     ELSE
-        EXECUTE format('CREATE TRIGGER mzproxy_history_pending BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s '
+        EXECUTE format('CREATE TRIGGER mzproxy_pending_history BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s '
                        'FOR EACH STATEMENT EXECUTE FUNCTION mzproxy.history_pending()', rel);
-        EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER mzproxy_history_pending', rel);
+        EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER mzproxy_pending_history', rel);
     END IF;
     RETURN new_id;
 END
@@ -1443,6 +1446,29 @@ BEGIN
     IF marked THEN
         marked := set_config('mzproxy.in_ddl', '', true) <> '';
     END IF;
+END
+$$;
+
+
+
+CREATE FUNCTION mzproxy.on_pending_drop() RETURNS event_trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    r record;
+BEGIN
+    IF current_setting('mzproxy.in_ddl', true) <> '' THEN
+        IF current_setting('mzproxy.in_ddl', true) = mzproxy.ddl_mark() THEN
+            RETURN;
+        END IF;
+    END IF;
+    FOR r IN SELECT * FROM pg_event_trigger_dropped_objects() LOOP
+        IF r.object_type = 'trigger' AND r.original AND r.object_identity LIKE 'mzproxy\_pending\_history on %' THEN
+            RAISE EXCEPTION 'cannot drop trigger %: mzproxy refuses writes to the table with it until it builds the table''s history', r.object_identity
+                USING ERRCODE = 'MZ003';
+        END IF;
+    END LOOP;
 END
 $$;
 
@@ -3403,6 +3429,10 @@ REVOKE ALL ON FUNCTION mzproxy.on_ddl_command_end() FROM PUBLIC;
 
 
 
+REVOKE ALL ON FUNCTION mzproxy.on_pending_drop() FROM PUBLIC;
+
+
+
 REVOKE ALL ON FUNCTION mzproxy.on_sql_drop() FROM PUBLIC;
 
 
@@ -3633,6 +3663,12 @@ GRANT SELECT ON TABLE mzproxy.settled_writes TO PUBLIC;
 
 CREATE EVENT TRIGGER mzproxy_ddl_command_end ON ddl_command_end
    EXECUTE FUNCTION mzproxy.on_ddl_command_end();
+
+
+
+CREATE EVENT TRIGGER mzproxy_pending_drop ON sql_drop
+         WHEN TAG IN ('DROP TRIGGER')
+   EXECUTE FUNCTION mzproxy.on_pending_drop();
 
 
 

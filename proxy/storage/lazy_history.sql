@@ -5,7 +5,7 @@
 --
 -- CREATE TABLE records the catalog row, the columns, the collection
 -- (since = the CREATE's timestamp) and the table's two marker sequences,
--- and puts one trigger on the table, mzproxy_history_pending: BEFORE
+-- and puts one trigger on the table, mzproxy_pending_history: BEFORE
 -- INSERT OR UPDATE OR DELETE OR TRUNCATE FOR EACH STATEMENT, ENABLE
 -- ALWAYS (so also under session_replication_role = replica), calling the
 -- shared history_pending(), which refuses the write with 40001 and the
@@ -21,7 +21,7 @@
 -- then takes SHARE ROW EXCLUSIVE on each (writers wait for it, readers do
 -- not), checks again whether the history exists (the catalog snapshot is
 -- fresh after a lock), and builds what manage_table built until version
--- 37 (build_history), dropping the refusing trigger. The catalog revision
+-- 37 (build_history), disabling the refusing trigger. The catalog revision
 -- does not move: the history's name, which plans use, is the same.
 --
 -- A table made with rows (CREATE TABLE AS, SELECT INTO) is built at its
@@ -126,8 +126,11 @@ BEGIN
     EXECUTE format('CREATE TABLE %s (mz_from int8 NOT NULL, mz_to int8 NOT NULL, mz_hash int4 NOT NULL%s)', k.history,
                    CASE WHEN defs = '' THEN '' ELSE ', ' || defs END);
     EXECUTE format('CREATE INDEX %I ON %s (mz_to, mz_from)', 'h' || p_id || '_mz_to', k.history);
-    IF EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = k.oid AND t.tgname = 'mzproxy_history_pending') THEN
-        EXECUTE format('DROP TRIGGER mzproxy_history_pending ON %s', k.oid::regclass);
+    -- Disabled, not dropped: DROP TRIGGER takes ACCESS EXCLUSIVE on the
+    -- table, which readers would wait for until the write's transaction
+    -- ends; DISABLE takes SHARE ROW EXCLUSIVE, as the build's other DDL.
+    IF EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = k.oid AND t.tgname = 'mzproxy_pending_history') THEN
+        EXECUTE format('ALTER TABLE %s DISABLE TRIGGER mzproxy_pending_history', k.oid::regclass);
     END IF;
     UPDATE @SCHEMA@.catalog SET history_built = true WHERE id = p_id AND NOT history_built;
     IF p_rows_ts IS NOT NULL THEN
@@ -221,12 +224,43 @@ BEGIN
     IF has_rows OR current_setting('mzproxy.eager_history', true) = 'on' THEN
         PERFORM @SCHEMA@.build_history(new_id, p_ts);
     ELSE
-        EXECUTE format('CREATE TRIGGER mzproxy_history_pending BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s '
+        EXECUTE format('CREATE TRIGGER mzproxy_pending_history BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s '
                        'FOR EACH STATEMENT EXECUTE FUNCTION @SCHEMA@.history_pending()', rel);
-        EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER mzproxy_history_pending', rel);
+        EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER mzproxy_pending_history', rel);
     END IF;
     RETURN new_id;
 END
 $$;
+
+-- The refusing trigger is not named mzproxy_history_*: gen_triggers drops
+-- those (DROP TRIGGER, ACCESS EXCLUSIVE on the table) before it makes
+-- them. A client's DROP TRIGGER of it is refused here, as on_sql_drop
+-- refuses the history triggers'.
+CREATE FUNCTION @SCHEMA@.on_pending_drop() RETURNS event_trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    r record;
+BEGIN
+    IF current_setting('mzproxy.in_ddl', true) <> '' THEN
+        IF current_setting('mzproxy.in_ddl', true) = @SCHEMA@.ddl_mark() THEN
+            RETURN;
+        END IF;
+    END IF;
+    FOR r IN SELECT * FROM pg_event_trigger_dropped_objects() LOOP
+        IF r.object_type = 'trigger' AND r.original AND r.object_identity LIKE 'mzproxy\_pending\_history on %' THEN
+            RAISE EXCEPTION 'cannot drop trigger %: mzproxy refuses writes to the table with it until it builds the table''s history', r.object_identity
+                USING ERRCODE = 'MZ003';
+        END IF;
+    END LOOP;
+END
+$$;
+
+REVOKE ALL ON FUNCTION @SCHEMA@.on_pending_drop() FROM PUBLIC;
+
+CREATE EVENT TRIGGER mzproxy_pending_drop ON sql_drop
+    WHEN TAG IN ('DROP TRIGGER')
+    EXECUTE FUNCTION @SCHEMA@.on_pending_drop();
 
 INSERT INTO @SCHEMA@.schema_version (version) VALUES (38);
