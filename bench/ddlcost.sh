@@ -16,9 +16,11 @@
 # usage: bench/ddlcost.sh
 #   env: REVS="main tree" (git revisions, or tree for the working tree)
 #        N0=5 N=45 PAIRS="column table view index" (or first:
-#                  CREATE TABLE, one INSERT, DROP TABLE, with the
-#                  managed side's mzproxy.ensure_history('t2') before
-#                  the INSERT: a variant or PATCH must define it)
+#                  CREATE TABLE, one INSERT, DROP TABLE; on the managed
+#                  side the INSERT's transaction builds t2's history
+#                  first, as mzproxy sends it since storage 38
+#                  (ensure_history(oid[]) in the slot's transaction),
+#                  where the schema has ensure_history(oid[]))
 #        CGSAVE=dir (keep each run's callgrind output there)
 #        PATCH=file.sql (run in each managed database before it is
 #                        measured: a part stubbed, to measure it by
@@ -84,12 +86,15 @@ pair() {
 	view) printf '%s\n' 'CREATE VIEW v AS SELECT a, b FROM probe' 'DROP VIEW v' ;;
 	index) printf '%s\n' 'CREATE INDEX probe_b ON probe (b)' 'DROP INDEX probe_b' ;;
 	# A table's first write with its CREATE and DROP; a line marked
-	# MANAGED runs in the managed databases only, without the slot (a
-	# variant's own statement, such as building what the CREATE left).
-	first) printf '%s\n' 'CREATE TABLE t2 (a int PRIMARY KEY, b text)' "MANAGED SELECT mzproxy.ensure_history('t2')" \
-		"INSERT INTO t2 VALUES (1, 'x')" 'DROP TABLE t2' ;;
+	# BUILD runs, in the managed databases, after the slot and the
+	# build of t2's history (a no-op where the schema builds at CREATE).
+	first) printf '%s\n' 'CREATE TABLE t2 (a int PRIMARY KEY, b text)' "BUILD INSERT INTO t2 VALUES (1, 'x')" 'DROP TABLE t2' ;;
 	esac
 }
+
+# build: t2's history built as mzproxy builds it before a first write,
+# where the schema has lazy histories (storage 38); nothing before.
+build="SELECT query_to_xml('SELECT mzproxy.ensure_history(ARRAY[to_regclass(''t2'')::oid])', false, false, '') WHERE to_regprocedure('mzproxy.ensure_history(oid[])') IS NOT NULL"
 
 # instructions DB KIND N MANAGED: the backend's instructions for N pairs.
 instructions() {
@@ -101,7 +106,7 @@ instructions() {
 		for i in $(seq "$3"); do
 			pair "$2" | while read -r s; do
 				case $s in
-				'MANAGED '*) [ "$4" = no ] || echo "${s#MANAGED };" ;;
+				'BUILD '*) [ "$4" = no ] && echo "${s#BUILD };" || echo "$slot$build \; ${s#BUILD };" ;;
 				*) echo "$slot$s;" ;;
 				esac
 			done

@@ -305,6 +305,9 @@ func (db *database) catalogAt(rev int64) *catalogSnapshot {
 type catalogSnapshot struct {
 	cat     *storage.Catalog
 	objects map[int64]*planner.Object
+	// history: the tables whose history this proxy saw built since c was
+	// read (lazy_history.go), shared by withTemps' copies.
+	history *historyState
 	// temps are the names of one session's temporary relations, which
 	// shadow managed objects of the same name where the search path has
 	// pg_temp (withTemps): nil in a database's own snapshot, which all
@@ -326,7 +329,7 @@ func (s *catalogSnapshot) withTemps(temps map[string]bool) *catalogSnapshot {
 }
 
 func newCatalogSnapshot(c *storage.Catalog) *catalogSnapshot {
-	s := &catalogSnapshot{cat: c, objects: make(map[int64]*planner.Object, len(c.Objects))}
+	s := &catalogSnapshot{cat: c, objects: make(map[int64]*planner.Object, len(c.Objects)), history: newHistoryState(c)}
 	for _, o := range c.Objects {
 		po := &planner.Object{
 			ID:      uint64(o.ID),

@@ -435,6 +435,12 @@ func (s *Session) handleExecute(ctx context.Context, m *pgproto3.Execute, frame 
 			return s.failExtended(ctx, err)
 		}
 	}
+	s.noteDDL(r)
+	if r.write && s.tx != txFailed && !s.skipping {
+		if err := s.buildExtended(p.stmt.sql); err != nil {
+			return s.failExtended(ctx, err)
+		}
+	}
 	u := unit{kind: uExecute}
 	if st := p.stmt.effect; st != nil {
 		u.settings = []*planner.Statement{st}
@@ -721,6 +727,7 @@ func (s *Session) readyForQuery(u *unit, frame []byte) {
 		// The end of the proxy's own statement before a BEGIN.
 	case s.tx == txIdle:
 		s.writeSlot = false
+		s.forgetBlockBuilt()
 		s.endPortals()
 		s.releasePortalHolds()
 		s.endTxn()
@@ -846,6 +853,9 @@ func (s *Session) flushClient() error {
 var (
 	writeSlotStatement    = ownName("mzproxy_begin_write")
 	deferredSlotStatement = ownName("mzproxy_begin_write_deferred")
+	// buildStatement builds histories before a first write
+	// (lazy_history.go).
+	buildStatement = ownName("mzproxy_ensure_history")
 )
 
 // writeQuery runs a client Query that writes.
@@ -875,12 +885,20 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 		return err
 	}
 	s.slotSQL = sql
+	s.noteDDL(r)
+	builds := s.historyBuildsFor(sql)
 	if s.tx == txBlock {
 		if !s.writeSlot {
 			if err := s.internal(s.writeSlotSQL(inc), false); err != nil {
 				return err
 			}
 			s.writeSlot = true
+		}
+		if !builds.empty() {
+			if err := s.internal(builds.sql(), false); err != nil {
+				return err
+			}
+			s.noteBlockBuilt(builds)
 		}
 		if after == "" {
 			return s.request(ctx, frame, unit{kind: uQuery, relayZ: true, settings: settings}, true)
@@ -895,7 +913,7 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 		return s.exchange(ctx)
 	}
 	if r.replayable && s.tx == txIdle && s.units.len() == 0 && after == "" {
-		return s.optimisticWrite(ctx, sql, inc, occRequest{query: sql, frames: [][]byte{frame}})
+		return s.optimisticWrite(ctx, sql, inc, occRequest{query: sql, frames: [][]byte{frame}, builds: builds})
 	}
 	// Anything else is three Queries sent in one flush (one network round
 	// trip, three ReadyForQuery). Not folded into one Query as the
@@ -909,6 +927,9 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 		// transaction's row, which RESET ALL leaves alone
 		// (storage/slot_state.sql). Its T is chosen at the COMMIT below.
 		slot = storage.OpenWriteDeferredFor(inc)
+	}
+	if !builds.empty() {
+		slot = builds.sql() + "; " + slot
 	}
 	if err := s.internal("BEGIN; "+slot, false); err != nil {
 		return err
@@ -1011,6 +1032,32 @@ func (s *Session) injectExtended(name, sql string, prepared *int64, inc int64) e
 	return nil
 }
 
+// buildExtended queues, after the write slot and before the client's
+// Execute of a write, the build of the histories sql's writes need
+// (nothing in the common case).
+func (s *Session) buildExtended(sql string) error {
+	b := s.historyBuildsFor(sql)
+	if b.empty() {
+		return nil
+	}
+	for _, m := range []struct {
+		msg  pgproto3.FrontendMessage
+		kind unitKind
+	}{
+		{&pgproto3.Close{ObjectType: 'S', Name: buildStatement}, uClose},
+		{&pgproto3.Parse{Name: buildStatement, Query: b.sql()}, uParse},
+		{&pgproto3.Bind{DestinationPortal: buildStatement, PreparedStatement: buildStatement}, uBind},
+		{&pgproto3.Execute{Portal: buildStatement}, uExecute},
+		{&pgproto3.Close{ObjectType: 'P', Name: buildStatement}, uClose},
+	} {
+		if err := s.internalMsg(m.msg, m.kind); err != nil {
+			return err
+		}
+	}
+	s.noteBlockBuilt(b)
+	return nil
+}
+
 // internal queues a simple Query of the proxy's own whose answers the client
 // does not see; relayZ says its ReadyForQuery ends the client's request.
 func (s *Session) internal(sql string, relayZ bool) error {
@@ -1038,8 +1085,9 @@ func (s *Session) noteCommand(frame []byte) {
 		s.listening = true
 	case "ROLLBACK":
 		// ROLLBACK TO SAVEPOINT may have undone the begin_write (a full
-		// ROLLBACK ends the transaction anyway).
+		// ROLLBACK ends the transaction anyway), and a build with it.
 		s.writeSlot = false
+		s.forgetBlockBuilt()
 	case "DISCARD ALL":
 		// Every prepared statement and portal is gone, the proxy's too.
 		s.deallocate("")

@@ -218,7 +218,7 @@ func scriptCatalog() (*storage.Catalog, error) {
 	no := false
 	row := func(col, typ string, typOID uint32) []any {
 		return []any{int64(scriptTableID), "table", uint32(16384), "public", "t", storage.Schema + ".h1", "",
-			int64(scriptSince), int64(1), false, str(col), oid(typOID), &mod, str(typ), &no}
+			int64(scriptSince), int64(1), false, true, str(col), oid(typOID), &mod, str(typ), &no}
 	}
 	q := &fakeQuerier{revision: 1, rows: [][]any{row("a", "integer", 23), row("b", "text", 25)}}
 	return storage.LoadCatalog(context.Background(), q)

@@ -45,7 +45,7 @@ func (s *Session) planExplicit(ctx context.Context, sql string, seen bool) (*pla
 		// Anything else (a locking read, an error the backend may be the
 		// one to report) is decided as below.
 		if stmts, fr, err := s.planWith(ctx, sql, seen); err == nil && historyRead(stmts) {
-			return stmts[0], fr, nil
+			return stmts[0], fr, s.buildForRead(ctx, stmts[0])
 		}
 		s.seenPlan = seenPlan{}
 	}
@@ -79,7 +79,7 @@ func (s *Session) planExplicit(ctx context.Context, sql string, seen bool) (*pla
 	if err != nil {
 		return nil, nil, err
 	}
-	return stmts[0], fr, nil
+	return stmts[0], fr, s.buildForRead(ctx, stmts[0])
 }
 
 // planWith plans sql with the catalog (seen: as explicitSnapshot chooses

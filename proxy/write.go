@@ -80,6 +80,10 @@ const OCCPauseMarker = "/*mzproxy:occ-pause*/"
 type occRequest struct {
 	query  string   // a simple Query's text; "" for a batch
 	frames [][]byte // the client's frames as it sent them (Query, or Bind ... Sync)
+	// builds: the histories built first, after the slot
+	// (lazy_history.go); a refusing trigger's table is added for the
+	// next attempt.
+	builds *historyBuilds
 }
 
 // attempt is what one attempt's round trip left.
@@ -215,6 +219,13 @@ func (w *occWrite) attempt(a occ.Action[struct{}]) (next occ.Action[struct{}], a
 	case at.interrupted:
 		return w.m.Step(occ.Event[struct{}]{Kind: occ.EvError, Err: occ.Interrupted(w.ctx, s.budget)}), false, nil
 	case at.conflict:
+		if oid := pendingOID(at.failed); oid != "" {
+			// A table the statement reaches unseen has no history yet.
+			if w.req.builds == nil {
+				w.req.builds = &historyBuilds{}
+			}
+			w.req.builds.addOID(oid)
+		}
 		return w.step(a.Floor, at.rows, occ.AppendResult{}), false, nil
 	case at.readOnly && at.ready != nil:
 		return a, true, s.runReadOnly(w.ctx, w.req)
@@ -226,6 +237,7 @@ func (w *occWrite) attempt(a occ.Action[struct{}]) (next occ.Action[struct{}], a
 	}
 	w.step(a.Floor, at.rows, occ.AppendResult{OK: true})
 	w.answers, w.ready = at.answers, at.ready
+	s.markBuilt(w.req.builds)
 	return w.m.Step(occ.Event[struct{}]{Kind: occ.EvApplied}), false, nil
 }
 
@@ -269,6 +281,14 @@ func (s *Session) oneTrip(ctx context.Context, req occRequest, inc int64) (at at
 	if err := s.sendSlotBind(inc); err != nil {
 		return at, false, err
 	}
+	// The slot's CommandComplete, and the build's when there is one.
+	owed := 1
+	if !req.builds.empty() {
+		if err := s.sendBuild(req.builds); err != nil {
+			return at, false, err
+		}
+		owed++
+	}
 	if err := s.forwardAll(req.frames); err != nil {
 		return at, false, err
 	}
@@ -286,7 +306,8 @@ func (s *Session) oneTrip(ctx context.Context, req occRequest, inc int64) (at at
 		case typ == '1':
 			s.writeSlotPrepared = inc
 		case typ == 'C':
-			slotDone = true
+			owed--
+			slotDone = owed == 0
 		case typ == 'E':
 			at.failed = s.slotRefusal(cloneFrame(f))
 			at.readOnly = pgerr.Code(errorCode(wire.Body(f))) == pgerr.ReadOnlySQLTransaction
@@ -345,6 +366,23 @@ func (s *Session) sendSlotBind(inc int64) error {
 	return nil
 }
 
+// sendBuild queues the Parse, Bind and Execute of b's build as the
+// proxy's own named statement (closed first: it is parsed again each
+// time, which is only at a table's first write), with no Sync.
+func (s *Session) sendBuild(b *historyBuilds) error {
+	for _, m := range []pgproto3.FrontendMessage{
+		&pgproto3.Close{ObjectType: 'S', Name: buildStatement},
+		&pgproto3.Parse{Name: buildStatement, Query: b.sql()},
+		&pgproto3.Bind{DestinationPortal: buildStatement, PreparedStatement: buildStatement},
+		&pgproto3.Execute{Portal: buildStatement},
+	} {
+		if err := s.be.w.Send(m); err != nil {
+			return s.lost(err)
+		}
+	}
+	return nil
+}
+
 // forwardAll forwards the client's frames as they came.
 func (s *Session) forwardAll(frames [][]byte) error {
 	for _, f := range frames {
@@ -361,7 +399,11 @@ func (s *Session) forwardAll(frames [][]byte) error {
 // the statement failed or the context ended at the pause).
 func (s *Session) explicitAttempt(ctx context.Context, req occRequest, inc int64) (attempt, error) {
 	var at attempt
-	if err := s.sendOwn("BEGIN", storage.OpenWriteFor(inc)); err != nil {
+	own := []string{"BEGIN", storage.OpenWriteFor(inc)}
+	if !req.builds.empty() {
+		own = append(own, req.builds.sql())
+	}
+	if err := s.sendOwn(own...); err != nil {
 		return at, err
 	}
 	if err := s.forwardAll(req.frames); err != nil {
@@ -627,7 +669,7 @@ func (s *Session) holdBatch(ctx context.Context, msg pgproto3.FrontendMessage, f
 				frames = append(frames, b.describe)
 			}
 			frames = append(frames, b.execute, sync)
-			return true, s.optimisticWrite(ctx, b.sql, inc, occRequest{frames: frames})
+			return true, s.optimisticWrite(ctx, b.sql, inc, occRequest{frames: frames, builds: s.historyBuildsFor(b.sql)})
 		}
 	}
 	return false, s.releaseBatch(ctx)
@@ -677,6 +719,11 @@ func (s *Session) releaseBatch(ctx context.Context) error {
 	s.batchExecuted = true
 	if !s.writeSlot && !s.skipping {
 		if err := s.takeWriteSlotExtended(ctx); err != nil {
+			return s.failExtended(ctx, err)
+		}
+	}
+	if !s.skipping {
+		if err := s.buildExtended(b.sql); err != nil {
 			return s.failExtended(ctx, err)
 		}
 	}

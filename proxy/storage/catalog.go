@@ -64,6 +64,11 @@ type Object struct {
 	// RowSecurity: row-level security is enabled on the table
 	// (pg_class.relrowsecurity), which its history does not apply.
 	RowSecurity bool
+	// HistoryBuilt: the table's history relation exists. A table made
+	// without rows gets it at its first write through mzproxy
+	// (EnsureHistorySQL); until then it refuses writes. Always true for
+	// views.
+	HistoryBuilt bool
 }
 
 // Catalog is a snapshot of the managed objects.
@@ -72,8 +77,12 @@ type Catalog struct {
 	Revision int64
 	Objects  []*Object
 	byOID    map[uint32]*Object
+	byID     map[int64]*Object
 	byName   map[[2]string]*Object
 }
+
+// ByID returns the live object with catalog ID id, or nil.
+func (c *Catalog) ByID(id int64) *Object { return c.byID[id] }
 
 // ByOID returns the live object for a relation oid, or nil.
 func (c *Catalog) ByOID(oid uint32) *Object { return c.byOID[oid] }
@@ -97,12 +106,13 @@ WITH k AS MATERIALIZED (
     SELECT id, kind, oid, schema_name, name, coalesce(history, '') AS history,
            CASE WHEN kind = 'view' THEN ` + Schema + `.view_definition(oid) ELSE '' END AS view_sql,
            created_ts, revision,
-           coalesce((SELECT r.relrowsecurity FROM pg_class r WHERE r.oid = catalog.oid), false) AS rls
+           coalesce((SELECT r.relrowsecurity FROM pg_class r WHERE r.oid = catalog.oid), false) AS rls,
+           history_built
       FROM ` + Schema + `.catalog
      WHERE dropped_ts IS NULL
 )
 SELECT k.id, k.kind, k.oid, k.schema_name, k.name, k.history, k.view_sql, k.created_ts, k.revision,
-       k.rls,
+       k.rls, k.history_built,
        a.attname, a.atttypid, a.atttypmod,
        ` + Schema + `.type_name(a.atttypid, a.atttypmod), a.attnotnull
   FROM k
@@ -123,7 +133,7 @@ func LoadCatalog(ctx context.Context, q Querier) (*Catalog, error) {
 		return nil, fmt.Errorf("storage: load catalog: %w", err)
 	}
 	defer rows.Close()
-	c := &Catalog{Revision: rev, byOID: map[uint32]*Object{}, byName: map[[2]string]*Object{}}
+	c := &Catalog{Revision: rev, byOID: map[uint32]*Object{}, byID: map[int64]*Object{}, byName: map[[2]string]*Object{}}
 	var cur *Object
 	for rows.Next() {
 		var (
@@ -137,7 +147,7 @@ func LoadCatalog(ctx context.Context, q Querier) (*Catalog, error) {
 			kind    string
 		)
 		if err := rows.Scan(&o.ID, &kind, &o.OID, &o.Schema, &o.Name, &o.History, &o.ViewSQL,
-			&created, &o.Revision, &o.RowSecurity, &attname, &typoid, &typmod, &typname, &notnull); err != nil {
+			&created, &o.Revision, &o.RowSecurity, &o.HistoryBuilt, &attname, &typoid, &typmod, &typname, &notnull); err != nil {
 			return nil, fmt.Errorf("storage: load catalog: %w", err)
 		}
 		if cur == nil || cur.ID != o.ID {
@@ -151,6 +161,7 @@ func LoadCatalog(ctx context.Context, q Querier) (*Catalog, error) {
 			cur = &o
 			c.Objects = append(c.Objects, cur)
 			c.byOID[cur.OID] = cur
+			c.byID[cur.ID] = cur
 			c.byName[[2]string{cur.Schema, cur.Name}] = cur
 		}
 		if attname != nil {

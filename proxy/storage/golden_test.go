@@ -20,7 +20,7 @@ import (
 //
 // Commands:
 //
-//	ddl            run the input through a proxy write transaction
+//	ddl            run the input through a proxy write transaction, then build every history
 //	history <t>    the history table of public.<t>: columns and indexes
 //	functions <t>  the trigger functions of public.<t>
 func TestGeneratedSQL(t *testing.T) {
@@ -55,6 +55,8 @@ func TestGeneratedSQL(t *testing.T) {
 				if _, err := tx.Exec(ctx, d.Input); err != nil {
 					return "error: " + err.Error() + "\n"
 				}
+				// The history a table gets at its first write.
+				buildAll(t, tx, true)
 				if err := tx.Commit(ctx); err != nil {
 					return "error: " + err.Error() + "\n"
 				}

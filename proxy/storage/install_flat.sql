@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 37, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 38, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -128,6 +128,39 @@ BEGIN
         PERFORM mzproxy.raise_fenced(p_inc);
     END IF;
     RETURN 0;
+END
+$$;
+
+
+
+CREATE FUNCTION mzproxy.build_history(p_id bigint, p_rows_ts bigint) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+DECLARE
+    k record;
+    defs text;
+BEGIN
+    SELECT c.oid, c.history INTO k FROM mzproxy.catalog c WHERE c.id = p_id;
+    SELECT coalesce(string_agg(format('%I %s', c.name, c.type), ', ' ORDER BY c.attnum), '')
+      INTO defs FROM mzproxy.columns c WHERE c.id = p_id;
+    EXECUTE format('CREATE TABLE %s (mz_from int8 NOT NULL, mz_to int8 NOT NULL, mz_hash int4 NOT NULL%s)', k.history,
+                   CASE WHEN defs = '' THEN '' ELSE ', ' || defs END);
+    EXECUTE format('CREATE INDEX %I ON %s (mz_to, mz_from)', 'h' || p_id || '_mz_to', k.history);
+    -- Disabled, not dropped: DROP TRIGGER takes ACCESS EXCLUSIVE on the
+    -- table, which readers would wait for until the write's transaction
+    -- ends; DISABLE takes SHARE ROW EXCLUSIVE, as the build's other DDL.
+    IF EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = k.oid AND t.tgname = 'mzproxy_pending_history') THEN
+        EXECUTE format('ALTER TABLE %s DISABLE TRIGGER mzproxy_pending_history', k.oid::regclass);
+    END IF;
+    UPDATE mzproxy.catalog SET history_built = true WHERE id = p_id AND NOT history_built;
+    IF p_rows_ts IS NOT NULL THEN
+        PERFORM mzproxy.resync(p_id, p_rows_ts);
+    END IF;
+    PERFORM mzproxy.sync_indexes(p_id);
+    PERFORM mzproxy.sync_triggers(p_id);
+    PERFORM mzproxy.sync_grants(p_id);
 END
 $$;
 
@@ -482,6 +515,47 @@ CREATE FUNCTION mzproxy.deregister(p_id bigint) RETURNS void
     UPDATE mzproxy.incarnations SET retired_at = clock_timestamp(), retired_reason = 'shutdown'
      WHERE id = p_id AND retired_at IS NULL;
     DELETE FROM mzproxy.read_holds WHERE incarnation = p_id;
+$$;
+
+
+
+CREATE FUNCTION mzproxy.ensure_history(p_rels oid[]) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+DECLARE
+    caller name := CASE WHEN current_setting('role') = 'none' THEN session_user
+                        ELSE current_setting('role')::name END;
+    k record;
+    todo bigint[] := '{}';
+    marked bool := false;
+BEGIN
+    FOR k IN SELECT c.id, c.oid FROM mzproxy.catalog c
+              WHERE c.oid = ANY (p_rels) AND c.kind = 'table' AND c.dropped_ts IS NULL AND NOT c.history_built
+              ORDER BY c.oid
+    LOOP
+        IF NOT has_table_privilege(caller, k.oid, 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE') THEN
+            RAISE EXCEPTION 'permission denied for table %', k.oid::regclass
+                USING ERRCODE = '42501';
+        END IF;
+        todo := todo || k.id;
+    END LOOP;
+    FOR k IN SELECT c.id, c.oid, c.history FROM mzproxy.catalog c WHERE c.id = ANY (todo) ORDER BY c.oid LOOP
+        EXECUTE format('LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE', k.oid::regclass);
+        -- Built meanwhile by a transaction that held the lock: its history
+        -- is there now, whatever this transaction's snapshot says.
+        IF to_regclass(k.history) IS NULL THEN
+            IF NOT marked THEN
+                marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
+            END IF;
+            PERFORM mzproxy.build_history(k.id, NULL);
+        END IF;
+    END LOOP;
+    IF marked THEN
+        marked := set_config('mzproxy.in_ddl', '', true) <> '';
+    END IF;
+END
 $$;
 
 
@@ -1074,6 +1148,20 @@ $$;
 
 
 
+CREATE FUNCTION mzproxy.history_pending() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'cannot write to managed table %.% before mzproxy builds its history', quote_ident(TG_TABLE_SCHEMA), quote_ident(TG_TABLE_NAME)
+        USING ERRCODE = '40001',
+              DETAIL = format('mzproxy: the history of relation %s is not built', TG_RELID),
+              HINT = 'Write through mzproxy: it builds a table''s history before its first write. The transaction might succeed if retried.';
+END
+$$;
+
+
+
 CREATE FUNCTION mzproxy.history_text(p_id bigint, p_alias text) RETURNS text
     LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1144,39 +1232,36 @@ CREATE FUNCTION mzproxy.manage_table(p_oid oid, p_ts bigint, p_rev bigint) RETUR
     AS $$
 DECLARE
     new_id bigint := nextval('mzproxy.catalog_id_seq');
-    hist text := 'mzproxy.' || quote_ident('h' || new_id);
     rel text;
-    reserved bool;
-    defs text;
     has_rows bool;
 BEGIN
-    INSERT INTO mzproxy.catalog (id, kind, oid, schema_name, name, history, created_ts, revision)
-    SELECT new_id, 'table', r.oid, n.nspname, r.relname, hist, p_ts, p_rev
+    INSERT INTO mzproxy.catalog (id, kind, oid, schema_name, name, history, created_ts, revision, history_built)
+    SELECT new_id, 'table', r.oid, n.nspname, r.relname, 'mzproxy.' || quote_ident('h' || new_id), p_ts, p_rev, false
       FROM pg_class r JOIN pg_namespace n ON n.oid = r.relnamespace WHERE r.oid = p_oid
     RETURNING format('%I.%I', schema_name, name) INTO rel;
     INSERT INTO mzproxy.columns (id, attnum, name, type)
     SELECT new_id, uc.attnum, uc.name, uc.type FROM mzproxy.user_columns(p_oid) uc;
-    SELECT coalesce(bool_or(c.name IN ('mz_from', 'mz_to', 'mz_hash')), false),
-           coalesce(string_agg(format('%I %s', c.name, c.type), ', ' ORDER BY c.attnum) || ', ', '')
-      INTO reserved, defs FROM mzproxy.columns c WHERE c.id = new_id;
-    IF reserved THEN
+    IF EXISTS (SELECT 1 FROM mzproxy.columns c WHERE c.id = new_id AND c.name IN ('mz_from', 'mz_to', 'mz_hash')) THEN
         RAISE EXCEPTION 'column names mz_from, mz_to and mz_hash are reserved by mzproxy'
             USING ERRCODE = '42939';
     END IF;
-    -- (Version 13: the validity columns first, see ddl_trim.sql.)
-    EXECUTE format('CREATE TABLE %s (mz_from int8 NOT NULL, mz_to int8 NOT NULL, mz_hash int4 NOT NULL%s)', hist,
-                   CASE WHEN defs = '' THEN '' ELSE ', ' || left(defs, -2) END);
-    EXECUTE format('CREATE INDEX %I ON %s (mz_to, mz_from)', 'h' || new_id || '_mz_to', hist);
     INSERT INTO mzproxy.collections (id, since) VALUES (new_id, p_ts);
+    -- The markers now: a read-write transaction's check (check_reads)
+    -- takes a table without them for one just dropped.
+    PERFORM mzproxy.make_marker(p_oid);
     -- Rows the table already has (CREATE TABLE AS, SELECT INTO) become
-    -- versions at p_ts.
+    -- versions at p_ts: built now. So is a table that a later statement
+    -- of the same query string writes (the proxy sets
+    -- mzproxy.eager_history for such a string: it builds before the
+    -- string, when the table is not there yet).
     EXECUTE format('SELECT EXISTS (SELECT 1 FROM ONLY %s)', rel) INTO has_rows;
-    IF has_rows THEN
-        PERFORM mzproxy.resync(new_id, p_ts);
+    IF has_rows OR current_setting('mzproxy.eager_history', true) = 'on' THEN
+        PERFORM mzproxy.build_history(new_id, p_ts);
+    ELSE
+        EXECUTE format('CREATE TRIGGER mzproxy_pending_history BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s '
+                       'FOR EACH STATEMENT EXECUTE FUNCTION mzproxy.history_pending()', rel);
+        EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER mzproxy_pending_history', rel);
     END IF;
-    PERFORM mzproxy.sync_indexes(new_id);
-    PERFORM mzproxy.sync_triggers(new_id);  -- version 16: with its signature
-    PERFORM mzproxy.sync_grants(new_id);
     RETURN new_id;
 END
 $$;
@@ -1361,6 +1446,29 @@ BEGIN
     IF marked THEN
         marked := set_config('mzproxy.in_ddl', '', true) <> '';
     END IF;
+END
+$$;
+
+
+
+CREATE FUNCTION mzproxy.on_pending_drop() RETURNS event_trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    r record;
+BEGIN
+    IF current_setting('mzproxy.in_ddl', true) <> '' THEN
+        IF current_setting('mzproxy.in_ddl', true) = mzproxy.ddl_mark() THEN
+            RETURN;
+        END IF;
+    END IF;
+    FOR r IN SELECT * FROM pg_event_trigger_dropped_objects() LOOP
+        IF r.object_type = 'trigger' AND r.original AND r.object_identity LIKE 'mzproxy\_pending\_history on %' THEN
+            RAISE EXCEPTION 'cannot drop trigger %: mzproxy refuses writes to the table with it until it builds the table''s history', r.object_identity
+                USING ERRCODE = 'MZ003';
+        END IF;
+    END LOOP;
 END
 $$;
 
@@ -1839,6 +1947,35 @@ CREATE FUNCTION mzproxy.reconcile(p_id bigint, p_ts bigint, p_new boolean) RETUR
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+DECLARE
+    rel oid;
+BEGIN
+    SELECT k.oid INTO rel FROM mzproxy.catalog k WHERE k.id = p_id AND NOT k.history_built;
+    IF NOT FOUND THEN
+        PERFORM mzproxy.reconcile_built(p_id, p_ts, p_new);
+        RETURN;
+    END IF;
+    -- No history: the name and the columns are all there is to follow.
+    UPDATE mzproxy.catalog k SET schema_name = n.nspname, name = r.relname
+      FROM pg_class r JOIN pg_namespace n ON n.oid = r.relnamespace
+     WHERE k.id = p_id AND r.oid = k.oid AND (k.schema_name, k.name) IS DISTINCT FROM (n.nspname, r.relname);
+    DELETE FROM mzproxy.columns WHERE id = p_id;
+    INSERT INTO mzproxy.columns (id, attnum, name, type)
+    SELECT p_id, uc.attnum, uc.name, uc.type FROM mzproxy.user_columns(rel) uc;
+    IF EXISTS (SELECT 1 FROM mzproxy.columns c WHERE c.id = p_id AND c.name IN ('mz_from', 'mz_to', 'mz_hash')) THEN
+        RAISE EXCEPTION 'column names mz_from, mz_to and mz_hash are reserved by mzproxy'
+            USING ERRCODE = '42939';
+    END IF;
+END
+$$;
+
+
+
+CREATE FUNCTION mzproxy.reconcile_built(p_id bigint, p_ts bigint, p_new boolean) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $_$
 DECLARE
     c record;
@@ -2276,6 +2413,19 @@ CREATE FUNCTION mzproxy.sync_grants(p_id bigint) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
+BEGIN
+    IF (SELECT k.history_built FROM mzproxy.catalog k WHERE k.id = p_id) THEN
+        PERFORM mzproxy.sync_grants_built(p_id);
+    END IF;
+END
+$$;
+
+
+
+CREATE FUNCTION mzproxy.sync_grants_built(p_id bigint) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
 DECLARE
     c record;
     g record;
@@ -2305,6 +2455,19 @@ $$;
 
 
 CREATE FUNCTION mzproxy.sync_indexes(p_id bigint) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+    IF (SELECT k.history_built FROM mzproxy.catalog k WHERE k.id = p_id) THEN
+        PERFORM mzproxy.sync_indexes_built(p_id);
+    END IF;
+END
+$$;
+
+
+
+CREATE FUNCTION mzproxy.sync_indexes_built(p_id bigint) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
@@ -2645,6 +2808,7 @@ CREATE TABLE mzproxy.catalog (
     dropped_ts bigint,
     revision bigint NOT NULL,
     shape text,
+    history_built boolean DEFAULT true NOT NULL,
     CONSTRAINT catalog_check CHECK (((kind = 'table'::text) = (history IS NOT NULL))),
     CONSTRAINT catalog_kind_check CHECK ((kind = ANY (ARRAY['table'::text, 'view'::text])))
 );
@@ -3153,6 +3317,10 @@ REVOKE ALL ON FUNCTION mzproxy.begin_write_internal(p_ts bigint, p_inc bigint) F
 
 
 
+REVOKE ALL ON FUNCTION mzproxy.build_history(p_id bigint, p_rows_ts bigint) FROM PUBLIC;
+
+
+
 REVOKE ALL ON FUNCTION mzproxy.builtin_conversion(p_rel oid, p_attnum smallint, p_history text, p_name name) FROM PUBLIC;
 
 
@@ -3225,6 +3393,10 @@ REVOKE ALL ON FUNCTION mzproxy.history_aligned(p_id bigint) FROM PUBLIC;
 
 
 
+REVOKE ALL ON FUNCTION mzproxy.history_pending() FROM PUBLIC;
+
+
+
 REVOKE ALL ON FUNCTION mzproxy.history_text(p_id bigint, p_alias text) FROM PUBLIC;
 
 
@@ -3254,6 +3426,10 @@ REVOKE ALL ON FUNCTION mzproxy.mark_written(p_rels oid[]) FROM PUBLIC;
 
 
 REVOKE ALL ON FUNCTION mzproxy.on_ddl_command_end() FROM PUBLIC;
+
+
+
+REVOKE ALL ON FUNCTION mzproxy.on_pending_drop() FROM PUBLIC;
 
 
 
@@ -3297,6 +3473,10 @@ REVOKE ALL ON FUNCTION mzproxy.reconcile(p_id bigint, p_ts bigint, p_new boolean
 
 
 
+REVOKE ALL ON FUNCTION mzproxy.reconcile_built(p_id bigint, p_ts bigint, p_new boolean) FROM PUBLIC;
+
+
+
 REVOKE ALL ON FUNCTION mzproxy.register(p_generation bigint, p_grace_ms bigint, p_host text, p_pid integer, OUT r_id bigint, OUT r_generation bigint, OUT r_floor bigint) FROM PUBLIC;
 
 
@@ -3337,7 +3517,15 @@ REVOKE ALL ON FUNCTION mzproxy.sync_grants(p_id bigint) FROM PUBLIC;
 
 
 
+REVOKE ALL ON FUNCTION mzproxy.sync_grants_built(p_id bigint) FROM PUBLIC;
+
+
+
 REVOKE ALL ON FUNCTION mzproxy.sync_indexes(p_id bigint) FROM PUBLIC;
+
+
+
+REVOKE ALL ON FUNCTION mzproxy.sync_indexes_built(p_id bigint) FROM PUBLIC;
 
 
 
@@ -3478,6 +3666,12 @@ CREATE EVENT TRIGGER mzproxy_ddl_command_end ON ddl_command_end
 
 
 
+CREATE EVENT TRIGGER mzproxy_pending_drop ON sql_drop
+         WHEN TAG IN ('DROP TRIGGER')
+   EXECUTE FUNCTION mzproxy.on_pending_drop();
+
+
+
 CREATE EVENT TRIGGER mzproxy_sql_drop ON sql_drop
    EXECUTE FUNCTION mzproxy.on_sql_drop();
 
@@ -3524,6 +3718,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('34', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('35', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('36', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('37', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('38', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));

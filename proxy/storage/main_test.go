@@ -68,16 +68,41 @@ func inWrite(t testing.TB, conn *pgx.Conn, stmts ...string) uint64 {
 	if err := tx.QueryRow(ctx, BeginWriteSQL).Scan(&ts); err != nil {
 		t.Fatal(err)
 	}
+	var lazy bool
+	if err := tx.QueryRow(ctx, "SELECT to_regprocedure($1) IS NOT NULL", Schema+".ensure_history(oid[])").Scan(&lazy); err != nil {
+		t.Fatal(err)
+	}
 	for _, s := range stmts {
+		// As the proxy does before a write: the history of every table
+		// still without one is built first (lazy_history.sql); and
+		// after the last statement, so that a table made here has its
+		// history for the test's own writes, as before version 38.
+		buildAll(t, tx, lazy)
 		if _, err := tx.Exec(ctx, s); err != nil {
 			t.Fatalf("%s: %v", s, err)
 		}
 	}
+	buildAll(t, tx, lazy)
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	return uint64(ts)
 }
+
+// buildAll runs buildAllSQL in tx when the schema has lazy histories.
+func buildAll(t testing.TB, tx pgx.Tx, lazy bool) {
+	t.Helper()
+	if !lazy {
+		return
+	}
+	if _, err := tx.Exec(context.Background(), buildAllSQL); err != nil {
+		t.Fatalf("%s: %v", buildAllSQL, err)
+	}
+}
+
+// buildAllSQL builds the history of every live table that has none yet.
+const buildAllSQL = "SELECT " + Schema + ".ensure_history(array_agg(oid)) FROM " + Schema +
+	".catalog WHERE kind = 'table' AND dropped_ts IS NULL AND NOT history_built"
 
 func queryInt(t testing.TB, q Querier, sql string, args ...any) int64 {
 	t.Helper()

@@ -17,7 +17,7 @@ import (
 const Schema = "mzproxy"
 
 // SchemaVersion is the version of the backend layout this package installs.
-const SchemaVersion = 37
+const SchemaVersion = 38
 
 // Infinity is mz_to of a current version: a version is visible at ts when
 // mz_from <= ts AND mz_to > ts.
@@ -186,6 +186,21 @@ func OpenWriteDeferredFor(inc int64) string {
 func OpenWriteAfterReadFor(inc int64, writes int64) string {
 	return "SELECT " + Schema + ".open_write_deferred(" + incLiteral(inc) + ", " + strconv.FormatInt(writes, 10) + ")"
 }
+
+// EnsureHistorySQL builds, in the caller's transaction, the history of
+// each managed table among relations that has none yet (lazy_history.sql);
+// relations are SQL expressions of type regclass or oid, evaluated by the
+// caller (to_regclass of a name resolves it with the session's
+// search_path). It refuses (42501) before taking any lock unless the
+// session's role may read or write every table it would build.
+func EnsureHistorySQL(relations []string) string {
+	return "SELECT " + Schema + ".ensure_history(ARRAY[" + strings.Join(relations, ", ") + "]::oid[])"
+}
+
+// EagerHistorySQL makes the tables the rest of the transaction creates get
+// their history at once (lazy_history.sql): for a query string that
+// creates a table and writes it, whose build cannot come before it.
+const EagerHistorySQL = "SET LOCAL " + Schema + ".eager_history = on"
 
 // OpenWriteFor is the write slot mzproxy takes for a client's autocommit
 // writes, for incarnation inc (< 0: unfenced): as BeginWriteFor, but T is

@@ -1,0 +1,324 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// lazyStateOf reports, read directly, whether a managed table's history is
+// built, and how many versions it holds (-1: no history relation).
+func lazyStateOf(t *testing.T, ctx context.Context, direct *pgx.Conn, table string) (built bool, versions int) {
+	t.Helper()
+	var hist string
+	var exists bool
+	if err := direct.QueryRow(ctx, "SELECT history_built, history, to_regclass(history) IS NOT NULL FROM mzproxy.catalog WHERE oid = $1::regclass AND dropped_ts IS NULL",
+		table).Scan(&built, &hist, &exists); err != nil {
+		t.Fatalf("catalog row of %s: %v", table, err)
+	}
+	if !exists {
+		return built, -1
+	}
+	return built, count(t, ctx, direct, "SELECT count(*) FROM "+hist, simple(direct))
+}
+
+// wantHistory fails unless table's history is built and holds versions.
+func wantHistory(t *testing.T, ctx context.Context, direct *pgx.Conn, table string, versions int) {
+	t.Helper()
+	if built, n := lazyStateOf(t, ctx, direct, table); !built || n != versions {
+		t.Errorf("%s: history built %v with %d versions, want built with %d", table, built, n, versions)
+	}
+}
+
+// wantLazy fails unless table has no history yet.
+func wantLazy(t *testing.T, ctx context.Context, direct *pgx.Conn, table string) {
+	t.Helper()
+	if built, n := lazyStateOf(t, ctx, direct, table); built || n != -1 {
+		t.Errorf("%s: history built %v (%d versions), want none yet", table, built, n)
+	}
+}
+
+// TestLazyHistoryWrites: a CREATE TABLE through mzproxy makes no history;
+// the first write builds it, in the write's own transaction, by every
+// path a write takes: an autocommit Query (the optimistic path), the
+// extended protocol (optimistic and in a block), several statements in one
+// Query, COPY FROM, MERGE, TRUNCATE, and a block that made the table
+// itself; a block rolled back takes its build with it. Each write is
+// recorded. A table with history takes the same writes unchanged.
+func TestLazyHistoryWrites(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	c := connectTo(t, ctx, p.URL("postgres", db))
+	direct := connectTo(t, ctx, directURL("postgres", db))
+	tables := []string{"w_simple", "w_ext", "w_multi_a", "w_multi_b", "w_copy", "w_merge", "w_trunc", "w_block", "w_block_ext", "w_rollback"}
+	for _, tb := range tables {
+		mustExec(t, ctx, c, "CREATE TABLE "+tb+" (k int PRIMARY KEY, v text)")
+		wantLazy(t, ctx, direct, tb)
+	}
+
+	mustExec(t, ctx, c, "INSERT INTO w_simple VALUES (1, 'a')")
+	wantHistory(t, ctx, direct, "w_simple", 1)
+	mustExec(t, ctx, c, "UPDATE w_simple SET v = 'b'")
+	wantHistory(t, ctx, direct, "w_simple", 2)
+
+	if _, err := c.Exec(ctx, "INSERT INTO w_ext VALUES ($1, $2)", 1, "a"); err != nil {
+		t.Fatalf("extended INSERT: %v", err)
+	}
+	wantHistory(t, ctx, direct, "w_ext", 1)
+
+	mustExec(t, ctx, c, "INSERT INTO w_multi_a VALUES (1, 'a'); INSERT INTO w_multi_b VALUES (1, 'b')")
+	wantHistory(t, ctx, direct, "w_multi_a", 1)
+	wantHistory(t, ctx, direct, "w_multi_b", 1)
+
+	n, err := c.CopyFrom(ctx, pgx.Identifier{"w_copy"}, []string{"k", "v"}, pgx.CopyFromRows([][]any{{1, "a"}, {2, "b"}}))
+	if err != nil || n != 2 {
+		t.Fatalf("COPY FROM: %d rows, %v", n, err)
+	}
+	wantHistory(t, ctx, direct, "w_copy", 2)
+
+	mustExec(t, ctx, c, "MERGE INTO w_merge m USING (SELECT 1 AS k) s ON m.k = s.k WHEN NOT MATCHED THEN INSERT VALUES (s.k, 'm')")
+	wantHistory(t, ctx, direct, "w_merge", 1)
+
+	mustExec(t, ctx, c, "TRUNCATE w_trunc")
+	if built, _ := lazyStateOf(t, ctx, direct, "w_trunc"); !built {
+		t.Error("TRUNCATE did not build w_trunc's history")
+	}
+
+	// A block: its second write finds the history built by its first.
+	mustExec(t, ctx, c, "BEGIN", "INSERT INTO w_block VALUES (1, 'a')", "INSERT INTO w_block VALUES (2, 'b')",
+		"CREATE TABLE w_in_block (k int PRIMARY KEY)", "INSERT INTO w_in_block VALUES (1)", "COMMIT")
+	wantHistory(t, ctx, direct, "w_block", 2)
+	wantHistory(t, ctx, direct, "w_in_block", 1)
+
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 2; i++ {
+		if _, err := tx.Exec(ctx, "INSERT INTO w_block_ext VALUES ($1, 'x')", i); err != nil {
+			t.Fatalf("extended INSERT %d in a block: %v", i, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantHistory(t, ctx, direct, "w_block_ext", 2)
+
+	// Rolled back: the build goes with the block, and the next write
+	// builds again.
+	mustExec(t, ctx, c, "BEGIN", "INSERT INTO w_rollback VALUES (1, 'a')", "ROLLBACK")
+	wantLazy(t, ctx, direct, "w_rollback")
+	mustExec(t, ctx, c, "BEGIN", "SAVEPOINT s", "INSERT INTO w_rollback VALUES (1, 'a')", "ROLLBACK TO SAVEPOINT s",
+		"INSERT INTO w_rollback VALUES (2, 'b')", "COMMIT")
+	wantHistory(t, ctx, direct, "w_rollback", 1)
+
+	// The same writes again, to tables with history now.
+	mustExec(t, ctx, c, "INSERT INTO w_simple VALUES (2, 'c')", "BEGIN", "INSERT INTO w_block VALUES (3, 'c')", "COMMIT")
+	if _, err := c.Exec(ctx, "INSERT INTO w_ext VALUES ($1, $2)", 2, "b"); err != nil {
+		t.Fatal(err)
+	}
+	wantHistory(t, ctx, direct, "w_simple", 3)
+	wantHistory(t, ctx, direct, "w_block", 3)
+	wantHistory(t, ctx, direct, "w_ext", 2)
+
+	// A table dropped and made again under the same name: the proxy's
+	// catalog still knows the old one, built.
+	mustExec(t, ctx, c, "CREATE TABLE w_again (k int)", "INSERT INTO w_again VALUES (1)", "DROP TABLE w_again",
+		"CREATE TABLE w_again (k int)", "BEGIN", "INSERT INTO w_again VALUES (2)", "COMMIT")
+	wantHistory(t, ctx, direct, "w_again", 1)
+
+	// Writes outside mzproxy are refused before the build and after it.
+	mustExec(t, ctx, c, "CREATE TABLE w_outside (k int)")
+	_, err = direct.Exec(ctx, "INSERT INTO w_outside VALUES (1)")
+	wantCode(t, err, "40001")
+	_, err = direct.Exec(ctx, "INSERT INTO w_simple VALUES (9, 'z')")
+	wantCode(t, err, "MZ002")
+}
+
+// TestLazyHistoryReads: a read at a timestamp of a table never written
+// builds its history first (AS OF, EXPLAIN TIMESTAMP, SUBSCRIBE's
+// snapshot), and reads what the table held at that time; before and
+// after its first write.
+func TestLazyHistoryReads(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	c := connectTo(t, ctx, p.URL("postgres", db))
+	direct := connectTo(t, ctx, directURL("postgres", db))
+	mustExec(t, ctx, c, "CREATE TABLE r_asof (k int)", "CREATE TABLE r_explain (k int)", "CREATE TABLE r_written (k int)",
+		"CREATE TABLE r_ext (k int)")
+	if got := count(t, ctx, c, "SELECT count(*) FROM r_asof AS OF AT LEAST 0", simple(c)); got != 0 {
+		t.Errorf("AS OF a never-written table: %d rows", got)
+	}
+	wantHistory(t, ctx, direct, "r_asof", 0)
+	if got := count(t, ctx, c, "SELECT count(*) FROM r_ext AS OF AT LEAST 0", pgx.QueryExecModeExec); got != 0 {
+		t.Errorf("AS OF (extended) a never-written table: %d rows", got)
+	}
+	wantHistory(t, ctx, direct, "r_ext", 0)
+	rows, err := c.Query(ctx, "EXPLAIN TIMESTAMP FOR SELECT * FROM r_explain", simple(c))
+	if err == nil {
+		rows.Close()
+		err = rows.Err()
+	}
+	if err != nil {
+		t.Fatalf("EXPLAIN TIMESTAMP: %v", err)
+	}
+	wantHistory(t, ctx, direct, "r_explain", 0)
+
+	// Written first: the read at its creation sees nothing, the present
+	// the row.
+	mustExec(t, ctx, c, "INSERT INTO r_written VALUES (1)")
+	if got := count(t, ctx, c, "SELECT count(*) FROM r_written AS OF AT LEAST 0", simple(c)); got != 0 {
+		t.Errorf("AS OF the creation of a table written since: %d rows", got)
+	}
+	mustExec(t, ctx, c, "INSERT INTO r_asof VALUES (1)")
+	if got := count(t, ctx, c, "SELECT count(*) FROM r_asof", simple(c)); got != 1 {
+		t.Errorf("r_asof after its write: %d rows", got)
+	}
+	wantHistory(t, ctx, direct, "r_asof", 1)
+}
+
+// TestLazyHistoryHistoryMode: with --history-reads every read reads the
+// history; a table's first read builds it.
+func TestLazyHistoryHistoryMode(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t, "--history-reads")
+	c := connectTo(t, ctx, p.URL("postgres", db))
+	direct := connectTo(t, ctx, directURL("postgres", db))
+	mustExec(t, ctx, c, "CREATE TABLE hm (k int)")
+	if got := count(t, ctx, c, "SELECT count(*) FROM hm", simple(c)); got != 0 {
+		t.Errorf("first read: %d rows", got)
+	}
+	wantHistory(t, ctx, direct, "hm", 0)
+	mustExec(t, ctx, c, "INSERT INTO hm VALUES (1)")
+	if got := count(t, ctx, c, "SELECT count(*) FROM hm", simple(c)); got != 1 {
+		t.Errorf("read after the write: %d rows", got)
+	}
+}
+
+// TestLazyHistoryHiddenWriter: a user trigger that writes a table never
+// written before is a write mzproxy cannot see coming: the refusing
+// trigger's 40001 makes the autocommit statement run again with that
+// table built, once; in a block the client gets the 40001, and its retry
+// succeeds.
+func TestLazyHistoryHiddenWriter(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	c := connectTo(t, ctx, p.URL("postgres", db))
+	direct := connectTo(t, ctx, directURL("postgres", db))
+	mustExec(t, ctx, c,
+		"CREATE TABLE src (k int PRIMARY KEY)", "CREATE TABLE audit (k int)", "CREATE TABLE audit2 (k int)",
+		`CREATE FUNCTION copy_to_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+		 BEGIN INSERT INTO audit VALUES (NEW.k); IF NEW.k > 100 THEN INSERT INTO audit2 VALUES (NEW.k); END IF; RETURN NEW; END $$`,
+		"CREATE TRIGGER src_audit AFTER INSERT ON src FOR EACH ROW EXECUTE FUNCTION copy_to_audit()")
+	mustExec(t, ctx, c, "INSERT INTO src VALUES (1)")
+	wantHistory(t, ctx, direct, "src", 1)
+	wantHistory(t, ctx, direct, "audit", 1)
+	_, err := c.Exec(ctx, "BEGIN; INSERT INTO src VALUES (101); COMMIT", simple(c))
+	wantCode(t, err, "40001")
+	c.Exec(ctx, "ROLLBACK", simple(c)) //nolint:errcheck // whatever state the error left
+	if !strings.Contains(fmt.Sprint(err), "audit2") {
+		t.Errorf("the 40001 does not name the table: %v", err)
+	}
+	// The client's retry: the block again, now as one autocommit write.
+	mustExec(t, ctx, c, "INSERT INTO src VALUES (101)")
+	wantHistory(t, ctx, direct, "audit2", 1)
+	wantHistory(t, ctx, direct, "audit", 2)
+}
+
+// TestLazyHistoryRights: a role that may not touch a table cannot make
+// mzproxy build its history, through a write or by calling ensure_history,
+// and takes no lock on it (a transaction holding a lock the build would
+// wait for does not make it wait).
+func TestLazyHistoryRights(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	direct := connectTo(t, ctx, directURL("postgres", db))
+	role := "lazy_hostile_" + strings.ToLower(strings.TrimPrefix(db, "ts_"))
+	if len(role) > 60 {
+		role = role[:60]
+	}
+	execDirect(t, ctx, "CREATE ROLE "+pgx.Identifier{role}.Sanitize()+" LOGIN")
+	t.Cleanup(func() {
+		_, _ = direct.Exec(context.Background(), "DROP OWNED BY "+pgx.Identifier{role}.Sanitize())
+		execDirect(t, context.Background(), "DROP ROLE IF EXISTS "+pgx.Identifier{role}.Sanitize())
+	})
+	owner := connectTo(t, ctx, p.URL("postgres", db))
+	mustExec(t, ctx, owner, "CREATE TABLE secret (k int)")
+	holder := connectTo(t, ctx, directURL("postgres", db))
+	mustExec(t, ctx, holder, "BEGIN", "LOCK TABLE secret IN ROW EXCLUSIVE MODE")
+	hostile := connectTo(t, ctx, p.URL(role, db))
+	mustExec(t, ctx, hostile, "SET statement_timeout = '5s'")
+	_, err := hostile.Exec(ctx, "INSERT INTO secret VALUES (1)", simple(hostile))
+	wantCode(t, err, "42501")
+	_, err = hostile.Exec(ctx, "SELECT mzproxy.ensure_history(ARRAY['secret'::regclass::oid])", simple(hostile))
+	wantCode(t, err, "42501")
+	mustExec(t, ctx, holder, "COMMIT")
+	wantLazy(t, ctx, direct, "secret")
+}
+
+// TestLazyHistoryConcurrentFirstWrites: first writes to the same new
+// tables through two proxies at once all commit; one builds, the others
+// wait for its lock and find the history there.
+func TestLazyHistoryConcurrentFirstWrites(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p1, p2 := startProxy(t), startProxy(t)
+	direct := connectTo(t, ctx, directURL("postgres", db))
+	setup := connectTo(t, ctx, p1.URL("postgres", db))
+	const tables, writers = 4, 4
+	for i := 0; i < tables; i++ {
+		mustExec(t, ctx, setup, fmt.Sprintf("CREATE TABLE cw%d (k int PRIMARY KEY)", i))
+	}
+	var conns []*pgx.Conn
+	for w := 0; w < writers; w++ {
+		p := p1
+		if w%2 == 1 {
+			p = p2
+		}
+		conns = append(conns, connectTo(t, ctx, p.URL("postgres", db)))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, tables*writers)
+	for w, conn := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < tables; i++ {
+				sql := fmt.Sprintf("INSERT INTO cw%d VALUES (%d)", (i+w)%tables, w)
+				if w >= 2 {
+					sql = fmt.Sprintf("BEGIN; INSERT INTO cw%d VALUES (%d); COMMIT", (i+w)%tables, w)
+				}
+				for attempt := 0; ; attempt++ {
+					_, err := conn.Exec(ctx, sql, simple(conn))
+					if err != nil && attempt < 5 && (sqlState(err) == "40001" || sqlState(err) == "40P01") {
+						// A block's deadlock with another first writer is
+						// the client's to retry, as after any conflict.
+						conn.Exec(ctx, "ROLLBACK", simple(conn)) //nolint:errcheck // after the error
+						continue
+					}
+					if err != nil {
+						errs <- fmt.Errorf("%s: %w", sql, err)
+					}
+					break
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i := 0; i < tables; i++ {
+		wantHistory(t, ctx, direct, fmt.Sprintf("cw%d", i), writers)
+	}
+}

@@ -1,0 +1,319 @@
+package proxy
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/mzproxy/mzproxy/frontend/wire"
+	"github.com/mzproxy/mzproxy/pgerr"
+	"github.com/mzproxy/mzproxy/planner"
+	"github.com/mzproxy/mzproxy/proxy/internalconn"
+	"github.com/mzproxy/mzproxy/proxy/storage"
+)
+
+// Lazy history (storage/lazy_history.sql): a table made without rows has
+// no history relation until its first write through mzproxy, and refuses
+// writes until then (40001, its oid in the DETAIL). Before a write the
+// proxy builds the history of the statement's targets that may have none,
+// in the write's own transaction and the same flush (no round trip of its
+// own): storage.EnsureHistorySQL, with each target as to_regclass of its
+// name as written, so that the backend resolves it with the session's
+// search_path and sees a table the client's open block made. A target is
+// left out when the proxy's catalog knows it built: a table whose catalog
+// row says so, one this proxy saw built since the catalog was read
+// (historyState), or one the session built in its open block. So the
+// common write, to a table written before, carries nothing more.
+//
+// A write the proxy cannot see coming (a function or trigger that writes
+// a never-written table, a write through a view) meets the refusing
+// trigger: an autocommit statement is tried again with that table's oid
+// added (write.go), a block gets the 40001 as after any conflict.
+//
+// A read at a timestamp reads the history relation: its inputs without
+// one are built first, in a transaction of the proxy's own.
+
+// pendingDetail matches the DETAIL of history_pending's 40001.
+var pendingDetail = regexp.MustCompile(`^mzproxy: the history of relation ([0-9]+) is not built`)
+
+// historyState is what a catalog snapshot learns after it was read: the
+// tables this proxy saw built since.
+type historyState struct {
+	built sync.Map // catalog ID -> struct{}
+	// builtNames: targets as written (schema.name) this proxy wrote
+	// through a committed build, which the snapshot does not know.
+	builtNames sync.Map
+	// byName: every live table by its bare name, for unqualified targets.
+	byName map[string][]*storage.Object
+	// unbuilt: the snapshot has tables without history.
+	unbuilt bool
+}
+
+func newHistoryState(c *storage.Catalog) *historyState {
+	h := &historyState{byName: map[string][]*storage.Object{}}
+	for _, o := range c.Objects {
+		if o.Kind != storage.KindTable {
+			continue
+		}
+		h.byName[o.Name] = append(h.byName[o.Name], o)
+		h.unbuilt = h.unbuilt || !o.HistoryBuilt
+	}
+	return h
+}
+
+// isBuilt reports whether o's history is known to exist.
+func (h *historyState) isBuilt(o *storage.Object) bool {
+	if o.HistoryBuilt {
+		return true
+	}
+	_, ok := h.built.Load(o.ID)
+	return ok
+}
+
+// historyBuilds is what a write must build first: the arguments of
+// storage.EnsureHistorySQL, and the catalog IDs of those the catalog
+// knows (marked built once the write commits).
+type historyBuilds struct {
+	rels []string
+	ids  []int64
+	keys []string // the targets as written, remembered in a block
+	// eager: the query string creates a table and then writes: the
+	// tables it creates are built at once (storage.EagerHistorySQL).
+	eager bool
+}
+
+func (b *historyBuilds) empty() bool { return b == nil || len(b.rels) == 0 && !b.eager }
+
+// sql is the statement that builds b.
+func (b *historyBuilds) sql() string {
+	if !b.eager {
+		return storage.EnsureHistorySQL(b.rels)
+	}
+	if len(b.rels) == 0 {
+		return storage.EagerHistorySQL
+	}
+	return storage.EagerHistorySQL + "; " + storage.EnsureHistorySQL(b.rels)
+}
+
+// addOID adds a table known by its oid (a refusing trigger's DETAIL).
+func (b *historyBuilds) addOID(oid string) {
+	for _, r := range b.rels {
+		if r == oid {
+			return
+		}
+	}
+	b.rels = append(b.rels, oid)
+}
+
+// historyBuildsFor returns what the writes of sql must build first (nil
+// when nothing: the common case).
+func (s *Session) historyBuildsFor(sql string) *historyBuilds {
+	stmts, err := s.proxy.planner.Shape(sql, emptyCatalog{}, planner.Options{})
+	if err != nil {
+		return nil
+	}
+	var cat *catalogSnapshot
+	seen := s.db.seen.Load()
+	if seen == nil {
+		// Before the first snapshot: a fixed one (tests) or none.
+		seen = s.db.fixed
+	}
+	if seen != nil && seen.catalog != s.ddlCatalog {
+		// (Not the catalog read before this session's last DDL: a table
+		// it dropped and made again under the same name is not in it.)
+		cat = seen.catalog
+	}
+	var b *historyBuilds
+	creates := false
+	for _, st := range stmts {
+		if st.Kind == planner.KindDDL && (st.Tag == "CREATE TABLE" || st.Tag == "SELECT") {
+			creates = true
+		}
+		if st.Kind != planner.KindWrite {
+			continue
+		}
+		if creates {
+			if b == nil {
+				b = &historyBuilds{}
+			}
+			b.eager = true
+		}
+		for _, ref := range st.Writes {
+			if cat != nil && cat.knownBuilt(ref) {
+				continue
+			}
+			key := ref.Schema + "." + ref.Name
+			if s.blockBuilt[key] || s.ddlBuilt[key] {
+				continue
+			}
+			if cat != nil {
+				if _, ok := cat.history.builtNames.Load(key); ok {
+					continue
+				}
+			}
+			if b == nil {
+				b = &historyBuilds{}
+			}
+			name := planner.QualifiedName{Schema: ref.Schema, Name: ref.Name}.String()
+			rel := "to_regclass(" + quoteLiteral(name) + ")"
+			dup := false
+			for _, k := range b.keys {
+				dup = dup || k == key
+			}
+			if dup {
+				continue
+			}
+			b.keys = append(b.keys, key)
+			b.rels = append(b.rels, rel)
+			if cat != nil {
+				for _, o := range cat.candidates(ref) {
+					b.ids = append(b.ids, o.ID)
+				}
+			}
+		}
+	}
+	return b
+}
+
+// knownBuilt reports whether every table ref may name has its history
+// built, and it names one at least.
+func (c *catalogSnapshot) knownBuilt(ref planner.Ref) bool {
+	objs := c.candidates(ref)
+	for _, o := range objs {
+		if !c.history.isBuilt(o) {
+			return false
+		}
+	}
+	return len(objs) > 0
+}
+
+// candidates are the managed tables ref may name: the one of its schema,
+// or, unqualified, every one of its name (the search_path decides, which
+// the proxy need not ask for this).
+func (c *catalogSnapshot) candidates(ref planner.Ref) []*storage.Object {
+	if ref.Schema != "" {
+		if o := c.cat.ByName(ref.Schema, ref.Name); o != nil && o.Kind == storage.KindTable {
+			return []*storage.Object{o}
+		}
+		return nil
+	}
+	return c.history.byName[ref.Name]
+}
+
+// noteDDL records that the session ran DDL: the catalog read before it
+// may name a table it dropped, with history, where a new one of the same
+// name has none.
+func (s *Session) noteDDL(r route) {
+	if r.ddl {
+		if seen := s.db.seen.Load(); seen != nil {
+			s.ddlCatalog = seen.catalog
+		}
+		clear(s.ddlBuilt)
+	}
+}
+
+// markBuilt records that b's tables were built by a write that committed.
+func (s *Session) markBuilt(b *historyBuilds) {
+	if b.empty() {
+		return
+	}
+	seen := s.db.seen.Load()
+	if seen != nil && seen.catalog != s.ddlCatalog {
+		for _, id := range b.ids {
+			seen.catalog.history.built.Store(id, struct{}{})
+		}
+		for _, k := range b.keys {
+			seen.catalog.history.builtNames.Store(k, struct{}{})
+		}
+		return
+	}
+	if s.ddlBuilt == nil {
+		s.ddlBuilt = map[string]bool{}
+	}
+	for _, k := range b.keys {
+		s.ddlBuilt[k] = true
+	}
+}
+
+// noteBlockBuilt records that the session's open block builds b.
+func (s *Session) noteBlockBuilt(b *historyBuilds) {
+	if b.empty() {
+		return
+	}
+	if s.blockBuilt == nil {
+		s.blockBuilt = map[string]bool{}
+	}
+	for _, k := range b.keys {
+		s.blockBuilt[k] = true
+	}
+}
+
+// forgetBlockBuilt ends what the block built (its end, or a rollback to
+// a savepoint, which may undo it).
+func (s *Session) forgetBlockBuilt() {
+	clear(s.blockBuilt)
+}
+
+// pendingOID returns the oid in a refusing trigger's 40001 (the history
+// of that table is not built), or "".
+func pendingOID(errFrame []byte) string {
+	body := wire.Body(errFrame)
+	if pgerr.Code(errorCode(body)) != pgerr.SerializationFailure {
+		return ""
+	}
+	detail, _ := errorField(body, 'D')
+	m := pendingDetail.FindStringSubmatch(detail)
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
+
+// buildForRead builds the history of the tables st reads at a timestamp
+// that have none (its inputs, those of the query EXPLAIN TIMESTAMP
+// explains, SUBSCRIBE's), in a transaction of the proxy's own on its
+// internal connection: the read's own transaction may be read-only, and
+// its snapshot taken. Nothing to do, and nothing allocated, in the common
+// case.
+func (s *Session) buildForRead(ctx context.Context, st *planner.Statement) error {
+	seen := s.db.seen.Load()
+	if seen == nil || !seen.catalog.history.unbuilt {
+		return nil
+	}
+	var oids []string
+	var ids []int64
+	add := func(inputs []*planner.Object) {
+		for _, in := range inputs {
+			o := seen.catalog.cat.ByID(int64(in.ID))
+			if o == nil || o.Kind != storage.KindTable || seen.catalog.history.isBuilt(o) {
+				continue
+			}
+			oids = append(oids, strconv.FormatUint(uint64(o.OID), 10))
+			ids = append(ids, o.ID)
+		}
+	}
+	add(st.Inputs)
+	if st.ExplainTimestamp != nil && st.ExplainTimestamp.Inner != nil {
+		add(st.ExplainTimestamp.Inner.Inputs)
+	}
+	for in := st.Inner; in != nil; in = in.Inner {
+		add(in.Inputs)
+	}
+	if len(oids) == 0 {
+		return nil
+	}
+	err := s.db.with(ctx, s.proxy, internalconn.Idempotent, func(conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, storage.EnsureHistorySQL(oids))
+		return err
+	})
+	if err != nil {
+		return pgerr.As(err)
+	}
+	for _, id := range ids {
+		seen.catalog.history.built.Store(id, struct{}{})
+	}
+	return nil
+}
