@@ -19,7 +19,8 @@
 // write_lean.sql 26 to 27, ddl_small.sql 27 to 28, ddl_column.sql 28 to 29,
 // bypass_code.sql 29 to 30, hist_write.sql 30 to 31, pin_seq.sql 31 to 32,
 // ddl_scans.sql 32 to 33, restamp.sql 33 to 34, block_lean.sql 34 to 35,
-// ddl_create.sql 35 to 36, hist_plans.sql 36 to 37 (a database at an older
+// ddl_create.sql 35 to 36, hist_plans.sql 36 to 37, ddl_cols.sql 38 to 39
+// (version 38 is another branch's, empty here until they merge; a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
