@@ -20,7 +20,7 @@
 // bypass_code.sql 29 to 30, hist_write.sql 30 to 31, pin_seq.sql 31 to 32,
 // ddl_scans.sql 32 to 33, restamp.sql 33 to 34, block_lean.sql 34 to 35,
 // ddl_create.sql 35 to 36, hist_plans.sql 36 to 37,
-// lazy_history.sql 37 to 38 (a database at an older
+// lazy_history.sql 37 to 38, ddl_cols.sql 38 to 39 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates

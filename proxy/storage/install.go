@@ -277,8 +277,17 @@ var histPlansSQL string
 //go:embed lazy_history.sql
 var lazyHistorySQL string
 
+// ddlColsSQL upgrades version 38 to 39: ALTER TABLE ADD/DROP COLUMN with
+// fewer statements in the event triggers (the dependent views' lookup
+// reads only the altered relation's references; reconcile reads and
+// renames its row in one statement; on_sql_drop leaves a column its own
+// ALTER TABLE drops to on_ddl_command_end).
+//
+//go:embed ddl_cols.sql
+var ddlColsSQL string
+
 // migrations[v] upgrades a database at version v to v+1.
-var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL, 9: ddlCostSQL, 10: blockCostSQL, 11: writeTrimSQL, 12: ddlTrimSQL, 13: pinTrimSQL, 14: pinFastSQL, 15: ddlFastSQL, 16: rwCheckSQL, 17: pinCheapSQL, 18: ddlLeanSQL, 19: ddlMarksSQL, 20: rwCheckGateSQL, 21: insGapSQL, 22: slotStateSQL, 23: ddlAlterSQL, 24: viewSafeSQL, 25: pinViewsSQL, 26: writeLeanSQL, 27: ddlSmallSQL, 28: ddlColumnSQL, 29: bypassCodeSQL, 30: histWriteSQL, 31: pinSeqSQL, 32: ddlScansSQL, 33: restampSQL, 34: blockLeanSQL, 35: ddlCreateSQL, 36: histPlansSQL, 37: lazyHistorySQL}
+var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL, 9: ddlCostSQL, 10: blockCostSQL, 11: writeTrimSQL, 12: ddlTrimSQL, 13: pinTrimSQL, 14: pinFastSQL, 15: ddlFastSQL, 16: rwCheckSQL, 17: pinCheapSQL, 18: ddlLeanSQL, 19: ddlMarksSQL, 20: rwCheckGateSQL, 21: insGapSQL, 22: slotStateSQL, 23: ddlAlterSQL, 24: viewSafeSQL, 25: pinViewsSQL, 26: writeLeanSQL, 27: ddlSmallSQL, 28: ddlColumnSQL, 29: bypassCodeSQL, 30: histWriteSQL, 31: pinSeqSQL, 32: ddlScansSQL, 33: restampSQL, 34: blockLeanSQL, 35: ddlCreateSQL, 36: histPlansSQL, 37: lazyHistorySQL, 38: ddlColsSQL}
 
 // flatInstallSQL is what the migration chain installs on an empty
 // database, as one script without the chain's superseded definitions and

@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 38, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 39, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -1436,7 +1436,9 @@ BEGIN
         SELECT array_agg(DISTINCT (SELECT w.ev_class FROM pg_rewrite w WHERE w.oid = d.objid)) INTO dependents
           FROM pg_depend d
          WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = ANY (altered)
-           AND d.classid = 'pg_rewrite'::regclass;
+           -- (Version 39: a filter, not an index condition: the
+           -- relation's references only, not every rule's.)
+           AND (d.classid = 'pg_rewrite'::regclass) IS TRUE;
         IF dependents IS NOT NULL THEN
             UPDATE mzproxy.catalog g SET view_sql = mzproxy.view_definition(g.oid)
              WHERE g.kind = 'view' AND g.dropped_ts IS NULL AND g.oid = ANY (dependents)
@@ -1499,6 +1501,11 @@ BEGIN
             RAISE EXCEPTION 'cannot drop trigger %: mzproxy records the table''s history with it', r.object_identity
                 USING ERRCODE = 'MZ003';
         END IF;
+        -- (Version 39) A column its own ALTER TABLE drops: reconciled,
+        -- or refused outside mzproxy, by on_ddl_command_end.
+        IF r.classid = 'pg_class'::regclass AND r.objsubid <> 0 AND r.original AND TG_TAG = 'ALTER TABLE' THEN
+            CONTINUE;
+        END IF;
         IF r.classid = 'pg_class'::regclass AND r.objsubid <> 0 THEN
             -- A column of a managed table: ALTER TABLE DROP COLUMN (also
             -- handled at ddl_command_end), or a cascade from another object
@@ -1511,13 +1518,10 @@ BEGIN
                         USING ERRCODE = 'MZ003',
                               HINT = 'The table is managed by mzproxy: connect through mzproxy to change it.';
                 END IF;
-                -- (ALTER TABLE DROP COLUMN, which drops the column
-                -- itself, reconciles the table at ddl_command_end.)
-                IF NOT r.original THEN
-                    marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
-                    PERFORM mzproxy.reconcile(k.id, ts, false);
-                    marked := set_config('mzproxy.in_ddl', '', true) <> '';
-                END IF;
+                -- (Version 39: every column but an ALTER TABLE's own.)
+                marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
+                PERFORM mzproxy.reconcile(k.id, ts, false);
+                marked := set_config('mzproxy.in_ddl', '', true) <> '';
             END IF;
             CONTINUE;
         END IF;
@@ -1990,10 +1994,12 @@ DECLARE
     -- primary key change.
     reshaped bool := false;
 BEGIN
+    -- (Version 39: one statement; c is the row before the name's update.)
+    WITH renamed AS (
+        UPDATE mzproxy.catalog k SET schema_name = n.nspname, name = r.relname
+          FROM pg_class r JOIN pg_namespace n ON n.oid = r.relnamespace
+         WHERE k.id = p_id AND r.oid = k.oid AND (k.schema_name, k.name) IS DISTINCT FROM (n.nspname, r.relname))
     SELECT * INTO c FROM mzproxy.catalog WHERE id = p_id;
-    UPDATE mzproxy.catalog k SET schema_name = n.nspname, name = r.relname
-      FROM pg_class r JOIN pg_namespace n ON n.oid = r.relnamespace
-     WHERE k.id = p_id AND r.oid = k.oid AND (k.schema_name, k.name) IS DISTINCT FROM (n.nspname, r.relname);
     -- (Version 29: plain columns added or columns dropped, nothing else,
     -- in one read; the shape checked as below.)
     IF NOT p_new AND mzproxy.plain_column_change(p_id, c.oid, c.history) THEN
@@ -3719,6 +3725,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('35', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('36', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('37', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('38', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('39', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));

@@ -36,8 +36,15 @@ func TestInstallIdempotentAndConcurrent(t *testing.T) {
 	}
 	// One row per migration (a version number may be skipped while
 	// versions are merged from several branches), the last SchemaVersion.
-	if got := queryInt(t, conn, "SELECT count(*) FROM mzproxy.schema_version"); got != int64(len(migrations)) {
-		t.Errorf("schema_version rows = %d, want %d", got, len(migrations))
+	// (An empty entry is another branch's version, not yet merged.)
+	want := 0
+	for _, m := range migrations {
+		if m != "" {
+			want++
+		}
+	}
+	if got := queryInt(t, conn, "SELECT count(*) FROM mzproxy.schema_version"); got != int64(want) {
+		t.Errorf("schema_version rows = %d, want %d", got, want)
 	}
 	if got := queryInt(t, conn, "SELECT max(version) FROM mzproxy.schema_version"); got != SchemaVersion {
 		t.Errorf("schema version %d, want %d", got, SchemaVersion)

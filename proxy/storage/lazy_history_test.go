@@ -265,7 +265,7 @@ func TestUpgradeToVersion38(t *testing.T) {
 	if err := Install(ctx, conn); err != nil {
 		t.Fatal(err)
 	}
-	if got := queryInt(t, conn, "SELECT max(version) FROM "+Schema+".schema_version"); got != 38 {
+	if got := queryInt(t, conn, "SELECT max(version) FROM "+Schema+".schema_version"); got != SchemaVersion {
 		t.Fatalf("version %d after the upgrade", got)
 	}
 	for _, table := range []string{"old", "old_empty"} {
