@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"slices"
-	"strconv"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -131,35 +130,12 @@ func (s *Session) admitParsedRead(batch []byte) ([]byte, bool) {
 		return nil, false
 	}
 	g := guardedSend{c: c, hold: hold, guard: guardKey{rev: seen.revision, path: s.known.searchPathShown, pin: st.AsOf == nil}}
-	s.timestampPhase(ctx, g.guard.pin)
-	lr := &s.loopRead
-	var ts []byte
-	if !g.guard.pin {
-		ts = strconv.AppendUint(lr.ts[:0], c.ts, 10)
-		lr.ts = ts
-	}
-	p := &s.loop.boundPortal
-	*p = portal{stmt: rec}
-	guardLen := 0
-	if !s.encodeLoopRead(&g, func() error {
-		if err := s.be.sendGuard(g.guard, &s.pinMsgs); err != nil {
-			return err
-		}
-		if err := s.be.w.Flush(); err != nil {
-			return err
-		}
-		guardLen = len(lr.send.b)
-		s.loop.parse = pgproto3.Parse{Query: pr.sql, ParameterOIDs: pr.oids}
-		if err := s.be.w.Send(&s.loop.parse); err != nil {
-			return err
-		}
-		if err := s.forwardExplicitBind(m, p, st, params, ts, false); err != nil {
-			return err
-		}
-		return s.be.w.WriteFrame(rest)
-	}) {
+	s.loop.parse = pgproto3.Parse{Query: pr.sql, ParameterOIDs: pr.oids}
+	guardLen, ok := s.encodeGuardedBind(ctx, &g, rec, st, &s.loop.parse, m, params, rest)
+	if !ok {
 		return nil, false
 	}
+	lr := &s.loopRead
 	// As handle records the batch's messages (handleParse, handleBind,
 	// handleDescribe, handleExecute).
 	s.forgetStatement("")

@@ -146,6 +146,45 @@ func (s *Session) encodeLoopRead(g *guardedSend, send func() error) bool {
 	return true
 }
 
+// encodeGuardedBind encodes for the loop what guardedBind sends for rec's
+// read st: the guard of g, then parse when the batch defines the
+// statement (nil for a prepared one), the client's Bind m with params and
+// the timestamp parameter, and the client's messages rest behind it. It
+// returns the length of the guard's part (whose answers the loop drops),
+// and false when nothing could be encoded (encodeLoopRead).
+func (s *Session) encodeGuardedBind(ctx context.Context, g *guardedSend, rec *preparedStmt, st *planner.Statement,
+	parse *pgproto3.Parse, m *pgproto3.Bind, params [][]byte, rest []byte) (int, bool) {
+	s.timestampPhase(ctx, g.guard.pin)
+	lr := &s.loopRead
+	var ts []byte
+	if !g.guard.pin {
+		ts = strconv.AppendUint(lr.ts[:0], g.c.ts, 10)
+		lr.ts = ts
+	}
+	p := &s.loop.boundPortal
+	*p = portal{stmt: rec}
+	guardLen := 0
+	ok := s.encodeLoopRead(g, func() error {
+		if err := s.be.sendGuard(g.guard, &s.pinMsgs); err != nil {
+			return err
+		}
+		if err := s.be.w.Flush(); err != nil {
+			return err
+		}
+		guardLen = len(lr.send.b)
+		if parse != nil {
+			if err := s.be.w.Send(parse); err != nil {
+				return err
+			}
+		}
+		if err := s.forwardExplicitBind(m, p, st, params, ts, false); err != nil {
+			return err
+		}
+		return s.be.w.WriteFrame(rest)
+	})
+	return guardLen, ok
+}
+
 // admitBoundRead admits a client's batch that binds a prepared timestamped
 // read and runs it (Bind, a Describe of its portal or none, Execute, Sync:
 // what drivers send for a prepared statement they have described) as
@@ -192,31 +231,11 @@ func (s *Session) admitBoundRead(batch []byte) ([]byte, bool) {
 		return nil, false
 	}
 	g := guardedSend{c: c, hold: hold, guard: guardKey{rev: seen.catalog.cat.Revision, pin: st.AsOf == nil}}
-	s.timestampPhase(context.Background(), g.guard.pin)
-	lr := &s.loopRead
-	var ts []byte
-	if !g.guard.pin {
-		ts = strconv.AppendUint(lr.ts[:0], c.ts, 10)
-		lr.ts = ts
-	}
-	p := &s.loop.boundPortal
-	*p = portal{stmt: rec}
-	guardLen := 0
-	if !s.encodeLoopRead(&g, func() error {
-		if err := s.be.sendGuard(g.guard, &s.pinMsgs); err != nil {
-			return err
-		}
-		if err := s.be.w.Flush(); err != nil {
-			return err
-		}
-		guardLen = len(lr.send.b)
-		if err := s.forwardExplicitBind(m, p, st, m.Parameters, ts, false); err != nil {
-			return err
-		}
-		return s.be.w.WriteFrame(rest)
-	}) {
+	guardLen, ok := s.encodeGuardedBind(context.Background(), &g, rec, st, nil, m, m.Parameters, rest)
+	if !ok {
 		return nil, false
 	}
+	lr := &s.loopRead
 	*lr = loopRead{active: true, g: g, behind: behind, own: ownAnswers(lr.own[:0], lr.send.b[:guardLen]),
 		send: lr.send, ts: lr.ts}
 	return lr.send.b, true
