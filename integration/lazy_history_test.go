@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -320,5 +321,122 @@ func TestLazyHistoryConcurrentFirstWrites(t *testing.T) {
 	}
 	for i := 0; i < tables; i++ {
 		wantHistory(t, ctx, direct, fmt.Sprintf("cw%d", i), writers)
+	}
+}
+
+// TestLazyHistoryReadRights: a read at a timestamp of a never-written
+// table builds its history only for a role that may read what the read
+// names, as PostgreSQL checks it: SELECT on the table (or on any of its
+// columns) for the role the session runs as (SET ROLE's), SELECT on a
+// view and the view's own tables as the view's owner. A role without it
+// gets PostgreSQL's 42501 naming the relation as written, by every path
+// a read at a timestamp takes (AS OF in simple and extended protocol,
+// mz_now(), EXPLAIN TIMESTAMP, history mode; with and without the event
+// loop), and nothing is built or locked: a transaction holding
+// a lock the build would wait for does not make it wait. In a block the
+// refusal aborts the block, as the read's own would. On the old code
+// every one of them built the history (and waited for the lock), and the
+// read was refused naming the history table.
+func TestLazyHistoryReadRights(t *testing.T) {
+	t.Parallel()
+	st := newStage(t, stageOpts{proxies: [][]string{nil, {"--event-loop=false"}, {"--history-reads"}}})
+	ctx, db, role := st.ctx, st.db, st.role
+	group := role + "_g"
+	func() {
+		publicGrants.Lock()
+		defer publicGrants.Unlock()
+		// NOINHERIT: the group's rights are the role's after SET ROLE only.
+		execDirect(t, ctx, fmt.Sprintf("CREATE ROLE %s NOLOGIN NOSUPERUSER; GRANT %s TO %s; ALTER ROLE %s NOINHERIT", group, group, role, role))
+	}()
+	t.Cleanup(func() {
+		publicGrants.Lock()
+		defer publicGrants.Unlock()
+		if conn, err := pgx.Connect(context.Background(), directURL("postgres", db)); err == nil {
+			conn.Exec(context.Background(), fmt.Sprintf("DROP OWNED BY %s CASCADE; DROP ROLE %s", group, group)) //nolint:errcheck // best effort
+			conn.Close(context.Background())
+		}
+	})
+	owner := connectTo(t, ctx, st.url(0, "postgres"))
+	direct := connectTo(t, ctx, directURL("postgres", db))
+	holder := connectTo(t, ctx, directURL("postgres", db))
+	// denied fails unless err is PostgreSQL's 42501 for relation what.
+	denied := func(t *testing.T, err error, what string) {
+		t.Helper()
+		wantCode(t, err, "42501")
+		if !strings.Contains(err.Error(), "permission denied for "+what) {
+			t.Errorf("the 42501 does not name %s as PostgreSQL does: %v", what, err)
+		}
+	}
+	for i, p := range st.proxies {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			n := func(name string) string { return fmt.Sprintf("%s_%d", name, i) }
+			mustExec(t, ctx, owner,
+				"CREATE TABLE "+n("secret")+" (k int)",
+				"CREATE TABLE "+n("viarole")+" (k int)", "GRANT SELECT ON "+n("viarole")+" TO "+group,
+				"CREATE TABLE "+n("cols")+" (k int, v text)", "GRANT SELECT (k) ON "+n("cols")+" TO "+role,
+				"CREATE TABLE "+n("base")+" (k int)", "CREATE VIEW "+n("vw")+" AS SELECT k FROM "+n("base"),
+				"GRANT SELECT ON "+n("vw")+" TO "+role,
+				"CREATE TABLE "+n("hidden")+" (k int)", "CREATE VIEW "+n("novw")+" AS SELECT k FROM "+n("hidden"))
+			for _, tb := range []string{"secret", "viarole", "cols", "base", "hidden"} {
+				wantLazy(t, ctx, direct, n(tb))
+			}
+			history := i == 2
+			asOf := " AS OF AT LEAST 0"
+			if history {
+				asOf = "" // every read reads the history
+			}
+			// A lock the build would wait for, held throughout.
+			mustExec(t, ctx, holder, "BEGIN", "LOCK TABLE "+n("secret")+", "+n("hidden")+" IN ROW EXCLUSIVE MODE")
+			rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			reads := []string{"SELECT k FROM " + n("secret") + asOf}
+			if !history {
+				reads = append(reads, "SELECT k FROM "+n("secret")+" WHERE mz_now() > 0",
+					"EXPLAIN TIMESTAMP FOR SELECT k FROM "+n("secret"))
+			}
+			for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec, pgx.QueryExecModeCacheStatement} {
+				conn := connectMode(t, rctx, p.URL(role, db), mode)
+				for _, read := range reads {
+					_, err := pgxValue(rctx, conn, read)
+					denied(t, err, "table "+n("secret"))
+				}
+				_, err := pgxValue(rctx, conn, "SELECT k FROM "+n("novw")+asOf)
+				denied(t, err, "view "+n("novw"))
+				// The session goes on.
+				if v, err := pgxValue(rctx, conn, "SELECT 'on'"); err != nil || v != "on" {
+					t.Fatalf("after the refusals: %q, %v", v, err)
+				}
+			}
+			c := connectTo(t, rctx, p.URL(role, db))
+			// In a block: the refusal aborts it.
+			mustExec(t, rctx, c, "BEGIN")
+			_, err := c.Exec(rctx, "SELECT k FROM "+n("secret")+asOf, simple(c))
+			denied(t, err, "table "+n("secret"))
+			_, err = c.Exec(rctx, "SELECT 1", simple(c))
+			wantCode(t, err, "25P02")
+			mustExec(t, rctx, c, "ROLLBACK")
+			// Rights of another role: refused as the login role, read
+			// after SET ROLE to the role that has them.
+			_, err = pgxValue(rctx, c, "SELECT k FROM "+n("viarole")+asOf)
+			denied(t, err, "table "+n("viarole"))
+			wantLazy(t, ctx, direct, n("viarole"))
+			mustExec(t, ctx, holder, "COMMIT")
+			for _, tb := range []string{"secret", "hidden"} {
+				wantLazy(t, ctx, direct, n(tb))
+			}
+			mustExec(t, rctx, c, "SET ROLE "+group)
+			if v, err := pgxValue(rctx, c, "SELECT count(*)::text FROM "+n("viarole")+asOf); err != nil || v != "0" {
+				t.Errorf("after SET ROLE: %q, %v", v, err)
+			}
+			wantHistory(t, ctx, direct, n("viarole"), 0)
+			mustExec(t, rctx, c, "RESET ROLE")
+			// SELECT on one column is a right to read the table, and so is
+			// SELECT on a view whose owner may read its table: the build
+			// is the reader's (what the read then answers is README's).
+			pgxValue(rctx, c, "SELECT k FROM "+n("cols")+asOf) //nolint:errcheck // see above
+			wantHistory(t, ctx, direct, n("cols"), 0)
+			pgxValue(rctx, c, "SELECT k FROM "+n("vw")+asOf) //nolint:errcheck // see above
+			wantHistory(t, ctx, direct, n("base"), 0)
+		})
 	}
 }

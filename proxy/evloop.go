@@ -95,6 +95,8 @@ func (s *Session) Admit(batch []byte) ([]byte, bool) {
 		return nil, false
 	}
 	defer s.stmtMu.Unlock()
+	s.admitting = true
+	defer func() { s.admitting = false }()
 	if (s.tx == txBlock || s.tx == txFailed || s.txn.phase != txnNone) && !s.loopFollowsTxn() {
 		// As LoopBackend: the session's goroutine serves the block.
 		return nil, false

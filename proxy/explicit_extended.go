@@ -412,7 +412,7 @@ func (s *Session) executeExplain(ctx context.Context, p *explainPortal) error {
 		}
 		return s.client.Send(&pgproto3.CommandComplete{CommandTag: []byte("SHOW")})
 	}
-	if err := s.explainRights(ctx, p.st); err != nil {
+	if err := s.readRights(ctx, p.st); err != nil {
 		return err
 	}
 	_, fr, err := s.db.snapshot(ctx, s.proxy)

@@ -278,6 +278,13 @@ func pendingOID(errFrame []byte) string {
 // internal connection: the read's own transaction may be read-only, and
 // its snapshot taken. Nothing to do, and nothing allocated, in the common
 // case.
+//
+// The build runs with the backend role's rights, so the reader's own are
+// checked first (readRights): a role that may not read what st names gets
+// PostgreSQL's 42501 for it, and nothing is built or locked on its
+// behalf. Under Admit (the event loop's goroutine, which must not wait)
+// a read with something to build is not admitted: the session's own
+// goroutine plans it again and builds.
 func (s *Session) buildForRead(ctx context.Context, st *planner.Statement) error {
 	seen := s.db.seen.Load()
 	if seen == nil || !seen.catalog.history.unbuilt {
@@ -305,6 +312,12 @@ func (s *Session) buildForRead(ctx context.Context, st *planner.Statement) error
 	if len(oids) == 0 {
 		return nil
 	}
+	if s.admitting {
+		return errBuildOffLoop
+	}
+	if err := s.readRights(ctx, st); err != nil {
+		return err
+	}
 	err := s.db.with(ctx, s.proxy, internalconn.Idempotent, func(conn *pgx.Conn) error {
 		_, err := conn.Exec(ctx, storage.EnsureHistorySQL(oids))
 		return err
@@ -317,3 +330,7 @@ func (s *Session) buildForRead(ctx context.Context, st *planner.Statement) error
 	}
 	return nil
 }
+
+// errBuildOffLoop declines a read's admission by the event loop: it has a
+// history to build first (buildForRead).
+var errBuildOffLoop = pgerr.New(pgerr.InternalError, "a read that builds a history is served off the event loop")

@@ -217,6 +217,10 @@ type statementState struct {
 	// loop is the scratch space of Admit, kept to be reused (the loop's
 	// goroutine only, while the session's own waits).
 	loop loopScratch
+	// admitting: Admit runs (the loop's goroutine, which must not wait):
+	// a read that would build a history first is left to the session's
+	// own goroutine (buildForRead).
+	admitting bool
 	// loopRead is the guarded read the loop sent (loop_read.go).
 	loopRead loopRead
 	// loopTxn is the read-only transaction's statement the loop sent

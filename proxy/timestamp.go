@@ -435,7 +435,7 @@ func (s *Session) explicitQuery(ctx context.Context, st *planner.Statement, fr *
 	target := st
 	if st.ExplainTimestamp != nil {
 		target = st.ExplainTimestamp.Inner
-		if err := s.explainRights(ctx, st); err != nil {
+		if err := s.readRights(ctx, st); err != nil {
 			return err
 		}
 	}
@@ -501,14 +501,21 @@ func (s *Session) planAgain(ctx context.Context, sql string) (*planner.Statement
 	return st, fr, err
 }
 
-// explainRights fails EXPLAIN TIMESTAMP st as PostgreSQL fails a read of
-// the relations it explains when the role may not read them (42P01, 42501
-// for a schema without USAGE or a relation without SELECT; see
-// planner.RightsCheck): the proxy answers it itself, and its answer shows
-// their frontiers. One statement of the proxy's on the session's backend,
-// run as the client's role; its failure aborts a transaction block, as
-// the read's would.
-func (s *Session) explainRights(ctx context.Context, st *planner.Statement) error {
+// readRights fails st as PostgreSQL fails a read of the relations it
+// names when the role may not read them (42P01, 42501 for a schema
+// without USAGE or a relation without SELECT on it or any of its columns;
+// see planner.RightsCheck). One statement of the proxy's on the session's
+// backend, run as the client's current role (its SET ROLE, SET SESSION
+// AUTHORIZATION or login role), where PostgreSQL's executor checks a
+// view's own relations as the view's owner (the invoker's for a
+// security_invoker view), as for the read itself; its failure aborts a
+// transaction block, as the read's would.
+//
+// EXPLAIN TIMESTAMP, which the proxy answers itself (its answer shows the
+// frontiers of the relations it explains), runs it at each execution; a
+// read that would build a history first runs it before the build
+// (buildForRead).
+func (s *Session) readRights(ctx context.Context, st *planner.Statement) error {
 	check := planner.RightsCheck(st)
 	if check == "" {
 		return nil
