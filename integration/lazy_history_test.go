@@ -440,3 +440,53 @@ func TestLazyHistoryReadRights(t *testing.T) {
 		})
 	}
 }
+
+// TestLazyHistorySearchPath: what the proxy remembers as built, for a
+// target written unqualified, holds for the search_path it resolved by
+// only: a session that changed its search_path, and another session with
+// another one, each write their own never-written table of the same name
+// in a block without a 40001, and a read at a timestamp of a third one
+// builds it. On the old code the name alone was remembered (the block got
+// 40001: mzproxy left out the build) and every table of that name was
+// taken as built (the read found no history relation).
+func TestLazyHistorySearchPath(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	owner := connectTo(t, ctx, p.URL("postgres", db))
+	direct := connectTo(t, ctx, directURL("postgres", db))
+	mustExec(t, ctx, owner, "CREATE TABLE w (k int)", "INSERT INTO w VALUES (1)")
+	for _, sch := range []string{"s1", "s2", "s3", "s4", "s5"} {
+		mustExec(t, ctx, owner, "CREATE SCHEMA "+sch, "CREATE TABLE "+sch+".t (k int)")
+	}
+	// The path as the proxy knows it: a read at a timestamp asks for it.
+	learnPath := func(c *pgx.Conn, path string) {
+		t.Helper()
+		mustExec(t, ctx, c, "SET search_path = "+path)
+		count(t, ctx, c, "SELECT count(*) FROM public.w AS OF AT LEAST 0", simple(c))
+	}
+	block := func(c *pgx.Conn) {
+		t.Helper()
+		if _, err := c.Exec(ctx, "BEGIN; INSERT INTO t VALUES (1); COMMIT", simple(c)); err != nil {
+			c.Exec(ctx, "ROLLBACK", simple(c)) //nolint:errcheck // after the error
+			t.Errorf("a block's first write to t: %v", err)
+		}
+	}
+	// One session, the path unknown to the proxy, changed between writes.
+	mustExec(t, ctx, owner, "SET search_path = s1", "INSERT INTO t VALUES (1)", "SET search_path = s2")
+	block(owner)
+	// Two sessions whose paths the proxy knows.
+	a, b := connectTo(t, ctx, p.URL("postgres", db)), connectTo(t, ctx, p.URL("postgres", db))
+	learnPath(a, "s3")
+	learnPath(b, "s4")
+	mustExec(t, ctx, a, "INSERT INTO t VALUES (1)")
+	block(b)
+	for _, sch := range []string{"s1", "s2", "s3", "s4"} {
+		wantHistory(t, ctx, direct, sch+".t", 1)
+	}
+	// Never written: the writes to the other t's did not build it.
+	if got := count(t, ctx, a, "SELECT count(*) FROM s5.t AS OF AT LEAST 0", simple(a)); got != 0 {
+		t.Errorf("s5.t at a timestamp: %d rows", got)
+	}
+	wantHistory(t, ctx, direct, "s5.t", 0)
+}

@@ -89,6 +89,7 @@ func (s *Session) noteStatementText(sql string) {
 		return
 	}
 	s.known.searchPath, s.known.searchPathShown = nil, ""
+	s.forgetOwnBuilt()
 	s.known.defaults = txnCharacteristics{}
 	if viewRestrictionSet.In(sql) {
 		s.known.settled.steady = false
@@ -114,6 +115,7 @@ func (s *Session) learnSearchPath(shown string) {
 func (s *Session) endBlockKnowledge() {
 	if s.known.pathProvisional {
 		s.known.searchPath, s.known.searchPathShown = nil, ""
+		s.forgetOwnBuilt()
 		s.known.pathProvisional = false
 	}
 	s.known.dirtyInBlock = false

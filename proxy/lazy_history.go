@@ -4,6 +4,7 @@ import (
 	"context"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -26,7 +27,10 @@ import (
 // left out when the proxy's catalog knows it built: a table whose catalog
 // row says so, one this proxy saw built since the catalog was read
 // (historyState), or one the session built in its open block. So the
-// common write, to a table written before, carries nothing more.
+// common write, to a table written before, carries nothing more. A
+// target remembered by name is remembered with what its name resolves
+// by (builtKey): an unqualified name names another table under another
+// search_path.
 //
 // A write the proxy cannot see coming (a function or trigger that writes
 // a never-written table, a write through a view) meets the refusing
@@ -43,8 +47,9 @@ var pendingDetail = regexp.MustCompile(`^mzproxy: the history of relation ([0-9]
 // tables this proxy saw built since.
 type historyState struct {
 	built sync.Map // catalog ID -> struct{}
-	// builtNames: targets as written (schema.name) this proxy wrote
-	// through a committed build, which the snapshot does not know.
+	// builtNames: targets (builtKey, those any session may share) this
+	// proxy wrote through a committed build, which the snapshot does not
+	// know.
 	builtNames sync.Map
 	// byName: every live table by its bare name, for unqualified targets.
 	byName map[string][]*storage.Object
@@ -79,7 +84,9 @@ func (h *historyState) isBuilt(o *storage.Object) bool {
 type historyBuilds struct {
 	rels []string
 	ids  []int64
-	keys []string // the targets as written, remembered in a block
+	keys []string // the targets' builtKeys, remembered once built
+	// own: keys[i] holds for this session alone (builtKey).
+	own []bool
 	// eager: the query string creates a table and then writes: the
 	// tables it creates are built at once (storage.EagerHistorySQL).
 	eager bool
@@ -145,11 +152,11 @@ func (s *Session) historyBuildsFor(sql string) *historyBuilds {
 			if cat != nil && cat.knownBuilt(ref) {
 				continue
 			}
-			key := ref.Schema + "." + ref.Name
+			key, own := s.builtKey(ref)
 			if s.blockBuilt[key] || s.ddlBuilt[key] {
 				continue
 			}
-			if cat != nil {
+			if cat != nil && !own {
 				if _, ok := cat.history.builtNames.Load(key); ok {
 					continue
 				}
@@ -167,8 +174,11 @@ func (s *Session) historyBuildsFor(sql string) *historyBuilds {
 				continue
 			}
 			b.keys = append(b.keys, key)
+			b.own = append(b.own, own)
 			b.rels = append(b.rels, rel)
-			if cat != nil {
+			if cat != nil && ref.Schema != "" {
+				// (An unqualified name's candidates are every table of
+				// that name: the one built is the search_path's.)
 				for _, o := range cat.candidates(ref) {
 					b.ids = append(b.ids, o.ID)
 				}
@@ -176,6 +186,37 @@ func (s *Session) historyBuildsFor(sql string) *historyBuilds {
 		}
 	}
 	return b
+}
+
+// builtKey is what a write target is remembered by once its history is
+// built: schema and name when qualified; unqualified, its name with the
+// search_path it resolves by (as the planner expands "$user", for the
+// session's user), while the proxy knows that path and the session may
+// have no temporary relation of its own. own: otherwise, the key holds
+// for this session alone, until the proxy loses track of its search_path
+// (forgetOwnBuilt). A search_path changed where no text of the session
+// shows it (a function's SET clause) is not seen: a wrong skip then
+// meets the refusing trigger (a retry, or 40001 in a block).
+func (s *Session) builtKey(ref planner.Ref) (key string, own bool) {
+	if ref.Schema != "" {
+		return ref.Schema + "\x00" + ref.Name, false
+	}
+	if s.known.searchPath == nil || s.tempSeen {
+		return "\x00" + ref.Name, true
+	}
+	return strings.Join(planner.EffectiveSearchPath(s.known.searchPath, s.user), "\x00") + "\x00\x00" + ref.Name, false
+}
+
+// forgetOwnBuilt forgets the unqualified targets remembered under a
+// search_path the proxy no longer knows (builtKey's own keys).
+func (s *Session) forgetOwnBuilt() {
+	for _, m := range []map[string]bool{s.blockBuilt, s.ddlBuilt} {
+		for k := range m {
+			if strings.HasPrefix(k, "\x00") {
+				delete(m, k)
+			}
+		}
+	}
 }
 
 // knownBuilt reports whether every table ref may name has its history
@@ -221,19 +262,20 @@ func (s *Session) markBuilt(b *historyBuilds) {
 		return
 	}
 	seen := s.db.seen.Load()
-	if seen != nil && seen.catalog != s.ddlCatalog {
+	shared := seen != nil && seen.catalog != s.ddlCatalog
+	if shared {
 		for _, id := range b.ids {
 			seen.catalog.history.built.Store(id, struct{}{})
 		}
-		for _, k := range b.keys {
+	}
+	for i, k := range b.keys {
+		if shared && !b.own[i] {
 			seen.catalog.history.builtNames.Store(k, struct{}{})
+			continue
 		}
-		return
-	}
-	if s.ddlBuilt == nil {
-		s.ddlBuilt = map[string]bool{}
-	}
-	for _, k := range b.keys {
+		if s.ddlBuilt == nil {
+			s.ddlBuilt = map[string]bool{}
+		}
 		s.ddlBuilt[k] = true
 	}
 }

@@ -159,12 +159,13 @@ type txnState struct {
 	// implicit transaction, which PostgreSQL refuses (25001), and a write
 	// now is not the batch's first (no optimistic loop).
 	batchExecuted bool
-	// blockBuilt: the write targets (schema.name as written) whose history
-	// the open block built (lazy_history.go); forgotten at its end.
+	// blockBuilt: the write targets (builtKey) whose history the open
+	// block built (lazy_history.go); forgotten at its end.
 	blockBuilt map[string]bool
 	// ddlCatalog: the catalog snapshot current at the session's last DDL,
 	// which historyBuildsFor does not trust; ddlBuilt: the targets the
-	// session's writes built since.
+	// session's writes built since, and those of its own (builtKey) since
+	// the proxy last lost track of its search_path.
 	ddlCatalog *catalogSnapshot
 	ddlBuilt   map[string]bool
 	// txn is the client's transaction block (read-only transactions).
