@@ -490,3 +490,52 @@ func TestLazyHistorySearchPath(t *testing.T) {
 	}
 	wantHistory(t, ctx, direct, "s5.t", 0)
 }
+
+// TestLazyHistoryBlockRemembers: a table built by a block that committed
+// is known built to the proxy from then on, as after an autocommit
+// write: the next block's write carries no ensure_history (counted by
+// PostgreSQL's function statistics in the block's own transaction), for
+// a managed table and for a temporary one (never managed, so never in
+// the catalog as built); a block rolled back, or rolled back to a
+// savepoint after its build, leaves the next write to build. On the old
+// code every block's write to such a table called ensure_history again.
+func TestLazyHistoryBlockRemembers(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	c := connectTo(t, ctx, p.URL("postgres", db))
+	direct := connectTo(t, ctx, directURL("postgres", db))
+	mustExec(t, ctx, c, "CREATE TABLE bt (k int)", "CREATE TABLE bt_rb (k int)", "CREATE TEMP TABLE tmp (k int)",
+		"SET track_functions = 'pl'")
+	// calls is how many times the block's writes called ensure_history.
+	// (The function's statistics pending in the session may hold calls of
+	// transactions before: the difference is the write's.)
+	const calls0 = "SELECT coalesce(pg_stat_get_xact_function_calls('mzproxy.ensure_history(oid[])'::regprocedure), 0)"
+	calls := func(write string) int {
+		t.Helper()
+		mustExec(t, ctx, c, "BEGIN")
+		before := count(t, ctx, c, calls0, simple(c))
+		mustExec(t, ctx, c, write)
+		n := count(t, ctx, c, calls0, simple(c)) - before
+		mustExec(t, ctx, c, "COMMIT")
+		return n
+	}
+	for _, tb := range []string{"bt", "tmp"} {
+		if n := calls("INSERT INTO " + tb + " VALUES (1)"); n != 1 {
+			t.Errorf("%s: the first block called ensure_history %d times, want 1", tb, n)
+		}
+		for i := 0; i < 2; i++ {
+			if n := calls("INSERT INTO " + tb + " VALUES (2)"); n != 0 {
+				t.Errorf("%s: block %d after the build called ensure_history %d times, want 0", tb, i+2, n)
+			}
+		}
+	}
+	wantHistory(t, ctx, direct, "bt", 3)
+	mustExec(t, ctx, c, "BEGIN", "INSERT INTO bt_rb VALUES (1)", "ROLLBACK")
+	mustExec(t, ctx, c, "BEGIN", "SAVEPOINT s", "INSERT INTO bt_rb VALUES (1)", "ROLLBACK TO SAVEPOINT s", "COMMIT")
+	wantLazy(t, ctx, direct, "bt_rb")
+	if n := calls("INSERT INTO bt_rb VALUES (1)"); n != 1 {
+		t.Errorf("bt_rb after the rollbacks: ensure_history called %d times, want 1", n)
+	}
+	wantHistory(t, ctx, direct, "bt_rb", 1)
+}

@@ -261,15 +261,24 @@ func (s *Session) markBuilt(b *historyBuilds) {
 	if b.empty() {
 		return
 	}
+	s.remember(b.ids, b.keys, b.own, nil)
+}
+
+// remember records tables built by a committed write: their catalog IDs,
+// and their builtKeys (those in only, when only is not nil).
+func (s *Session) remember(ids []int64, keys []string, own []bool, only map[string]bool) {
 	seen := s.db.seen.Load()
 	shared := seen != nil && seen.catalog != s.ddlCatalog
 	if shared {
-		for _, id := range b.ids {
+		for _, id := range ids {
 			seen.catalog.history.built.Store(id, struct{}{})
 		}
 	}
-	for i, k := range b.keys {
-		if shared && !b.own[i] {
+	for i, k := range keys {
+		if only != nil && !only[k] {
+			continue
+		}
+		if shared && !own[i] {
 			seen.catalog.history.builtNames.Store(k, struct{}{})
 			continue
 		}
@@ -291,12 +300,26 @@ func (s *Session) noteBlockBuilt(b *historyBuilds) {
 	for _, k := range b.keys {
 		s.blockBuilt[k] = true
 	}
+	s.blockBuilds = append(s.blockBuilds, b)
+}
+
+// commitBlockBuilt keeps what the block that just committed built, as
+// markBuilt does for an autocommit write: the next block's writes to
+// those tables carry no build (a no-op ensure_history each, before).
+func (s *Session) commitBlockBuilt() {
+	for _, b := range s.blockBuilds {
+		// (Not a key forgetOwnBuilt forgot since.)
+		s.remember(b.ids, b.keys, b.own, s.blockBuilt)
+	}
+	s.forgetBlockBuilt()
 }
 
 // forgetBlockBuilt ends what the block built (its end, or a rollback to
 // a savepoint, which may undo it).
 func (s *Session) forgetBlockBuilt() {
 	clear(s.blockBuilt)
+	clear(s.blockBuilds)
+	s.blockBuilds = s.blockBuilds[:0]
 }
 
 // pendingOID returns the oid in a refusing trigger's 40001 (the history

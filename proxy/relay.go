@@ -1088,6 +1088,9 @@ func (s *Session) noteCommand(frame []byte) {
 		// ROLLBACK ends the transaction anyway), and a build with it.
 		s.writeSlot = false
 		s.forgetBlockBuilt()
+	case "COMMIT":
+		// (A failed block's COMMIT answers ROLLBACK.)
+		s.commitBlockBuilt()
 	case "DISCARD ALL":
 		// Every prepared statement and portal is gone, the proxy's too.
 		s.deallocate("")

@@ -162,6 +162,8 @@ type txnState struct {
 	// blockBuilt: the write targets (builtKey) whose history the open
 	// block built (lazy_history.go); forgotten at its end.
 	blockBuilt map[string]bool
+	// blockBuilds: those builds, kept when the block commits.
+	blockBuilds []*historyBuilds
 	// ddlCatalog: the catalog snapshot current at the session's last DDL,
 	// which historyBuildsFor does not trust; ddlBuilt: the targets the
 	// session's writes built since, and those of its own (builtKey) since
