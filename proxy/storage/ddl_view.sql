@@ -33,7 +33,9 @@
 --    at every use), under the trigger's own search_path.
 --  * reconcile of a table without history reads its row and updates the
 --    name in one statement, and checks the reserved column names on the
---    rows it inserts (RETURNING), not with a query of mzproxy.columns.
+--    rows it inserts (RETURNING), not with a query of mzproxy.columns;
+--    on_ddl_command_end sets no mark (a hash) before it, as it runs no
+--    DDL of mzproxy's own.
 --
 -- This version edits on_ddl_command_end and on_sql_drop in place (the
 -- edits below, each applied exactly once) and their settings, and
@@ -90,6 +92,17 @@ $$, $$        IF r.classid IS DISTINCT FROM 'pg_class'::regclass OR r.schema_nam
                    view_sql = excluded.view_sql, revision = excluded.revision;
             CONTINUE;
         END IF;
+$$],
+        ['on_ddl_command_end()', $$            ELSIF k.kind = 'table' THEN
+                marked := set_config('mzproxy.in_ddl', @SCHEMA@.ddl_mark(), true) <> '';
+                PERFORM @SCHEMA@.reconcile(k.id, ts, false);
+$$, $$            ELSIF k.kind = 'table' THEN
+                -- (Version 42: a table without history runs no DDL of
+                -- mzproxy's own, so needs no mark.)
+                IF k.history_built THEN
+                    marked := set_config('mzproxy.in_ddl', @SCHEMA@.ddl_mark(), true) <> '';
+                END IF;
+                PERFORM @SCHEMA@.reconcile(k.id, ts, false);
 $$]];
     i int;
     def text;

@@ -1418,7 +1418,11 @@ BEGIN
                 END IF;
                 UPDATE mzproxy.catalog SET revision = rev WHERE id = k.id;
             ELSIF k.kind = 'table' THEN
-                marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
+                -- (Version 42: a table without history runs no DDL of
+                -- mzproxy's own, so needs no mark.)
+                IF k.history_built THEN
+                    marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
+                END IF;
                 PERFORM mzproxy.reconcile(k.id, ts, false);
                 UPDATE mzproxy.catalog SET revision = rev WHERE id = k.id;
             ELSE
