@@ -59,7 +59,8 @@ $$],
         ['on_ddl_command_end()', $$    ts := @SCHEMA@.ddl_ts();  -- (version 29)
 $$, $$    -- (Version 42) A DROP whose sql_drop event took the timestamp and
     -- moved the revision, in this transaction (xmin), to the revision that
-    -- is still there: nothing is left to do.
+    -- is still there: nothing is left to do. (The setting is reset in an
+    -- assignment to renames, false either way before the loop.)
     IF current_setting('mzproxy.drop_rev', true) <> '' THEN
         IF TG_TAG LIKE 'DROP %' AND EXISTS (SELECT 1 FROM @SCHEMA@.catalog_revision v
                      WHERE v.revision::text = current_setting('mzproxy.drop_rev', true)

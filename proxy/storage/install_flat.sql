@@ -1314,7 +1314,8 @@ BEGIN
     END IF;
     -- (Version 42) A DROP whose sql_drop event took the timestamp and
     -- moved the revision, in this transaction (xmin), to the revision that
-    -- is still there: nothing is left to do.
+    -- is still there: nothing is left to do. (The setting is reset in an
+    -- assignment to renames, false either way before the loop.)
     IF current_setting('mzproxy.drop_rev', true) <> '' THEN
         IF TG_TAG LIKE 'DROP %' AND EXISTS (SELECT 1 FROM mzproxy.catalog_revision v
                      WHERE v.revision::text = current_setting('mzproxy.drop_rev', true)
