@@ -390,4 +390,12 @@
 // assignments (no query each) and reset it only when they set it; ddl_ts
 // splits the slot's text in PL/pgSQL expressions and queries only the key
 // (and the pin for a pending slot), not one query of three subquery levels.
+// Since version 42 (ddl_view.sql) on_ddl_command_end and on_sql_drop plan
+// with enable_seqscan = off (their lookups of mzproxy.catalog and
+// mzproxy.columns were scans while those are small), a DROP of a managed
+// table or view moves the catalog revision once (on_sql_drop hands it to
+// on_ddl_command_end in mzproxy.drop_rev, trusted only while the revision
+// row is this transaction's), CREATE [OR REPLACE] VIEW records its row in
+// one INSERT ... ON CONFLICT, and a table without history is reconciled
+// in fewer statements, with no mark.
 package storage

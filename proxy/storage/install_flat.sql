@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 39, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 42, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -1290,6 +1290,8 @@ CREATE FUNCTION mzproxy.on_ddl_command_end() RETURNS event_trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    SET jit TO 'off'
     AS $$
 DECLARE
     r record;
@@ -1309,6 +1311,19 @@ BEGIN
         IF current_setting('mzproxy.in_ddl', true) = mzproxy.ddl_mark() THEN
             RETURN;  -- DDL that mzproxy itself runs below
         END IF;
+    END IF;
+    -- (Version 42) A DROP whose sql_drop event took the timestamp and
+    -- moved the revision, in this transaction (xmin), to the revision that
+    -- is still there: nothing is left to do. (The setting is reset in an
+    -- assignment to renames, false either way before the loop.)
+    IF current_setting('mzproxy.drop_rev', true) <> '' THEN
+        IF TG_TAG LIKE 'DROP %' AND EXISTS (SELECT 1 FROM mzproxy.catalog_revision v
+                     WHERE v.revision::text = current_setting('mzproxy.drop_rev', true)
+                       AND v.xmin = pg_current_xact_id()::xid) THEN
+            renames := set_config('mzproxy.drop_rev', '', true) <> '';
+            RETURN;
+        END IF;
+        renames := set_config('mzproxy.drop_rev', '', true) <> '';
     END IF;
     ts := mzproxy.ddl_ts();  -- (version 29)
     IF ts IS NULL THEN
@@ -1358,6 +1373,21 @@ BEGIN
         IF r.classid IS DISTINCT FROM 'pg_class'::regclass OR r.schema_name = 'mzproxy' THEN
             CONTINUE;
         END IF;
+        -- (Version 42) A view created or replaced, in one statement: the
+        -- conditions of a managed view below, and its row new or updated.
+        IF r.command_tag = 'CREATE VIEW' AND r.object_type = 'view' THEN
+            INSERT INTO mzproxy.catalog (id, kind, oid, schema_name, name, view_sql, created_ts, revision)
+            SELECT nextval('mzproxy.catalog_id_seq'), 'view', c.oid, n.nspname, c.relname,
+                   rtrim(btrim(pg_get_viewdef(c.oid)), ';'), ts, rev
+              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE c.oid = r.objid AND c.relkind = 'v' AND c.relpersistence <> 't'
+               AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast', 'mzproxy')
+               AND n.nspname NOT LIKE 'pg\_temp\_%' AND n.nspname NOT LIKE 'pg\_toast\_temp\_%'
+            ON CONFLICT (oid) WHERE dropped_ts IS NULL DO UPDATE
+               SET schema_name = excluded.schema_name, name = excluded.name,
+                   view_sql = excluded.view_sql, revision = excluded.revision;
+            CONTINUE;
+        END IF;
         -- The relation the command is about (an index's table for CREATE INDEX).
         SELECT CASE WHEN c.relkind IN ('i', 'I') THEN (SELECT indrelid FROM pg_index WHERE indexrelid = c.oid)
                     ELSE c.oid END, c.relkind
@@ -1389,7 +1419,11 @@ BEGIN
                 END IF;
                 UPDATE mzproxy.catalog SET revision = rev WHERE id = k.id;
             ELSIF k.kind = 'table' THEN
-                marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
+                -- (Version 42: a table without history runs no DDL of
+                -- mzproxy's own, so needs no mark.)
+                IF k.history_built THEN
+                    marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
+                END IF;
                 PERFORM mzproxy.reconcile(k.id, ts, false);
                 UPDATE mzproxy.catalog SET revision = rev WHERE id = k.id;
             ELSE
@@ -1480,6 +1514,8 @@ CREATE FUNCTION mzproxy.on_sql_drop() RETURNS event_trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    SET jit TO 'off'
     AS $$
 DECLARE
     r record;
@@ -1528,6 +1564,10 @@ BEGIN
         IF r.classid <> 'pg_class'::regclass THEN
             CONTINUE;
         END IF;
+        -- (Version 42) A table's TOAST table and index: never managed.
+        IF r.schema_name = 'pg_toast' THEN
+            CONTINUE;
+        END IF;
         IF r.object_type = 'index' THEN
             -- Drop the history mirror of a unique index dropped by DROP
             -- INDEX, if any. The table of the index is gone from pg_index
@@ -1557,6 +1597,8 @@ BEGIN
         END IF;
         IF rev IS NULL THEN
             UPDATE mzproxy.catalog_revision SET revision = revision + 1 RETURNING revision INTO rev;
+            -- (Version 42) For on_ddl_command_end of this DROP.
+            marked := set_config('mzproxy.drop_rev', rev::text, true) <> '';
         END IF;
         -- The history table stays (compaction removes it once no read can
         -- reach it); the trigger functions go.
@@ -1954,20 +1996,27 @@ CREATE FUNCTION mzproxy.reconcile(p_id bigint, p_ts bigint, p_new boolean) RETUR
     AS $$
 DECLARE
     rel oid;
+    reserved name;
 BEGIN
+    -- (Version 42: the row and the name's update in one statement.)
+    WITH renamed AS (
+        UPDATE mzproxy.catalog k SET schema_name = n.nspname, name = r.relname
+          FROM pg_class r JOIN pg_namespace n ON n.oid = r.relnamespace
+         WHERE k.id = p_id AND NOT k.history_built AND r.oid = k.oid
+           AND (k.schema_name, k.name) IS DISTINCT FROM (n.nspname, r.relname))
     SELECT k.oid INTO rel FROM mzproxy.catalog k WHERE k.id = p_id AND NOT k.history_built;
     IF NOT FOUND THEN
         PERFORM mzproxy.reconcile_built(p_id, p_ts, p_new);
         RETURN;
     END IF;
     -- No history: the name and the columns are all there is to follow.
-    UPDATE mzproxy.catalog k SET schema_name = n.nspname, name = r.relname
-      FROM pg_class r JOIN pg_namespace n ON n.oid = r.relnamespace
-     WHERE k.id = p_id AND r.oid = k.oid AND (k.schema_name, k.name) IS DISTINCT FROM (n.nspname, r.relname);
     DELETE FROM mzproxy.columns WHERE id = p_id;
-    INSERT INTO mzproxy.columns (id, attnum, name, type)
-    SELECT p_id, uc.attnum, uc.name, uc.type FROM mzproxy.user_columns(rel) uc;
-    IF EXISTS (SELECT 1 FROM mzproxy.columns c WHERE c.id = p_id AND c.name IN ('mz_from', 'mz_to', 'mz_hash')) THEN
+    WITH added AS (
+        INSERT INTO mzproxy.columns (id, attnum, name, type)
+        SELECT p_id, uc.attnum, uc.name, uc.type FROM mzproxy.user_columns(rel) uc
+        RETURNING name)
+    SELECT a.name INTO reserved FROM added a WHERE a.name IN ('mz_from', 'mz_to', 'mz_hash') LIMIT 1;
+    IF FOUND THEN
         RAISE EXCEPTION 'column names mz_from, mz_to and mz_hash are reserved by mzproxy'
             USING ERRCODE = '42939';
     END IF;
@@ -3726,6 +3775,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('36', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('37', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('38', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('39', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('42', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
