@@ -35,6 +35,35 @@ import (
 // result, as the goroutine's does: the client's parameters are not
 // described.
 //
+// The rewrite is parsed once per backend connection (issue 15). Sent as
+// the unnamed statement's Parse at each read, PostgreSQL parsed, analysed
+// and planned it each time, where a simple or prepared read binds a
+// statement prepared once. From a text's second use on a connection
+// (readStatements: the LRU the simple reads' statements share, keyed by
+// the rewrite, its parameter types, the catalog revision and the
+// search_path the read was planned with, as the guard checks them;
+// emptied by DISCARD ALL and DEALLOCATE, gone with the connection), the
+// loop closes then parses a statement of the proxy's (mzproxy_read_N)
+// with the rewrite, in place of the unnamed statement, and binds it; from
+// the third use on it only binds it, behind a Parse of the unnamed
+// statement as the empty query, whose ParseComplete is the client's
+// (PostgreSQL parses nothing for it). The client's Bind, Describe,
+// Execute and Sync are as they were: its portal is the unnamed portal,
+// described as before (the same rewrite). What differs is the backend's
+// unnamed statement, which is not the client's: the record of it says so
+// (preparedStmt.unnamed), and a later Bind or Describe of the unnamed
+// statement that the client does not parse first goes to the session's
+// goroutine, which parses it again with the rewrite first
+// (reparseUnnamed). An error answered to the read forgets its statement
+// (not prepared, or closed by a client that read its name from
+// pg_prepared_statements), prepared again at the text's next uses.
+//
+// Plans: the unnamed statement got a custom plan at each Bind (its
+// parameters' values known); a named statement gets custom plans for its
+// first five runs and then PostgreSQL's generic plan when that costs no
+// more than their average, as the simple and prepared paths' statements
+// do (plan_cache_mode is the client's setting, left as it is).
+//
 // The guard is in front of the Parse, so a refusal (or any error of the
 // guard: a cancel) leaves the backend skipping all of the client's batch
 // to its Sync, nothing of it run. Anything unexpected before the client's
