@@ -2,11 +2,14 @@ package integration
 
 import (
 	"fmt"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
@@ -21,6 +24,15 @@ func parsedFrames(sql string, oids []uint32, describe bool, params ...[]byte) []
 	}
 	var b []byte
 	for _, m := range append(msgs, &pgproto3.Execute{}, &pgproto3.Sync{}) {
+		b, _ = m.Encode(b)
+	}
+	return b
+}
+
+// frames encodes msgs.
+func frames(msgs ...pgproto3.FrontendMessage) []byte {
+	var b []byte
+	for _, m := range msgs {
 		b, _ = m.Encode(b)
 	}
 	return b
@@ -77,7 +89,8 @@ func (c *rawClient) transcript(batch []byte) string {
 // get the same frames, rows (their timestamps aside), descriptions, and
 // errors with their SQLSTATE and position, whether they fail at the Bind,
 // at the rewrite's Parse, at execution or in the proxy. Each batch is
-// sent twice (the second a plan-cache hit), and a Parse and Describe of
+// sent four times (the second a plan-cache hit, the third and fourth bind
+// the statement the proxy prepared for it), and a Parse and Describe of
 // the statement (pgx's describe_exec, which only the goroutine serves)
 // describes the client's parameters only. No hold is left.
 func TestLoopUnnamedTimestampedReads(t *testing.T) {
@@ -103,6 +116,12 @@ func TestLoopUnnamedTimestampedReads(t *testing.T) {
 		{"mz_now described", parsedFrames(stamped, nil, true, b("1"))},
 		{"mz_now", parsedFrames(stamped, nil, false, b("2"))},
 		{"mz_now typed", parsedFrames(stamped, []uint32{23}, true, b("1"))},
+		// The unnamed statement the batch before parsed, bound and
+		// described again without a Parse: the loop bound a statement of
+		// the proxy's in its place, and the client's is parsed again.
+		{"bound again", frames(&pgproto3.Bind{Parameters: [][]byte{b("2")}}, &pgproto3.Describe{ObjectType: 'P'},
+			&pgproto3.Execute{}, &pgproto3.Sync{})},
+		{"described again", frames(&pgproto3.Describe{ObjectType: 'S'}, &pgproto3.Sync{})},
 		{"mz_now in WHERE", parsedFrames("SELECT k, v FROM "+table+" WHERE k = $1 AND mz_now() > 0", nil, true, b("2"))},
 		{"AS OF literal", parsedFrames("SELECT v FROM "+table+" WHERE k = $1 AS OF "+ts, nil, true, b("1"))},
 		{"AS OF $2", parsedFrames("SELECT v FROM "+table+" WHERE k = $1 AS OF $2", nil, true, b("2"), b(ts))},
@@ -116,15 +135,9 @@ func TestLoopUnnamedTimestampedReads(t *testing.T) {
 		{"unknown table", parsedFrames("SELECT v, mz_now() FROM "+table+"_nope WHERE k = $1", nil, true, b("1"))},
 		{"division by zero", parsedFrames("SELECT 1 / (k - k), mz_now() FROM "+table+" WHERE k = $1", nil, true, b("1"))},
 		{"two statements", parsedFrames("SELECT mz_now(); SELECT 1", nil, true)},
-		{"describe_exec", func() []byte {
-			var out []byte
-			for _, m := range []pgproto3.FrontendMessage{&pgproto3.Parse{Query: stamped}, &pgproto3.Describe{ObjectType: 'S'},
-				&pgproto3.Sync{}, &pgproto3.Bind{Parameters: [][]byte{b("2")}}, &pgproto3.Describe{ObjectType: 'P'},
-				&pgproto3.Execute{}, &pgproto3.Sync{}} {
-				out, _ = m.Encode(out)
-			}
-			return out
-		}()},
+		{"describe_exec", frames(&pgproto3.Parse{Query: stamped}, &pgproto3.Describe{ObjectType: 'S'},
+			&pgproto3.Sync{}, &pgproto3.Bind{Parameters: [][]byte{b("2")}}, &pgproto3.Describe{ObjectType: 'P'},
+			&pgproto3.Execute{}, &pgproto3.Sync{})},
 	}
 	clients := map[string]*rawClient{}
 	for name, p := range map[string]*proxyProc{"loop": on, "goroutine": off} {
@@ -142,7 +155,10 @@ func TestLoopUnnamedTimestampedReads(t *testing.T) {
 			// Two batches: two ReadyForQuery.
 			want += " / " + clients["goroutine"].transcript(nil)
 		}
-		for round := range 2 {
+		// The loop sends a text's first read as the unnamed statement's
+		// Parse, prepares a statement of the proxy's at its second (a
+		// failed one is forgotten) and binds it from the third on.
+		for round := range 4 {
 			got := clients["loop"].transcript(bt.batch)
 			if bt.name == "describe_exec" {
 				got += " / " + clients["loop"].transcript(nil)
@@ -189,6 +205,138 @@ func TestLoopUnnamedTimestampedReadTimeout(t *testing.T) {
 				t.Fatalf("read after the timeout: %s, want %s", got, want)
 			}
 			p.awaitHolds(t, 0, "after the reads")
+		})
+	}
+}
+
+// TestLoopUnnamedTimestampedReadsRepeated: the same one-shot timestamped
+// reads, repeated on one connection (the event loop binds a statement of
+// the proxy's for each text from its third read on, proxy/loop_parse.go),
+// in every pgx exec mode, psycopg 3 (normal and pipeline), asyncpg and
+// node-postgres, with the loop on and off: each read answers its own key,
+// mz_now() never goes back, AS OF $2 reads the past, an error of the
+// rewrite's Parse (42703) comes each time, a column added by another
+// connection shows in the next read of SELECT * (no statement prepared
+// before it is bound; a driver's own prepared statement or description
+// gets PostgreSQL's error), and a search_path that names another table
+// of the same name reads that one.
+func TestLoopUnnamedTimestampedReadsRepeated(t *testing.T) {
+	for _, loop := range []string{"--event-loop=true", "--event-loop=false"} {
+		t.Run(loop, func(t *testing.T) {
+			ctx := testContext(t)
+			p := startProxy(t, loop, "--metrics-listen", "127.0.0.1:0")
+			writer := p.connect(t, ctx)
+			// A table per driver: each one adds a column.
+			table := func(t *testing.T, name string) string {
+				t.Helper()
+				tb := fmt.Sprintf("lurr_%s_%d", name, time.Now().UnixNano())
+				mustExec(t, ctx, writer, "CREATE TABLE "+tb+" (k int PRIMARY KEY, v text NOT NULL)",
+					"INSERT INTO "+tb+" VALUES (1, 'one'), (2, 'two')",
+					"CREATE SCHEMA "+tb+"_s", "CREATE TABLE "+tb+"_s."+tb+" (k int PRIMARY KEY, v text NOT NULL)",
+					"INSERT INTO "+tb+"_s."+tb+" VALUES (1, 'uno'), (2, 'dos')")
+				return tb
+			}
+			for i, mode := range pgxModes {
+				t.Run("pgx "+mode.String(), func(t *testing.T) {
+					tb := table(t, fmt.Sprint("pgx", i))
+					conn := connectMode(t, ctx, p.URL("postgres", "postgres"), mode)
+					stamped := "SELECT v, mz_now()::text FROM " + tb + " WHERE k = $1"
+					var last int64
+					readAll := func(want ...string) {
+						t.Helper()
+						for i := range 8 {
+							k := 1 + i%2
+							var v, ts string
+							if err := conn.QueryRow(ctx, stamped, k).Scan(&v, &ts); err != nil || v != want[k-1] {
+								t.Fatalf("read %d of k = %d: %q, %v; want %q", i, k, v, err, want[k-1])
+							}
+							n, err := strconv.ParseInt(ts, 10, 64)
+							if err != nil || n < last {
+								t.Fatalf("mz_now() %q after %d", ts, last)
+							}
+							last = n
+						}
+					}
+					readAll("one", "two")
+					var past int64
+					if err := conn.QueryRow(ctx, "SELECT mz_now()::bigint").Scan(&past); err != nil {
+						t.Fatal(err)
+					}
+					mustExec(t, ctx, writer, "UPDATE "+tb+" SET v = 'eins' WHERE k = 1")
+					for i := range 6 {
+						var v string
+						if err := conn.QueryRow(ctx, "SELECT v FROM "+tb+" WHERE k = $1 AS OF $2", 1, past).Scan(&v); err != nil || v != "one" {
+							t.Fatalf("AS OF read %d: %q, %v; want one", i, v, err)
+						}
+					}
+					for range 4 {
+						var v string
+						wantCode(t, conn.QueryRow(ctx, "SELECT nope, mz_now() FROM "+tb+" WHERE k = $1", 1).Scan(&v), "42703")
+					}
+					star := "SELECT *, mz_now()::text FROM " + tb + " WHERE k = $1"
+					for range 4 {
+						var k int
+						var v, ts string
+						if err := conn.QueryRow(ctx, star, 2).Scan(&k, &v, &ts); err != nil || v != "two" {
+							t.Fatalf("SELECT *: %q, %v; want two", v, err)
+						}
+					}
+					if _, err := conn.Exec(ctx, "SET search_path = "+tb+"_s, public"); err != nil {
+						t.Fatal(err)
+					}
+					readAll("uno", "dos")
+					if _, err := conn.Exec(ctx, "RESET search_path"); err != nil {
+						t.Fatal(err)
+					}
+					readAll("eins", "two")
+					p.awaitHolds(t, 0, "after the reads")
+					mustExec(t, ctx, writer, "ALTER TABLE "+tb+" ADD COLUMN w int NOT NULL DEFAULT 7")
+					switch mode {
+					case pgx.QueryExecModeCacheStatement:
+						// pgx's prepared statement: PostgreSQL's error.
+						wantCode(t, conn.QueryRow(ctx, star, 2).Scan(new(int), new(string), new(int), new(string)), "0A000")
+					case pgx.QueryExecModeCacheDescribe:
+						// pgx's description of 3 columns: PostgreSQL's error.
+						wantCode(t, conn.QueryRow(ctx, star, 2).Scan(new(int), new(string), new(int), new(string)), "08P01")
+					}
+					for range 4 {
+						if mode == pgx.QueryExecModeCacheStatement || mode == pgx.QueryExecModeCacheDescribe {
+							break
+						}
+						var k, w int
+						var v, ts string
+						if err := conn.QueryRow(ctx, star, 2).Scan(&k, &v, &w, &ts); err != nil || v != "two" || w != 7 {
+							t.Fatalf("SELECT * after ADD COLUMN: %q, %d, %v; want two, 7", v, w, err)
+						}
+					}
+					if mode != pgx.QueryExecModeCacheStatement {
+						// (After the 0A000 of pgx's prepared statement a
+						// read hold stays until the session ends, on b63d217
+						// too, the loop on or off: not looked into here.)
+						p.awaitHolds(t, 0, "after the reads of SELECT *")
+					}
+				})
+			}
+			host, port := p.hostPort()
+			url := libpqURL(host, port, "postgres")
+			t.Run("python", func(t *testing.T) {
+				for _, m := range []string{"psycopg", "asyncpg"} {
+					_, err := pythonModule(m)()
+					requireDriver(t, err, "apt-get install -y python3-psycopg python3-asyncpg")
+				}
+				results := runDriverProgram(t, filepath.Join("testdata", "python"), nil, systemPython,
+					"tsread_repeated.py", url, table(t, "py"), table(t, "pypipe"), table(t, "asyncpg"))
+				reportCases(t, results, "psycopg", "psycopg_pipeline", "asyncpg")
+				p.awaitHolds(t, 0, "after python's reads")
+			})
+			t.Run("node-postgres", func(t *testing.T) {
+				command, err := nodeModule("pg", "pg_tsread.js")()
+				requireDriver(t, err, "apt-get install -y nodejs npm, then (cd integration/testdata/node && npm ci)")
+				results := runDriverProgram(t, filepath.Join("testdata", "node"), nil, command[0], command[1], url, table(t, "node"))
+				reportCases(t, results, "reads")
+				p.awaitHolds(t, 0, "after node-postgres's reads")
+			})
+			p.mustAlive(t, ctx)
 		})
 	}
 }

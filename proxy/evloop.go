@@ -183,6 +183,7 @@ type loopScratch struct {
 	declared   []uint32
 	parse      pgproto3.Parse
 	parsedRead parsedRead
+	closes     []string // the statements its batch closes
 }
 
 // named is whether the statement or portal name defined earlier in a
@@ -523,6 +524,13 @@ func (s *Session) plainAnswer(typ byte, frame []byte) evloop.Verdict {
 		return evloop.Relay
 	case 'E':
 		s.noteBackendError(frame)
+		if ps := &s.loopRead.stmt; s.loopRead.active && ps.named {
+			// Not prepared, or gone (a client may close the proxy's
+			// statement by the name pg_prepared_statements shows): the
+			// next read prepares it again.
+			s.be.reads.cache().Remove(ps.key)
+			ps.named = false
+		}
 		fatal, _ := s.backendErrorIsFatal(frame)
 		return relayThenBackUnless(!fatal)
 	case 'C':

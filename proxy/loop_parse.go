@@ -35,6 +35,35 @@ import (
 // result, as the goroutine's does: the client's parameters are not
 // described.
 //
+// The rewrite is parsed once per backend connection (issue 15). Sent as
+// the unnamed statement's Parse at each read, PostgreSQL parsed, analysed
+// and planned it each time, where a simple or prepared read binds a
+// statement prepared once. From a text's second use on a connection
+// (readStatements: the LRU the simple reads' statements share, keyed by
+// the rewrite, its parameter types, the catalog revision and the
+// search_path the read was planned with, as the guard checks them;
+// emptied by DISCARD ALL and DEALLOCATE, gone with the connection), the
+// loop closes then parses a statement of the proxy's (mzproxy_read_N)
+// with the rewrite, in place of the unnamed statement, and binds it; from
+// the third use on it only binds it, behind a Parse of the unnamed
+// statement as the empty query, whose ParseComplete is the client's
+// (PostgreSQL parses nothing for it). The client's Bind, Describe,
+// Execute and Sync are as they were: its portal is the unnamed portal,
+// described as before (the same rewrite). What differs is the backend's
+// unnamed statement, which is not the client's: the record of it says so
+// (preparedStmt.unnamed), and a later Bind or Describe of the unnamed
+// statement that the client does not parse first goes to the session's
+// goroutine, which parses it again with the rewrite first
+// (reparseUnnamed). An error answered to the read forgets its statement
+// (not prepared, or closed by a client that read its name from
+// pg_prepared_statements), prepared again at the text's next uses.
+//
+// Plans: the unnamed statement got a custom plan at each Bind (its
+// parameters' values known); a named statement gets custom plans for its
+// first five runs and then PostgreSQL's generic plan when that costs no
+// more than their average, as the simple and prepared paths' statements
+// do (plan_cache_mode is the client's setting, left as it is).
+//
 // The guard is in front of the Parse, so a refusal (or any error of the
 // guard: a cancel) leaves the backend skipping all of the client's batch
 // to its Sync, nothing of it run. Anything unexpected before the client's
@@ -62,6 +91,21 @@ type parsedRead struct {
 	rec  *preparedStmt
 	sql  string
 	oids []uint32
+	// types are oids encoded for a readStatementKey; marked is rec marked
+	// as bound in a statement of the proxy's (preparedStmt.unnamed).
+	types  string
+	marked *preparedStmt
+}
+
+// parsedStmt is the statement of the proxy's that a parsed read bound in
+// place of the client's unnamed statement, when named is set: prepared
+// in the same batch when made; closing are the statements evicted before
+// it, closed in that batch too.
+type parsedStmt struct {
+	key     readStatementKey
+	named   bool
+	made    bool
+	closing []string
 }
 
 // admitParsedRead admits a batch that parses the unnamed statement as a
@@ -114,7 +158,9 @@ func (s *Session) admitParsedRead(batch []byte) ([]byte, bool) {
 	if pr.plan != st || pr.rec.sql != sql || pr.rec.parsed.path != s.known.searchPathShown ||
 		!slices.Equal(pr.rec.parsed.declared, declared) {
 		rec, rewrite, oids := s.explicitRecord(sql, slices.Clone(declared), st)
-		*pr = parsedRead{plan: st, rec: rec, sql: rewrite, oids: oids}
+		marked := *rec
+		marked.unnamed = &unnamedRead{rec: rec, sql: rewrite, oids: oids}
+		*pr = parsedRead{plan: st, rec: rec, sql: rewrite, oids: oids, types: oidsKey(oids), marked: &marked}
 	}
 	rec := pr.rec
 	if rec.tsParam && bindCountsError(m, rec.params) != nil {
@@ -130,9 +176,37 @@ func (s *Session) admitParsedRead(batch []byte) ([]byte, bool) {
 		return nil, false
 	}
 	g := guardedSend{c: c, hold: hold, guard: guardKey{rev: seen.revision, path: s.known.searchPathShown, pin: st.AsOf == nil}}
-	s.loop.parse = pgproto3.Parse{Query: pr.sql, ParameterOIDs: pr.oids}
-	guardLen, ok := s.encodeGuardedBind(ctx, &g, rec, st, &s.loop.parse, m, params, rest)
+	r := &s.be.reads
+	ps := parsedStmt{key: readStatementKey{text: pr.sql, types: pr.types, rev: g.guard.rev, path: g.guard.path}}
+	name, made, named := r.statementFor(ps.key)
+	ps.named, ps.made = named, made
+	closes := s.loop.closes[:0]
+	recorded := rec
+	switch {
+	case !named:
+		// The text's first use on this connection.
+		s.loop.parse = pgproto3.Parse{Query: pr.sql, ParameterOIDs: pr.oids}
+	case made:
+		// Closed first, as boundReadOf closes it.
+		ps.closing, r.closing = r.closing, nil
+		closes = append(append(closes, ps.closing...), name)
+		s.loop.parse = pgproto3.Parse{Name: name, Query: pr.sql, ParameterOIDs: pr.oids}
+		recorded = pr.marked
+	default:
+		ps.closing, r.closing = r.closing, nil
+		closes = append(closes, ps.closing...)
+		// The client's ParseComplete, for an empty statement.
+		s.loop.parse = pgproto3.Parse{}
+		recorded = pr.marked
+	}
+	s.loop.closes = closes
+	bound := ""
+	if named {
+		bound = name
+	}
+	guardLen, ok := s.encodeGuardedBind(ctx, &g, rec, st, closes, &s.loop.parse, bound, m, params, rest)
 	if !ok {
+		r.undo(&ps)
 		return nil, false
 	}
 	lr := &s.loopRead
@@ -140,16 +214,25 @@ func (s *Session) admitParsedRead(batch []byte) ([]byte, bool) {
 	// handleDescribe, handleExecute).
 	s.forgetStatement("")
 	s.observeParse("", sql)
-	s.defineStatement("", rec)
+	s.defineStatement("", recorded)
 	for off := n; off < len(batch); {
 		fn := 1 + int(binary.BigEndian.Uint32(batch[off+1:]))
 		m, _ := readPlain(batch[off : off+fn])
 		s.admitted(&m)
 		off += fn
 	}
-	*lr = loopRead{active: true, g: g, parsed: true, rec: rec, behind: behind,
+	*lr = loopRead{active: true, g: g, parsed: true, rec: recorded, stmt: ps, behind: behind,
 		own: ownAnswers(lr.own[:0], lr.send.b[:guardLen]), send: lr.send, ts: lr.ts}
 	return lr.send.b, true
+}
+
+// oidsKey encodes parameter types for a readStatementKey.
+func oidsKey(oids []uint32) string {
+	b := make([]byte, 0, 4*len(oids))
+	for _, o := range oids {
+		b = binary.BigEndian.AppendUint32(b, o)
+	}
+	return string(b)
 }
 
 // parseParamTypes appends to dst the parameter types a Parse frame
@@ -195,8 +278,8 @@ func asOfValueNow(st *planner.Statement, m *pgproto3.Bind) (*planner.Statement, 
 // all at the backend with their Sync, are answered without more sent.
 func (s *Session) resumeLoopParse(ctx context.Context, m *pgproto3.Parse, frame []byte) error {
 	lr := &s.loopRead
-	g, rec, behind := lr.g, lr.rec, lr.behind
-	lr.active, lr.resume, lr.parsed, lr.rec = false, false, false, nil
+	g, rec, behind, ps := lr.g, lr.rec, lr.behind, lr.stmt
+	lr.active, lr.resume, lr.parsed, lr.rec, lr.stmt = false, false, false, nil, parsedStmt{}
 	// A cancel from now on is the statement's (handleStatement): the
 	// loop's is over.
 	s.loopFlight.Store(false)
@@ -219,12 +302,22 @@ func (s *Session) resumeLoopParse(ctx context.Context, m *pgproto3.Parse, frame 
 		// next, then the Bind's (handleBind: takeParsedBind) and those of
 		// the client's messages behind it, which are not sent again.
 		s.defineStatement(m.Name, rec)
-		s.units.push(unit{kind: uParse})
+		for range ps.closing {
+			s.units.push(unit{kind: uClose, disp: swallow})
+		}
+		u := unit{kind: uParse}
+		if ps.made {
+			s.units.push(unit{kind: uClose, disp: swallow})
+			u.failed = s.be.reads.forget(ps.key)
+		}
+		s.units.push(u)
 		s.portalHolds = append(s.portalHolds, g.hold)
 		lr.parsedBind, lr.sent = true, behind
 		return nil
 	}
 	s.release(g.hold)
+	// The backend skipped the batch: no statement was closed or prepared.
+	s.be.reads.undo(&ps)
 	var pe *pgerr.Error
 	if !errors.As(err, &pe) || pe.IsFatal() {
 		return err

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
@@ -239,5 +240,83 @@ func TestParsedReadInLoopNoticeInGuard(t *testing.T) {
 		t.Fatal("the read after the notices was given back")
 	} else {
 		checkAnswer(t, answer, "12T", "70")
+	}
+}
+
+// TestParsedReadInLoopBindsOneStatement: the loop binds a statement of
+// the proxy's for a timestamped read sent as the unnamed statement's
+// Parse, prepared once per backend connection at the text's second use
+// (on b63d217 every read sent its rewrite as the unnamed statement's
+// Parse, which PostgreSQL parsed and planned each time): after six reads
+// the backend has one such statement, bound five times. A Bind or a
+// Describe of the unnamed statement that the client does not parse again
+// finds the client's statement (parsed again: reparseUnnamed); DISCARD
+// ALL drops the proxy's statement, prepared again after it.
+func TestParsedReadInLoopBindsOneStatement(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := newLoopClient(t, ctx)
+	table := newParsedReadTable(t, ctx, c, "lps")
+	tsread := "SELECT abalance, mz_now() FROM " + table + " WHERE aid = $1"
+	c.handleBatch(t, ctx, parsedBatch(t, tsread, nil, true, "1"))
+	reads := func(from, to int) {
+		t.Helper()
+		for aid := from; aid < to; aid++ {
+			answer, inLoop := c.turnBatch(t, ctx, parsedBatch(t, tsread, nil, aid%2 == 0, fmt.Sprint(aid)))
+			if !inLoop {
+				t.Fatalf("aid %d: the loop gave the read back", aid)
+			}
+			first := "12"
+			if aid%2 == 0 {
+				first = "12T"
+			}
+			checkAnswer(t, answer, first, fmt.Sprint(aid*10))
+		}
+	}
+	// The backend's statements of the read, each with its runs.
+	prepared := func() string {
+		t.Helper()
+		return firstValueOf(t, query(t, ctx, c.s, c.client, "SELECT coalesce(string_agg(name || ' ' || (generic_plans + custom_plans), ', '), '')"+
+			" FROM pg_prepared_statements WHERE name LIKE 'mzproxy_read_%' AND statement LIKE '%"+table+"%'"))
+	}
+	reads(2, 8)
+	// The client's unnamed statement, bound and described again unparsed
+	// (a simple Query, such as the one prepared sends, drops it).
+	again := encodeFrames(t, &pgproto3.Bind{Parameters: [][]byte{[]byte("9")}}, &pgproto3.Describe{ObjectType: 'P'},
+		&pgproto3.Execute{}, &pgproto3.Sync{})
+	answer, _ := c.turnBatch(t, ctx, again)
+	checkAnswer(t, answer, "2T", "90")
+	reads(10, 12)
+	answer, _ = c.turnBatch(t, ctx, encodeFrames(t, &pgproto3.Describe{ObjectType: 'S'}, &pgproto3.Sync{}))
+	if got := answerTypes(answer); got != "tTZ" {
+		t.Fatalf("Describe of the statement: %q, want tTZ: %q", got, answer)
+	}
+	if params := binary.BigEndian.Uint16([]byte(answer[5:7])); params != 1 {
+		t.Fatalf("ParameterDescription of %d parameters, want the client's 1", params)
+	}
+	before := prepared()
+	if name, runs, _ := strings.Cut(before, " "); runs != "7" || strings.Contains(runs, ",") {
+		t.Fatalf("the backend's statements of the read and their runs: %q, want one (%s) run 7 times", before, name)
+	}
+	if out := query(t, ctx, c.s, c.client, "DISCARD ALL"); strings.Contains(out, "ERROR") {
+		t.Fatal(out)
+	}
+	// (The session asks for its search_path again: the goroutine's.)
+	for i := 0; ; i++ {
+		answer, inLoop := c.stepBatch(t, ctx, parsedBatch(t, tsread, nil, true, "1"))
+		checkAnswer(t, answer, "12T", "10")
+		if inLoop {
+			break
+		}
+		if i == 3 {
+			t.Fatal("the reads after DISCARD ALL stay the goroutine's")
+		}
+	}
+	reads(12, 15)
+	after := prepared()
+	if name, runs, _ := strings.Cut(after, " "); strings.Contains(runs, ",") || runs < "3" || len(runs) != 1 ||
+		strings.HasPrefix(before, name+" ") {
+		t.Fatalf("after DISCARD ALL, the backend's statements of the read and their runs: %q, want one other than %q, run 3 or 4 times",
+			after, before)
 	}
 }

@@ -68,7 +68,10 @@ type loopRead struct {
 	// (parsedBind).
 	parsed, parsedBind bool
 	rec                *preparedStmt
-	ts                 []byte // an AS OF read's timestamp parameter, reused
+	// stmt is the statement of the proxy's a parsed read bound
+	// (loop_parse.go).
+	stmt parsedStmt
+	ts   []byte // an AS OF read's timestamp parameter, reused
 	// own are the types of the answers to the proxy's own messages, in
 	// the order they come (ownAnswers), got how many of them came.
 	own    []byte
@@ -147,13 +150,14 @@ func (s *Session) encodeLoopRead(g *guardedSend, send func() error) bool {
 }
 
 // encodeGuardedBind encodes for the loop what guardedBind sends for rec's
-// read st: the guard of g, then parse when the batch defines the
-// statement (nil for a prepared one), the client's Bind m with params and
-// the timestamp parameter, and the client's messages rest behind it. It
-// returns the length of the guard's part (whose answers the loop drops),
-// and false when nothing could be encoded (encodeLoopRead).
+// read st: the guard of g, a Close of each of the statements closes, then
+// parse when the batch defines the statement (nil for a prepared one),
+// the client's Bind m of the statement stmt with params and the timestamp
+// parameter, and the client's messages rest behind it. It returns the
+// length of the guard's and the Closes' part (whose answers the loop
+// drops), and false when nothing could be encoded (encodeLoopRead).
 func (s *Session) encodeGuardedBind(ctx context.Context, g *guardedSend, rec *preparedStmt, st *planner.Statement,
-	parse *pgproto3.Parse, m *pgproto3.Bind, params [][]byte, rest []byte) (int, bool) {
+	closes []string, parse *pgproto3.Parse, stmt string, m *pgproto3.Bind, params [][]byte, rest []byte) (int, bool) {
 	s.timestampPhase(ctx, g.guard.pin)
 	lr := &s.loopRead
 	var ts []byte
@@ -168,6 +172,11 @@ func (s *Session) encodeGuardedBind(ctx context.Context, g *guardedSend, rec *pr
 		if err := s.be.sendGuard(g.guard, &s.pinMsgs); err != nil {
 			return err
 		}
+		for _, name := range closes {
+			if err := s.be.w.Send(&pgproto3.Close{ObjectType: 'S', Name: name}); err != nil {
+				return err
+			}
+		}
 		if err := s.be.w.Flush(); err != nil {
 			return err
 		}
@@ -177,7 +186,11 @@ func (s *Session) encodeGuardedBind(ctx context.Context, g *guardedSend, rec *pr
 				return err
 			}
 		}
-		if err := s.forwardExplicitBind(m, p, st, params, ts, false); err != nil {
+		client := m.PreparedStatement
+		m.PreparedStatement = stmt
+		err := s.forwardExplicitBind(m, p, st, params, ts, false)
+		m.PreparedStatement = client
+		if err != nil {
 			return err
 		}
 		return s.be.w.WriteFrame(rest)
@@ -207,7 +220,9 @@ func (s *Session) admitBoundRead(batch []byte) ([]byte, bool) {
 	rest := batch[n:]
 	behind, ok := portalSteps(rest, m.DestinationPortal)
 	rec := s.stmts[m.PreparedStatement]
-	if !ok || rec == nil || rec.explicit == nil {
+	if !ok || rec == nil || rec.explicit == nil || rec.unnamed != nil {
+		// (The backend's unnamed statement is parsed again first:
+		// reparseUnnamed.)
 		return nil, false
 	}
 	// As handleBind begins (txnBind; both again there if this is not
@@ -231,7 +246,7 @@ func (s *Session) admitBoundRead(batch []byte) ([]byte, bool) {
 		return nil, false
 	}
 	g := guardedSend{c: c, hold: hold, guard: guardKey{rev: seen.catalog.cat.Revision, pin: st.AsOf == nil}}
-	guardLen, ok := s.encodeGuardedBind(context.Background(), &g, rec, st, nil, m, m.Parameters, rest)
+	guardLen, ok := s.encodeGuardedBind(context.Background(), &g, rec, st, nil, nil, m.PreparedStatement, m, m.Parameters, rest)
 	if !ok {
 		return nil, false
 	}

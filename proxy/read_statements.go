@@ -55,10 +55,14 @@ type readStatements struct {
 }
 
 // readStatementKey is what a prepared read's statement depends on.
+// types are the parameter types of a read the client sent as the unnamed
+// statement's Parse (loop_parse.go), encoded; empty for a simple Query's
+// read, whose text implies them.
 type readStatementKey struct {
-	text string
-	rev  int64
-	path string
+	text  string
+	types string
+	rev   int64
+	path  string
 }
 
 // cache is the LRU, made at first use.
@@ -108,19 +112,9 @@ func (r *readStatements) boundReadOf(bd *planner.Bound, g guardKey, tsText strin
 	br := &r.scratch
 	text, oids, values := br.params(r, bd, tsText, ts)
 	key := readStatementKey{text: text, rev: g.rev, path: g.path}
-	c := r.cache()
-	name, ok := c.Get(key)
-	parsed := false
+	name, parsed, ok := r.statementFor(key)
 	if !ok {
-		if !r.seenOnce.Contains(key) {
-			r.seenOnce.Add(key, struct{}{})
-			return nil
-		}
-		r.seenOnce.Remove(key)
-		name = ownName("mzproxy_read_" + strconv.Itoa(r.made))
-		r.made++
-		c.Add(key, name) // may evict one: closed below
-		parsed = true
+		return nil
 	}
 	br.key, br.parsed = key, parsed
 	br.msgs, br.units = br.msgs[:0], br.units[:0]
@@ -145,6 +139,25 @@ func (r *readStatements) boundReadOf(bd *planner.Bound, g guardKey, tsText strin
 	br.add(&br.execute, unit{kind: uExecute})
 	br.add(&br.sync, unit{kind: uSync, relayZ: true})
 	return br
+}
+
+// statementFor is the name of the statement prepared for key, and
+// whether it is to be prepared now (made: closed, then parsed, in front
+// of its Bind); false at the key's first use, which is sent as it is.
+func (r *readStatements) statementFor(key readStatementKey) (name string, made, ok bool) {
+	c := r.cache()
+	if name, ok := c.Get(key); ok {
+		return name, false, true
+	}
+	if !r.seenOnce.Contains(key) {
+		r.seenOnce.Add(key, struct{}{})
+		return "", false, false
+	}
+	r.seenOnce.Remove(key)
+	name = ownName("mzproxy_read_" + strconv.Itoa(r.made))
+	r.made++
+	c.Add(key, name) // may evict one: closed with the next read
+	return name, true, true
 }
 
 // params are the text, parameter types and values of bd's statement,
@@ -211,6 +224,17 @@ func (br *boundRead) add(m pgproto3.FrontendMessage, u unit) {
 // it failed: it is closed and prepared again at its next use.
 func (r *readStatements) forget(key readStatementKey) func() {
 	return func() { r.cache().Remove(key) }
+}
+
+// undo undoes ps when the backend skipped the batch that closed and
+// prepared its statements (the guard in front of it failed), or when it
+// was not sent.
+func (r *readStatements) undo(ps *parsedStmt) {
+	r.closing = append(r.closing, ps.closing...)
+	if ps.made {
+		r.cache().Remove(ps.key) // its name is closed next time: harmless
+	}
+	ps.named, ps.made, ps.closing = false, false, nil
 }
 
 // skipped undoes br when the backend skipped its messages (the guard in

@@ -384,6 +384,9 @@ func (s *Session) handleBind(ctx context.Context, m *pgproto3.Bind, frame []byte
 	if err := s.txnBind(ctx, m); err != nil {
 		return err
 	}
+	if err := s.reparseUnnamed(m.PreparedStatement); err != nil {
+		return err
+	}
 	p := s.definePortal(m.DestinationPortal, m.PreparedStatement)
 	if p.stmt.route.dropDatabase {
 		p.bind, p.stmtName = cloneFrame(frame), m.PreparedStatement
@@ -411,6 +414,9 @@ func (s *Session) handleDescribe(ctx context.Context, m *pgproto3.Describe, fram
 	}
 	u := unit{kind: uDescribePortal}
 	if m.ObjectType == 'S' {
+		if err := s.reparseUnnamed(m.Name); err != nil {
+			return err
+		}
 		u.kind = uDescribeStatement
 		u.stripParam = s.statement(m.Name).tsParam
 	}

@@ -1,6 +1,10 @@
 package proxy
 
-import "github.com/mzproxy/mzproxy/planner"
+import (
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/mzproxy/mzproxy/planner"
+)
 
 // The client's prepared statements and portals. What the session knows of
 // each is one record, made once at its Parse or Bind and never changed
@@ -40,6 +44,20 @@ type preparedStmt struct {
 	// parsed is how an explicit statement was planned, to plan it again
 	// (nil for the others; a pointer keeps the record comparable).
 	parsed *explicitParse
+	// unnamed is set on the record of the client's unnamed statement when
+	// the event loop bound a statement of the proxy's in its place
+	// (loop_parse.go): the backend's unnamed statement is not the
+	// client's, and is parsed again (reparseUnnamed) before the client
+	// binds or describes it without parsing it first.
+	unnamed *unnamedRead
+}
+
+// unnamedRead is what the backend's unnamed statement is to be parsed
+// as, and the client's record without the mark.
+type unnamedRead struct {
+	rec  *preparedStmt
+	sql  string
+	oids []uint32
 }
 
 // explicitParse is what an explicit-timestamp statement was planned with:
@@ -99,6 +117,21 @@ func (s *Session) definePortal(name, stmt string) *portal {
 	p := &portal{stmt: s.statement(stmt)}
 	s.portals[name] = p
 	return p
+}
+
+// reparseUnnamed parses the client's unnamed statement on the backend
+// again when the event loop bound a statement of the proxy's in its
+// place and the client now binds or describes name, the unnamed
+// statement, without parsing it first (preparedStmt.unnamed). It is
+// parsed with the catalog of now, as a Bind's timestamp is chosen with.
+func (s *Session) reparseUnnamed(name string) error {
+	st := s.stmts[name]
+	if name != "" || st == nil || st.unnamed == nil {
+		return nil
+	}
+	u := st.unnamed
+	s.defineStatement(name, u.rec)
+	return s.internalMsg(&pgproto3.Parse{Query: u.sql, ParameterOIDs: u.oids}, uParse)
 }
 
 // forgetStatement drops the record of the prepared statement name, which
