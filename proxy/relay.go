@@ -115,6 +115,18 @@ type queue struct {
 }
 
 func (q *queue) push(u unit) { q.items = append(q.items, u) }
+
+// onlyClientParses reports whether every queued unit is a client's Parse
+// or Describe of a statement (or none is queued): requests that run
+// nothing, whose answers can come ahead of an optimistic write's.
+func (q *queue) onlyClientParses() bool {
+	for _, u := range q.items[q.head:] {
+		if u.disp != relay || u.kind != uParse && u.kind != uDescribeStatement || u.stripParam {
+			return false
+		}
+	}
+	return true
+}
 func (q *queue) len() int    { return len(q.items) - q.head }
 
 func (q *queue) front() *unit {
@@ -391,12 +403,15 @@ func (s *Session) handleBind(ctx context.Context, m *pgproto3.Bind, frame []byte
 	if p.stmt.explicit != nil {
 		return s.bindExplicit(ctx, m, p)
 	}
-	if p.stmt.route.replayable && s.tx == txIdle && s.units.len() == 0 && !s.skipping && !s.batchExecuted {
+	if p.stmt.route.replayable && s.tx == txIdle && s.units.onlyClientParses() && s.txn.guard == nil && s.be.pendingRead == nil &&
+		!s.skipping && !s.batchExecuted {
 		// The batch's first write: the optimistic loop replays it alone
 		// in its own implicit transaction. After an Execute of the same
 		// batch (a driver's batch of writes before one Sync, JDBC's
 		// executeBatch) the implicit transaction holds that too: the
-		// write is forwarded under the slot the batch took.
+		// write is forwarded under the slot the batch took. Its Parse
+		// in the same batch (pgx's exec modes, node-postgres) ran
+		// nothing: it is answered ahead of the first attempt (oneTrip).
 		s.occBatch = &occBatch{bind: cloneFrame(frame), portal: m.DestinationPortal, sql: p.stmt.sql}
 		return nil
 	}

@@ -1,0 +1,72 @@
+package integration
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Session 17's tests from outside: drivers in every call mode, an
+// ordinary role, faults. Each test here failed on the code before its fix
+// (b63d217), or says why it is here.
+
+// TestOutside17ExtendedWriteRetries: clients racing increments of one row
+// with arguments, in each of pgx's exec modes, all land, and
+// every one of them went through the optimistic loop (which runs a
+// statement PostgreSQL fails with 40001 or 40P01 again): before, a Bind
+// that followed its Parse in one batch (exec, cache_describe,
+// describe_exec) took the write slot with no retry, so a transient
+// conflict reached the client.
+func TestOutside17ExtendedWriteRetries(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t, "--metrics-listen", "127.0.0.1:0")
+	setup := connectTo(t, ctx, p.URL("postgres", db))
+	mustExec(t, ctx, setup, "CREATE TABLE counter (id int PRIMARY KEY, v int NOT NULL)", "INSERT INTO counter VALUES (1, 0)")
+	const clients, each = 4, 25
+	total := 0
+	for _, qm := range pgxModes {
+		_, m := get(t, p.metricsAddr(t), "/metrics")
+		before := metricValue(t, m, "mzproxy_occ_writes_total")
+		var wg sync.WaitGroup
+		errs := make(chan error, clients)
+		for c := 0; c < clients; c++ {
+			conn := connectMode(t, ctx, p.URL("postgres", db), qm)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < each; i++ {
+					tag, err := conn.Exec(ctx, "UPDATE counter SET v = v + $1 WHERE id = $2", 1, 1)
+					if err != nil || tag.String() != "UPDATE 1" {
+						errs <- fmt.Errorf("%v: increment %d: %q, %v", qm, i, tag, err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		total += clients * each
+		if got := count(t, ctx, setup, "SELECT v FROM counter", pgx.QueryExecModeSimpleProtocol); got != total {
+			t.Fatalf("%v: counter = %d, want %d", qm, got, total)
+		}
+		_, m = get(t, p.metricsAddr(t), "/metrics")
+		if n := metricValue(t, m, "mzproxy_occ_writes_total") - before; n != clients*each {
+			t.Errorf("%v: %v of %d increments went through the optimistic loop", qm, n, clients*each)
+		}
+		// A write whose Parse fails gets the backend's error, and the
+		// session goes on.
+		conn := connectMode(t, ctx, p.URL("postgres", db), qm)
+		_, err := conn.Exec(ctx, "UPDATE no_such_table SET v = $1", 1)
+		wantCode(t, err, "42P01")
+		if _, err := conn.Exec(ctx, "UPDATE counter SET v = v + $1 WHERE id = $2", 0, 1); err != nil {
+			t.Fatalf("%v: a write after a failed Parse: %v", qm, err)
+		}
+	}
+}
+
