@@ -70,3 +70,31 @@ func TestOutside17ExtendedWriteRetries(t *testing.T) {
 	}
 }
 
+// TestOutside17FailedParseThenBlockWrite: in a block, a write whose Parse
+// fails in the same batch as its Execute (pgx's exec and cache_describe
+// modes) gets the backend's error, and a write in the next block works.
+// Before, the proxy's own slot statement queued behind the failed Parse
+// was skipped by the backend but counted as prepared, so every later
+// block's write failed with 26000 (prepared statement "mzproxy_..." does
+// not exist).
+func TestOutside17FailedParseThenBlockWrite(t *testing.T) {
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	setup := connectTo(t, ctx, p.URL("postgres", db))
+	mustExec(t, ctx, setup, "CREATE TABLE fp (id int PRIMARY KEY, v int NOT NULL)", "INSERT INTO fp VALUES (1, 0)")
+	for _, qm := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeCacheDescribe} {
+		conn := connectMode(t, ctx, p.URL("postgres", db), qm)
+		mustExec(t, ctx, conn, "BEGIN")
+		_, err := conn.Exec(ctx, "UPDATE no_such_table SET v = $1", 1)
+		wantCode(t, err, "42P01")
+		mustExec(t, ctx, conn, "ROLLBACK", "BEGIN")
+		if _, err := conn.Exec(ctx, "UPDATE fp SET v = v + $1 WHERE id = $2", 1, 1); err != nil {
+			t.Fatalf("%v: a block's write after a block whose write's Parse failed: %v", qm, err)
+		}
+		mustExec(t, ctx, conn, "COMMIT")
+	}
+	if got := count(t, ctx, setup, "SELECT v FROM fp", pgx.QueryExecModeSimpleProtocol); got != 2 {
+		t.Fatalf("v = %d, want 2", got)
+	}
+}

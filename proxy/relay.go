@@ -36,8 +36,9 @@ type unit struct {
 	// there, and its ReadyForQuery, the end of its own implicit
 	// transaction, ends nothing the session follows.
 	beforeBegin *string
-	// failed is called when the unit fails (read_statements.go: a
-	// prepared read's statement then is not what the proxy thinks).
+	// failed is called when the unit fails, or is skipped after an
+	// earlier one failed (read_statements.go: a prepared read's statement
+	// then is not what the proxy thinks; injectExtended: the slot's).
 	failed func()
 	// readStatement: the Bind of a statement the proxy prepared for a
 	// simple read (read_statements.go), which the client may have dropped
@@ -793,6 +794,10 @@ func (s *Session) unitFailed(u *unit, frame []byte) error {
 		// The backend now skips everything until Sync.
 		s.skipping = true
 		for u := s.units.front(); u != nil && u.kind != uSync; u = s.units.front() {
+			if u.failed != nil {
+				// It does not run either.
+				u.failed()
+			}
 			s.units.pop()
 		}
 	}
@@ -1027,9 +1032,12 @@ func (s *Session) injectExtended(name, sql string, prepared *int64, inc int64) e
 		if err := s.internalMsg(&pgproto3.Close{ObjectType: 'S', Name: name}, uClose); err != nil {
 			return err
 		}
-		if err := s.internalMsg(&pgproto3.Parse{Name: name, Query: sql}, uParse); err != nil {
-			return err
+		if err := s.be.w.Send(&pgproto3.Parse{Name: name, Query: sql}); err != nil {
+			return s.lost(err)
 		}
+		// An earlier message of the batch may fail: then this Parse is
+		// skipped, and the statement prepared again next time.
+		s.units.push(unit{kind: uParse, disp: swallow, failed: func() { *prepared = 0 }})
 		*prepared = inc
 	}
 	for _, m := range []struct {
