@@ -1,11 +1,13 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Session 17's tests from outside: drivers in every call mode, an
@@ -68,6 +70,26 @@ func TestOutside17ExtendedWriteRetries(t *testing.T) {
 			t.Fatalf("%v: a write after a failed Parse: %v", qm, err)
 		}
 	}
+}
+
+// execAs runs sql, which takes no arguments, on conn in exec mode qm as
+// that mode sends a statement with arguments: pgx's Exec of a statement
+// without arguments is a simple Query in every mode, so a test that
+// passes a mode to it tests the simple protocol only. The cached modes
+// prepare a named statement (named by its text, kept by pgx); exec and
+// describe_exec send an unnamed one with the Execute in the same batch.
+func execAs(ctx context.Context, conn *pgx.Conn, qm pgx.QueryExecMode, sql string) (pgconn.CommandTag, error) {
+	switch qm {
+	case pgx.QueryExecModeSimpleProtocol:
+		return conn.Exec(ctx, sql, qm)
+	case pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe:
+		sd, err := conn.Prepare(ctx, sql, sql)
+		if err != nil {
+			return pgconn.CommandTag{}, err
+		}
+		return conn.PgConn().ExecPrepared(ctx, sd.Name, nil, nil, nil).Close()
+	}
+	return conn.PgConn().ExecParams(ctx, sql, nil, nil, nil, nil).Close()
 }
 
 // TestOutside17FailedParseThenBlockWrite: in a block, a write whose Parse
