@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sync"
 	"testing"
@@ -90,6 +91,141 @@ func execAs(ctx context.Context, conn *pgx.Conn, qm pgx.QueryExecMode, sql strin
 		return conn.PgConn().ExecPrepared(ctx, sd.Name, nil, nil, nil).Close()
 	}
 	return conn.PgConn().ExecParams(ctx, sql, nil, nil, nil, nil).Close()
+}
+
+// lazyCases are writes that meet tables never written before (storage
+// 38's lazy history), each case with tables of its own, checked against
+// what README says: a first write, in a block or not, lands; a write
+// mzproxy cannot see coming (a trigger writing a never-written table) is
+// run again once when autocommit, and fails with 40001 in a block, whose
+// retry lands. Every driver program under testdata/ named lazy17 runs the
+// same cases.
+func lazyCases(ctx context.Context, db matrixDB) caseResults {
+	var c caseRunner
+	rows := func(table string) (string, error) {
+		var v string
+		err := db.queryRow(ctx, "SELECT count(*)::text FROM "+table, nil, &v)
+		return v, err
+	}
+	setup := func(sqls ...string) error {
+		for _, sql := range sqls {
+			if _, err := db.exec(ctx, sql); err != nil {
+				return fmt.Errorf("%s: %w", sql, err)
+			}
+		}
+		return nil
+	}
+	c.run("first_write_in_block", func() error {
+		if err := setup("CREATE TABLE lz_block (k int)"); err != nil {
+			return err
+		}
+		err := db.inTx(ctx, func(exec func(string, ...any) error) error {
+			for k := 1; k <= 2; k++ {
+				if err := exec("INSERT INTO lz_block VALUES ($1)", k); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		return wantValue(rows("lz_block"))("2")
+	})
+	if err := setup("CREATE TABLE lz_src (k int)", "CREATE TABLE lz_audit (k int)", "CREATE TABLE lz_audit2 (k int)",
+		`CREATE FUNCTION lz_copy() RETURNS trigger LANGUAGE plpgsql AS $$
+		 BEGIN INSERT INTO lz_audit VALUES (NEW.k); IF NEW.k > 100 THEN INSERT INTO lz_audit2 VALUES (NEW.k); END IF; RETURN NEW; END $$`,
+		"CREATE TRIGGER lz_src_audit AFTER INSERT ON lz_src FOR EACH ROW EXECUTE FUNCTION lz_copy()"); err != nil {
+		c.results["hidden_writer_autocommit"] = err.Error()
+		return c.results
+	}
+	c.run("hidden_writer_autocommit", func() error {
+		if err := wantAffected(db.exec(ctx, "INSERT INTO lz_src VALUES ($1)", 1)); err != nil {
+			return err
+		}
+		return wantValue(rows("lz_audit"))("1")
+	})
+	c.run("hidden_writer_block", func() error {
+		insert := func(exec func(string, ...any) error) error { return exec("INSERT INTO lz_src VALUES ($1)", 101) }
+		if err := wantSQLState(db.inTx(ctx, insert), "40001"); err != nil {
+			return err
+		}
+		if err := db.inTx(ctx, insert); err != nil {
+			return fmt.Errorf("the block again: %w", err)
+		}
+		return wantValue(rows("lz_audit2"))("1")
+	})
+	return c.results
+}
+
+// lazyCaseNames are lazyCases' cases.
+var lazyCaseNames = []string{"first_write_in_block", "hidden_writer_autocommit", "hidden_writer_block"}
+
+// TestOutside17LazyHistoryDrivers: lazyCases through lib/pq and pgx in
+// each exec mode, with pgx's batch and COPY of a never-written table, and
+// through the driver programs (psycopg with its pipeline, asyncpg's
+// executemany and COPY, JDBC's executeBatch, node-postgres, postgres.js).
+// Before (b63d217), a hidden writer's autocommit INSERT with a
+// parameter in pgx's exec and cache_describe modes got the 40001 README
+// says it does not.
+func TestOutside17LazyHistoryDrivers(t *testing.T) {
+	t.Parallel()
+	p := startProxy(t)
+	report := func(t *testing.T, r caseResults, extra ...string) {
+		t.Helper()
+		for _, name := range append(append([]string(nil), lazyCaseNames...), extra...) {
+			if failure, ran := r[name]; !ran {
+				t.Errorf("%s: not run", name)
+			} else if failure != "" {
+				t.Errorf("%s: %s", name, failure)
+			}
+		}
+	}
+	t.Run("lib/pq", func(t *testing.T) {
+		t.Parallel()
+		ctx := testContext(t)
+		db, err := sql.Open("postgres", p.URL("postgres", freshDatabase(t, ctx)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		db.SetMaxOpenConns(1)
+		report(t, lazyCases(ctx, libpqDB{db}))
+	})
+	for _, mode := range pgxModes {
+		t.Run("pgx/"+mode.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := testContext(t)
+			conn := connectMode(t, ctx, p.URL("postgres", freshDatabase(t, ctx)), mode)
+			r := lazyCases(ctx, pgxDB{conn})
+			var c caseRunner
+			c.results = r
+			c.run("batch", func() error {
+				if _, err := conn.Exec(ctx, "CREATE TABLE lz_batch (k int)"); err != nil {
+					return err
+				}
+				b := &pgx.Batch{}
+				for k := 1; k <= 3; k++ {
+					b.Queue("INSERT INTO lz_batch VALUES ($1)", k)
+				}
+				if err := conn.SendBatch(ctx, b).Close(); err != nil {
+					return err
+				}
+				return wantValue(fmt.Sprint(count(t, ctx, conn, "SELECT count(*) FROM lz_batch", mode)), nil)("3")
+			})
+			c.run("copy", func() error {
+				if _, err := conn.Exec(ctx, "CREATE TABLE lz_copy (k int)"); err != nil {
+					return err
+				}
+				n, err := conn.CopyFrom(ctx, pgx.Identifier{"lz_copy"}, []string{"k"}, pgx.CopyFromRows([][]any{{1}, {2}}))
+				if err != nil || n != 2 {
+					return fmt.Errorf("COPY: %d rows, %v", n, err)
+				}
+				return wantValue(fmt.Sprint(count(t, ctx, conn, "SELECT count(*) FROM lz_copy", mode)), nil)("2")
+			})
+			report(t, r, "batch", "copy")
+		})
+	}
 }
 
 // TestOutside17FailedParseThenBlockWrite: in a block, a write whose Parse
