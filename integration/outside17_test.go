@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -224,6 +225,42 @@ func TestOutside17LazyHistoryDrivers(t *testing.T) {
 				return wantValue(fmt.Sprint(count(t, ctx, conn, "SELECT count(*) FROM lz_copy", mode)), nil)("2")
 			})
 			report(t, r, "batch", "copy")
+		})
+	}
+	host, port := p.hostPort()
+	for _, d := range []struct {
+		name, dir string
+		command   func() ([]string, error)
+		arg       string
+		extra     []string
+	}{
+		{"psycopg", "python", pythonModule("psycopg"), "psycopg", []string{"batch", "copy"}},
+		{"asyncpg", "python", pythonModule("asyncpg"), "asyncpg", []string{"batch", "copy"}},
+		{"node-postgres", "node", nodeModule("pg", "lazy17.js"), "pg", []string{"batch"}},
+		{"postgres.js", "node", nodeModule("postgres", "lazy17.js"), "postgres", []string{"batch"}},
+		{"jdbc", "java", jdbcCommand, "", []string{"batch", "copy"}},
+	} {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			command, err := d.command()
+			requireDriver(t, err, "see driverPrograms")
+			ctx := testContext(t)
+			db := freshDatabase(t, ctx)
+			var args []string
+			switch d.dir {
+			case "python":
+				args = []string{"lazy17.py", d.arg, libpqURL(host, port, db)}
+			case "node":
+				args = []string{command[1], d.arg, libpqURL(host, port, db)}
+			default:
+				args = []string{"-cp", jdbcJar, "Lazy17.java",
+					fmt.Sprintf("jdbc:postgresql://%s:%s/%s?user=postgres&sslmode=disable", host, port, db)}
+			}
+			var env []string
+			if d.dir == "java" {
+				env = []string{"JAVA_TOOL_OPTIONS=-Xshare:auto -XX:TieredStopAtLevel=1"}
+			}
+			report(t, runDriverProgram(t, filepath.Join("testdata", d.dir), env, command[0], args...), d.extra...)
 		})
 	}
 }
