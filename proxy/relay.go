@@ -116,6 +116,14 @@ type queue struct {
 }
 
 func (q *queue) push(u unit) { q.items = append(q.items, u) }
+func (q *queue) len() int    { return len(q.items) - q.head }
+
+func (q *queue) front() *unit {
+	if q.head == len(q.items) {
+		return nil
+	}
+	return &q.items[q.head]
+}
 
 // onlyClientParses reports whether every queued unit is a client's Parse
 // or Describe of a statement (or none is queued): requests that run
@@ -127,14 +135,6 @@ func (q *queue) onlyClientParses() bool {
 		}
 	}
 	return true
-}
-func (q *queue) len() int    { return len(q.items) - q.head }
-
-func (q *queue) front() *unit {
-	if q.head == len(q.items) {
-		return nil
-	}
-	return &q.items[q.head]
 }
 
 // dropAfterFront removes the queued units of kind k behind the front one.
