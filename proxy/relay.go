@@ -771,9 +771,6 @@ func (s *Session) commandComplete(u *unit, frame []byte) {
 // unitFailed follows an ErrorResponse to unit u.
 func (s *Session) unitFailed(u *unit, frame []byte) error {
 	s.noteBackendError(frame)
-	if oid := pendingOID(frame); oid != "" {
-		s.hiddenBuilds = append(s.hiddenBuilds, oid)
-	}
 	if u.failed != nil {
 		u.failed()
 	}
