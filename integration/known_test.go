@@ -59,10 +59,10 @@ func TestTxnCharacteristicsKnown(t *testing.T) {
 			failsInTxn("40001")
 			inTxn("serializable on")
 			mustExec(t, ctx, a, "BEGIN")
-			if _, err := a.Exec(ctx, "SELECT x FROM kt", qm); err != nil {
+			if _, err := execAs(ctx, a, qm, "SELECT x FROM kt"); err != nil {
 				t.Fatal(err)
 			}
-			_, err := a.Exec(ctx, "INSERT INTO kt VALUES (2)", qm)
+			_, err := execAs(ctx, a, qm, "INSERT INTO kt VALUES (2)")
 			wantCode(t, err, "25006") // the client's READ ONLY holds after the pin
 			mustExec(t, ctx, a, "ROLLBACK")
 			// Changes the proxy sees need no retry.

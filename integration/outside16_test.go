@@ -225,10 +225,10 @@ func TestOutside16ReadOnlyWriteMessage(t *testing.T) {
 	}
 	// A temporary table is written in a read-only transaction, as
 	// directly (mzproxy's write slot, which the backend refuses there,
-	// is for tables that a read-only transaction cannot write anyway).
-	// (An unnamed statement's, parsed in the same batch, still fails:
-	// README, Limitations.)
-	temps := []protocol{simpleQuery, namedStmt}
+	// is for tables that a read-only transaction cannot write anyway),
+	// also an unnamed statement's parsed in the same batch (which failed
+	// with 25006 before session 17).
+	temps := []protocol{simpleQuery, unnamedStmt, namedStmt}
 	for _, mode := range temps {
 		for i, c := range []*pgx.Conn{direct, conn} {
 			if _, err := sendIn(ctx, c, mode, "INSERT INTO rot VALUES (1)"); err != nil {

@@ -13,14 +13,15 @@ import (
 // write in the database.
 
 // bothProtocols are the query modes the tests below run in: the simple
-// protocol and the extended one with prepared statements.
-var bothProtocols = []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement}
+// protocol, the extended one with prepared statements, and the extended
+// one with the Parse in the Execute's batch.
+var bothProtocols = []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeExec}
 
-// execIn runs sqls on conn in query mode qm.
+// execIn runs sqls on conn in query mode qm (execAs).
 func execIn(t *testing.T, ctx context.Context, conn *pgx.Conn, qm pgx.QueryExecMode, sqls ...string) {
 	t.Helper()
 	for _, sql := range sqls {
-		if _, err := conn.Exec(ctx, sql, qm); err != nil {
+		if _, err := execAs(ctx, conn, qm, sql); err != nil {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
@@ -97,7 +98,7 @@ func TestTxnWriteAfterReadOtherTables(t *testing.T) {
 				// At least one write to other is known to begin after the read.
 				execIn(t, ctx, b, qm, "INSERT INTO other VALUES (2)")
 				execIn(t, ctx, a, qm, "UPDATE acc SET bal = bal + 1 WHERE id = 1", "UPDATE acc SET bal = bal + 1 WHERE id = 2")
-				if _, err := a.Exec(ctx, "COMMIT", qm); err != nil {
+				if _, err := execAs(ctx, a, qm, "COMMIT"); err != nil {
 					t.Fatalf("COMMIT %d of a transaction that read and wrote acc while others wrote other: %v", i, err)
 				}
 			}
@@ -107,7 +108,7 @@ func TestTxnWriteAfterReadOtherTables(t *testing.T) {
 			sum := count(t, ctx, a, "SELECT sum(bal) FROM acc", qm)
 			execIn(t, ctx, b, qm, "UPDATE acc SET bal = bal - 10 WHERE id = 2")
 			execIn(t, ctx, a, qm, "UPDATE acc SET bal = bal + 1 WHERE id = 1")
-			_, err := a.Exec(ctx, "COMMIT", qm)
+			_, err := execAs(ctx, a, qm, "COMMIT")
 			wantCode(t, err, "40001")
 			if got := count(t, ctx, b, "SELECT sum(bal) FROM acc", qm); got != sum-10 {
 				t.Fatalf("sum %d after the failed transaction, want %d", got, sum-10)
@@ -141,10 +142,10 @@ func TestTxnWriteAfterReadDisjointBothCommit(t *testing.T) {
 			}
 			execIn(t, ctx, a, qm, "UPDATE ta SET n = n + 1 WHERE id = 1")
 			execIn(t, ctx, b, qm, "UPDATE tb SET n = n + 1 WHERE id = 1")
-			if _, err := a.Exec(ctx, "COMMIT", qm); err != nil {
+			if _, err := execAs(ctx, a, qm, "COMMIT"); err != nil {
 				t.Fatalf("COMMIT of the transaction on ta: %v", err)
 			}
-			if _, err := b.Exec(ctx, "COMMIT", qm); err != nil {
+			if _, err := execAs(ctx, b, qm, "COMMIT"); err != nil {
 				t.Fatalf("COMMIT of the transaction on tb, after the one on ta: %v", err)
 			}
 		})
@@ -172,7 +173,7 @@ func TestTxnReadNeverAbortsWrite(t *testing.T) {
 			execIn(t, wctx, w, qm, "BEGIN")
 			count(t, wctx, w, "SELECT sum(bal) FROM acc", qm)
 			execIn(t, wctx, w, qm, "UPDATE acc SET bal = bal + 1 WHERE id = 1")
-			if _, err := w.Exec(wctx, "COMMIT", qm); err != nil {
+			if _, err := execAs(wctx, w, qm, "COMMIT"); err != nil {
 				t.Fatalf("COMMIT of a read-then-write transaction while a read-only one is open: %v", err)
 			}
 			if got := count(t, ctx, r, "SELECT bal FROM acc WHERE id = 1", qm); got != seen {

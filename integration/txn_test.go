@@ -200,11 +200,11 @@ func TestTxnTimedomain(t *testing.T) {
 			if got := count(t, ctx, conn, fmt.Sprintf("SELECT count(*) FROM s2.c AS OF %d", before), qm); got != 1 {
 				t.Fatalf("AS OF: %d rows", got)
 			}
-			_, err := conn.Exec(ctx, "SELECT * FROM s2.c AS OF 99999999999999", qm)
+			_, err := execAs(ctx, conn, qm, "SELECT * FROM s2.c AS OF 99999999999999")
 			wantCode(t, err, "0A000")
 			mustExec(t, ctx, conn, "ROLLBACK", "BEGIN")
 			count(t, ctx, conn, "SELECT count(*) FROM s1.a", qm)
-			_, err = conn.Exec(ctx, "SELECT * FROM s1.a, s2.c", qm)
+			_, err = execAs(ctx, conn, qm, "SELECT * FROM s1.a, s2.c")
 			var pe *pgconn.PgError
 			if !errors.As(err, &pe) || pe.Code != "25000" ||
 				pe.Message != "Transactions can only reference objects in the same timedomain. See https://materialize.com/docs/sql/begin/#same-timedomain-error" {
@@ -215,7 +215,7 @@ func TestTxnTimedomain(t *testing.T) {
 				t.Fatalf("detail:\n%s\nwant:\n%s", pe.Detail, wantDetail)
 			}
 			// The transaction is aborted, as in Materialize.
-			_, err = conn.Exec(ctx, "SELECT 1", qm)
+			_, err = execAs(ctx, conn, qm, "SELECT 1")
 			wantCode(t, err, "25P02")
 			mustExec(t, ctx, conn, "ROLLBACK")
 			p.awaitHolds(t, 0, "after ROLLBACK")
@@ -224,7 +224,7 @@ func TestTxnTimedomain(t *testing.T) {
 			mustExec(t, ctx, conn, "BEGIN")
 			count(t, ctx, conn, "SELECT count(*) FROM pg_class WHERE false", qm)
 			count(t, ctx, conn, "SELECT count(*) FROM s2.c", qm)
-			_, err = conn.Exec(ctx, "SELECT * FROM s1.a", qm)
+			_, err = execAs(ctx, conn, qm, "SELECT * FROM s1.a")
 			wantCode(t, err, "25000")
 			mustExec(t, ctx, conn, "ROLLBACK")
 		})

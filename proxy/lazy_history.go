@@ -35,7 +35,9 @@ import (
 // A write the proxy cannot see coming (a function or trigger that writes
 // a never-written table, a write through a view) meets the refusing
 // trigger: an autocommit statement is tried again with that table's oid
-// added (write.go), a block gets the 40001 as after any conflict.
+// added (write.go), a block gets the 40001 as after any conflict, and the
+// session's next write builds that table (Session.hiddenBuilds), so that
+// the client's retry of the block succeeds.
 //
 // A read at a timestamp reads the history relation: its inputs without
 // one are built first, in a transaction of the proxy's own.
@@ -134,7 +136,7 @@ func (s *Session) historyBuildsFor(sql string) *historyBuilds {
 		cat = seen.catalog
 	}
 	var b *historyBuilds
-	creates := false
+	creates, writes := false, false
 	for _, st := range stmts {
 		if st.Kind == planner.KindDDL && (st.Tag == "CREATE TABLE" || st.Tag == "SELECT") {
 			creates = true
@@ -142,6 +144,7 @@ func (s *Session) historyBuildsFor(sql string) *historyBuilds {
 		if st.Kind != planner.KindWrite {
 			continue
 		}
+		writes = true
 		if creates {
 			if b == nil {
 				b = &historyBuilds{}
@@ -184,6 +187,17 @@ func (s *Session) historyBuildsFor(sql string) *historyBuilds {
 				}
 			}
 		}
+	}
+	if writes && len(s.hiddenBuilds) > 0 {
+		// Sent with this write; a table it does not get built fails
+		// a write again, and is noted again.
+		if b == nil {
+			b = &historyBuilds{}
+		}
+		for _, oid := range s.hiddenBuilds {
+			b.addOID(oid)
+		}
+		s.hiddenBuilds = s.hiddenBuilds[:0]
 	}
 	return b
 }

@@ -136,6 +136,13 @@ func (s *Session) noteBackendError(frame []byte) {
 	code := errorCode(wire.Body(frame))
 	s.obs.BackendError(code)
 	s.noteFenced(frame, code)
+	if pgerr.Code(code) == pgerr.SerializationFailure {
+		if oid := pendingOID(frame); oid != "" {
+			// A hidden writer met a table without history: the
+			// session's next statement builds it (lazy_history.go).
+			s.hiddenBuilds = append(s.hiddenBuilds, oid)
+		}
+	}
 }
 
 // errorCode is the SQLSTATE field of an ErrorResponse body, without

@@ -36,8 +36,9 @@ type unit struct {
 	// there, and its ReadyForQuery, the end of its own implicit
 	// transaction, ends nothing the session follows.
 	beforeBegin *string
-	// failed is called when the unit fails (read_statements.go: a
-	// prepared read's statement then is not what the proxy thinks).
+	// failed is called when the unit fails, or is skipped after an
+	// earlier one failed (read_statements.go: a prepared read's statement
+	// then is not what the proxy thinks; injectExtended: the slot's).
 	failed func()
 	// readStatement: the Bind of a statement the proxy prepared for a
 	// simple read (read_statements.go), which the client may have dropped
@@ -122,6 +123,18 @@ func (q *queue) front() *unit {
 		return nil
 	}
 	return &q.items[q.head]
+}
+
+// onlyClientParses reports whether every queued unit is a client's Parse
+// or Describe of a statement (or none is queued): requests that run
+// nothing, whose answers can come ahead of an optimistic write's.
+func (q *queue) onlyClientParses() bool {
+	for _, u := range q.items[q.head:] {
+		if u.disp != relay || u.kind != uParse && u.kind != uDescribeStatement || u.stripParam {
+			return false
+		}
+	}
+	return true
 }
 
 // dropAfterFront removes the queued units of kind k behind the front one.
@@ -394,12 +407,15 @@ func (s *Session) handleBind(ctx context.Context, m *pgproto3.Bind, frame []byte
 	if p.stmt.explicit != nil {
 		return s.bindExplicit(ctx, m, p)
 	}
-	if p.stmt.route.replayable && s.tx == txIdle && s.units.len() == 0 && !s.skipping && !s.batchExecuted {
+	if p.stmt.route.replayable && s.tx == txIdle && s.units.onlyClientParses() && s.txn.guard == nil && s.be.pendingRead == nil &&
+		!s.skipping && !s.batchExecuted {
 		// The batch's first write: the optimistic loop replays it alone
 		// in its own implicit transaction. After an Execute of the same
 		// batch (a driver's batch of writes before one Sync, JDBC's
 		// executeBatch) the implicit transaction holds that too: the
-		// write is forwarded under the slot the batch took.
+		// write is forwarded under the slot the batch took. Its Parse
+		// in the same batch (pgx's exec modes, node-postgres) ran
+		// nothing: it is answered ahead of the first attempt (oneTrip).
 		s.occBatch = &occBatch{bind: cloneFrame(frame), portal: m.DestinationPortal, sql: p.stmt.sql}
 		return nil
 	}
@@ -784,6 +800,10 @@ func (s *Session) unitFailed(u *unit, frame []byte) error {
 		// The backend now skips everything until Sync.
 		s.skipping = true
 		for u := s.units.front(); u != nil && u.kind != uSync; u = s.units.front() {
+			if u.failed != nil {
+				// It does not run either.
+				u.failed()
+			}
 			s.units.pop()
 		}
 	}
@@ -1018,9 +1038,12 @@ func (s *Session) injectExtended(name, sql string, prepared *int64, inc int64) e
 		if err := s.internalMsg(&pgproto3.Close{ObjectType: 'S', Name: name}, uClose); err != nil {
 			return err
 		}
-		if err := s.internalMsg(&pgproto3.Parse{Name: name, Query: sql}, uParse); err != nil {
-			return err
+		if err := s.be.w.Send(&pgproto3.Parse{Name: name, Query: sql}); err != nil {
+			return s.lost(err)
 		}
+		// An earlier message of the batch may fail: then this Parse is
+		// skipped, and the statement prepared again next time.
+		s.units.push(unit{kind: uParse, disp: swallow, failed: func() { *prepared = 0 }})
 		*prepared = inc
 	}
 	for _, m := range []struct {

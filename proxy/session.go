@@ -170,6 +170,10 @@ type txnState struct {
 	// the proxy last lost track of its search_path.
 	ddlCatalog *catalogSnapshot
 	ddlBuilt   map[string]bool
+	// hiddenBuilds: the oids of tables whose refusing trigger failed a
+	// statement of the client's (a write the proxy did not see coming),
+	// built by the session's next write (lazy_history.go).
+	hiddenBuilds []string
 	// txn is the client's transaction block (read-only transactions).
 	txn readTxn
 	// portalHolds are the read holds of the transaction (its portals' and

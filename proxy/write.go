@@ -36,6 +36,13 @@ const OCCPauseMarker = "/*mzproxy:occ-pause*/"
 //	simple:   Bind/Execute slot, Query "<the client's text>"
 //	extended: Bind/Execute slot, the client's Bind ... Sync
 //
+// A Parse (and Describe) of the client's ahead of the Bind in its batch,
+// as pgx's exec modes and node-postgres send a statement, is forwarded
+// as it came and runs nothing: the first attempt relays its answers
+// before the slot's, and an error in it (the backend then skips to the
+// client's Sync) is the client's answer. Later attempts send the Bind
+// ... Sync alone.
+//
 // PostgreSQL runs a Query that follows an unsynced Execute in the
 // transaction the Execute began (TestSlotExecuteThenQuery), so the slot
 // costs no parse or plan per write, and error positions are the client's
@@ -296,8 +303,22 @@ func (s *Session) oneTrip(ctx context.Context, req occRequest, inc int64) (at at
 		return at, false, s.lostWrite(err)
 	}
 	slotDone := false
+	var parseFailed bool
+	var relayErr error
 	err = s.occReadUntil(ctx, func(typ byte, f []byte) (done bool) {
 		switch {
+		case s.units.len() > 0:
+			// The client's Parse and Describe ahead of the write in its
+			// batch (handleBind), in the first attempt only: relayed as
+			// an exchange relays them. After an error the backend skips
+			// to the client's Sync.
+			if typ == 'N' {
+				relayErr = s.client.WriteFrame(f)
+			} else {
+				_, relayErr = s.answerUnit(ctx, s.units.front(), typ, f)
+			}
+			parseFailed = parseFailed || typ == 'E'
+			return relayErr != nil
 		case typ == 'Z':
 			at.ready = cloneFrame(f)
 			return true
@@ -322,6 +343,14 @@ func (s *Session) oneTrip(ctx context.Context, req occRequest, inc int64) (at at
 		}
 		return false
 	})
+	if err == nil {
+		err = relayErr
+	}
+	if err == nil && parseFailed {
+		// The client has its error; the write did not run.
+		s.readyForQuery(&unit{kind: uSync, relayZ: true}, at.ready)
+		at.failed, at.answers = at.ready, [][]byte{}
+	}
 	if err != nil || at.ready != nil {
 		return at, slotMissing, err
 	}
@@ -399,6 +428,34 @@ func (s *Session) forwardAll(frames [][]byte) error {
 // the statement failed or the context ended at the pause).
 func (s *Session) explicitAttempt(ctx context.Context, req occRequest, inc int64) (attempt, error) {
 	var at attempt
+	if s.units.len() > 0 {
+		// The client's Parse ahead of the write in its batch: answered
+		// first, alone.
+		if err := s.be.w.Send(&pgproto3.Flush{}); err != nil {
+			return at, s.lost(err)
+		}
+		if err := s.exchange(ctx); err != nil {
+			return at, err
+		}
+		s.busy.Store(true)
+		s.midRequest = true
+		if s.skipping {
+			// It failed, and the backend skips to the client's Sync.
+			if err := s.forwardAll(req.frames); err != nil {
+				return at, err
+			}
+			err := s.occRead(ctx, func(typ byte, f []byte) {
+				if typ == 'Z' {
+					at.ready = cloneFrame(f)
+				}
+			})
+			if err == nil {
+				s.readyForQuery(&unit{kind: uSync, relayZ: true}, at.ready)
+				at.failed, at.answers = at.ready, [][]byte{}
+			}
+			return at, err
+		}
+	}
 	own := []string{"BEGIN", storage.OpenWriteFor(inc)}
 	if !req.builds.empty() {
 		own = append(own, req.builds.sql())
