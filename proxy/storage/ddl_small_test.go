@@ -41,7 +41,7 @@ func TestSmallDDLTriggerWork(t *testing.T) {
 		{"DROP INDEX k_b", map[string]int64{"ddl_ts": 1}},
 		{"CREATE VIEW v AS SELECT a, b FROM k", map[string]int64{"ddl_ts": 1}},
 		// (on_sql_drop stamps the view's dropped_ts and moves the
-		// revision; since version 42 on_ddl_command_end is left nothing.)
+		// revision; since version 40 on_ddl_command_end is left nothing.)
 		{"DROP VIEW v", map[string]int64{"ddl_ts": 1}},
 	} {
 		before := revision()

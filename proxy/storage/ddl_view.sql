@@ -1,4 +1,4 @@
--- mzproxy backend state, version 41 to 42: DROP TABLE, CREATE/DROP VIEW
+-- mzproxy backend state, version 39 to 40: DROP TABLE, CREATE/DROP VIEW
 -- and ALTER TABLE ADD/DROP COLUMN with fewer and cheaper statements in
 -- the event triggers (issue 16).
 --
@@ -46,18 +46,18 @@ DECLARE
     edits text[][] := ARRAY[
         ['on_sql_drop()', $$            UPDATE @SCHEMA@.catalog_revision SET revision = revision + 1 RETURNING revision INTO rev;
 $$, $$            UPDATE @SCHEMA@.catalog_revision SET revision = revision + 1 RETURNING revision INTO rev;
-            -- (Version 42) For on_ddl_command_end of this DROP.
+            -- (Version 40) For on_ddl_command_end of this DROP.
             marked := set_config('mzproxy.drop_rev', rev::text, true) <> '';
 $$],
         ['on_sql_drop()', $$        IF r.object_type = 'index' THEN
-$$, $$        -- (Version 42) A table's TOAST table and index: never managed.
+$$, $$        -- (Version 40) A table's TOAST table and index: never managed.
         IF r.schema_name = 'pg_toast' THEN
             CONTINUE;
         END IF;
         IF r.object_type = 'index' THEN
 $$],
         ['on_ddl_command_end()', $$    ts := @SCHEMA@.ddl_ts();  -- (version 29)
-$$, $$    -- (Version 42) A DROP whose sql_drop event took the timestamp and
+$$, $$    -- (Version 40) A DROP whose sql_drop event took the timestamp and
     -- moved the revision, in this transaction (xmin), to the revision that
     -- is still there: nothing is left to do. (The setting is reset in an
     -- assignment to renames, false either way before the loop.)
@@ -78,7 +78,7 @@ $$],
 $$, $$        IF r.classid IS DISTINCT FROM 'pg_class'::regclass OR r.schema_name = 'mzproxy' THEN
             CONTINUE;
         END IF;
-        -- (Version 42) A view created or replaced, in one statement: the
+        -- (Version 40) A view created or replaced, in one statement: the
         -- conditions of a managed view below, and its row new or updated.
         IF r.command_tag = 'CREATE VIEW' AND r.object_type = 'view' THEN
             INSERT INTO @SCHEMA@.catalog (id, kind, oid, schema_name, name, view_sql, created_ts, revision)
@@ -98,7 +98,7 @@ $$],
                 marked := set_config('mzproxy.in_ddl', @SCHEMA@.ddl_mark(), true) <> '';
                 PERFORM @SCHEMA@.reconcile(k.id, ts, false);
 $$, $$            ELSIF k.kind = 'table' THEN
-                -- (Version 42: a table without history runs no DDL of
+                -- (Version 40: a table without history runs no DDL of
                 -- mzproxy's own, so needs no mark.)
                 IF k.history_built THEN
                     marked := set_config('mzproxy.in_ddl', @SCHEMA@.ddl_mark(), true) <> '';
@@ -132,7 +132,7 @@ DECLARE
     rel oid;
     reserved name;
 BEGIN
-    -- (Version 42: the row and the name's update in one statement.)
+    -- (Version 40: the row and the name's update in one statement.)
     WITH renamed AS (
         UPDATE @SCHEMA@.catalog k SET schema_name = n.nspname, name = r.relname
           FROM pg_class r JOIN pg_namespace n ON n.oid = r.relnamespace
@@ -157,4 +157,4 @@ BEGIN
 END
 $$;
 
-INSERT INTO @SCHEMA@.schema_version (version) VALUES (42);
+INSERT INTO @SCHEMA@.schema_version (version) VALUES (40);

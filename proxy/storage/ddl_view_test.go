@@ -9,7 +9,7 @@ import (
 
 // TestDropMovesRevisionOnce: a DROP of a managed view or table through
 // mzproxy takes its timestamp and moves the catalog revision once, in
-// on_sql_drop (version 42; before, on_ddl_command_end checked the slot
+// on_sql_drop (version 40; before, on_ddl_command_end checked the slot
 // and moved the revision a second time). Every other DROP still moves it
 // once, also after a managed DROP in the same transaction, inside a
 // savepoint, and with the hand-over setting forged.
@@ -78,7 +78,7 @@ func TestDropMovesRevisionOnce(t *testing.T) {
 		t.Errorf("DROP VIEW w1; DROP FUNCTION g(): revision moved %d, want 2", n)
 	}
 	// Inside a savepoint the revision row's xmin is the subtransaction's:
-	// the DROP moves it twice, as before version 42.
+	// the DROP moves it twice, as before version 40.
 	if n := rev("SAVEPOINT s", "DROP VIEW w2", "RELEASE SAVEPOINT s"); n < 1 {
 		t.Errorf("DROP VIEW w2 in a savepoint: revision moved %d, want at least 1", n)
 	}
@@ -96,7 +96,7 @@ func TestDropMovesRevisionOnce(t *testing.T) {
 }
 
 // TestCreateViewOneStatement: CREATE [OR REPLACE] VIEW records or updates
-// the view's catalog row in one statement (version 42: no call of
+// the view's catalog row in one statement (version 40: no call of
 // view_definition, no relation or catalog lookups of its own), with what
 // the longer path recorded: a managed view's row and text, a replaced
 // view's new text and revision in the same row, no row for a temporary
@@ -153,7 +153,7 @@ func TestCreateViewOneStatement(t *testing.T) {
 
 // TestDDLScansNoMzproxyCatalogFewTables: with few tables, the event
 // triggers of bench/ddl.sh's view, column and DROP TABLE statements read
-// mzproxy.catalog and mzproxy.columns through their indexes (version 42:
+// mzproxy.catalog and mzproxy.columns through their indexes (version 40:
 // on_ddl_command_end and on_sql_drop plan with enable_seqscan = off).
 // Before, their generic plans scanned both whole, every row read and
 // tested, while they are small: the dearer way for the backend.
@@ -206,12 +206,12 @@ func TestDDLScansNoMzproxyCatalogFewTables(t *testing.T) {
 		"UPDATE written SET b = 'z' WHERE a = 1"), "writes after the column changes")
 }
 
-// TestUpgradeToVersion42: after the upgrade from 39 the edited event
+// TestUpgradeToVersion40: after the upgrade from 39 the edited event
 // triggers run with enable_seqscan = off, a DROP VIEW of a view made
 // before it moves the revision once, CREATE OR REPLACE VIEW updates its
 // row, and a table without history follows its columns (and refuses a
 // reserved name).
-func TestUpgradeToVersion42(t *testing.T) {
+func TestUpgradeToVersion40(t *testing.T) {
 	cs := newDB(t)
 	ctx := context.Background()
 	conn := connect(t, cs)

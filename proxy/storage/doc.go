@@ -20,7 +20,8 @@
 // bypass_code.sql 29 to 30, hist_write.sql 30 to 31, pin_seq.sql 31 to 32,
 // ddl_scans.sql 32 to 33, restamp.sql 33 to 34, block_lean.sql 34 to 35,
 // ddl_create.sql 35 to 36, hist_plans.sql 36 to 37,
-// lazy_history.sql 37 to 38, ddl_cols.sql 38 to 39 (a database at an older
+// lazy_history.sql 37 to 38, ddl_cols.sql 38 to 39,
+// ddl_view.sql 39 to 40 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -390,7 +391,7 @@
 // assignments (no query each) and reset it only when they set it; ddl_ts
 // splits the slot's text in PL/pgSQL expressions and queries only the key
 // (and the pin for a pending slot), not one query of three subquery levels.
-// Since version 42 (ddl_view.sql) on_ddl_command_end and on_sql_drop plan
+// Since version 40 (ddl_view.sql) on_ddl_command_end and on_sql_drop plan
 // with enable_seqscan = off (their lookups of mzproxy.catalog and
 // mzproxy.columns were scans while those are small), a DROP of a managed
 // table or view moves the catalog revision once (on_sql_drop hands it to

@@ -286,18 +286,17 @@ var lazyHistorySQL string
 //go:embed ddl_cols.sql
 var ddlColsSQL string
 
-// ddlViewSQL upgrades version 41 to 42: DROP TABLE, CREATE/DROP VIEW and
+// ddlViewSQL upgrades version 39 to 40: DROP TABLE, CREATE/DROP VIEW and
 // ADD/DROP COLUMN with fewer and cheaper statements in the event triggers
 // (index probes of mzproxy's catalogs, not scans, while they are small; a
 // DROP moves the catalog revision once; a view's row in one statement; a
-// table without history reconciled in fewer). (Versions 40 and 41 are
-// other branches', empty here until they merge.)
+// table without history reconciled in fewer).
 //
 //go:embed ddl_view.sql
 var ddlViewSQL string
 
 // migrations[v] upgrades a database at version v to v+1.
-var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL, 9: ddlCostSQL, 10: blockCostSQL, 11: writeTrimSQL, 12: ddlTrimSQL, 13: pinTrimSQL, 14: pinFastSQL, 15: ddlFastSQL, 16: rwCheckSQL, 17: pinCheapSQL, 18: ddlLeanSQL, 19: ddlMarksSQL, 20: rwCheckGateSQL, 21: insGapSQL, 22: slotStateSQL, 23: ddlAlterSQL, 24: viewSafeSQL, 25: pinViewsSQL, 26: writeLeanSQL, 27: ddlSmallSQL, 28: ddlColumnSQL, 29: bypassCodeSQL, 30: histWriteSQL, 31: pinSeqSQL, 32: ddlScansSQL, 33: restampSQL, 34: blockLeanSQL, 35: ddlCreateSQL, 36: histPlansSQL, 37: lazyHistorySQL, 38: ddlColsSQL, 39: "", 40: "", 41: ddlViewSQL}
+var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL, 9: ddlCostSQL, 10: blockCostSQL, 11: writeTrimSQL, 12: ddlTrimSQL, 13: pinTrimSQL, 14: pinFastSQL, 15: ddlFastSQL, 16: rwCheckSQL, 17: pinCheapSQL, 18: ddlLeanSQL, 19: ddlMarksSQL, 20: rwCheckGateSQL, 21: insGapSQL, 22: slotStateSQL, 23: ddlAlterSQL, 24: viewSafeSQL, 25: pinViewsSQL, 26: writeLeanSQL, 27: ddlSmallSQL, 28: ddlColumnSQL, 29: bypassCodeSQL, 30: histWriteSQL, 31: pinSeqSQL, 32: ddlScansSQL, 33: restampSQL, 34: blockLeanSQL, 35: ddlCreateSQL, 36: histPlansSQL, 37: lazyHistorySQL, 38: ddlColsSQL, 39: ddlViewSQL}
 
 // flatInstallSQL is what the migration chain installs on an empty
 // database, as one script without the chain's superseded definitions and

@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 42, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 40, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -1312,7 +1312,7 @@ BEGIN
             RETURN;  -- DDL that mzproxy itself runs below
         END IF;
     END IF;
-    -- (Version 42) A DROP whose sql_drop event took the timestamp and
+    -- (Version 40) A DROP whose sql_drop event took the timestamp and
     -- moved the revision, in this transaction (xmin), to the revision that
     -- is still there: nothing is left to do. (The setting is reset in an
     -- assignment to renames, false either way before the loop.)
@@ -1373,7 +1373,7 @@ BEGIN
         IF r.classid IS DISTINCT FROM 'pg_class'::regclass OR r.schema_name = 'mzproxy' THEN
             CONTINUE;
         END IF;
-        -- (Version 42) A view created or replaced, in one statement: the
+        -- (Version 40) A view created or replaced, in one statement: the
         -- conditions of a managed view below, and its row new or updated.
         IF r.command_tag = 'CREATE VIEW' AND r.object_type = 'view' THEN
             INSERT INTO mzproxy.catalog (id, kind, oid, schema_name, name, view_sql, created_ts, revision)
@@ -1419,7 +1419,7 @@ BEGIN
                 END IF;
                 UPDATE mzproxy.catalog SET revision = rev WHERE id = k.id;
             ELSIF k.kind = 'table' THEN
-                -- (Version 42: a table without history runs no DDL of
+                -- (Version 40: a table without history runs no DDL of
                 -- mzproxy's own, so needs no mark.)
                 IF k.history_built THEN
                     marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
@@ -1564,7 +1564,7 @@ BEGIN
         IF r.classid <> 'pg_class'::regclass THEN
             CONTINUE;
         END IF;
-        -- (Version 42) A table's TOAST table and index: never managed.
+        -- (Version 40) A table's TOAST table and index: never managed.
         IF r.schema_name = 'pg_toast' THEN
             CONTINUE;
         END IF;
@@ -1597,7 +1597,7 @@ BEGIN
         END IF;
         IF rev IS NULL THEN
             UPDATE mzproxy.catalog_revision SET revision = revision + 1 RETURNING revision INTO rev;
-            -- (Version 42) For on_ddl_command_end of this DROP.
+            -- (Version 40) For on_ddl_command_end of this DROP.
             marked := set_config('mzproxy.drop_rev', rev::text, true) <> '';
         END IF;
         -- The history table stays (compaction removes it once no read can
@@ -1998,7 +1998,7 @@ DECLARE
     rel oid;
     reserved name;
 BEGIN
-    -- (Version 42: the row and the name's update in one statement.)
+    -- (Version 40: the row and the name's update in one statement.)
     WITH renamed AS (
         UPDATE mzproxy.catalog k SET schema_name = n.nspname, name = r.relname
           FROM pg_class r JOIN pg_namespace n ON n.oid = r.relnamespace
@@ -3775,7 +3775,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('36', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('37', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('38', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('39', now());
-INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('42', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('40', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
