@@ -138,6 +138,19 @@ func TestTemplateDatabase(t *testing.T) {
 		a0 := readCopyValues(t, ctx, pg, "copy_a")
 		useDatabase(t, ctx, p, "postgres", "copy_a")
 		useDatabase(t, ctx, p, "postgres", "copy_b")
+		// The first session registered the proxy once in each copy (its
+		// lease registers while the session's backend starts).
+		for _, db := range []string{"copy_a", "copy_b"} {
+			conn := connectTo(t, ctx, pg.srv.ConnString("", db))
+			var n int
+			if err := conn.QueryRow(ctx, "SELECT count(*) FROM mzproxy.incarnations").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			conn.Close(ctx)
+			if n != 1 {
+				t.Errorf("%s: %d incarnations registered, want 1", db, n)
+			}
+		}
 		a, b := readCopyValues(t, ctx, pg, "copy_a"), readCopyValues(t, ctx, pg, "copy_b")
 		if a.template || b.template {
 			t.Errorf("still marked as copies after mzproxy used them: %v %v", a.template, b.template)

@@ -11,29 +11,29 @@ import (
 // STRATEGY, ..., spelled as the client spelled them) and the option
 // appended: a template that is a copy of template1 accepts the same
 // options as template1, with the same errors. template must be a plain
-// lower-case identifier.
-func WithTemplate(sql, template string) (string, bool) {
+// lower-case identifier. name is the database the statement makes.
+func WithTemplate(sql, template string) (copySQL, name string, ok bool) {
 	tree, err := pg.Parse(sql)
 	if err != nil || len(tree.Stmts) != 1 {
-		return "", false
+		return "", "", false
 	}
 	create, ok := tree.Stmts[0].Stmt.GetNode().(*pg.Node_CreatedbStmt)
 	if !ok {
-		return "", false
+		return "", "", false
 	}
 	for _, o := range create.CreatedbStmt.Options {
 		if d := o.GetDefElem(); d != nil && d.Defname == "template" {
 			// The client's own template (template0 for pg_dump's
 			// restores, or any other) is respected; so is TEMPLATE
 			// DEFAULT, which a second TEMPLATE would make an error.
-			return "", false
+			return "", "", false
 		}
 	}
 	// The option goes after the statement's last token: before a
 	// trailing semicolon or comment.
 	scan, err := pg.Scan(sql)
 	if err != nil {
-		return "", false
+		return "", "", false
 	}
 	end := -1
 	for _, tok := range scan.Tokens {
@@ -44,9 +44,9 @@ func WithTemplate(sql, template string) (string, bool) {
 		}
 	}
 	if end < 0 || end > len(sql) {
-		return "", false
+		return "", "", false
 	}
-	return sql[:end] + " TEMPLATE " + template + sql[end:], true
+	return sql[:end] + " TEMPLATE " + template + sql[end:], create.CreatedbStmt.Dbname, true
 }
 
 // DropDatabase reads sql, a query string of one DROP DATABASE: the

@@ -3,21 +3,21 @@ package planner
 import "testing"
 
 func TestWithTemplate(t *testing.T) {
-	for _, c := range []struct{ in, out string }{
-		{"CREATE DATABASE x", "CREATE DATABASE x TEMPLATE mzproxy_template"},
-		{"create database \"My Db\";", `create database "My Db" TEMPLATE mzproxy_template;`},
-		{"CREATE DATABASE x WITH OWNER = bob ENCODING 'UTF8' -- comment", "CREATE DATABASE x WITH OWNER = bob ENCODING 'UTF8' TEMPLATE mzproxy_template -- comment"},
-		{"/* a */ CREATE DATABASE x /* b */ ; ", "/* a */ CREATE DATABASE x TEMPLATE mzproxy_template /* b */ ; "},
-		{"CREATE DATABASE x TEMPLATE DEFAULT", ""},
-		{"CREATE DATABASE x TEMPLATE template0", ""},
-		{"CREATE DATABASE x WITH TEMPLATE = template1", ""},
-		{"CREATE DATABASE x; CREATE DATABASE y", ""},
-		{"CREATE TABLE x (a int)", ""},
-		{"CREATE DATABASE", ""},
+	for _, c := range []struct{ in, out, name string }{
+		{"CREATE DATABASE x", "CREATE DATABASE x TEMPLATE mzproxy_template", "x"},
+		{"create database \"My Db\";", `create database "My Db" TEMPLATE mzproxy_template;`, "My Db"},
+		{"CREATE DATABASE X WITH OWNER = bob ENCODING 'UTF8' -- comment", "CREATE DATABASE X WITH OWNER = bob ENCODING 'UTF8' TEMPLATE mzproxy_template -- comment", "x"},
+		{"/* a */ CREATE DATABASE x /* b */ ; ", "/* a */ CREATE DATABASE x TEMPLATE mzproxy_template /* b */ ; ", "x"},
+		{"CREATE DATABASE x TEMPLATE DEFAULT", "", ""},
+		{"CREATE DATABASE x TEMPLATE template0", "", ""},
+		{"CREATE DATABASE x WITH TEMPLATE = template1", "", ""},
+		{"CREATE DATABASE x; CREATE DATABASE y", "", ""},
+		{"CREATE TABLE x (a int)", "", ""},
+		{"CREATE DATABASE", "", ""},
 	} {
-		got, ok := WithTemplate(c.in, "mzproxy_template")
-		if ok != (c.out != "") || got != c.out {
-			t.Errorf("WithTemplate(%q) = %q, %v; want %q", c.in, got, ok, c.out)
+		got, name, ok := WithTemplate(c.in, "mzproxy_template")
+		if ok != (c.out != "") || got != c.out || name != c.name {
+			t.Errorf("WithTemplate(%q) = %q, %q, %v; want %q, %q", c.in, got, name, ok, c.out, c.name)
 		}
 	}
 }

@@ -20,6 +20,69 @@ import (
 // installs serializes installing mzproxy's backend schema.
 type installs struct {
 	mu sync.Mutex
+
+	// copies are the databases this proxy's sessions made as copies of
+	// the template database (template.go) that no session has connected
+	// to since, each with when it was made; guarded by copiesMu.
+	copiesMu sync.Mutex
+	copies   map[string]time.Time
+}
+
+// copyFresh is how long after its CREATE DATABASE a copy of the template
+// counts as new: its first session registers the proxy there while its
+// own backend starts.
+const copyFresh = time.Minute
+
+// copiedTemplate notes that a client's CREATE DATABASE through this proxy
+// made database name as a copy of the template.
+func (p *Proxy) copiedTemplate(name string) {
+	in := &p.installs
+	in.copiesMu.Lock()
+	defer in.copiesMu.Unlock()
+	now := time.Now()
+	for n, at := range in.copies {
+		if now.Sub(at) > copyFresh {
+			delete(in.copies, n)
+		}
+	}
+	if in.copies == nil {
+		in.copies = map[string]time.Time{}
+	}
+	in.copies[name] = now
+}
+
+// takeCopy reports whether database is a copy of the template made by
+// this proxy a moment ago that no session has connected to since, and
+// forgets it.
+func (p *Proxy) takeCopy(database string) bool {
+	in := &p.installs
+	in.copiesMu.Lock()
+	defer in.copiesMu.Unlock()
+	at, ok := in.copies[database]
+	delete(in.copies, database)
+	return ok && time.Since(at) <= copyFresh
+}
+
+// registerCopy registers this proxy in database, a new copy of the
+// template (takeCopy), as ensureInstalled does for a database whose schema
+// it finds missing (the copy's Install computes its install-time values),
+// and reports whether it did. Connect runs it while the session's own
+// backend starts, rather than after: a new database's first session waited
+// for the lease's backend start, the copy's values and the registration one
+// after another behind its own (docs/corpus-cost.md, session 17). The
+// database exists and holds the schema (a client of this proxy made it from
+// the template), so registering there installs nothing in a database the
+// client may not connect to. A failure is left to ensureInstalled, which
+// tries again and says why.
+func (p *Proxy) registerCopy(ctx context.Context, database string) bool {
+	p.installs.mu.Lock()
+	defer p.installs.mu.Unlock()
+	p.leases.Forget(database)
+	if _, err := p.leases.Get(ctx, database); err != nil {
+		return false
+	}
+	p.installed(database)
+	return true
 }
 
 // ensureInstalled makes sure the session's database has mzproxy's backend

@@ -176,6 +176,30 @@ func (p *Proxy) Connect(ctx context.Context, start wire.Startup, relay wire.Auth
 	if _, ok := start.Params["replication"]; ok {
 		return nil, pgerr.Fatal(pgerr.FeatureNotSupported, "mzproxy does not support replication connections")
 	}
+	// The backend work of a session's start (schema check, registration,
+	// settings) is bounded like PostgreSQL's authentication_timeout: a
+	// backend that does not answer fails the start rather than hanging it.
+	startCtx, cancel := context.WithTimeout(ctx, sessionStartTimeout)
+	defer cancel()
+	// A database this proxy just made from the template: the lease
+	// registers there while the session's backend starts (not with
+	// passthrough, where the client is not yet authenticated).
+	var (
+		db         *database
+		registered chan bool
+	)
+	if !p.cfg.Passthrough && p.takeCopy(start.Database) {
+		// The session counts in its database from here: the database is
+		// not let go while it starts (idle.go).
+		db = p.enterDatabase(start.Database)
+		registered = make(chan bool, 1)
+		go func() { registered <- p.registerCopy(startCtx, start.Database) }()
+		defer func() {
+			if registered != nil {
+				<-registered
+			}
+		}()
+	}
 	var (
 		be  *backend
 		err error
@@ -193,33 +217,54 @@ func (p *Proxy) Connect(ctx context.Context, start wire.Startup, relay wire.Auth
 		be, err = connectBackend(ctx, p.cfg.Backend, start, password)
 	}
 	if err != nil {
+		p.leaveDatabase(db)
 		return nil, err
 	}
 	if p.cfg.EventLoop {
 		be.detachable()
 	}
-	// The session counts in its database from here: the database is not
-	// let go while it starts (idle.go).
-	db := p.enterDatabase(start.Database)
-	// The backend work of a session's start (schema check, registration,
-	// settings) is bounded like PostgreSQL's authentication_timeout: a
-	// backend that does not answer fails the start rather than hanging it.
-	startCtx, cancel := context.WithTimeout(ctx, sessionStartTimeout)
-	defer cancel()
-	if err := p.ensureInstalled(startCtx, be, start.Database); err != nil {
-		be.close()
-		p.leaveDatabase(db)
-		return nil, startError(startCtx, err)
+	if registered != nil {
+		// The session's settings are read while the copy's registration
+		// runs; the session has no lease until it is done.
+		s, err := p.openSession(ctx, startCtx, be, start, client, nil, db)
+		ok := <-registered
+		registered = nil
+		if err != nil {
+			return nil, err
+		}
+		l, err := p.sessionLease(startCtx, s.be, start.Database, !ok)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.lease = l
+		return s, nil
 	}
-	// Registering is needed to write and to hold reads; a proxy that a
-	// newer generation fenced serves no new sessions.
-	l, err := p.Lease(startCtx, start.Database)
+	db = p.enterDatabase(start.Database)
+	l, err := p.sessionLease(startCtx, be, start.Database, true)
 	if err != nil {
 		be.close()
 		p.leaveDatabase(db)
-		return nil, startError(startCtx, pgerr.As(err))
+		return nil, err
 	}
 	return p.openSession(ctx, startCtx, be, start, client, l, db)
+}
+
+// sessionLease is the lease of a session starting in database on be, after
+// ensureInstalled when check (else the caller registered there just now).
+func (p *Proxy) sessionLease(startCtx context.Context, be *backend, database string, check bool) (*lease.Lease, error) {
+	if check {
+		if err := p.ensureInstalled(startCtx, be, database); err != nil {
+			return nil, startError(startCtx, err)
+		}
+	}
+	// Registering is needed to write and to hold reads; a proxy that a
+	// newer generation fenced serves no new sessions.
+	l, err := p.Lease(startCtx, database)
+	if err != nil {
+		return nil, startError(startCtx, pgerr.As(err))
+	}
+	return l, nil
 }
 
 // openSession opens the session of start on its connected backend be,

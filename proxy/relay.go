@@ -674,6 +674,9 @@ func (s *Session) answerUnit(ctx context.Context, u *unit, typ byte, frame []byt
 		s.be.reads.lost = true
 		s.muted = true
 	}
+	if typ == 'C' && u.templateCopy {
+		s.templateCopied = true
+	}
 	if typ == 'E' && u.templateCopy && copyRefusedBy(wire.Body(frame)) {
 		s.attemptRefused = true
 		s.muted = true

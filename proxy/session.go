@@ -113,6 +113,9 @@ type relayState struct {
 	// dropFailed: the last DROP DATABASE the proxy ran for the client
 	// failed (dropdb.go).
 	dropFailed bool
+	// templateCopied: a copy of the template database the proxy ran for
+	// the client completed (template.go).
+	templateCopied bool
 	// skipping: an extended-protocol message failed; the backend ignores
 	// everything until Sync.
 	skipping bool

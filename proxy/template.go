@@ -108,7 +108,7 @@ func (s *Session) createDatabase(ctx context.Context, sql string, frame []byte) 
 	if s.tx != txIdle || s.proxy.cfg.NoTemplate {
 		return s.request(ctx, frame, original, true)
 	}
-	copySQL, ok := planner.WithTemplate(sql, templateDB)
+	copySQL, name, ok := planner.WithTemplate(sql, templateDB)
 	if !ok {
 		return s.request(ctx, frame, original, true)
 	}
@@ -133,7 +133,12 @@ func (s *Session) createDatabase(ctx context.Context, sql string, frame []byte) 
 	if err != nil {
 		return err
 	}
+	s.templateCopied = false
 	if err := s.request(ctx, copyFrame, unit{kind: uQuery, relayZ: true, templateCopy: true}, true); err != nil || !s.attemptRefused {
+		if err == nil && s.templateCopied {
+			s.proxy.copiedTemplate(name)
+		}
+		s.templateCopied = false
 		return err
 	}
 	s.attemptRefused = false

@@ -181,7 +181,8 @@ func Register(ctx context.Context, cfg Config) (*Lease, error) {
 		if err := storage.Install(ctx, conn); err != nil {
 			return &InstallError{err}
 		}
-		return conn.QueryRow(ctx, "SELECT r_id, r_generation, r_floor FROM "+storage.Schema+".register($1, $2, $3, $4)",
+		// Once per connection: an unnamed statement, one round trip.
+		return conn.QueryRow(ctx, "SELECT r_id, r_generation, r_floor FROM "+storage.Schema+".register($1, $2, $3, $4)", pgx.QueryExecModeExec,
 			int64(min(cfg.Generation, math.MaxInt64)), cfg.Grace.Milliseconds(), cfg.Host, os.Getpid()).Scan(&l.id, &gen, &floor)
 	})
 	if err != nil {

@@ -330,32 +330,49 @@ var ErrNotSuperuser = errors.New("storage: installing mzproxy's backend schema n
 // in one transaction under a lock only superusers can take. conn must be a superuser
 // connection; it must not be inside a transaction.
 func Install(ctx context.Context, conn *pgx.Conn) error {
-	var super bool
-	var role string
-	if err := conn.QueryRow(ctx, "SELECT rolsuper, rolname FROM pg_roles WHERE rolname = current_user").Scan(&super, &role); err != nil {
-		return fmt.Errorf("storage: install: %w", err)
-	}
-	if !super {
-		return fmt.Errorf("%w; role %q is not one: connect the proxy's backend as a superuser, or have one install it once", ErrNotSuperuser, role)
-	}
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("storage: install: %w", err)
-	}
-	defer tx.Rollback(context.Background()) //nolint:errcheck // no-op after Commit
+	// One round trip (the simple protocol's multi-statement string) for
+	// the role, the lock and what is installed, and one for the script
+	// and its commit: a new database's first session waits for them (a
+	// copy of the template's registration runs beside the session's start,
+	// and was the longer of the two). Under load a round trip of the
+	// proxy's costs a wake-up on each side: 15-40 ms each at load 22, ten
+	// of them before (docs/corpus-cost.md, session 17).
+	pc := conn.PgConn()
+	open := true
+	defer func() {
+		if open {
+			_, _ = pc.Exec(context.Background(), "ROLLBACK").ReadAll()
+		}
+	}()
 	// A lock only a superuser can take (an advisory lock is anyone's: a role
 	// holding its key would stall every proxy's install). It conflicts with
 	// itself and with CREATE EVENT TRIGGER, nothing a client does.
-	if _, err := tx.Exec(ctx, "LOCK TABLE pg_catalog.pg_event_trigger IN SHARE ROW EXCLUSIVE MODE"); err != nil {
-		return fmt.Errorf("storage: install: %w", err)
+	results, err := pc.Exec(ctx, "BEGIN;\n"+
+		"SELECT rolsuper, rolname FROM pg_catalog.pg_roles WHERE rolname = current_user;\n"+
+		"LOCK TABLE pg_catalog.pg_event_trigger IN SHARE ROW EXCLUSIVE MODE;\n"+
+		installedVersionSQL).ReadAll()
+	if len(results) >= 2 && results[1].Err == nil && len(results[1].Rows) == 1 && string(results[1].Rows[0][0]) != "t" {
+		return fmt.Errorf("%w; role %q is not one: connect the proxy's backend as a superuser, or have one install it once", ErrNotSuperuser, results[1].Rows[0][1])
 	}
-	v, copied, err := installedVersion(ctx, tx)
 	if err != nil {
 		return fmt.Errorf("storage: install: %w", err)
 	}
+	if len(results) != 4 || len(results[1].Rows) != 1 || len(results[3].Rows) != 1 {
+		return fmt.Errorf("storage: install: unexpected answer to the version check (%d results)", len(results))
+	}
+	row := results[3].Rows[0]
+	var v int
+	if _, err := fmt.Sscan(string(row[0]), &v); err != nil {
+		return fmt.Errorf("storage: install: version %q: %w", row[0], err)
+	}
+	copied := string(row[1]) == "t"
 	switch {
 	case v == SchemaVersion && !copied:
-		return tx.Commit(ctx)
+		open = false
+		if _, err := pc.Exec(ctx, "COMMIT").ReadAll(); err != nil {
+			return fmt.Errorf("storage: install: %w", err)
+		}
+		return nil
 	case v > SchemaVersion:
 		return fmt.Errorf("storage: backend schema %q is at version %d, newer than this proxy's %d: upgrade the proxy", Schema, v, SchemaVersion)
 	case v < 0:
@@ -377,14 +394,29 @@ func Install(ctx context.Context, conn *pgx.Conn) error {
 		// template's until now.
 		script += freshInstallSettings + reseedSQL
 	}
-	if _, err := tx.Conn().PgConn().Exec(ctx, script).ReadAll(); err != nil {
+	// The commit rides with the script; after an error PostgreSQL skips
+	// it, and the deferred ROLLBACK ends the failed transaction.
+	results, err = pc.Exec(ctx, script+"\n;COMMIT").ReadAll()
+	if err != nil {
 		return fmt.Errorf("storage: install version %d: %w", SchemaVersion, err)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("storage: install version %d: %w", SchemaVersion, err)
+	open = false
+	// A COMMIT of a transaction that failed unseen would answer ROLLBACK.
+	if n := len(results); n == 0 || results[n-1].CommandTag.String() != "COMMIT" {
+		return fmt.Errorf("storage: install version %d: the transaction did not commit", SchemaVersion)
 	}
 	return nil
 }
+
+// installedVersionSQL reads the highest installed schema version (0 if
+// none) and whether the database is a copy of a template database whose
+// install-time values are still the template's (TemplateMarker), in one
+// statement that also runs where the schema is missing: the version
+// table is read (by query_to_xml) only when it exists.
+var installedVersionSQL = `SELECT CASE WHEN pg_catalog.to_regclass('` + Schema + `.schema_version') IS NULL THEN 0
+       ELSE (pg_catalog.xpath('/row/v/text()', pg_catalog.query_to_xml(
+             'SELECT coalesce(max(version), 0) AS v FROM ` + Schema + `.schema_version', false, true, '')))[1]::text::int END,
+       pg_catalog.to_regclass('` + TemplateMarker + `') IS NOT NULL`
 
 // freshInstallSettings keep mzproxy's event triggers, once the script has
 // made them, from firing at the DDL statements that follow (when the chain
@@ -398,22 +430,6 @@ func Install(ctx context.Context, conn *pgx.Conn) error {
 // and only for this transaction. An upgrade keeps them firing: its
 // database may have managed tables.
 const freshInstallSettings = "SET LOCAL session_replication_role = replica;\n"
-
-// installedVersion is the highest installed schema version, 0 if none;
-// copied says the database is a copy of a template database whose
-// install-time values are still the template's (TemplateMarker).
-func installedVersion(ctx context.Context, tx pgx.Tx) (v int, copied bool, err error) {
-	var exists bool
-	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL",
-		Schema+".schema_version", TemplateMarker).Scan(&exists, &copied); err != nil {
-		return 0, false, err
-	}
-	if !exists {
-		return 0, false, nil
-	}
-	err = tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+Schema+".schema_version").Scan(&v)
-	return v, copied, err
-}
 
 // InstallTemplate installs SchemaVersion in conn's database, a new copy of
 // template1 that is to become a template database, and marks it
