@@ -27,6 +27,17 @@ cluster_ticks() {
 	done
 	echo "$s"
 }
+# cluster_faults: minor page faults of the same processes (a backend's
+# first touch of each shared-buffer page it maps is one).
+cluster_faults() {
+	local pm s c
+	pm=$(head -1 "$work/pg/postmaster.pid")
+	s=$(awk '{print $10 + $11}' "/proc/$pm/stat")
+	for c in $(cat "/proc/$pm/task/$pm/children"); do
+		s=$((s + $(awk '{print $10}' "/proc/$c/stat" 2>/dev/null || echo 0)))
+	done
+	echo "$s"
+}
 hz=$(getconf CLK_TCK)
 
 # now: seconds since the epoch with nanoseconds.
