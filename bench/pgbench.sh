@@ -12,7 +12,9 @@
 #        BASELINE=<git revision>  also mzproxy built from that revision (target
 #                 mz-baseline), for a before/after comparison in one run; it
 #                 serves database `baseline` (its own pgbench tables), so its
-#                 storage version may differ
+#                 storage version may differ; shared_buffers is then 512MB, so
+#                 that both databases' tables (about 150 MB each at scale 10)
+#                 stay in it and neither target's runs evict the other's pages
 #        VARIANTS="name:VAR=v,VAR=v ..."  extra mzproxy processes with these
 #                 environment variables (e.g. "p1:GOMAXPROCS=1 gc400:GOGC=400"),
 #                 each measured as target mz-<name> in the same rounds
@@ -56,6 +58,8 @@ PROFILE=${PROFILE:-}
 STRACE=${STRACE:-}
 PGBOUNCER_FRESH=${PGBOUNCER_FRESH:-}
 
+# With a baseline, two databases' pgbench tables share the buffers.
+[ -n "$BASELINE" ] && export PG_SHARED_BUFFERS=${PG_SHARED_BUFFERS:-512MB}
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
 bench_postgres
@@ -174,6 +178,16 @@ fi
 echo "pgbench -i -s $SCALE" >&2
 pgbench -i -q -s "$SCALE" -h 127.0.0.1 -p "$pg_port" -U postgres postgres >/dev/null 2>&1
 [ -n "$BASELINE" ] && pgbench -i -q -s "$SCALE" -h 127.0.0.1 -p "$pg_port" -U postgres baseline >/dev/null 2>&1
+# The tables into the shared buffers before the first run: pgbench -i
+# writes them through a small ring of buffers, so the first target measured
+# would otherwise read most of its pages in (a fault and a copy each) and
+# the others not.
+for d in postgres ${BASELINE:+baseline}; do
+	psql -h 127.0.0.1 -p "$pg_port" -U postgres -d "$d" -qAt \
+		-c "CREATE EXTENSION IF NOT EXISTS pg_prewarm" \
+		-c "SELECT pg_prewarm('pgbench_accounts') + pg_prewarm('pgbench_accounts_pkey') + pg_prewarm('pgbench_branches') + pg_prewarm('pgbench_tellers')" >/dev/null 2>&1 ||
+		echo "pg_prewarm unavailable: the first run reads the tables in" >&2
+done
 
 # ctx_switches pid: voluntary and involuntary context switches, summed over
 # the process's threads.
