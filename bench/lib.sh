@@ -27,6 +27,17 @@ cluster_ticks() {
 	done
 	echo "$s"
 }
+# cluster_faults: minor page faults of the same processes (a backend's
+# first touch of each shared-buffer page it maps is one).
+cluster_faults() {
+	local pm s c
+	pm=$(head -1 "$work/pg/postmaster.pid")
+	s=$(awk '{print $10 + $11}' "/proc/$pm/stat")
+	for c in $(cat "/proc/$pm/task/$pm/children"); do
+		s=$((s + $(awk '{print $10}' "/proc/$c/stat" 2>/dev/null || echo 0)))
+	done
+	echo "$s"
+}
 hz=$(getconf CLK_TCK)
 
 # now: seconds since the epoch with nanoseconds.
@@ -45,7 +56,8 @@ bench_cleanup() {
 }
 
 # bench_postgres: the temporary directory, the mzproxy binary and a
-# PostgreSQL; sets $work, $bindir, $pg_port and $backend.
+# PostgreSQL (shared_buffers $PG_SHARED_BUFFERS, default 256MB); sets $work,
+# $bindir, $pg_port and $backend.
 bench_postgres() {
 	work=$(mktemp -d /tmp/mzbench.XXXXXX)
 	chmod 755 "$work"
@@ -65,7 +77,7 @@ bench_postgres() {
 	(cd "$src" && go build -o "$work/mzproxy" ./cmd/mzproxy)
 	as_pg "$bindir/initdb" -D "$work/pg" -U postgres -A trust >/dev/null
 	as_pg "$bindir/pg_ctl" -D "$work/pg" -l "$work/pg.log" -w \
-		-o "-c listen_addresses=127.0.0.1 -c port=$pg_port -c unix_socket_directories=$work -c max_connections=200 -c shared_buffers=256MB" \
+		-o "-c listen_addresses=127.0.0.1 -c port=$pg_port -c unix_socket_directories=$work -c max_connections=200 -c shared_buffers=${PG_SHARED_BUFFERS:-256MB}" \
 		start >/dev/null
 	backend="postgres://postgres@/postgres?host=$work&port=$pg_port&sslmode=disable"
 }

@@ -12,19 +12,33 @@
 #        BASELINE=<git revision>  also mzproxy built from that revision (target
 #                 mz-baseline), for a before/after comparison in one run; it
 #                 serves database `baseline` (its own pgbench tables), so its
-#                 storage version may differ
+#                 storage version may differ; shared_buffers is then 512MB, so
+#                 that both databases' tables (about 150 MB each at scale 10)
+#                 stay in it and neither target's runs evict the other's pages
 #        VARIANTS="name:VAR=v,VAR=v ..."  extra mzproxy processes with these
 #                 environment variables (e.g. "p1:GOMAXPROCS=1 gc400:GOGC=400"),
 #                 each measured as target mz-<name> in the same rounds
 #        PROFILE=dir   write mzproxy's CPU profile (whole run) to dir/mzproxy.pprof
 #                      and the binary to dir/mzproxy (go tool pprof dir/mzproxy dir/mzproxy.pprof)
 #        SRC=tree      build the working tree instead of the last commit
+#        PGBOUNCER_FRESH=1  also a second PgBouncer (target pgbouncer-fresh) that
+#                      closes each server connection when its client leaves
+#                      (server_lifetime = 0), so that each pgbench run gets fresh
+#                      backends, as it does directly and through mzproxy; the
+#                      pooled PgBouncer's backends are the previous runs', which
+#                      have mapped the shared buffers already (below)
 #        STRACE=secs   after the rounds, one extra run per protocol (MODES) and middle
 #                      process with `strace -c -f` attached: calls and failed
 #                      calls (EAGAIN) per transaction for each system call
 #                      (strace slows the process; its counts, not its TPS,
 #                      are the point)
 # CPU is /proc/<pid>/stat utime+stime before and after each pgbench run;
+# pgbench's own (bash's time) and the PostgreSQL cluster's (the postmaster,
+# its live children and the exited ones it reaped, read 0.5 s after the run
+# so that the run's backends have exited) are reported beside it, with the
+# cluster's minor page faults: on a machine saturated by the run, the total
+# CPU per transaction is what bounds its rate, and a middle process can move
+# others' share (fewer wake-ups of pgbench; warm or fresh backends);
 # system calls are `perf stat -e raw_syscalls:sys_enter -p <pid>` over the same
 # run (skipped when perf cannot count them); context switches are the
 # voluntary and involuntary ones of the process's threads
@@ -42,7 +56,10 @@ VARIANTS=${VARIANTS:-}
 BASELINE=${BASELINE:-}
 PROFILE=${PROFILE:-}
 STRACE=${STRACE:-}
+PGBOUNCER_FRESH=${PGBOUNCER_FRESH:-}
 
+# With a baseline, two databases' pgbench tables share the buffers.
+[ -n "$BASELINE" ] && export PG_SHARED_BUFFERS=${PG_SHARED_BUFFERS:-512MB}
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
 bench_postgres
@@ -50,12 +67,14 @@ bench_postgres
 declare -A port pid db
 cleanup() {
 	for name in "${!pid[@]}"; do
-		[ "$name" = pgbouncer ] && continue
+		[[ $name = pgbouncer* ]] && continue
 		kill -0 "${pid[$name]}" 2>/dev/null || { echo "$name exited early:" >&2; tail -20 "$work/$name.log" >&2; }
 	done
 	for p in "${bench_pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	# runuser does not pass the signal on to PgBouncer: stop it by its pid file.
-	[ -s "$work/pgbouncer.pid" ] && kill "$(cat "$work/pgbouncer.pid")" 2>/dev/null || true
+	for f in "$work"/pgbouncer*.pid; do
+		[ -s "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
+	done
 	wait 2>/dev/null || true
 	as_pg "$bindir/pg_ctl" -D "$work/pg" -m fast stop >/dev/null 2>&1 || true
 	rm -rf "$work"
@@ -99,28 +118,45 @@ fi
 # The package's own service, if it started one, is not ours: ours runs as
 # postgres with the ini below, on a free port.
 pgbouncer_bin=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
-if [ -x "$pgbouncer_bin" ]; then
-	port[pgbouncer]=$(free_port)
-	echo '"postgres" ""' >"$work/userlist.txt"
-	cat >"$work/pgbouncer.ini" <<EOF
+# start_pgbouncer NAME [SETTING ...]: a PgBouncer in session mode on a free
+# port, with these extra settings.
+start_pgbouncer() {
+	local name=$1
+	shift
+	port[$name]=$(free_port)
+	cat >"$work/$name.ini" <<EOF
 [databases]
 postgres = host=$work port=$pg_port dbname=postgres
 [pgbouncer]
 listen_addr = 127.0.0.1
-listen_port = ${port[pgbouncer]}
+listen_port = ${port[$name]}
 unix_socket_dir =
 auth_type = trust
 auth_file = $work/userlist.txt
 pool_mode = session
 max_client_conn = 200
 default_pool_size = 50
-logfile = $work/pgbouncer.log
-pidfile = $work/pgbouncer.pid
+logfile = $work/$name.log
+pidfile = $work/$name.pid
 EOF
-	[ "$(id -u)" = 0 ] && chown postgres "$work"/pgbouncer.ini "$work"/userlist.txt
-	as_pg "$pgbouncer_bin" "$work/pgbouncer.ini" >/dev/null 2>&1 &
+	printf '%s\n' "$@" >>"$work/$name.ini"
+	[ "$(id -u)" = 0 ] && chown postgres "$work/$name.ini"
+	as_pg "$pgbouncer_bin" "$work/$name.ini" >/dev/null 2>&1 &
 	bench_pids+=($!)
-	targets="$targets pgbouncer"
+	targets="$targets $name"
+}
+pgbouncers=
+if [ -x "$pgbouncer_bin" ]; then
+	echo '"postgres" ""' >"$work/userlist.txt"
+	[ "$(id -u)" = 0 ] && chown postgres "$work"/userlist.txt
+	start_pgbouncer pgbouncer
+	pgbouncers=pgbouncer
+	if [ -n "$PGBOUNCER_FRESH" ]; then
+		# server_lifetime = 0: a server connection serves one client
+		# only, and is closed when that client leaves.
+		start_pgbouncer pgbouncer-fresh "server_lifetime = 0"
+		pgbouncers="$pgbouncers pgbouncer-fresh"
+	fi
 else
 	echo "pgbouncer not installed (apt-get install pgbouncer): measuring without it" >&2
 fi
@@ -131,7 +167,7 @@ for t in $targets; do
 		sleep 0.2
 	done
 done
-[ -n "${port[pgbouncer]:-}" ] && pid[pgbouncer]=$(cat "$work/pgbouncer.pid")
+for b in $pgbouncers; do pid[$b]=$(cat "$work/$b.pid"); done
 
 perf_ok=
 if command -v perf >/dev/null 2>&1 &&
@@ -142,6 +178,16 @@ fi
 echo "pgbench -i -s $SCALE" >&2
 pgbench -i -q -s "$SCALE" -h 127.0.0.1 -p "$pg_port" -U postgres postgres >/dev/null 2>&1
 [ -n "$BASELINE" ] && pgbench -i -q -s "$SCALE" -h 127.0.0.1 -p "$pg_port" -U postgres baseline >/dev/null 2>&1
+# The tables into the shared buffers before the first run: pgbench -i
+# writes them through a small ring of buffers, so the first target measured
+# would otherwise read most of its pages in (a fault and a copy each) and
+# the others not.
+for d in postgres ${BASELINE:+baseline}; do
+	psql -h 127.0.0.1 -p "$pg_port" -U postgres -d "$d" -qAt \
+		-c "CREATE EXTENSION IF NOT EXISTS pg_prewarm" \
+		-c "SELECT pg_prewarm('pgbench_accounts') + pg_prewarm('pgbench_accounts_pkey') + pg_prewarm('pgbench_branches') + pg_prewarm('pgbench_tellers')" >/dev/null 2>&1 ||
+		echo "pg_prewarm unavailable: the first run reads the tables in" >&2
+done
 
 # ctx_switches pid: voluntary and involuntary context switches, summed over
 # the process's threads.
@@ -176,11 +222,16 @@ for round in $(seq "$ROUNDS"); do
 					perfpid=$!
 				fi
 			fi
-			out=$(pgbench -n -S -M "$mode" -c "$CLIENTS" -j "$JOBS" -T "$DURATION" \
-				-h 127.0.0.1 -p "${port[$t]}" -U postgres "${db[$t]:-postgres}" 2>&1) || true
+			k0=$(cluster_ticks) f0=$(cluster_faults)
+			pgcpu=$( {
+				TIMEFORMAT='%3U %3S'
+				time pgbench -n -S -M "$mode" -c "$CLIENTS" -j "$JOBS" -T "$DURATION" \
+					-h 127.0.0.1 -p "${port[$t]}" -U postgres "${db[$t]:-postgres}" >"$work/pgbench.out" 2>&1 || true
+			} 2>&1)
+			out=$(cat "$work/pgbench.out")
 			tps=$(awk '/^tps = /{print $3}' <<<"$out")
 			n=$(awk '/^number of transactions actually processed/{print $NF}' <<<"$out" | cut -d/ -f1)
-			cpu=- sys=- cs=-
+			cpu=- sys=- cs=- others=-
 			if [ -n "$p" ] && [ "${n:-0}" -gt 0 ]; then
 				c1=$(cpu_ticks "$p")
 				read -r vcs1 nvcs1 < <(ctx_switches "$p")
@@ -196,9 +247,16 @@ for round in $(seq "$ROUNDS"); do
 				kill -INT "$perfpid" 2>/dev/null || true
 				wait "$perfpid" 2>/dev/null || true
 			fi
-			echo "$t $mode ${tps:-0} $cpu $sys $cs" >>"$results"
-			printf 'round %d %-9s %-13s %10s tps  cpu %6s us/txn  syscalls %6s /txn  switches %9s /txn\n' \
-				"$round" "$mode" "$t" "${tps:-0}" "$cpu" "$sys" "$cs" >&2
+			if [ "${n:-0}" -gt 0 ]; then
+				# The run's backends exit once their clients (or mzproxy's
+				# sessions) have gone, and are counted once reaped.
+				sleep 0.5
+				k1=$(cluster_ticks) f1=$(cluster_faults)
+				others=$(python3 -c "u, s = '$pgcpu'.split(); print(f'{(float(u) + float(s)) / $n * 1e6:.1f}/{($k1 - $k0) / $hz / $n * 1e6:.1f}/{($f1 - $f0) / $n:.2f}')")
+			fi
+			echo "$t $mode ${tps:-0} $cpu $sys $cs $others" >>"$results"
+			printf 'round %d %-9s %-15s %10s tps  cpu %6s us/txn  syscalls %6s /txn  switches %9s /txn  pgbench/cluster us, faults /txn %s\n' \
+				"$round" "$mode" "$t" "${tps:-0}" "$cpu" "$sys" "$cs" "$others" >&2
 		done
 	done
 done
@@ -230,9 +288,14 @@ python3 - "$results" "$targets" "$MODES" "$ROUNDS" "$DURATION" "$CLIENTS" "$SCAL
 import statistics, sys
 path, targets, modes, rounds, duration, clients, scale = sys.argv[1:]
 targets, modes = targets.split(), modes.split()
-tps, cpu, sysc, vcs, nvcs = {}, {}, {}, {}, {}
+tps, cpu, sysc, vcs, nvcs, pgb, clu, flt = {}, {}, {}, {}, {}, {}, {}, {}
 for line in open(path):
-    t, m, v, c, s, cs = line.split()
+    t, m, v, c, s, cs, others = line.split()
+    if others != "-":
+        a, b, f = others.split("/")
+        pgb.setdefault((t, m), []).append(float(a))
+        clu.setdefault((t, m), []).append(float(b))
+        flt.setdefault((t, m), []).append(float(f))
     tps.setdefault((t, m), []).append(float(v))
     if c != "-":
         cpu.setdefault((t, m), []).append(float(c))
@@ -289,5 +352,20 @@ for m in modes:
             cells.append(f"{statistics.median(vcs[(t, m)]):.2f} / {statistics.median(nvcs[(t, m)]):.2f}")
         else:
             cells.append("-")
+    print(f"| {m} | " + " | ".join(cells) + " |")
+print()
+print("CPU per transaction (µs, median over rounds): pgbench + PostgreSQL cluster + middle process = total; in parentheses the cluster's minor page faults per transaction")
+print()
+print("| protocol | " + " | ".join(targets) + " |")
+print("|---|" + "---|" * len(targets))
+for m in modes:
+    cells = []
+    for t in targets:
+        if (t, m) not in clu:
+            cells.append("-")
+            continue
+        a, b = statistics.median(pgb[(t, m)]), statistics.median(clu[(t, m)])
+        c = statistics.median(cpu[(t, m)]) if (t, m) in cpu else 0.0
+        cells.append(f"{a:.1f} + {b:.1f} + {c:.1f} = {a + b + c:.1f} ({statistics.median(flt[(t, m)]):.2f})")
     print(f"| {m} | " + " | ".join(cells) + " |")
 EOF
