@@ -1,0 +1,131 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// TestOutside18ParsedReadStatementDropped: a driver's repeated read with
+// a parameter, sent as the unnamed statement's Parse (pgx's exec mode), is
+// bound to a statement of the proxy's (mzproxy_read_N) from its second
+// use. A client that drops that statement every way it can (DEALLOCATE of
+// the name it read from pg_prepared_statements, a protocol Close,
+// DEALLOCATE ALL, DISCARD ALL, each simple and extended, in a pipeline
+// between reads) gets the right answer at its next reads of the text,
+// never 26000; with and without the event loop. A function's DEALLOCATE,
+// which the proxy cannot see, costs the loop's next read one 26000.
+// On 79addbc the protocol Close failed so too.
+func TestOutside18ParsedReadStatementDropped(t *testing.T) {
+	t.Parallel()
+	st := newStage(t, stageOpts{rows: 20, proxies: [][]string{{"--event-loop=false"}, nil}})
+	ctx, role, db := st.ctx, st.role, st.db
+	admin := connectTo(t, ctx, directURL("postgres", db))
+	mustExec(t, ctx, admin, `CREATE FUNCTION drop_statement(name text) RETURNS void LANGUAGE plpgsql
+		AS $$ BEGIN EXECUTE 'DEALLOCATE ' || quote_ident(name); END $$`)
+	drops := map[string]func(conn *pgx.Conn, name string) error{
+		"DEALLOCATE": func(conn *pgx.Conn, name string) error {
+			_, err := conn.Exec(ctx, "DEALLOCATE "+name, pgx.QueryExecModeSimpleProtocol)
+			return err
+		},
+		"DEALLOCATE, extended": func(conn *pgx.Conn, name string) error {
+			_, err := conn.Exec(ctx, "DEALLOCATE "+name, pgx.QueryExecModeExec)
+			return err
+		},
+		"protocol Close": func(conn *pgx.Conn, name string) error { return conn.PgConn().Deallocate(ctx, name) },
+		"DEALLOCATE ALL": func(conn *pgx.Conn, _ string) error {
+			_, err := conn.Exec(ctx, "DEALLOCATE ALL", pgx.QueryExecModeSimpleProtocol)
+			return err
+		},
+		"DEALLOCATE ALL, extended": func(conn *pgx.Conn, _ string) error {
+			_, err := conn.Exec(ctx, "DEALLOCATE ALL", pgx.QueryExecModeExec)
+			return err
+		},
+		"DISCARD ALL": func(conn *pgx.Conn, _ string) error {
+			_, err := conn.Exec(ctx, "DISCARD ALL", pgx.QueryExecModeSimpleProtocol)
+			return err
+		},
+		"DISCARD ALL, extended": func(conn *pgx.Conn, _ string) error {
+			_, err := conn.Exec(ctx, "DISCARD ALL", pgx.QueryExecModeExec)
+			return err
+		},
+		"a function's DEALLOCATE": func(conn *pgx.Conn, name string) error {
+			_, err := conn.Exec(ctx, "SELECT drop_statement('"+name+"')", pgx.QueryExecModeSimpleProtocol)
+			return err
+		},
+		// Mid-stream: in the batch of a read, in front of it.
+		"DEALLOCATE ALL in a Query": func(conn *pgx.Conn, _ string) error {
+			_, err := conn.PgConn().Exec(ctx, "SELECT 1; DEALLOCATE ALL; SELECT 2").ReadAll()
+			return err
+		},
+		"DEALLOCATE ALL in a pipeline with reads": func(conn *pgx.Conn, _ string) error {
+			// One batch, one Sync, every statement the unnamed one.
+			b := &pgconn.Batch{}
+			const read = "SELECT v, mz_now() > 0 FROM g WHERE k = $1"
+			b.ExecParams(read, [][]byte{[]byte("1")}, nil, nil, nil)
+			b.ExecParams("DEALLOCATE ALL", nil, nil, nil, nil)
+			b.ExecParams(read, [][]byte{[]byte("2")}, nil, nil, nil)
+			b.ExecParams(read, [][]byte{[]byte("3")}, nil, nil, nil)
+			res, err := conn.PgConn().ExecBatch(ctx, b).ReadAll()
+			if err == nil && (len(res) != 4 || len(res[3].Rows) != 1 || string(res[3].Rows[0][0]) != "v3") {
+				err = fmt.Errorf("answered %v", res)
+			}
+			return err
+		},
+	}
+	read := func(conn *pgx.Conn, mode pgx.QueryExecMode, k int) error {
+		var v string
+		const sql = "SELECT v, mz_now() > 0 FROM g WHERE k = $1"
+		if err := conn.QueryRow(ctx, sql, mode, k).Scan(&v, new(bool)); err != nil {
+			return fmt.Errorf("%s (k = %d): %w", sql, k, err)
+		}
+		if v != fmt.Sprintf("v%d", k) {
+			return fmt.Errorf("%s (k = %d): %q", sql, k, v)
+		}
+		return nil
+	}
+	for i, p := range st.proxies {
+		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeCacheDescribe} {
+			for what, drop := range drops {
+				conn := connectTo(t, ctx, p.URL(role, db))
+				for k := 1; k <= 6; k++ {
+					if err := read(conn, mode, k); err != nil {
+						t.Fatal(err)
+					}
+				}
+				// Only the event loop binds a statement of the proxy's (loop_parse.go).
+				var name string
+				err := conn.QueryRow(ctx, "SELECT name FROM pg_prepared_statements WHERE name ~ '^mzproxy_read_0_[0-9a-f]{12}$'",
+					pgx.QueryExecModeSimpleProtocol).Scan(&name)
+				if i == 0 {
+					name = "mzproxy_read_0_000000000000"
+					_, _ = conn.Exec(ctx, "PREPARE "+name+" AS SELECT 1", pgx.QueryExecModeSimpleProtocol)
+				} else if err != nil {
+					rows, _ := conn.Query(ctx, "SELECT name || ' ' || statement FROM pg_prepared_statements", pgx.QueryExecModeSimpleProtocol)
+					names, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+					t.Fatalf("the proxy's statement mzproxy_read_0: %v %q", err, names)
+				}
+				if err := drop(conn, name); err != nil {
+					t.Fatalf("%s of %s: %v", what, name, err)
+				}
+				for k := 4; k <= 7; k++ {
+					err := read(conn, mode, k)
+					if k == 4 && i == 1 && what == "a function's DEALLOCATE" && sqlState(err) == "26000" {
+						// Known, and in README's Limitations: a drop the proxy
+						// cannot see, answered behind the client's
+						// ParseComplete, too late to run the read again.
+						continue
+					}
+					if err != nil {
+						t.Errorf("proxy %d, %v: after %s of the proxy's %s: %v", i, mode, what, name, err)
+					}
+				}
+				conn.Close(context.Background())
+			}
+		}
+		p.mustAlive(t, ctx)
+	}
+}
