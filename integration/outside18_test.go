@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -125,6 +126,69 @@ func TestOutside18ParsedReadStatementDropped(t *testing.T) {
 				}
 				conn.Close(context.Background())
 			}
+		}
+		p.mustAlive(t, ctx)
+	}
+}
+
+// TestOutside18ResultTypeChangedHolds: a read a client prepared (pgx's
+// cache_statement mode: a named statement, with and without the event
+// loop) whose table changed shape since fails with the proxy's 0A000
+// "cached plan must not change result type", as PostgreSQL's would; the
+// read hold the proxy took for it is released with the failed batch, not
+// kept until the session ends. The table changes through the proxy, and
+// through another (the proxy's catalog seen last is then stale, and the
+// read's guard is refused first); and the search_path changes to a schema whose
+// table has other columns.
+func TestOutside18ResultTypeChangedHolds(t *testing.T) {
+	t.Parallel()
+	st := newStage(t, stageOpts{postgres: true, proxies: [][]string{
+		{"--event-loop=false", "--metrics-listen", "127.0.0.1:0"}, {"--metrics-listen", "127.0.0.1:0"}}})
+	ctx, db := st.ctx, st.db
+	for i, p := range st.proxies {
+		for _, how := range []string{"through the proxy", "through the other proxy", "search_path"} {
+			tbl := fmt.Sprintf("t_%d_%s", i, strings.ReplaceAll(how, " ", "_"))
+			owner := connectTo(t, ctx, p.URL("postgres", db))
+			mustExec(t, ctx, owner, "CREATE TABLE "+tbl+" (k int PRIMARY KEY, v text)", "INSERT INTO "+tbl+" VALUES (1, 'a')")
+			if how == "search_path" {
+				mustExec(t, ctx, owner, "CREATE SCHEMA IF NOT EXISTS other",
+					"CREATE TABLE other."+tbl+" (k int PRIMARY KEY, v text, w int)", "INSERT INTO other."+tbl+" VALUES (1, 'b', 2)")
+			}
+			conn := connectMode(t, ctx, p.URL("postgres", db), pgx.QueryExecModeCacheStatement)
+			read := "SELECT * FROM " + tbl + " WHERE k = $1 AS OF mz_now()"
+			for range 4 {
+				if _, err := pgxValue(ctx, conn, read, 1); err != nil {
+					t.Fatalf("proxy %d: %s: %v", i, read, err)
+				}
+			}
+			p.awaitHolds(t, 0, "before the change")
+			switch how {
+			case "through the proxy":
+				mustExec(t, ctx, owner, "ALTER TABLE "+tbl+" ADD COLUMN w int")
+			case "through the other proxy":
+				other := connectTo(t, ctx, st.proxies[1-i].URL("postgres", db))
+				mustExec(t, ctx, other, "ALTER TABLE "+tbl+" ADD COLUMN w int")
+				other.Close(context.Background())
+			case "search_path":
+				mustExec(t, ctx, conn, "SET search_path = other, public")
+			}
+			var errs []string
+			for n := range 3 {
+				if _, err := pgxValue(ctx, conn, read, 1); err != nil {
+					errs = append(errs, sqlState(err))
+				}
+				if n == 0 {
+					// The session idles after its first read since the
+					// change: it holds nothing.
+					p.awaitHolds(t, 0, fmt.Sprintf("proxy %d, %s: after the first read since (failed with %v)", i, how, errs))
+				}
+			}
+			t.Logf("proxy %d, %s: %v", i, how, errs)
+			if len(errs) > 1 || len(errs) == 1 && errs[0] != "0A000" {
+				t.Errorf("proxy %d, %s: the reads after the change failed with %v, want at most one 0A000", i, how, errs)
+			}
+			p.awaitHolds(t, 0, fmt.Sprintf("proxy %d, %s: after the reads (failed with %v)", i, how, errs))
+			conn.Close(context.Background())
 		}
 		p.mustAlive(t, ctx)
 	}
