@@ -1,0 +1,122 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Session 18's hostile user: a role without superuser that may create
+// databases, and owns the one it attacks from.
+
+// TestHostile18DatabaseSearchPath: a role with CREATEDB makes a database
+// of its own directly and, as its owner, sets the database's search_path
+// to a schema of its own ahead of pg_catalog, where its operators and
+// functions shadow the built-in ones and, when a superuser runs them,
+// make the role a superuser (PostgreSQL's CVE-2018-1058 pattern: the
+// setting applies to every role that connects, superusers too). mzproxy's
+// own connections (install, catalog, leases, compaction) are a
+// superuser's: they must not take that search_path. Through a proxy
+// started afterwards the role creates, writes, reads AS OF, and drops
+// tables and views, in and out of blocks; none of its functions ever runs
+// as anyone but itself, and it is still no superuser.
+func TestHostile18DatabaseSearchPath(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	role := ordinaryRole(t, ctx)
+	db := strings.Replace(tableName(t), "t_", "d_", 1)
+	execDirect(t, ctx, "ALTER ROLE "+role+" CREATEDB")
+	owner := connectAs(t, ctx, directURL(role, "postgres"))
+	mustExec(t, ctx, owner, "CREATE DATABASE "+db)
+	owner.Close(ctx)
+	t.Cleanup(func() {
+		if conn, err := pgx.Connect(context.Background(), directURL("postgres", "postgres")); err == nil {
+			_, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
+			conn.Close(context.Background())
+		}
+	})
+	attack := []string{
+		"CREATE SCHEMA evil",
+		"CREATE TABLE evil.calls (who text)",
+		"GRANT USAGE ON SCHEMA evil TO PUBLIC",
+		"GRANT INSERT ON evil.calls TO PUBLIC",
+		// Logs who runs it, and tries to make the role a superuser.
+		fmt.Sprintf(`CREATE FUNCTION evil.pwn() RETURNS void LANGUAGE plpgsql AS $$
+		BEGIN
+			-- (Not in a read-only transaction.)
+			BEGIN INSERT INTO evil.calls VALUES (pg_catalog.concat_ws(' ', current_user, session_user, pg_catalog.current_setting('application_name'), pg_catalog.current_setting('search_path'), pg_catalog.left(pg_catalog.current_query(), 200))); EXCEPTION WHEN others THEN NULL; END;
+			BEGIN EXECUTE 'ALTER ROLE %s SUPERUSER'; EXCEPTION WHEN others THEN NULL; END;
+		END $$`, role),
+		`CREATE FUNCTION evil.now() RETURNS timestamptz LANGUAGE plpgsql AS $$
+		BEGIN PERFORM evil.pwn(); RETURN pg_catalog.now(); END $$`,
+		`CREATE FUNCTION evil.txid_current() RETURNS bigint LANGUAGE plpgsql AS $$
+		BEGIN PERFORM evil.pwn(); RETURN pg_catalog.txid_current(); END $$`,
+	}
+	n := 0
+	for _, typ := range []string{"bigint", "integer", "text", "oid", "name", "boolean", "regclass", "smallint"} {
+		for _, op := range []string{"=", "<>", "<", ">", "<=", ">="} {
+			n++
+			attack = append(attack,
+				fmt.Sprintf(`CREATE FUNCTION evil.op%d(a %s, b %s) RETURNS boolean LANGUAGE plpgsql AS $$
+				BEGIN PERFORM evil.pwn(); RETURN a OPERATOR(pg_catalog.%s) b; END $$`, n, typ, typ, op),
+				fmt.Sprintf("CREATE OPERATOR evil.%s (LEFTARG = %s, RIGHTARG = %s, FUNCTION = evil.op%d)", op, typ, typ, n))
+		}
+	}
+	attack = append(attack, "ALTER DATABASE "+db+" SET search_path = evil, pg_catalog, public")
+	mustExec(t, ctx, connectAs(t, ctx, directURL(role, db)), attack...)
+
+	// A proxy started now: its own connections to the database are new.
+	p := startProxy(t)
+	conn := connectAs(t, ctx, p.URL(role, db))
+	mustExec(t, ctx, conn,
+		"CREATE TABLE public.t (k int PRIMARY KEY, v int)",
+		"INSERT INTO public.t VALUES (1, 1), (2, 2)",
+		"UPDATE public.t SET v = v + 1 WHERE k = 1",
+		"SELECT * FROM public.t AS OF mz_now()",
+		"BEGIN", "SELECT * FROM public.t", "COMMIT",
+		"BEGIN", "INSERT INTO public.t VALUES (3, 3)", "DELETE FROM public.t WHERE k = 2", "COMMIT",
+		"CREATE VIEW public.tv AS SELECT k FROM public.t",
+		"SELECT * FROM public.tv AS OF mz_now()",
+		"DROP VIEW public.tv",
+		"CREATE TABLE public.u (k int)",
+		"INSERT INTO public.u VALUES (1)",
+		"DROP TABLE public.u")
+	for k := 1; k <= 3; k++ {
+		if _, err := conn.Exec(ctx, "SELECT v FROM public.t WHERE k = $1 AS OF mz_now()", k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ts int64
+	if err := conn.QueryRow(ctx, "SELECT mz_now()::text::bigint", pgx.QueryExecModeSimpleProtocol).Scan(&ts); err != nil {
+		t.Fatal(err)
+	}
+	var n3 int
+	if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT count(*) FROM public.t AS OF %d", ts), pgx.QueryExecModeSimpleProtocol).Scan(&n3); err != nil || n3 != 2 {
+		t.Fatalf("AS OF %d: %d rows, %v", ts, n3, err)
+	}
+	p.mustAlive(t, ctx)
+
+	admin := connectAs(t, ctx, directURL("postgres", db))
+	// The test's own superuser connection must not take the trap either.
+	mustExec(t, ctx, admin, "SET search_path = pg_catalog")
+	var super bool
+	if err := admin.QueryRow(ctx, "SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = $1", role).Scan(&super); err != nil {
+		t.Fatal(err)
+	}
+	// who: current_user, session_user, application_name, search_path and
+	// the statement.
+	rows, err := admin.Query(ctx, "SELECT DISTINCT who FROM evil.calls WHERE who !~ ('^' || $1 || ' ')", role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	others, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if super || len(others) > 0 {
+		t.Errorf("the database's search_path ran the role's functions as %v; the role is a superuser: %v", others, super)
+	}
+}
