@@ -22,7 +22,9 @@ import (
 // superuser's: they must not take that search_path. Through a proxy
 // started afterwards the role creates, writes, reads AS OF, and drops
 // tables and views, in and out of blocks; none of its functions ever runs
-// as anyone but itself, and it is still no superuser.
+// as anyone but itself, and it is still no superuser. The database's role
+// setting (SET role to the owner, which a superuser's session takes too)
+// does not make the proxy's own connections the role's.
 func TestHostile18DatabaseSearchPath(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
@@ -65,7 +67,9 @@ func TestHostile18DatabaseSearchPath(t *testing.T) {
 				fmt.Sprintf("CREATE OPERATOR evil.%s (LEFTARG = %s, RIGHTARG = %s, FUNCTION = evil.op%d)", op, typ, typ, n))
 		}
 	}
-	attack = append(attack, "ALTER DATABASE "+db+" SET search_path = evil, pg_catalog, public")
+	attack = append(attack, "ALTER DATABASE "+db+" SET search_path = evil, pg_catalog, public",
+		// Taken by a superuser's session too: it then runs as the role.
+		"ALTER DATABASE "+db+" SET role = "+role)
 	mustExec(t, ctx, connectAs(t, ctx, directURL(role, db)), attack...)
 
 	// A proxy started now: its own connections to the database are new.
@@ -101,7 +105,7 @@ func TestHostile18DatabaseSearchPath(t *testing.T) {
 
 	admin := connectAs(t, ctx, directURL("postgres", db))
 	// The test's own superuser connection must not take the trap either.
-	mustExec(t, ctx, admin, "SET search_path = pg_catalog")
+	mustExec(t, ctx, admin, "RESET role", "SET search_path = pg_catalog")
 	var super bool
 	if err := admin.QueryRow(ctx, "SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = $1", role).Scan(&super); err != nil {
 		t.Fatal(err)

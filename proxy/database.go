@@ -131,6 +131,9 @@ func (p *Proxy) internalConfig(database string) *pgconn.Config {
 	// the role's; every name the proxy's own statements need is
 	// schema-qualified, as in its SECURITY DEFINER functions.
 	cfg.RuntimeParams["search_path"] = "pg_catalog, pg_temp"
+	// So may it set role, to itself: a superuser's session then runs as
+	// that role, and the proxy could not install or register there.
+	cfg.RuntimeParams["role"] = "none"
 	return cfg
 }
 
