@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -192,4 +193,151 @@ func TestOutside18ResultTypeChangedHolds(t *testing.T) {
 		}
 		p.mustAlive(t, ctx)
 	}
+}
+
+// viewChurnReads is what TestOutside18DriversViewChurn runs through one
+// driver: read is a one-row read with one argument ($1), returning its
+// value as text. In a database of its own: a view over a table, read four
+// times with mz_now() and four times AS OF $1 (so the event loop binds a
+// statement of the proxy's for each); the view dropped and created again
+// under the same name over another table, never written before, which
+// the driver then writes; the same texts read again four times each,
+// answering from the new view; a write to the first table is not seen
+// AS OF a timestamp read before it.
+//
+// prepared: the driver keeps its statement prepared across the change,
+// whose first read then gets mzproxy's 0A000 (README: a prepared read's
+// managed inputs changed), and the next ones answer.
+func viewChurnReads(ctx context.Context, prepared bool, exec func(sql string, args ...any) error,
+	read func(sql string, arg any) (string, error)) error {
+	for _, sql := range []string{
+		"CREATE TABLE vc_a (k int PRIMARY KEY, v text)",
+		"INSERT INTO vc_a VALUES (1, 'a1'), (2, 'a2')",
+		"CREATE VIEW vc AS SELECT k, v FROM vc_a",
+	} {
+		if err := exec(sql); err != nil {
+			return fmt.Errorf("%s: %w", sql, err)
+		}
+	}
+	stamped := "SELECT v || ' ' || (mz_now() > 0)::text FROM vc WHERE k = $1"
+	changed := false
+	series := func(want1 string) (string, error) {
+		for i := range 4 {
+			k := 1 + i%2
+			v, err := read(stamped, k)
+			if changed && prepared && sqlState(err) == "0A000" {
+				changed = false
+				v, err = read(stamped, k)
+			}
+			if want := fmt.Sprintf("%s%d true", want1[:1], k); err != nil || v != want {
+				return "", fmt.Errorf("read %d of the view, k = %d: %q, %v; want %q", i, k, v, err, want)
+			}
+		}
+		ts, err := read("SELECT mz_now()::text WHERE $1::int > 0", 1)
+		if err != nil {
+			return "", fmt.Errorf("mz_now(): %w", err)
+		}
+		for i := range 4 {
+			v, err := read("SELECT v FROM vc WHERE k = $1 AS OF "+ts, 1)
+			if err != nil || v != want1 {
+				return "", fmt.Errorf("AS OF %s read %d: %q, %v; want %q", ts, i, v, err, want1)
+			}
+		}
+		return ts, nil
+	}
+	ts, err := series("a1")
+	if err != nil {
+		return err
+	}
+	for _, sql := range []string{
+		"DROP VIEW vc",
+		"CREATE TABLE vc_b (k int PRIMARY KEY, v text, w int)",
+		"CREATE VIEW vc AS SELECT k, v FROM vc_b",
+	} {
+		if err := exec(sql); err != nil {
+			return fmt.Errorf("%s: %w", sql, err)
+		}
+	}
+	changed = true
+	// vc_b's first writes, with arguments.
+	for k := 1; k <= 2; k++ {
+		if err := exec("INSERT INTO vc_b VALUES ($1, $2, $3)", k, fmt.Sprintf("b%d", k), k); err != nil {
+			return fmt.Errorf("the first write of vc_b: %w", err)
+		}
+	}
+	if _, err := series("b1"); err != nil {
+		return fmt.Errorf("after the view was created again: %w", err)
+	}
+	if err := exec("UPDATE vc_a SET v = $1 WHERE k = $2", "changed", 1); err != nil {
+		return err
+	}
+	for i := range 3 {
+		v, err := read("SELECT v FROM vc_a WHERE k = $1 AS OF "+ts, 1)
+		if err != nil || v != "a1" {
+			return fmt.Errorf("vc_a AS OF %s, read %d: %q, %v; want a1", ts, i, v, err)
+		}
+	}
+	return nil
+}
+
+// TestOutside18DriversViewChurn: viewChurnReads through lib/pq (Exec and
+// Query with arguments, Prepare, and in a transaction) and pgx in each
+// exec mode, with the event loop on.
+func TestOutside18DriversViewChurn(t *testing.T) {
+	t.Parallel()
+	p := startProxy(t, "--metrics-listen", "127.0.0.1:0")
+	for _, mode := range pgxModes {
+		t.Run("pgx "+mode.String(), func(t *testing.T) {
+			ctx := testContext(t)
+			conn := connectMode(t, ctx, p.URL("postgres", freshDatabase(t, ctx)), mode)
+			exec := func(sql string, args ...any) error { _, err := conn.Exec(ctx, sql, args...); return err }
+			read := func(sql string, arg any) (string, error) {
+				var v string
+				err := conn.QueryRow(ctx, sql, arg).Scan(&v)
+				return v, err
+			}
+			if err := viewChurnReads(ctx, mode == pgx.QueryExecModeCacheStatement, exec, read); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	for _, how := range []string{"query", "prepare", "tx"} {
+		t.Run("lib/pq "+how, func(t *testing.T) {
+			ctx := testContext(t)
+			db, err := sql.Open("postgres", p.URL("postgres", freshDatabase(t, ctx)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			db.SetMaxOpenConns(1)
+			exec := func(q string, args ...any) error { _, err := db.ExecContext(ctx, q, args...); return err }
+			read := func(q string, arg any) (string, error) {
+				var v string
+				var err error
+				switch how {
+				case "query":
+					err = db.QueryRowContext(ctx, q, arg).Scan(&v)
+				case "prepare":
+					var st *sql.Stmt
+					if st, err = db.PrepareContext(ctx, q); err == nil {
+						err = st.QueryRowContext(ctx, arg).Scan(&v)
+						st.Close()
+					}
+				case "tx":
+					var tx *sql.Tx
+					if tx, err = db.BeginTx(ctx, nil); err == nil {
+						err = tx.QueryRowContext(ctx, q, arg).Scan(&v)
+						if cerr := tx.Commit(); err == nil {
+							err = cerr
+						}
+					}
+				}
+				return v, err
+			}
+			if err := viewChurnReads(ctx, false, exec, read); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	p.awaitHolds(t, 0, "after the reads")
 }
