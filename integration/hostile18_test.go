@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Session 18's hostile user: a role without superuser that may create
@@ -122,5 +124,90 @@ func TestHostile18DatabaseSearchPath(t *testing.T) {
 	}
 	if super || len(others) > 0 {
 		t.Errorf("the database's search_path ran the role's functions as %v; the role is a superuser: %v", others, super)
+	}
+}
+
+// TestHostile18AsOfParamValues: an ordinary role binds AS OF $1 of a
+// repeated read (so the event loop serves it, and binds a statement of
+// the proxy's from its second use) to extreme and malformed values of
+// every type a driver sends: each read answers rows or an error with a
+// SQLSTATE of class 22 (data exception) or 42 (a type AS OF does not
+// take), never XX000 or a closed connection, and the session and the
+// proxy go on; with and without the event loop. A time past the upper
+// waits for it, as in Materialize; such a read is canceled.
+func TestHostile18AsOfParamValues(t *testing.T) {
+	t.Parallel()
+	st := newStage(t, stageOpts{rows: 3, proxies: [][]string{{"--event-loop=false"}, nil}})
+	ctx, role, db := st.ctx, st.role, st.db
+	values := []any{
+		int64(-9223372036854775808), int64(-1), int64(0),
+		int32(2147483647), int16(-32768),
+		float64(1e308), float64(-1e308), "infinity", "-infinity", "NaN", "1e400", "",
+		"4713-01-01 BC", "now", "epoch", "allballs",
+		"9999999999999999999999999999", "-0", "0x10", " 12 ", "12; DROP TABLE g",
+		strings.Repeat("9", 10000), nil, true, []byte{0xff, 0xfe},
+		time.Date(-4712, 1, 1, 0, 0, 0, 0, time.UTC),
+		pgtype.Numeric{NaN: true, Valid: true}, pgtype.Numeric{InfinityModifier: pgtype.Infinity, Valid: true},
+	}
+	for i, p := range st.proxies {
+		modes := []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeSimpleProtocol}
+		if i == 0 {
+			modes = modes[:1] // the goroutine's path: no statement of the proxy's
+		}
+		for _, mode := range modes {
+			conn := connectMode(t, ctx, p.URL(role, db), mode)
+			var waited []string
+			for _, v := range values {
+				for range 3 {
+					// A time past the upper waits for it, as in Materialize
+					// (only far ones are among the values).
+					qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+					rows, err := conn.Query(qctx, "SELECT v FROM g WHERE k = 1 AS OF $1", v)
+					if err == nil {
+						for rows.Next() {
+						}
+						rows.Close()
+						err = rows.Err()
+					}
+					timedOut := qctx.Err() != nil
+					cancel()
+					code := sqlState(err)
+					if timedOut {
+						waited = append(waited, fmt.Sprintf("%T %.30v", v, v))
+						if conn.IsClosed() {
+							conn = connectMode(t, ctx, p.URL(role, db), mode)
+						}
+						break
+					}
+					// Below the since: Materialize's XX000 (the error catalog).
+					belowSince := code == "XX000" && strings.Contains(err.Error(), "is not valid for all inputs")
+					if err != nil && !strings.HasPrefix(code, "22") && !strings.HasPrefix(code, "42") && code != "0A000" && !belowSince {
+						if code == "" && strings.Contains(err.Error(), "unable to encode") {
+							break // pgx refuses to send it: nothing reached the proxy
+						}
+						t.Errorf("proxy %d, %v, AS OF %T %.40v: %v", i, mode, v, v, err)
+						break
+					}
+				}
+			}
+			if len(waited) > 0 {
+				t.Errorf("proxy %d, %v: waited for the upper: %q", i, mode, waited)
+			}
+			var one int
+			if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+				t.Errorf("proxy %d, %v: the session after the values: %v", i, mode, err)
+			}
+			conn.Close(ctx)
+		}
+		// The farthest time waits for the upper until canceled (pgx's
+		// cancel request at its context's end); the proxy goes on.
+		conn := connectMode(t, ctx, p.URL(role, db), pgx.QueryExecModeExec)
+		qctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, err := conn.Exec(qctx, "SELECT v FROM g WHERE k = 1 AS OF $1", int64(9223372036854775807))
+		cancel()
+		if err == nil {
+			t.Errorf("proxy %d: AS OF the largest bigint answered at once", i)
+		}
+		p.mustAlive(t, ctx)
 	}
 }
