@@ -125,6 +125,12 @@ func TestOutside18ParsedReadStatementDropped(t *testing.T) {
 						t.Errorf("proxy %d, %v: after %s of the proxy's %s: %v", i, mode, what, name, err)
 					}
 				}
+				// The pin's statements, forgotten with them, are
+				// prepared again too.
+				res, err := conn.PgConn().Exec(ctx, "BEGIN; SELECT v FROM g WHERE k = 1; COMMIT").ReadAll()
+				if err != nil || len(res) != 3 || len(res[1].Rows) != 1 || string(res[1].Rows[0][0]) != "v1" {
+					t.Errorf("proxy %d, %v: a read-only transaction after %s: %v", i, mode, what, err)
+				}
 				conn.Close(context.Background())
 			}
 		}
