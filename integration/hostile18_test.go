@@ -211,3 +211,58 @@ func TestHostile18AsOfParamValues(t *testing.T) {
 		p.mustAlive(t, ctx)
 	}
 }
+
+// TestHostile18PlantedSchema: a role with CREATEDB makes a database of
+// its own directly and, before any proxy has served it, makes there a
+// schema named as mzproxy's: its "schema_version" a view of a function of
+// its own that tries to make the role a superuser. mzproxy's install
+// (the backend superuser's connection) read that view to learn the
+// installed version, so ran the function as a superuser. Now a proxy
+// refuses to install into, or serve, a database whose mzproxy or
+// mz_internal schema is not a superuser's: the session fails (42501,
+// naming the schema), the role is no superuser, and the proxy serves
+// other databases.
+func TestHostile18PlantedSchema(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	role := ordinaryRole(t, ctx)
+	execDirect(t, ctx, "ALTER ROLE "+role+" CREATEDB")
+	p := startProxy(t)
+	for _, schema := range []string{"mzproxy", "mz_internal"} {
+		db := strings.Replace(tableName(t), "t_", "d_", 1)
+		owner := connectAs(t, ctx, directURL(role, "postgres"))
+		mustExec(t, ctx, owner, "CREATE DATABASE "+db)
+		owner.Close(ctx)
+		t.Cleanup(func() {
+			if conn, err := pgx.Connect(context.Background(), directURL("postgres", "postgres")); err == nil {
+				_, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
+				conn.Close(context.Background())
+			}
+		})
+		mustExec(t, ctx, connectAs(t, ctx, directURL(role, db)),
+			"CREATE SCHEMA "+schema,
+			fmt.Sprintf(`CREATE FUNCTION public.pwn() RETURNS int LANGUAGE plpgsql AS $$
+			BEGIN
+				BEGIN EXECUTE 'ALTER ROLE %s SUPERUSER'; EXCEPTION WHEN others THEN NULL; END;
+				RETURN 40;
+			END $$`, role),
+			"CREATE VIEW "+schema+".schema_version AS SELECT public.pwn() AS version")
+		conn, err := pgx.Connect(ctx, p.URL(role, db))
+		if err == nil {
+			conn.Close(ctx)
+			t.Errorf("%s planted: a session through the proxy started", schema)
+		} else if code := sqlState(err); code != "42501" || !strings.Contains(err.Error(), schema) {
+			t.Errorf("%s planted: the session failed with %v (SQLSTATE %q), want 42501 naming the schema", schema, err, code)
+		}
+		var super bool
+		admin := connectAs(t, ctx, directURL("postgres", "postgres"))
+		if err := admin.QueryRow(ctx, "SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = $1", role).Scan(&super); err != nil {
+			t.Fatal(err)
+		}
+		if super {
+			t.Fatalf("%s planted: the role is a superuser", schema)
+		}
+		admin.Close(ctx)
+	}
+	p.mustAlive(t, ctx)
+}
