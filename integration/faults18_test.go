@@ -297,3 +297,132 @@ func TestFault18RestartExtendedPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestFault18ProxyKillExtendedWrites: of two proxies (fast leases), one
+// is killed with SIGKILL while clients of both send, with pgx's exec
+// mode, autocommit increments of one row (held by the proxy for a retry)
+// and transfers in blocks, and one of its sessions holds a block open
+// with a read. The killed proxy's clients connect to the other one. The
+// bank's total is conserved, the row holds every acknowledged increment
+// and no more than were sent, the killed proxy's incarnation is shown
+// expired and its hold stops holding the since back, and the other proxy
+// serves on with no hold left.
+func TestFault18ProxyKillExtendedWrites(t *testing.T) {
+	t.Parallel()
+	st := newStage(t, stageOpts{postgres: true, proxies: [][]string{append([]string{"--metrics-listen", "127.0.0.1:0"}, fastLease...),
+		append([]string{"--metrics-listen", "127.0.0.1:0"}, fastLease...)}})
+	ctx, db, dead, live := st.ctx, st.db, st.proxies[0], st.proxies[1]
+	setup := connectTo(t, ctx, live.URL("postgres", db))
+	mustExec(t, ctx, setup, "CREATE TABLE acct (k int PRIMARY KEY, v int NOT NULL)",
+		"INSERT INTO acct SELECT g, 100 FROM generate_series(1, 10) g",
+		"CREATE TABLE hot (id int PRIMARY KEY, v int NOT NULL)", "INSERT INTO hot VALUES (1, 0)")
+	const total = 1000
+	var (
+		mu          sync.Mutex
+		wrong       []string
+		sent, acked int
+		killed      = make(chan struct{})
+		stop        = make(chan struct{})
+		wg          sync.WaitGroup
+	)
+	client := func(i int, op func(c *pgx.Conn) error) {
+		defer wg.Done()
+		var c *pgx.Conn
+		for {
+			select {
+			case <-stop:
+				if c != nil {
+					c.Close(ctx)
+				}
+				return
+			default:
+			}
+			if c == nil {
+				url := st.url(i%2, "postgres")
+				select {
+				case <-killed:
+					url = live.URL("postgres", db)
+				default:
+				}
+				cfg, _ := pgx.ParseConfig(url)
+				cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+				var err error
+				if c, err = pgx.ConnectConfig(ctx, cfg); err != nil {
+					c = nil
+					time.Sleep(50 * time.Millisecond)
+					continue
+				}
+			}
+			if err := op(c); err != nil {
+				if code := sqlState(err); code != "" && code != "40001" && !strings.HasPrefix(code, "08") && !strings.HasPrefix(code, "57P") {
+					mu.Lock()
+					wrong = append(wrong, err.Error())
+					mu.Unlock()
+				}
+				c.Close(ctx)
+				c = nil
+			}
+		}
+	}
+	for i := range 4 {
+		wg.Add(1)
+		go client(i, func(c *pgx.Conn) error {
+			mu.Lock()
+			sent++
+			mu.Unlock()
+			if _, err := c.Exec(ctx, "UPDATE hot SET v = v + $1 WHERE id = $2", 1, 1); err != nil {
+				return err
+			}
+			mu.Lock()
+			acked++
+			mu.Unlock()
+			return nil
+		})
+	}
+	for i := range 4 {
+		wg.Add(1)
+		go client(i, func(c *pgx.Conn) error {
+			from, to := 1+i, 10-i
+			return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, "UPDATE acct SET v = v - $1 WHERE k = $2", 5, from); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, "UPDATE acct SET v = v + $1 WHERE k = $2", 5, to)
+				return err
+			})
+		})
+	}
+	// A block on the proxy to be killed holds a read.
+	holder := connectTo(t, ctx, dead.URL("postgres", db))
+	mustExec(t, ctx, holder, "BEGIN")
+	var sum int
+	if err := holder.QueryRow(ctx, "SELECT sum(v)::int FROM acct WHERE k > $1", 0).Scan(&sum); err != nil || sum != total {
+		t.Fatalf("the holder's read: %d, %v", sum, err)
+	}
+	time.Sleep(time.Second)
+	dead.signal(syscall.SIGKILL)
+	close(killed)
+	time.Sleep(2 * time.Second)
+	close(stop)
+	wg.Wait()
+	for _, w := range wrong {
+		t.Errorf("an error other than a lost connection's or a block's conflict: %s", w)
+	}
+	direct := connectTo(t, ctx, directURL("postgres", db))
+	if got := count(t, ctx, direct, "SELECT sum(v)::int FROM acct", simple(direct)); got != total {
+		t.Errorf("the bank's total is %d, want %d", got, total)
+	}
+	if got := count(t, ctx, direct, "SELECT v FROM hot", simple(direct)); got < acked || got > sent || acked == 0 {
+		t.Errorf("the row is %d, after %d increments acknowledged of %d sent", got, acked, sent)
+	}
+	eventually(t, 30*time.Second, "the killed proxy's incarnation expired", func() bool {
+		return count(t, ctx, direct, "SELECT count(*) FROM mz_internal.mz_incarnations WHERE status = 'lease expired'", simple(direct)) >= 1
+	})
+	// The live proxy writes and reads on; its holds are released.
+	mustExec(t, ctx, setup, "UPDATE hot SET v = v + 0 WHERE id = 1")
+	if got := count(t, ctx, setup, "SELECT sum(v)::int FROM acct AS OF mz_now()", simple(setup)); got != total {
+		t.Errorf("AS OF mz_now() through the live proxy: %d", got)
+	}
+	live.awaitHolds(t, 0, "on the live proxy")
+	live.mustAlive(t, ctx)
+}
