@@ -83,13 +83,13 @@ var driverPrograms = []driverProgram{
 		extra:   []string{"named_statement", "notice", "queued"}},
 	{name: "postgres.js", dir: "node", command: nodeModule("postgres", "postgresjs_check.js"), url: libpqURL,
 		install: "apt-get install -y nodejs npm, then (cd integration/testdata/node && npm ci)",
-		extra:   []string{"unprepared", "pipelined"}},
+		extra:   []string{"unprepared", "pipelined", "repeated_ts_reads"}},
 	{name: "jdbc", dir: "java", command: jdbcCommand,
 		url: func(host, port, db string) string {
 			return fmt.Sprintf("jdbc:postgresql://%s:%s/%s?user=postgres&sslmode=disable", host, port, db)
 		},
 		install: "apt-get install -y default-jre-headless libpostgresql-jdbc-java",
-		extra:   []string{"prepare_threshold", "batch", "fetch_size"},
+		extra:   []string{"prepare_threshold", "batch", "fetch_size", "repeated_ts_reads"},
 		env:     []string{"JAVA_TOOL_OPTIONS=-Xshare:auto -XX:TieredStopAtLevel=1"}},
 }
 

@@ -67,7 +67,8 @@ func runOKProgram(t *testing.T, dir string, env []string, name string, args ...s
 }
 
 // TestIsolationReadBack reads the level through pgx in the simple and the
-// extended protocol, sets what it read again in each form a driver uses,
+// extended protocol, sets what it read again in each form a driver uses
+// (each statement in the mode's own messages: execAs),
 // and checks that mzproxy's level stays strict serializable until
 // SET transaction_isolation changes it.
 func TestIsolationReadBack(t *testing.T) {
@@ -108,7 +109,7 @@ func TestIsolationReadBack(t *testing.T) {
 			"SET default_transaction_isolation = '" + strings.ToUpper(level) + "'",
 		} {
 			for _, mode := range modes {
-				if _, err := conn.Exec(ctx, sql, mode); err != nil {
+				if _, err := execAs(ctx, conn, mode, sql); err != nil {
 					t.Errorf("%s (%v): %v", sql, mode, err)
 				}
 				checkInTransaction(t, conn, "BEGIN", mode)
@@ -133,7 +134,7 @@ func TestIsolationReadBack(t *testing.T) {
 	}
 	for _, mode := range modes {
 		mustExec(t, ctx, conn, "BEGIN")
-		if _, err := conn.Exec(ctx, "SELECT 1/0", mode); sqlState(err) != "22012" {
+		if _, err := execAs(ctx, conn, mode, "SELECT 1/0"); sqlState(err) != "22012" {
 			t.Fatalf("1/0: %v", err)
 		}
 		for _, sql := range []string{"SHOW transaction_isolation", "show_isolation"} {
@@ -153,7 +154,7 @@ func checkInTransaction(t *testing.T, conn *pgx.Conn, begin string, mode pgx.Que
 	t.Helper()
 	ctx := testContext(t)
 	for _, sql := range []string{begin, "SELECT count(*) FROM iso", "INSERT INTO iso VALUES (2)", "COMMIT"} {
-		if _, err := conn.Exec(ctx, sql, mode); err != nil {
+		if _, err := execAs(ctx, conn, mode, sql); err != nil {
 			t.Fatalf("%s (%v): %v", sql, mode, err)
 		}
 	}

@@ -252,6 +252,13 @@ func (s *Session) readGuardRefused(ctx context.Context, g *pendingReadGuard) err
 			if serr := s.endImplicitTxn(); serr != nil {
 				return serr
 			}
+			if s.tx == txIdle {
+				// That transaction was the client's too: its portals,
+				// and the guard's hold (guardedBind), end with it, as at
+				// a ReadyForQuery the client sees (readyForQuery).
+				s.endPortals()
+				s.releasePortalHolds()
+			}
 		}
 		return err
 	}

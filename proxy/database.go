@@ -123,6 +123,17 @@ func (p *Proxy) internalConfig(database string) *pgconn.Config {
 		cfg.RuntimeParams = map[string]string{}
 	}
 	cfg.RuntimeParams["application_name"] = InternalApplicationName
+	// A database's owner may set its search_path (ALTER DATABASE ... SET)
+	// for every role that connects, superusers too: ahead of pg_catalog,
+	// the operators and functions of a schema of its own would run in the
+	// proxy's statements with a superuser's rights (TestHostile18DatabaseSearchPath).
+	// A setting sent at connection start wins over the database's and
+	// the role's; every name the proxy's own statements need is
+	// schema-qualified, as in its SECURITY DEFINER functions.
+	cfg.RuntimeParams["search_path"] = "pg_catalog, pg_temp"
+	// So may it set role, to itself: a superuser's session then runs as
+	// that role, and the proxy could not install or register there.
+	cfg.RuntimeParams["role"] = "none"
 	return cfg
 }
 

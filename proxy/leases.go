@@ -62,6 +62,9 @@ func leaseError(err error) error {
 	if errors.As(err, &pe) {
 		return pe
 	}
+	if errors.Is(err, storage.ErrUntrustedSchema) {
+		return pgerr.New(pgerr.InsufficientPrivilege, "mzproxy could not register its lease: %v", err)
+	}
 	return pgerr.New(pgerr.ConnectionFailure, "mzproxy could not register its lease: %v", err)
 }
 

@@ -3,6 +3,7 @@ package proxy
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"strings"
 )
 
 // ownNameSuffix ends the names of the statements and portals the proxy
@@ -25,3 +26,9 @@ var ownNameSuffix = func() string {
 // client's backend connection: base, which says what it is, and the
 // process's suffix.
 func ownName(base string) string { return base + "_" + ownNameSuffix }
+
+// isOwnName reports whether name is one ownName made in this process.
+func isOwnName(name string) bool {
+	n := len(name) - len(ownNameSuffix)
+	return n > 0 && name[n-1] == '_' && strings.HasSuffix(name, ownNameSuffix)
+}

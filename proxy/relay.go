@@ -220,6 +220,14 @@ func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 	case *pgproto3.Close:
 		if m.ObjectType == 'S' {
 			s.forgetStatement(m.Name)
+			if isOwnName(m.Name) {
+				// A client that read one of the proxy's names from
+				// pg_prepared_statements closes it: prepared again at its
+				// next use. A parsed read (loop_parse.go) binds its
+				// statement behind a ParseComplete the client has seen, too
+				// late to run the read again as a simple one is.
+				s.forgetReadStatements()
+			}
 		} else {
 			s.forgetPortal(m.Name)
 		}

@@ -331,6 +331,14 @@ func (s *Session) oneTrip(ctx context.Context, req occRequest, inc int64) (at at
 			slotDone = owed == 0
 		case typ == 'E':
 			at.failed = s.slotRefusal(cloneFrame(f))
+			// A deadlock of the build (TestFault18FirstWriteBurst): the
+			// client's Parse, in front of the slot in the first attempt
+			// (handleBind), locked the table its write names, and
+			// ensure_history's stronger lock waits for another such
+			// session's. Nothing of the client's ran: the attempt is
+			// retried as a conflict of the statement is, and the next
+			// sends no Parse first.
+			at.conflict = transientConflict(pgerr.Code(errorCode(wire.Body(f)))) && ctx.Err() == nil
 			at.readOnly = pgerr.Code(errorCode(wire.Body(f))) == pgerr.ReadOnlySQLTransaction
 			slotMissing = pgerr.Code(errorCode(wire.Body(f))) == pgerr.InvalidSQLStatementName
 			// Whatever failed, the slot's statement is prepared again

@@ -324,6 +324,11 @@ func migrationScript(v int) string {
 // cannot create event triggers.
 var ErrNotSuperuser = errors.New("storage: installing mzproxy's backend schema needs a superuser (it creates event triggers)")
 
+// ErrUntrustedSchema is returned (wrapped) by Install when mzproxy's
+// schema or mz_internal exists in the database and is not a superuser's
+// (installedVersionSQL).
+var ErrUntrustedSchema = errors.New("storage: a schema of mzproxy's name is not a superuser's: mzproxy neither reads nor installs into it")
+
 // Install creates or upgrades the private schema, its state tables, functions
 // and event triggers. It is idempotent (a database already at SchemaVersion
 // is left alone) and safe when several proxies start at once: the work runs
@@ -375,6 +380,8 @@ func Install(ctx context.Context, conn *pgx.Conn) error {
 		return nil
 	case v > SchemaVersion:
 		return fmt.Errorf("storage: backend schema %q is at version %d, newer than this proxy's %d: upgrade the proxy", Schema, v, SchemaVersion)
+	case v == -1:
+		return fmt.Errorf("%w: %s (drop it, or have a superuser own it)", ErrUntrustedSchema, row[2])
 	case v < 0:
 		return fmt.Errorf("storage: backend schema %q is at unknown version %d", Schema, v)
 	}
@@ -412,11 +419,22 @@ func Install(ctx context.Context, conn *pgx.Conn) error {
 // none) and whether the database is a copy of a template database whose
 // install-time values are still the template's (TemplateMarker), in one
 // statement that also runs where the schema is missing: the version
-// table is read (by query_to_xml) only when it exists.
-var installedVersionSQL = `SELECT CASE WHEN pg_catalog.to_regclass('` + Schema + `.schema_version') IS NULL THEN 0
+// table is read (by query_to_xml) only when it exists. And only when
+// mzproxy's schemas, where they exist, belong to a superuser: a role that
+// owns a database (CREATEDB) may make a schema of that name there before
+// any proxy did, whose "schema_version" is a view of a function of its
+// own, run by this superuser's read (TestHostile18PlantedSchema). Then
+// the version is -1, and the last column names the schemas and owners.
+var installedVersionSQL = `WITH untrusted AS (
+    SELECT pg_catalog.string_agg(pg_catalog.format('%I (owned by %I)', n.nspname, r.rolname), ', ') AS names
+      FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
+     WHERE n.nspname OPERATOR(pg_catalog.=) ANY (ARRAY['` + Schema + `', 'mz_internal']::pg_catalog.name[]) AND NOT r.rolsuper)
+SELECT CASE WHEN (SELECT names FROM untrusted) IS NOT NULL THEN -1
+            WHEN pg_catalog.to_regclass('` + Schema + `.schema_version') IS NULL THEN 0
        ELSE (pg_catalog.xpath('/row/v/text()', pg_catalog.query_to_xml(
              'SELECT coalesce(max(version), 0) AS v FROM ` + Schema + `.schema_version', false, true, '')))[1]::text::int END,
-       pg_catalog.to_regclass('` + TemplateMarker + `') IS NOT NULL`
+       pg_catalog.to_regclass('` + TemplateMarker + `') IS NOT NULL,
+       (SELECT names FROM untrusted)`
 
 // freshInstallSettings keep mzproxy's event triggers, once the script has
 // made them, from firing at the DDL statements that follow (when the chain

@@ -110,6 +110,30 @@ public class JdbcCheck {
             String v = oneString("SELECT v FROM " + table + " WHERE k = ? AS OF ?", 1, before);
             check(v.equals("uno"), "got " + v);
         });
+        run("repeated_ts_reads", () -> {
+            // The same timestamped reads eight times each on one
+            // connection: the unnamed statement below prepareThreshold
+            // (the event loop binds a statement of the proxy's from the
+            // second use), a named one past it.
+            long last = 0;
+            for (int i = 0; i < 8; i++) {
+                int k = 2 + i % 2;
+                try (PreparedStatement ps = conn.prepareStatement("SELECT v, mz_now() FROM " + table + " WHERE k = ?")) {
+                    ps.setInt(1, k);
+                    try (ResultSet rs = ps.executeQuery()) {
+                        check(rs.next(), "no row");
+                        String want = k == 2 ? "two" : "three";
+                        check(rs.getString(1).equals(want) && rs.getLong(2) >= last,
+                            "read " + i + ": " + rs.getString(1) + " at " + rs.getLong(2) + ", want " + want + " at or after " + last);
+                        last = rs.getLong(2);
+                    }
+                }
+            }
+            for (int i = 0; i < 8; i++) {
+                String v = oneString("SELECT v FROM " + table + " WHERE k = ? AS OF ?", 1, before);
+                check(v.equals("uno"), "AS OF read " + i + ": " + v);
+            }
+        });
         run("as_of_at_least_param", () -> {
             String v = oneString("SELECT v FROM " + table + " WHERE k = ? AS OF AT LEAST ?", 1, before);
             check(v.equals("uno") || v.equals("eins"), "got " + v);

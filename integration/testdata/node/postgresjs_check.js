@@ -116,6 +116,33 @@ async function main() {
     expect(plain[0].one === 1 && param[0].v === 42, 'plain and parameterized reads');
   });
 
+  await cases.run('repeated_ts_reads', async () => {
+    // The same timestamped reads eight times each, prepared (named, cached
+    // by postgres.js) and unprepared (the unnamed statement, which the
+    // event loop binds to a statement of the proxy's from the second use):
+    // each answers its own key, mz_now() never goes back, AS OF $n reads
+    // the past.
+    const sql2 = postgres(url, { max: 1, prepare: false, onnotice: () => {} });
+    try {
+      for (const q of [sql, sql2]) {
+        let last = 0n;
+        for (let i = 0; i < 8; i++) {
+          const k = 2 + (i % 2);
+          const [row] = await q`SELECT v, mz_now() FROM ${q(table)} WHERE k = ${k}`;
+          const want = k === 2 ? 'two' : 'three';
+          expect(row && row.v === want && BigInt(row.mz_now) >= last, `read ${i}: ${JSON.stringify(row)}, want ${want} at or after ${last}`);
+          last = BigInt(row.mz_now);
+        }
+        for (let i = 0; i < 6; i++) {
+          const [row] = await q`SELECT v FROM ${q(table)} WHERE k = ${1} AS OF ${mzNow()}`;
+          expect(row && row.v === 'uno', `AS OF read ${i}: ${JSON.stringify(row)}`);
+        }
+      }
+    } finally {
+      await sql2.end();
+    }
+  });
+
   await sql.end();
   cases.finish();
 }
