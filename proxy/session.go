@@ -302,6 +302,11 @@ func (s *Session) Handle(ctx context.Context, msg pgproto3.FrontendMessage, fram
 			return err
 		}
 	}
+	if s.loopTxn.beginDeferred {
+		if err := s.sendDeferredBegin(ctx); err != nil {
+			return err
+		}
+	}
 	s.observeMessage(msg)
 	copyQuery := s.copy == copyQuery
 	err := s.handleStatement(ctx, msg, frame)
