@@ -99,6 +99,7 @@ type loopTxn struct {
 	began, replied              bool
 	reply                       []byte
 	beginDeferred, deferredSync bool
+	deferredQuery               bool // deferred is a Query (sendPinBegin)
 	deferred                    []byte
 }
 
@@ -349,9 +350,10 @@ func (s *Session) admitFirstRead(sql, portal string, batch []byte) ([]byte, bool
 	lt.send.b = lt.send.b[:0]
 	s.be.w.Reset(&lt.send)
 	var err error
+	ends := 0
 	if lt.beginDeferred {
 		// The BEGIN the loop answered begins the block here.
-		err = s.be.w.WriteFrame(lt.deferred)
+		ends, err = s.sendPinBegin(batch[0] == 'Q')
 	}
 	if err == nil {
 		err = s.sendPinGuard(ctx, g)
@@ -367,13 +369,13 @@ func (s *Session) admitFirstRead(sql, portal string, batch []byte) ([]byte, bool
 	if err != nil {
 		// Only encoding can fail; nothing was sent, so the guard's
 		// statements are prepared again next time.
-		s.pinGuardPrepared, s.pinGuardRevPrepared = false, false
+		s.pinGuardPrepared, s.pinGuardRevPrepared, s.pinBeginPrepared = false, false, false
 		return nil, false
 	}
 	if lt.beginDeferred {
-		// Its CommandComplete comes first among the guard's answers.
+		// Its answers come first among the guard's.
 		lt.beginDeferred = false
-		g.ends++
+		g.ends += ends
 	}
 	lt.g, lt.ends, lt.value, lt.sql, lt.noted = g, g.ends, "", sql, false
 	return lt.send.b, true
@@ -566,6 +568,7 @@ func (s *Session) replyBegin(batch []byte) bool {
 		batch = batch[:len(batch)-syncLen]
 	}
 	lt.deferred, lt.deferredSync, lt.beginDeferred = append(lt.deferred[:0], batch...), sync, true
+	lt.deferredQuery = batch[0] == 'Q'
 	// As plainAnswer follows the backend's CommandComplete and
 	// ReadyForQuery of the BEGIN.
 	s.loopFlight.Store(false)
@@ -590,6 +593,34 @@ func (s *Session) Reply() []byte {
 	}
 	lt.replied = false
 	return lt.reply
+}
+
+// sendPinBegin queues, unflushed, the BEGIN the loop answered, in front
+// of the first read's pin, and returns the number of its answers that
+// end with a CloseComplete or CommandComplete (the guard's ends). A
+// BEGIN of the extended protocol is the client's messages but its Sync.
+// A Query in front of a read sent as a Query is not sent as it is:
+// PostgreSQL flushes its output at each ReadyForQuery, so the loop would
+// wake for the BEGIN's answers alone. It is the Bind and Execute of a
+// BEGIN the session prepares once, in the unnamed portal; what the Query
+// did to the backend besides (drop the unnamed statement and portal) the
+// read's Query does. In front of any other read the Query goes as it is.
+func (s *Session) sendPinBegin(readQuery bool) (ends int, err error) {
+	lt := &s.loopTxn
+	m := &s.pinMsgs
+	if lt.deferredQuery && readQuery && s.pinBeginPrepared {
+		return 1, s.be.sendPair(m.bindOf("", pinBeginStatement, nil), m.executeOf(""))
+	}
+	if err := s.be.w.WriteFrame(lt.deferred); err != nil {
+		return 0, err
+	}
+	if !lt.deferredQuery || s.pinBeginPrepared {
+		return 1, nil
+	}
+	// Prepared for the next time, once per session (closed first: a
+	// client may have prepared the name).
+	s.pinBeginPrepared = true
+	return 2, s.be.sendPair(m.closeOf('S', pinBeginStatement), m.parseOf(pinBeginStatement, "BEGIN", nil))
 }
 
 // Lengths of the frames a BEGIN is answered with.

@@ -247,12 +247,14 @@ type statementState struct {
 // failLostHold); pinPeekPrepared, pinCheckPrepared: pin_peek and the
 // gate-less pin's check are (txn.go); pinGuardPrepared, pinGuardRevPrepared:
 // the pin that rides with a first read is, without and with its check of
-// the catalog revision (pin_read.go).
+// the catalog revision (pin_read.go); pinBeginPrepared: the BEGIN the
+// event loop sends with a first read is (loop_txn.go, sendPinBegin).
 type ownStatements struct {
 	writeSlotPrepared, deferredSlotPrepared int64
 	lostHoldPrepared                        bool
 	pinPeekPrepared, pinCheckPrepared       bool
 	pinGuardPrepared, pinGuardRevPrepared   bool
+	pinBeginPrepared                        bool
 	pinMsgs                                 pinMessages // reused by the pin and the read guard (pin_read.go, seen_read.go)
 	// explicitBind and explicitParams are the client's Bind as
 	// forwardExplicitBind sends it, reused from one read to the next.

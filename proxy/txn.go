@@ -298,7 +298,7 @@ func (s *Session) peekRefusedView(u *unit, frame []byte) bool {
 func (s *Session) restrictViews() {
 	s.be.viewsRestricted = true
 	s.pinPeekPrepared, s.pinCheckPrepared = false, false
-	s.pinGuardPrepared, s.pinGuardRevPrepared = false, false
+	s.pinGuardPrepared, s.pinGuardRevPrepared, s.pinBeginPrepared = false, false, false
 }
 
 // The proxy's prepared statements of the gate-less pin: pin_peek, the
@@ -307,6 +307,7 @@ func (s *Session) restrictViews() {
 var (
 	pinPeekStatement  = ownName("mzproxy_pin_peek")
 	pinRaiseStatement = ownName("mzproxy_pin_raise")
+	pinBeginStatement = ownName("mzproxy_pin_begin")
 	pinCheckStatement = ownName("mzproxy_pin_check")
 )
 
