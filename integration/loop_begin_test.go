@@ -114,3 +114,50 @@ func TestLoopAnsweredBegin(t *testing.T) {
 		p.mustAlive(t, ctx)
 	}
 }
+
+// TestLoopBeginIdleTimeoutDefault: a session whose
+// idle_in_transaction_session_timeout comes from its database's default
+// (ALTER DATABASE ... SET, which the proxy sees no statement set) has
+// its BEGIN sent as it is, not answered by the event loop (the peek finds
+// the timeout set): the backend times the client's idle from the BEGIN
+// on and ends the session, as directly. A session of another database
+// without the timeout has its BEGIN answered by the loop, and lives.
+func TestLoopBeginIdleTimeoutDefault(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t, "--event-loop=true")
+	setup := p.connect(t, ctx)
+	mustExec(t, ctx, setup, "ALTER DATABASE "+db+" SET idle_in_transaction_session_timeout = '500ms'")
+	conn := connectTo(t, ctx, p.URL("postgres", db))
+	mustExec(t, ctx, conn, "CREATE TABLE lbit (k int PRIMARY KEY, v int NOT NULL)", "INSERT INTO lbit VALUES (1, 10)")
+	// The session's pins come to agree: the loop would take its BEGIN.
+	for range 4 {
+		mustExec(t, ctx, conn, "BEGIN", "SELECT v FROM lbit WHERE k = 1", "COMMIT")
+	}
+	if _, err := execSimple(ctx, conn, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	var v int
+	err := conn.QueryRow(ctx, "SELECT v FROM lbit WHERE k = 1").Scan(&v)
+	if code := sqlState(err); code != "25P03" && code != "08006" {
+		t.Fatalf("a read after idling past the timeout: %v (SQLSTATE %q), want 25P03 or 08006", err, code)
+	}
+
+	other := p.connect(t, ctx)
+	table := fmt.Sprintf("lbit_%d", time.Now().UnixNano())
+	mustExec(t, ctx, other, "CREATE TABLE "+table+" (k int PRIMARY KEY, v int NOT NULL)", "INSERT INTO "+table+" VALUES (1, 10)")
+	for range 4 {
+		mustExec(t, ctx, other, "BEGIN", "SELECT v FROM "+table+" WHERE k = 1", "COMMIT")
+	}
+	if _, err := execSimple(ctx, other, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(700 * time.Millisecond)
+	if err := other.QueryRow(ctx, "SELECT v FROM "+table+" WHERE k = 1").Scan(&v); err != nil || v != 10 {
+		t.Fatalf("read %d, %v; want 10", v, err)
+	}
+	mustExec(t, ctx, other, "COMMIT")
+	p.mustAlive(t, ctx)
+}

@@ -538,9 +538,12 @@ func (s *Session) loopTxnUnit() *unit {
 //
 // Until its first statement the block has no backend transaction: its
 // transaction_timestamp() is that statement's, and the backend's
-// idle_in_transaction_session_timeout does not run while the client
-// idles between BEGIN and that statement. So a session that set that
-// timeout (its SET, or its startup options) has its BEGIN sent as it is.
+// idle_in_transaction_session_timeout would not run while the client
+// idles between BEGIN and that statement. So a session whose timeout is
+// set has its BEGIN sent as it is: one that set it (SET, its startup
+// options: the tracked settings), and one whose last peek found it set
+// (its role's or database's default, the server's configuration:
+// viewPeekSQL), or that ran a statement naming a setting since.
 
 // replyBegin answers batch, the plain BEGIN admitBegin just took, in the
 // loop's place and keeps its frames to send in front of the first read;
@@ -550,7 +553,7 @@ func (s *Session) replyBegin(batch []byte) bool {
 	b := s.txn.begin
 	if !lt.active || b == nil || b.Isolation != "" || b.ReadOnly != nil || b.Deferrable != nil ||
 		s.txn.peek == nil || *s.txn.peek == "" ||
-		s.settings.Effective(timeouts.IdleInTransactionSessionTimeout) != 0 {
+		!s.known.noIdleTimeout || s.settings.Effective(timeouts.IdleInTransactionSessionTimeout) != 0 {
 		return false
 	}
 	tag := "START TRANSACTION"

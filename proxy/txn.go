@@ -252,8 +252,19 @@ const viewsRestrictedPeek = "views restricted"
 // the check and the guard may be prepared only now, in the transaction,
 // and would then fail, the check inside a batch of the client's too. So
 // the peek tells, and they are prepared calling the functions.
+//
+// A count is followed by idleTimeoutPeek when the session's
+// idle_in_transaction_session_timeout is set: whatever set it (its role's
+// or database's default, the server's configuration), the event loop then
+// sends a read-only transaction's BEGIN as it is (replyBegin).
 const viewPeekSQL = "SELECT CASE WHEN pg_catalog.current_setting('restrict_nonsystem_relation_kind', true) LIKE '%view%'" +
-	" THEN '" + viewsRestrictedPeek + "' ELSE p.w::text END FROM (" + storage.PinPeekSQL + ") p"
+	" THEN '" + viewsRestrictedPeek + "' ELSE p.w::text OPERATOR(pg_catalog.||) CASE WHEN" +
+	" pg_catalog.current_setting('idle_in_transaction_session_timeout') OPERATOR(pg_catalog.=) '0' THEN '' ELSE '" +
+	idleTimeoutPeek + "' END END FROM (" + storage.PinPeekSQL + ") p"
+
+// idleTimeoutPeek follows the count viewPeekSQL answers when the session's
+// idle_in_transaction_session_timeout is not 0.
+const idleTimeoutPeek = " idle"
 
 // keepPeek keeps the peek's answer, a DataRow, in peek; an answer that
 // the session restricts views is kept as none (the transaction pins with
@@ -261,9 +272,16 @@ const viewPeekSQL = "SELECT CASE WHEN pg_catalog.current_setting('restrict_nonsy
 // on.
 func (s *Session) keepPeek(frame []byte, peek *string) {
 	keepFirstValue(frame, peek)
-	if *peek == viewsRestrictedPeek {
+	switch {
+	case *peek == viewsRestrictedPeek:
 		*peek = ""
 		s.restrictViews()
+		s.known.noIdleTimeout = false
+	case strings.HasSuffix(*peek, idleTimeoutPeek):
+		*peek = strings.TrimSuffix(*peek, idleTimeoutPeek)
+		s.known.noIdleTimeout = false
+	case *peek != "" && !s.be.viewsRestricted:
+		s.known.noIdleTimeout = true
 	}
 }
 
