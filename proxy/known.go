@@ -36,9 +36,10 @@ type knownSession struct {
 	// BEGIN has: default_transaction_isolation and
 	// default_transaction_read_only, learned at such a transaction's pin.
 	defaults txnCharacteristics
-	// noIdleTimeout: the session's last peek (viewPeekSQL) found its
-	// idle_in_transaction_session_timeout 0, and no statement since named
-	// a setting the proxy follows: the event loop may answer a plain
+	// noIdleTimeout: the session's last peek (viewPeekSQL) or gated pin
+	// (noteGatedPin) found its idle_in_transaction_session_timeout 0, and
+	// no statement since named a setting the proxy follows: the event
+	// loop may answer a plain
 	// BEGIN itself (replyBegin), the backend having nothing to time
 	// until the transaction's first statement.
 	noIdleTimeout bool
