@@ -39,9 +39,8 @@ type knownSession struct {
 	// noIdleTimeout: the session's last peek (viewPeekSQL) or gated pin
 	// (noteGatedPin) found its idle_in_transaction_session_timeout 0, and
 	// no statement since named a setting the proxy follows: the event
-	// loop may answer a plain
-	// BEGIN itself (replyBegin), the backend having nothing to time
-	// until the transaction's first statement.
+	// loop may answer a plain BEGIN itself (replyBegin), the backend
+	// having nothing to time until the transaction's first statement.
 	noIdleTimeout bool
 	// settled is what the session's pins found of the database's writes
 	// (txn.go, peekBeforeBegin): a text that may restrict views

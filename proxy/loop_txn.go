@@ -541,9 +541,10 @@ func (s *Session) loopTxnUnit() *unit {
 // idle_in_transaction_session_timeout would not run while the client
 // idles between BEGIN and that statement. So a session whose timeout is
 // set has its BEGIN sent as it is: one that set it (SET, its startup
-// options: the tracked settings), and one whose last peek found it set
-// (its role's or database's default, the server's configuration:
-// viewPeekSQL), or that ran a statement naming a setting since.
+// options: the tracked settings), one whose last peek or gated pin found
+// it set (its role's or database's default, the server's configuration:
+// viewPeekSQL, noteGatedPin), and one that ran a statement naming a
+// setting since.
 
 // replyBegin answers batch, the plain BEGIN admitBegin just took, in the
 // loop's place and keeps its frames to send in front of the first read;
