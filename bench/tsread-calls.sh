@@ -22,11 +22,15 @@
 # setup too) to <dir>/<database>.prof when the script ends
 # (MZPROXY_CPU_PROFILE; read it with go tool pprof).
 # FLAGS: more mzproxy flags for every revision (e.g. --event-loop=false).
+# BACKEND=1: the strace run also traces PostgreSQL (strace -c -f on the
+# postmaster, so the backends forked for the run's connections; other
+# server processes add a little), per read: the backends' round trips
+# show as their recvfrom and epoll_wait.
 #
 # usage: bench/tsread-calls.sh
 #   env: REVS="tree" READS=2000 ROUNDS=3 SCRIPTS="tsread asof"
 #        MODES="simple prepared" STRACE=1 (STRACE=0: CPU only) PROFILE= FLAGS=
-#        CLIENTS=1
+#        CLIENTS=1 BACKEND=
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -116,10 +120,25 @@ for script in $SCRIPTS; do
 			if [ "$STRACE" = 1 ]; then
 				strace -c -f -p "${pid[$d]}" -o "$work/trace" 2>/dev/null &
 				spid=$!
+				if [ "${BACKEND:-}" = 1 ]; then
+					strace -c -f -p "$(head -1 "$work/pg/postmaster.pid")" -o "$work/btrace" 2>/dev/null &
+					bpid=$!
+				fi
 				sleep 0.5
 				run "$d" "$script" "$mode" "$READS" "$CLIENTS" >/dev/null
 				kill -INT "$spid" 2>/dev/null || true
 				wait "$spid" 2>/dev/null || true
+				if [ "${BACKEND:-}" = 1 ]; then
+					kill -INT "$bpid" 2>/dev/null || true
+					wait "$bpid" 2>/dev/null || true
+					awk -v n="$((READS * CLIENTS))" -v rev="$rev" -v what="$script $mode" '
+						$1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" { calls[$NF] += $4; total += $4 }
+						END {
+							printf "%-22s %-17s backend: %.2f calls/read: ", rev, what, total / n
+							for (c in calls) if (calls[c] / n >= 0.05) printf "%s %.2f, ", c, calls[c] / n
+							printf "\n"
+						}' "$work/btrace" >&2
+				fi
 				total=$(awk '$1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" {n += $4} END {print n + 0}' "$work/trace")
 				breakdown=$(awk -v n="$((READS * CLIENTS))" '
 					$1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" {

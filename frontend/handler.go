@@ -81,3 +81,10 @@ type LoopSession interface {
 	// the session may have to watch its backend meanwhile.
 	LoopLeft()
 }
+
+// LoopReplier is a LoopSession that may answer a batch it admitted
+// itself (evloop.Replier): Reply, asked right after Admit, returns the
+// whole answer, or nil when the batch goes to the backend.
+type LoopReplier interface {
+	Reply() []byte
+}

@@ -115,6 +115,15 @@ type loopPeer struct {
 
 func (p loopPeer) MaxMessageSize() int { return p.maxMessageSize }
 
+// Reply implements evloop.Replier for a session that answers some
+// batches itself (LoopReplier).
+func (p loopPeer) Reply() []byte {
+	if r, ok := p.LoopSession.(LoopReplier); ok {
+		return r.Reply()
+	}
+	return nil
+}
+
 // Readable decodes whole frames as serve does: a message it would answer
 // with an error at once is not left waiting for the rest of its batch.
 func (p loopPeer) Readable(frames []byte) bool {

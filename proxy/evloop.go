@@ -97,6 +97,7 @@ func (s *Session) Admit(batch []byte) ([]byte, bool) {
 	defer s.stmtMu.Unlock()
 	s.admitting = true
 	defer func() { s.admitting = false }()
+	s.loopTxn.began = false
 	if (s.tx == txBlock || s.tx == txFailed || s.txn.phase != txnNone) && !s.loopFollowsTxn() {
 		// As LoopBackend: the session's goroutine serves the block.
 		return nil, false
@@ -149,6 +150,10 @@ func (s *Session) Admit(batch []byte) ([]byte, bool) {
 		s.enter(timeouts.PhaseExecute)
 	}
 	s.loopFlight.Store(true)
+	if s.loopTxn.began && send == nil && s.replyBegin(batch) {
+		// Answered here; sent with the transaction's first read.
+		return nil, true
+	}
 	return send, true
 }
 

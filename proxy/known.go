@@ -36,6 +36,12 @@ type knownSession struct {
 	// BEGIN has: default_transaction_isolation and
 	// default_transaction_read_only, learned at such a transaction's pin.
 	defaults txnCharacteristics
+	// noIdleTimeout: the session's last peek (viewPeekSQL) or gated pin
+	// (noteGatedPin) found its idle_in_transaction_session_timeout 0, and
+	// no statement since named a setting the proxy follows: the event
+	// loop may answer a plain BEGIN itself (replyBegin), the backend
+	// having nothing to time until the transaction's first statement.
+	noIdleTimeout bool
 	// settled is what the session's pins found of the database's writes
 	// (txn.go, peekBeforeBegin): a text that may restrict views
 	// (viewRestrictionWords) makes the next transaction ask pin_peek,
@@ -57,6 +63,7 @@ type txnCharacteristics struct {
 var forgetWords = []string{
 	"search_path", "set_config", "reset", "discard", "rollback", "abort",
 	"default_transaction", "characteristics", "restrict_nonsystem",
+	"idle_in_transaction",
 }
 
 // viewRestrictionWords are the forgetWords of a text that may make the
@@ -91,6 +98,7 @@ func (s *Session) noteStatementText(sql string) {
 	s.known.searchPath, s.known.searchPathShown = nil, ""
 	s.forgetOwnBuilt()
 	s.known.defaults = txnCharacteristics{}
+	s.known.noIdleTimeout = false
 	if viewRestrictionSet.In(sql) {
 		s.known.settled.steady = false
 	}

@@ -93,6 +93,14 @@ type loopTxn struct {
 	behind     int
 	bindBehind bool
 	parseFrame []byte // the Parse, given back, of a batch a Bind follows
+	// began: admitBegin took the batch Admit admits now. replied:
+	// replyBegin answered it, with reply. beginDeferred: its frames
+	// (deferred, without its Sync when deferredSync) are not sent yet.
+	began, replied              bool
+	reply                       []byte
+	beginDeferred, deferredSync bool
+	deferredQuery               bool // deferred is a Query (sendPinBegin)
+	deferred                    []byte
 }
 
 // errHoldWaits is hold's error on the loop's goroutine when the lease
@@ -161,6 +169,7 @@ func (s *Session) admitBegin(sql string) bool {
 		return false
 	}
 	s.noteBegin(sql, opts)
+	s.loopTxn.began = true
 	// The last pins' count stands in for the peek: nothing is sent (the
 	// session is idle and synced, as LoopBackend requires).
 	if err := s.peekBeforeBegin(); err != nil || s.txn.peek == nil || *s.txn.peek == "" {
@@ -340,7 +349,15 @@ func (s *Session) admitFirstRead(sql, portal string, batch []byte) ([]byte, bool
 	lt := &s.loopTxn
 	lt.send.b = lt.send.b[:0]
 	s.be.w.Reset(&lt.send)
-	err := s.sendPinGuard(ctx, g)
+	var err error
+	ends := 0
+	if lt.beginDeferred {
+		// The BEGIN the loop answered begins the block here.
+		ends, err = s.sendPinBegin(batch[0] == 'Q')
+	}
+	if err == nil {
+		err = s.sendPinGuard(ctx, g)
+	}
 	if err == nil {
 		err = s.be.w.WriteFrame(batch)
 	}
@@ -352,8 +369,13 @@ func (s *Session) admitFirstRead(sql, portal string, batch []byte) ([]byte, bool
 	if err != nil {
 		// Only encoding can fail; nothing was sent, so the guard's
 		// statements are prepared again next time.
-		s.pinGuardPrepared, s.pinGuardRevPrepared = false, false
+		s.pinGuardPrepared, s.pinGuardRevPrepared, s.pinBeginPrepared = false, false, false
 		return nil, false
+	}
+	if lt.beginDeferred {
+		// Its answers come first among the guard's.
+		lt.beginDeferred = false
+		g.ends += ends
 	}
 	lt.g, lt.ends, lt.value, lt.sql, lt.noted = g, g.ends, "", sql, false
 	return lt.send.b, true
@@ -367,7 +389,8 @@ func (s *Session) loopTxnAnswer(typ byte, frame []byte) evloop.Verdict {
 	lt := &s.loopTxn
 	if lt.ends > 0 {
 		switch typ {
-		case '1', '2':
+		case '1', '2', 'n', 'Z':
+			// ('n' and 'Z' answer a BEGIN the loop answered: replyBegin.)
 			return evloop.Drop
 		case 'D':
 			keepFirstValue(frame, &lt.value)
@@ -492,6 +515,204 @@ func (s *Session) takeLoopTxn(sent int) {
 func (s *Session) loopTxnUnit() *unit {
 	if lt := &s.loopTxn; lt.active {
 		return &lt.u
+	}
+	return nil
+}
+
+// A read-only transaction's BEGIN, answered by the loop (issue 15).
+// Directly, a transaction of two reads is four round trips to the
+// backend; through the proxy the BEGIN was one of them as well, though
+// nothing of it is the client's to see but its CommandComplete and
+// ReadyForQuery, which a plain BEGIN in an idle session always answers.
+// So the loop answers a plain BEGIN (no options) itself (replyBegin) and
+// keeps its frames, which go to the backend in front of the
+// transaction's first read, in the same write as the pin's raise and
+// guard (admitFirstRead): the backend begins the block where the
+// read-only transaction's snapshot is taken, and the transaction costs
+// the backend, and the proxy, one round trip less. The backend answers
+// the frames as the guard's messages: their CommandComplete is counted
+// among the guard's ends, and their other answers are dropped (Answer
+// in the loop, readPinValue on the goroutine). Whatever else the session
+// sends first goes to its goroutine, which sends the BEGIN alone and
+// reads its answers before anything of its own (sendDeferredBegin).
+//
+// Until its first statement the block has no backend transaction: its
+// transaction_timestamp() is that statement's, and the backend's
+// idle_in_transaction_session_timeout would not run while the client
+// idles between BEGIN and that statement. So a session whose timeout is
+// set has its BEGIN sent as it is: one that set it (SET, its startup
+// options: the tracked settings), one whose last peek or gated pin found
+// it set (its role's or database's default, the server's configuration:
+// viewPeekSQL, noteGatedPin), and one that ran a statement naming a
+// setting since.
+
+// replyBegin answers batch, the plain BEGIN admitBegin just took, in the
+// loop's place and keeps its frames to send in front of the first read;
+// false when the batch goes to the backend as it is.
+func (s *Session) replyBegin(batch []byte) bool {
+	lt := &s.loopTxn
+	b := s.txn.begin
+	if !lt.active || b == nil || b.Isolation != "" || b.ReadOnly != nil || b.Deferrable != nil ||
+		s.txn.peek == nil || *s.txn.peek == "" ||
+		!s.known.noIdleTimeout || s.settings.Effective(timeouts.IdleInTransactionSessionTimeout) != 0 {
+		return false
+	}
+	tag := "START TRANSACTION"
+	if startsWithWord(s.txn.beginSQL, "begin") {
+		tag = "BEGIN"
+	}
+	reply, sync, ok := beginReply(lt.reply[:0], batch, tag)
+	if !ok {
+		return false
+	}
+	lt.reply = reply
+	if sync {
+		// The Sync goes with the first read's batch (or alone, on the
+		// goroutine): the block begins in the read's extended sequence.
+		batch = batch[:len(batch)-syncLen]
+	}
+	lt.deferred, lt.deferredSync, lt.beginDeferred = append(lt.deferred[:0], batch...), sync, true
+	lt.deferredQuery = batch[0] == 'Q'
+	// As plainAnswer follows the backend's CommandComplete and
+	// ReadyForQuery of the BEGIN.
+	s.loopFlight.Store(false)
+	u := &lt.u
+	s.commandComplete(u, reply[len(reply)-zLen-commandCompleteLen(tag):len(reply)-zLen])
+	s.readyForQuery(u, reply[len(reply)-zLen:])
+	lt.active = false
+	s.endLoopRead()
+	if s.obs.Active() {
+		s.obs.End(byte(s.tx))
+	}
+	lt.replied = true
+	return true
+}
+
+// Reply implements evloop.Replier: the answer replyBegin made for the
+// batch Admit just admitted, nil when it goes to the backend.
+func (s *Session) Reply() []byte {
+	lt := &s.loopTxn
+	if !lt.replied {
+		return nil
+	}
+	lt.replied = false
+	return lt.reply
+}
+
+// sendPinBegin queues, unflushed, the BEGIN the loop answered, in front
+// of the first read's pin, and returns the number of its answers that
+// end with a CloseComplete or CommandComplete (the guard's ends). A
+// BEGIN of the extended protocol is the client's messages but its Sync.
+// A Query in front of a read sent as a Query is not sent as it is:
+// PostgreSQL flushes its output at each ReadyForQuery, so the loop would
+// wake for the BEGIN's answers alone. It is the Bind and Execute of a
+// BEGIN the session prepares once, in the unnamed portal; what the Query
+// did to the backend besides (drop the unnamed statement and portal) the
+// read's Query does. In front of any other read the Query goes as it is.
+func (s *Session) sendPinBegin(readQuery bool) (ends int, err error) {
+	lt := &s.loopTxn
+	m := &s.pinMsgs
+	if lt.deferredQuery && readQuery && s.pinBeginPrepared {
+		return 1, s.be.sendPair(m.bindOf("", pinBeginStatement, nil), m.executeOf(""))
+	}
+	if err := s.be.w.WriteFrame(lt.deferred); err != nil {
+		return 0, err
+	}
+	if !lt.deferredQuery || s.pinBeginPrepared {
+		return 1, nil
+	}
+	// Prepared for the next time, once per session (closed first: a
+	// client may have prepared the name).
+	s.pinBeginPrepared = true
+	return 2, s.be.sendPair(m.closeOf('S', pinBeginStatement), m.parseOf(pinBeginStatement, "BEGIN", nil))
+}
+
+// Lengths of the frames a BEGIN is answered with.
+const (
+	syncLen = 5
+	zLen    = 6
+)
+
+func commandCompleteLen(tag string) int { return 1 + 4 + len(tag) + 1 }
+
+// beginReply appends to dst what the backend answers batch, a plain BEGIN
+// in an idle session that admitTxnBind or admitQuery took: a Query, or
+// its unnamed Parse, Bind, a Describe of its portal and Execute, or some
+// of them, and a Sync. sync: the batch is extended and ends with its
+// Sync. ok is false for a batch the backend might refuse (parameters for
+// a statement that takes none, more result formats than its one).
+func beginReply(dst, batch []byte, tag string) (_ []byte, sync, ok bool) {
+	for off := 0; off < len(batch); {
+		n := 1 + int(binary.BigEndian.Uint32(batch[off+1:]))
+		frame := batch[off : off+n]
+		off += n
+		r := msgReader{b: frame[5:]}
+		switch frame[0] {
+		case 'Q':
+			dst = appendCommandComplete(dst, tag)
+			sync = false
+		case 'P':
+			r.cstring()
+			r.cstring()
+			if r.uint16() != 0 || r.bad {
+				return dst, false, false
+			}
+			dst = append(dst, '1', 0, 0, 0, 4)
+		case 'B':
+			r.cstring()
+			r.cstring()
+			formats := r.uint16()
+			r.skip(2 * formats)
+			if params := r.uint16(); formats > 1 || params != 0 || r.uint16() > 1 || r.bad {
+				return dst, false, false
+			}
+			dst = append(dst, '2', 0, 0, 0, 4)
+		case 'D':
+			dst = append(dst, 'n', 0, 0, 0, 4)
+		case 'E':
+			dst = appendCommandComplete(dst, tag)
+		case 'S':
+			sync = true
+		default:
+			return dst, false, false
+		}
+	}
+	return append(dst, 'Z', 0, 0, 0, 5, 'T'), sync, true
+}
+
+// appendCommandComplete appends a CommandComplete of tag.
+func appendCommandComplete(dst []byte, tag string) []byte {
+	dst = append(dst, 'C')
+	dst = binary.BigEndian.AppendUint32(dst, uint32(4+len(tag)+1))
+	return append(append(dst, tag...), 0)
+}
+
+// sendDeferredBegin sends the BEGIN the loop answered (replyBegin) and
+// has not sent, alone, before the session's goroutine sends anything of
+// its own or the client's, and drops its answers: the client has had
+// them.
+func (s *Session) sendDeferredBegin(ctx context.Context) error {
+	lt := &s.loopTxn
+	lt.beginDeferred = false
+	if err := s.be.w.WriteFrame(lt.deferred); err != nil {
+		return s.lost(err)
+	}
+	if lt.deferredSync {
+		if err := s.be.w.Send(&pgproto3.Sync{}); err != nil {
+			return s.lost(err)
+		}
+	}
+	if err := s.be.w.Flush(); err != nil {
+		return s.lostWrite(err)
+	}
+	failed := false
+	if err := s.occRead(ctx, func(typ byte, _ []byte) { failed = failed || typ == 'E' }); err != nil {
+		return err
+	}
+	if failed || s.tx != txBlock {
+		// Not reached: a plain BEGIN in an idle session succeeds. The
+		// client was told it did, so the session cannot go on.
+		return pgerr.Fatal(pgerr.ConnectionFailure, "mzproxy: the backend refused a BEGIN the proxy had answered")
 	}
 	return nil
 }

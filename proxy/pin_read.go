@@ -359,7 +359,7 @@ func (s *Session) guardFailed(ctx context.Context, g *pinGuard, failed *pgerr.Er
 	refused := refusedBy(failed, pinRefusedMarker) || s.guardRefusedView(failed)
 	if !refused {
 		// Prepared again next time (the Parse may be what failed).
-		s.pinGuardPrepared, s.pinGuardRevPrepared = false, false
+		s.pinGuardPrepared, s.pinGuardRevPrepared, s.pinBeginPrepared = false, false, false
 	}
 	if err := s.be.internalFailed(failed); !refused || err != failed {
 		return s.pinFailed(err, true, g.expected)
@@ -456,7 +456,7 @@ func (s *Session) settleGuard(ctx context.Context, sendFlush bool) error {
 		return s.guardRefusedExtended(ctx, g)
 	}
 	// Prepared again next time (the Parse may be what failed).
-	s.pinGuardPrepared, s.pinGuardRevPrepared = false, false
+	s.pinGuardPrepared, s.pinGuardRevPrepared, s.pinBeginPrepared = false, false, false
 	if failed.IsFatal() {
 		return failed
 	}

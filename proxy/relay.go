@@ -1155,6 +1155,6 @@ func (s *Session) noteCommand(frame []byte) {
 // statements as gone, so they are prepared again when next used.
 func (s *Session) forgetReadStatements() {
 	s.pinPeekPrepared, s.pinCheckPrepared = false, false
-	s.pinGuardPrepared, s.pinGuardRevPrepared = false, false
+	s.pinGuardPrepared, s.pinGuardRevPrepared, s.pinBeginPrepared = false, false, false
 	s.be.reads.forgetAll()
 }

@@ -247,12 +247,14 @@ type statementState struct {
 // failLostHold); pinPeekPrepared, pinCheckPrepared: pin_peek and the
 // gate-less pin's check are (txn.go); pinGuardPrepared, pinGuardRevPrepared:
 // the pin that rides with a first read is, without and with its check of
-// the catalog revision (pin_read.go).
+// the catalog revision (pin_read.go); pinBeginPrepared: the BEGIN the
+// event loop sends with a first read is (loop_txn.go, sendPinBegin).
 type ownStatements struct {
 	writeSlotPrepared, deferredSlotPrepared int64
 	lostHoldPrepared                        bool
 	pinPeekPrepared, pinCheckPrepared       bool
 	pinGuardPrepared, pinGuardRevPrepared   bool
+	pinBeginPrepared                        bool
 	pinMsgs                                 pinMessages // reused by the pin and the read guard (pin_read.go, seen_read.go)
 	// explicitBind and explicitParams are the client's Bind as
 	// forwardExplicitBind sends it, reused from one read to the next.
@@ -299,6 +301,11 @@ func (s *Session) CopyInProgress() bool { return s.copy != copyNone }
 func (s *Session) Handle(ctx context.Context, msg pgproto3.FrontendMessage, frame []byte) error {
 	if s.idleRead != nil {
 		if err := s.stopIdleReader(); err != nil {
+			return err
+		}
+	}
+	if s.loopTxn.beginDeferred {
+		if err := s.sendDeferredBegin(ctx); err != nil {
 			return err
 		}
 	}

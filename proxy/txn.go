@@ -252,8 +252,18 @@ const viewsRestrictedPeek = "views restricted"
 // the check and the guard may be prepared only now, in the transaction,
 // and would then fail, the check inside a batch of the client's too. So
 // the peek tells, and they are prepared calling the functions.
+//
+// A count is followed by idleTimeoutPeek when the session's
+// idle_in_transaction_session_timeout is set: whatever set it (its role's
+// or database's default, the server's configuration), the event loop then
+// sends a read-only transaction's BEGIN as it is (replyBegin).
 const viewPeekSQL = "SELECT CASE WHEN pg_catalog.current_setting('restrict_nonsystem_relation_kind', true) LIKE '%view%'" +
-	" THEN '" + viewsRestrictedPeek + "' ELSE p.w::text END FROM (" + storage.PinPeekSQL + ") p"
+	" THEN '" + viewsRestrictedPeek + "' ELSE p.w::text" + idleTimeoutSuffixSQL + " END FROM (" + storage.PinPeekSQL + ") p"
+
+// idleTimeoutPeek follows the count viewPeekSQL answers, and the value of
+// a pin's statements (noteGatedPin), when the session's
+// idle_in_transaction_session_timeout is not 0.
+const idleTimeoutPeek = " idle"
 
 // keepPeek keeps the peek's answer, a DataRow, in peek; an answer that
 // the session restricts views is kept as none (the transaction pins with
@@ -261,9 +271,16 @@ const viewPeekSQL = "SELECT CASE WHEN pg_catalog.current_setting('restrict_nonsy
 // on.
 func (s *Session) keepPeek(frame []byte, peek *string) {
 	keepFirstValue(frame, peek)
-	if *peek == viewsRestrictedPeek {
+	switch {
+	case *peek == viewsRestrictedPeek:
 		*peek = ""
 		s.restrictViews()
+		s.known.noIdleTimeout = false
+	case strings.HasSuffix(*peek, idleTimeoutPeek):
+		*peek = strings.TrimSuffix(*peek, idleTimeoutPeek)
+		s.known.noIdleTimeout = false
+	case *peek != "" && !s.be.viewsRestricted:
+		s.known.noIdleTimeout = true
 	}
 }
 
@@ -298,7 +315,7 @@ func (s *Session) peekRefusedView(u *unit, frame []byte) bool {
 func (s *Session) restrictViews() {
 	s.be.viewsRestricted = true
 	s.pinPeekPrepared, s.pinCheckPrepared = false, false
-	s.pinGuardPrepared, s.pinGuardRevPrepared = false, false
+	s.pinGuardPrepared, s.pinGuardRevPrepared, s.pinBeginPrepared = false, false, false
 }
 
 // The proxy's prepared statements of the gate-less pin: pin_peek, the
@@ -307,6 +324,7 @@ func (s *Session) restrictViews() {
 var (
 	pinPeekStatement  = ownName("mzproxy_pin_peek")
 	pinRaiseStatement = ownName("mzproxy_pin_raise")
+	pinBeginStatement = ownName("mzproxy_pin_begin")
 	pinCheckStatement = ownName("mzproxy_pin_check")
 )
 
@@ -621,7 +639,7 @@ func (s *Session) pinQuick(ctx context.Context, expected txnCharacteristics) err
 	if err != nil {
 		return s.pinFailed(err, false, expected)
 	}
-	return s.notePin(ctx, values[pinAt])
+	return s.noteGatedPin(ctx, values[pinAt])
 }
 
 // quickPinValue runs pinQuick's statements in one round trip: the SET of
@@ -774,7 +792,7 @@ func (s *Session) pinGatedAfter(ctx context.Context, before []string, expected t
 		}
 	}
 	s.txn.searchPath = planner.EffectiveSearchPath(s.known.searchPath, s.user)
-	return s.notePin(ctx, values[pinAt])
+	return s.noteGatedPin(ctx, values[pinAt])
 }
 
 // checkAsked learns what the SHOWs of a pin sent for expected answered,
@@ -835,7 +853,7 @@ func pinQueries(queries []string, c txnCharacteristics) (_ []string, pinAt int) 
 	for _, q := range storage.PinSnapshotSQL {
 		if q == storage.PinSQL {
 			pinAt = len(queries)
-			q += "::text || ' ' || " + storage.Schema + ".pinned_writes() || ' ' || " + catalogRevisionSubquery
+			q += "::text || ' ' || " + storage.Schema + ".pinned_writes() || ' ' || " + catalogRevisionSubquery + idleTimeoutSuffixSQL
 		}
 		queries = append(queries, q)
 	}
@@ -880,6 +898,23 @@ func knownTxnMismatch(expected, shown txnCharacteristics) *pgerr.Error {
 
 // notePin follows the pin's value v: the transaction's timestamp, the
 // writes seen at it and the catalog revision in its snapshot.
+// noteGatedPin follows the answer v of a pin's statements (pinQueries):
+// notePin's, then idleTimeoutPeek when the session's
+// idle_in_transaction_session_timeout is set, which the session learns
+// as it learns from the peek (keepPeek); not after a statement of the
+// block that may have set it, which the block's end may undo.
+func (s *Session) noteGatedPin(ctx context.Context, v string) error {
+	v, idle := strings.CutSuffix(v, idleTimeoutPeek)
+	s.known.noIdleTimeout = !idle && !s.known.dirtyInBlock && !s.be.viewsRestricted
+	return s.notePin(ctx, v)
+}
+
+// idleTimeoutSuffixSQL appends idleTimeoutPeek to a text when the
+// session's idle_in_transaction_session_timeout is not 0 (the operators
+// named with their schema: the search_path is the client's).
+const idleTimeoutSuffixSQL = " OPERATOR(pg_catalog.||) CASE WHEN pg_catalog.current_setting('idle_in_transaction_session_timeout')" +
+	" OPERATOR(pg_catalog.=) '0' THEN '' ELSE '" + idleTimeoutPeek + "' END"
+
 func (s *Session) notePin(ctx context.Context, v string) error {
 	read, writes, revision, err := parsePin(v)
 	if err != nil {

@@ -153,6 +153,15 @@ func (l *Loop) readClient(m *member) {
 		l.leave(m, nil)
 		return
 	}
+	if r, ok := m.peer.(Replier); ok {
+		if answer := r.Reply(); answer != nil {
+			// Answered without the backend: the batch is done with.
+			m.out = answer
+			m.in, m.readable = m.in[:0], 0
+			m.forwarded++
+			return
+		}
+	}
 	// m.in stays the batch's buffer until the backend has it all (held:
 	// until its answer is relayed, as it may go back with it).
 	m.toBackend = m.in

@@ -39,6 +39,18 @@ type Peer interface {
 	Readable(frames []byte) bool
 }
 
+// Replier is a Peer that may answer a batch it admitted itself, with
+// nothing sent to the backend: a statement whose answer it knows (a
+// read-only transaction's BEGIN, whose backend statement rides with the
+// transaction's first read). The loop asks it right after Admit said ok.
+type Replier interface {
+	// Reply is the whole answer to the batch Admit just admitted (its
+	// ReadyForQuery last), written to the client as it is; nil: the batch
+	// goes to the backend. The loop writes it before it reads the
+	// client again, and the peer keeps it unchanged until then.
+	Reply() []byte
+}
+
 // Verdict is what the loop does with a frame of the backend's answer.
 type Verdict uint8
 
