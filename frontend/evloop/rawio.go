@@ -9,6 +9,8 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
+	"unsafe"
 )
 
 // rawOp is the reads (or the writes) of an attached socket, made as the
@@ -32,10 +34,15 @@ type rawOp struct {
 	// local, remote: for errors spelled as net.Conn spells them.
 	local, remote net.Addr
 	call          func(fd uintptr) bool // op.attempt, bound once: no allocation per call
+	// pollWait: a read that finds nothing first waits for the socket in
+	// poll(2) on its own thread, up to this long, before it waits in Go's
+	// netpoller (0: never; Conn.SetPollWait).
+	pollWait time.Duration
 	// The call under way.
-	p   []byte
-	n   int
-	err error
+	p      []byte
+	n      int
+	err    error
+	polled bool // the call waited in poll(2) already
 }
 
 func (op *rawOp) init(rc syscall.RawConn, write bool, local, remote net.Addr) {
@@ -57,7 +64,7 @@ func (op *rawOp) do(p []byte) (int, error) {
 	if !op.write && len(p) == 0 {
 		return 0, nil
 	}
-	op.p, op.n, op.err = p, 0, nil
+	op.p, op.n, op.err, op.polled = p, 0, nil, false
 	var err error
 	if op.write {
 		err = op.rc.Write(op.call)
@@ -120,6 +127,10 @@ func (op *rawOp) attempt(fd uintptr) bool {
 		switch {
 		case err == syscall.EINTR:
 			continue
+		case err == syscall.EAGAIN && op.pollWait > 0 && !op.polled:
+			op.polled = true
+			pollReadable(int(fd), op.pollWait)
+			continue
 		case err == syscall.EAGAIN:
 			return false
 		case err != nil:
@@ -130,4 +141,36 @@ func (op *rawOp) attempt(fd uintptr) bool {
 		op.n = max(n, 0)
 		return true
 	}
+}
+
+// pollFd is struct pollfd of poll(2).
+type pollFd struct {
+	fd      int32
+	events  int16
+	revents int16
+}
+
+const (
+	pollIn    = 0x1
+	pollRDHup = 0x2000
+)
+
+// pollReadable waits up to d for fd to be readable (or hung up, or in
+// error: the read that follows tells which) in ppoll(2), in the
+// scheduler's system-call state: the thread sleeps in the kernel and
+// wakes when the peer writes, the goroutine then runs on at once. A wait
+// in Go's netpoller instead parks the goroutine, has the thread look for
+// other work and poll the netpoller (epoll_pwait, once without waiting,
+// once waiting: each also reports the writability edges Go asks every
+// socket for) and the goroutine readied again (session 17: four
+// epoll_pwait per write). It is made inside the RawConn's read call, which
+// holds the descriptor: a Close meanwhile waits for it, so the
+// descriptor cannot be reused under the poll, and d bounds that wait (and
+// a deadline's). An interrupted poll (EINTR: the scheduler's preemption
+// signal) ends the wait early; the read then finds nothing and the
+// netpoller waits.
+func pollReadable(fd int, d time.Duration) {
+	pfd := pollFd{fd: int32(fd), events: pollIn | pollRDHup}
+	ts := syscall.NsecToTimespec(int64(d))
+	_, _, _ = syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
 }

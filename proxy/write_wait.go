@@ -1,0 +1,60 @@
+package proxy
+
+import (
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/mzproxy/mzproxy/frontend/evloop"
+)
+
+// How an optimistic write waits for the backend's answer (issue 14,
+// docs/write-cost.md "Session 18").
+//
+// A read of the backend that finds nothing parks the session's goroutine
+// in Go's netpoller: its thread looks for other work, polls the
+// netpoller once without waiting and once waiting (each poll also
+// returns the writability edges that Go asks every socket for, raised by
+// the write just made), and the goroutine is readied again when the
+// answer comes. A write that is the only one in flight instead has its
+// thread wait for the answer in poll(2) (evloop.Conn.SetPollWait): the
+// thread sleeps in the kernel and runs on when the backend writes, with
+// no scheduler work and no netpoller call. Its P stays in the system
+// call meanwhile, which Go's scheduler takes back after 10 ms while
+// another P is idle, but after 20 µs when none is (a handoff to another
+// thread: futex wake-ups). So the poll is for a write alone: with other
+// writes in flight (32 clients), or a single P, the netpoller's sharing
+// of one thread among many waits is the cheaper one, and they wait there
+// as before.
+
+// writePollWait bounds a write's wait in poll(2), below the 10 ms after
+// which the scheduler takes back a P from a system call; a longer wait
+// (a slow durable commit) goes on in the netpoller. A Close or deadline
+// of the backend's socket waits for the poll to end, so it also bounds
+// how late those take effect.
+const writePollWait = 9 * time.Millisecond
+
+// writeWaits counts the optimistic writes in flight, process-wide, for
+// the choice above.
+type writeWaits struct{ inFlight atomic.Int32 }
+
+// pollBackend lets the write's reads of the backend wait in poll(2) when
+// it is the only write in flight (and the process has a P to spare);
+// unpollBackend undoes it with what pollBackend returned, when the write
+// ends.
+func (s *Session) pollBackend() (polled *evloop.Conn) {
+	sole := s.proxy.writeWaits.inFlight.Add(1) == 1
+	lc, ok := s.be.nc.(*evloop.Conn)
+	if !sole || !ok || runtime.GOMAXPROCS(0) < 2 {
+		return nil
+	}
+	lc.SetPollWait(writePollWait)
+	return lc
+}
+
+func (s *Session) unpollBackend(polled *evloop.Conn) {
+	if polled != nil {
+		polled.SetPollWait(0)
+	}
+	s.proxy.writeWaits.inFlight.Add(-1)
+}
