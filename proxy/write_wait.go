@@ -15,28 +15,35 @@ import (
 // in Go's netpoller: its thread looks for other work, polls the
 // netpoller once without waiting and once waiting (each poll also
 // returns the writability edges that Go asks every socket for, raised by
-// the write just made), and the goroutine is readied again when the
+// the writes just made), and the goroutine is readied again when the
 // answer comes. A write that is the only one in flight instead has its
-// thread wait for the answer in poll(2) (evloop.Conn.SetPollWait): the
-// thread sleeps in the kernel and runs on when the backend writes, with
-// no scheduler work and no netpoller call. Its P stays in the system
-// call meanwhile, which Go's scheduler takes back after 10 ms while
-// another P is idle, but after 20 µs when none is (a handoff to another
-// thread: futex wake-ups). So the poll is for a write alone: with other
-// writes in flight (32 clients), or a single P, the netpoller's sharing
-// of one thread among many waits is the cheaper one, and they wait there
-// as before.
+// thread wait for the answer in poll(2), keeping its P
+// (evloop.Conn.SetPollWait): the thread sleeps in the kernel and runs on
+// when the backend writes, with no scheduler work and no netpoller call.
+// So the poll is for a write alone: it holds one of the process's Ps
+// (GOMAXPROCS) while it waits, and with other writes in flight (32
+// clients), or a single P, the netpoller's sharing of one thread among
+// many waits is the cheaper one; they wait there as before. Nothing else
+// changes: the same messages, the same attempts and retries, the same
+// cancel (a CancelRequest, whose error ends the wait) and deadlines.
 
 // writePollWait bounds a write's wait in poll(2), below the 10 ms after
-// which the scheduler takes back a P from a system call; a longer wait
-// (a slow durable commit) goes on in the netpoller. A Close or deadline
-// of the backend's socket waits for the poll to end, so it also bounds
-// how late those take effect.
+// which the scheduler preempts a goroutine that kept its P; a longer wait
+// (a slow durable commit, a row lock) goes on in the netpoller. A Close
+// or deadline of the backend's socket waits for the poll to end, so it
+// also bounds how late those take effect.
 const writePollWait = 9 * time.Millisecond
 
 // writeWaits counts the optimistic writes in flight, process-wide, for
-// the choice above.
-type writeWaits struct{ inFlight atomic.Int32 }
+// the choice above, and those that waited in poll(2).
+type writeWaits struct {
+	inFlight atomic.Int32
+	polled   atomic.Int64
+}
+
+// PolledWrites is how many optimistic writes waited for the backend in
+// poll(2) since start (write_wait.go).
+func (p *Proxy) PolledWrites() int64 { return p.writeWaits.polled.Load() }
 
 // pollBackend lets the write's reads of the backend wait in poll(2) when
 // it is the only write in flight (and the process has a P to spare);
@@ -49,6 +56,7 @@ func (s *Session) pollBackend() (polled *evloop.Conn) {
 		return nil
 	}
 	lc.SetPollWait(writePollWait)
+	s.proxy.writeWaits.polled.Add(1)
 	return lc
 }
 

@@ -92,13 +92,13 @@ func (c *Conn) Write(p []byte) (int, error) {
 }
 
 // SetPollWait makes the Conn's reads that find nothing wait up to d in
-// poll(2), on the reading goroutine's thread, before they wait in Go's
-// netpoller (0, the default: they go to the netpoller at once). For an
-// answer known to be due soon, with the thread to spare: its P stays with
-// the sleeping thread, so Go's scheduler (sysmon) takes it back only after
-// 10 ms while another P is idle, and at once when none is. A Close or
-// deadline set meanwhile takes effect when the poll ends (at most d). The
-// reading goroutine calls it, between its reads.
+// poll(2), on the reading goroutine's thread and keeping its P
+// (pollReadable), before they wait in Go's netpoller (0, the default:
+// they go to the netpoller at once). For an answer known to be due soon,
+// by a goroutine that may keep a P that long: d should stay under the
+// scheduler's 10 ms preemption. A Close or deadline set meanwhile takes
+// effect when the poll ends (at most d). The reading goroutine calls it,
+// between its reads.
 func (c *Conn) SetPollWait(d time.Duration) {
 	c.reads.mu.Lock()
 	c.reads.pollWait = d

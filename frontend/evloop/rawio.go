@@ -156,21 +156,31 @@ const (
 )
 
 // pollReadable waits up to d for fd to be readable (or hung up, or in
-// error: the read that follows tells which) in ppoll(2), in the
-// scheduler's system-call state: the thread sleeps in the kernel and
-// wakes when the peer writes, the goroutine then runs on at once. A wait
-// in Go's netpoller instead parks the goroutine, has the thread look for
-// other work and poll the netpoller (epoll_pwait, once without waiting,
-// once waiting: each also reports the writability edges Go asks every
-// socket for) and the goroutine readied again (session 17: four
-// epoll_pwait per write). It is made inside the RawConn's read call, which
-// holds the descriptor: a Close meanwhile waits for it, so the
-// descriptor cannot be reused under the poll, and d bounds that wait (and
-// a deadline's). An interrupted poll (EINTR: the scheduler's preemption
-// signal) ends the wait early; the read then finds nothing and the
-// netpoller waits.
+// error: the read that follows tells which) in ppoll(2). The thread
+// sleeps in the kernel and the goroutine runs on as soon as the peer
+// writes. A wait in Go's netpoller instead parks the goroutine, has its
+// thread look for other work and poll the netpoller (epoll_pwait, once
+// without waiting and once waiting: each also returns the writability
+// edges Go asks every socket for), and readies the goroutine again
+// (session 17: four epoll_pwait per write).
+//
+// The call is made with RawSyscall, so the goroutine keeps its P, as the
+// loop's reads and writes do: made as an ordinary system call (Syscall6),
+// the P is in the system-call state, which Go's monitor thread (sysmon)
+// takes back when no other P is idle, and each time it does it goes back
+// to waking every 20 µs for a millisecond (session 18: 11.8 nanosleep per
+// durable write, and twice the CPU). Kept, the P is not taken back; the
+// monitor preempts a goroutine that held it for 10 ms with a signal, as
+// the garbage collector's stop does, and a signal ends the poll (EINTR;
+// ppoll is never restarted): the read then finds nothing and the
+// netpoller waits. A caller holds its P for up to d: SetPollWait's
+// callers are few at a time (the proxy: one write in flight).
+//
+// It is made inside the RawConn's read call, which holds the descriptor:
+// a Close meanwhile waits for it, so the descriptor cannot be reused
+// under the poll, and d bounds that wait (and a deadline's).
 func pollReadable(fd int, d time.Duration) {
 	pfd := pollFd{fd: int32(fd), events: pollIn | pollRDHup}
 	ts := syscall.NsecToTimespec(int64(d))
-	_, _, _ = syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	_, _, _ = syscall.RawSyscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
 }
