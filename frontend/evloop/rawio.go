@@ -38,6 +38,7 @@ type rawOp struct {
 	// poll(2) on its own thread, up to this long, before it waits in Go's
 	// netpoller (0: never; Conn.SetPollWait).
 	pollWait time.Duration
+	polls    int // reads that waited in poll(2), for tests
 	// The call under way.
 	p      []byte
 	n      int
@@ -129,6 +130,7 @@ func (op *rawOp) attempt(fd uintptr) bool {
 			continue
 		case err == syscall.EAGAIN && op.pollWait > 0 && !op.polled:
 			op.polled = true
+			op.polls++
 			pollReadable(int(fd), op.pollWait)
 			continue
 		case err == syscall.EAGAIN:
