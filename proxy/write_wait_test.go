@@ -13,7 +13,8 @@ import (
 
 // TestPolledWrite: an autocommit write that is the only one in flight
 // waits for its answer in poll(2) (write_wait.go), and behaves as every
-// optimistic write: it commits once, a deadlock (40P01) is retried, a
+// optimistic write: it commits once, a deadlock (40P01) and a
+// serialization failure (40001) are retried, a
 // statement timeout, a cancel and a client gone end it with nothing
 // written and no goroutine left behind, and its backend's death ends the
 // session with the backend's FATAL error. With another write in flight
@@ -124,6 +125,43 @@ func TestPolledWrite(t *testing.T) {
 		t.Fatalf("after the deadlock's retry: %s, want 12,10", v)
 	}
 	settled("a deadlock retried")
+
+	// A serialization failure (40001): in a repeatable-read session the
+	// write waits for a block that updates its row of a table made
+	// outside mzproxy, and fails when the block commits; the next attempt
+	// takes a new snapshot and commits.
+	run(watcher, "CREATE TABLE polled_plain (id int PRIMARY KEY, v int NOT NULL); INSERT INTO polled_plain VALUES (1, 0)")
+	query(t, ctx, s, client, "SET default_transaction_isolation = 'repeatable read'")
+	run(holder, "BEGIN; UPDATE polled_plain SET v = v + 100 WHERE id = 1")
+	retries, polled = px.occStats.Retries.Load(), px.PolledWrites()
+	go func() {
+		done <- query(t, ctx, s, client, "UPDATE polled_plain SET v = v + 1 WHERE id = 1 /*polled-serial*/")
+	}()
+	for !waiting("polled-serial") {
+		select {
+		case out := <-done:
+			t.Fatalf("the write ended before it waited for the block: %q", out)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	run(holder, "COMMIT")
+	select {
+	case out := <-done:
+		if !strings.Contains(out, "UPDATE 1") || strings.Contains(out, "ERROR") {
+			t.Fatalf("the write that met a serialization failure: %q", out)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the write that met a serialization failure did not end")
+	}
+	if px.occStats.Retries.Load() == retries || px.PolledWrites() != polled+1 {
+		t.Fatalf("the write that met a serialization failure: %d retries, %d polled; want some, and 1",
+			px.occStats.Retries.Load()-retries, px.PolledWrites()-polled)
+	}
+	if v := run(watcher, "SELECT v FROM polled_plain"); v != "101" {
+		t.Fatalf("after the serialization failure's retry: %s, want 101", v)
+	}
+	query(t, ctx, s, client, "RESET default_transaction_isolation")
+	settled("a serialization failure retried")
 
 	sleepy := "UPDATE polled_w SET v = v + 1 + (SELECT 0 FROM pg_sleep(5)) WHERE id = 1"
 	query(t, ctx, s, client, "SET statement_timeout = '400ms'")
