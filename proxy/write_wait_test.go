@@ -14,11 +14,11 @@ import (
 // TestPolledWrite: an autocommit write that is the only one in flight
 // waits for its answer in poll(2) (write_wait.go), and behaves as every
 // optimistic write: it commits once, a deadlock (40P01) and a
-// serialization failure (40001) are retried, a
-// statement timeout, a cancel and a client gone end it with nothing
-// written and no goroutine left behind, and its backend's death ends the
-// session with the backend's FATAL error. With another write in flight
-// it waits in the netpoller.
+// serialization failure (40001) are retried, a statement timeout, a
+// cancel and a client gone end it with nothing written and no goroutine
+// left behind, and its backend's death ends the session with the
+// backend's FATAL error. With another write in flight it waits in the
+// netpoller.
 func TestPolledWrite(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
