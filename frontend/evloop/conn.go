@@ -97,12 +97,10 @@ func (c *Conn) Write(p []byte) (int, error) {
 // they go to the netpoller at once). For an answer known to be due soon,
 // by a goroutine that may keep a P that long: d should stay under the
 // scheduler's 10 ms preemption. A Close or deadline set meanwhile takes
-// effect when the poll ends (at most d). The reading goroutine calls it,
-// between its reads.
+// effect when the poll ends (at most d). Safe to call while a read is
+// under way, which sees the new wait if it has not polled yet.
 func (c *Conn) SetPollWait(d time.Duration) {
-	c.reads.mu.Lock()
-	c.reads.pollWait = d
-	c.reads.mu.Unlock()
+	c.reads.pollWait.Store(int64(d))
 }
 
 func (c *Conn) LocalAddr() net.Addr  { return c.local }

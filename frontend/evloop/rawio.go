@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -36,8 +37,9 @@ type rawOp struct {
 	call          func(fd uintptr) bool // op.attempt, bound once: no allocation per call
 	// pollWait: a read that finds nothing first waits for the socket in
 	// poll(2) on its own thread, up to this long, before it waits in Go's
-	// netpoller (0: never; Conn.SetPollWait).
-	pollWait time.Duration
+	// netpoller (0: never; Conn.SetPollWait). Atomic: it is set without
+	// mu, which a read holds while it waits in the netpoller.
+	pollWait atomic.Int64
 	polls    int // reads that waited in poll(2), for tests
 	// The call under way.
 	p      []byte
@@ -128,10 +130,10 @@ func (op *rawOp) attempt(fd uintptr) bool {
 		switch {
 		case err == syscall.EINTR:
 			continue
-		case err == syscall.EAGAIN && op.pollWait > 0 && !op.polled:
+		case err == syscall.EAGAIN && !op.polled && op.pollWait.Load() > 0:
 			op.polled = true
 			op.polls++
-			pollReadable(int(fd), op.pollWait)
+			pollReadable(int(fd), time.Duration(op.pollWait.Load()))
 			continue
 		case err == syscall.EAGAIN:
 			return false
