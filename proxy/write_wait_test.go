@@ -83,6 +83,13 @@ func TestPolledWrite(t *testing.T) {
 	px.writeWaits.inFlight.Add(1)
 	write("a write beside another", "UPDATE polled_w SET v = v + 1 WHERE id = 1", false, "UPDATE 1")
 	px.writeWaits.inFlight.Add(-1)
+	// ... and so does the next write, until none was beside another for
+	// writeAloneQuiet.
+	write("a write just after two at once", "UPDATE polled_w SET v = v + 1 WHERE id = 1", false, "UPDATE 1")
+	time.Sleep(writeAloneQuiet + 50*time.Millisecond)
+	if v := values(); v != "3,0" {
+		t.Fatalf("after three increments: %s", v)
+	}
 
 	// A deadlock with a block that holds row 2 and then asks for row 1:
 	// the write's backend detects it (deadlock_timeout, 1 s; the block's
@@ -121,7 +128,7 @@ func TestPolledWrite(t *testing.T) {
 	if px.PolledWrites() != polled+1 {
 		t.Fatalf("the write that met a deadlock: %d writes polled, want 1", px.PolledWrites()-polled)
 	}
-	if v := values(); v != "12,10" {
+	if v := values(); v != "13,10" {
 		t.Fatalf("after the deadlock's retry: %s, want 12,10", v)
 	}
 	settled("a deadlock retried")
@@ -190,7 +197,7 @@ func TestPolledWrite(t *testing.T) {
 		t.Fatal("the write whose client went away was not polled")
 	}
 	settled("client gone")
-	if v := values(); v != "12,10" {
+	if v := values(); v != "13,10" {
 		t.Fatalf("after the interrupted writes: %s, want 12,10", v)
 	}
 
@@ -201,7 +208,7 @@ func TestPolledWrite(t *testing.T) {
 		_, _ = watcher.Exec(context.Background(), "SELECT pg_terminate_backend("+strconv.FormatUint(uint64(pid), 10)+")").ReadAll()
 	})
 	write("its backend terminated", sleepy, true, "57P01")
-	if v := values(); v != "12,10" {
+	if v := values(); v != "13,10" {
 		t.Fatalf("after the backend died: %s, want 12,10", v)
 	}
 }
