@@ -89,7 +89,9 @@ type Proxy struct {
 	obs       *observe.Observer
 	occSem    *occ.Semaphore
 	occStats  occ.Metrics
-	leases    *lease.Set
+	// writeWaits chooses how optimistic writes wait (write_wait.go).
+	writeWaits writeWaits
+	leases     *lease.Set
 
 	interruptions interruptions
 	// statementTimeout and occMaxAttempts are Config's StatementTimeout

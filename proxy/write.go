@@ -138,6 +138,7 @@ func (s *Session) optimisticWrite(ctx context.Context, sql string, inc int64, re
 		return err
 	}
 	defer release()
+	defer s.unpollBackend(s.pollBackend())
 
 	s.busy.Store(true)
 	defer s.busy.Store(false)

@@ -51,6 +51,7 @@ func registerInstruments(m *metrics.Provider, srv *frontend.Server, px *proxy.Pr
 	m.Counter("mzproxy.occ.retries", "{attempt}", "Optimistic write attempts after the first.", func() int64 { return occ.Retries.Load() })
 	m.Counter("mzproxy.occ.exhausted", "{statement}", "Optimistic writes that failed with 40001 after their last retry.", func() int64 { return occ.Exhausted.Load() })
 	m.Counter("mzproxy.occ.waits", "{statement}", "Optimistic writes that queued for a loop slot (occ-max-concurrent).", func() int64 { return occ.Waits.Load() })
+	m.Counter("mzproxy.occ.polled", "{statement}", "Optimistic writes that waited for the backend's answer in poll(2), being the only write in flight.", func() int64 { return px.PolledWrites() })
 	ticks := px.TickStats()
 	m.Counter("mzproxy.ticks.checks", "{round_trip}", "Tick round trips in the databases whose tick lock this proxy holds (tick-interval).", func() int64 { return ticks.Checks.Load() })
 	m.Counter("mzproxy.ticks.commits", "{pin}", "Ticks that moved a database's upper with the clock.", func() int64 { return ticks.Commits.Load() })

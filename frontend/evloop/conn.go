@@ -91,6 +91,18 @@ func (c *Conn) Write(p []byte) (int, error) {
 	return c.writes.do(p)
 }
 
+// SetPollWait makes the Conn's reads that find nothing wait up to d in
+// poll(2), on the reading goroutine's thread and keeping its P
+// (pollReadable), before they wait in Go's netpoller (0, the default:
+// they go to the netpoller at once). For an answer known to be due soon,
+// by a goroutine that may keep a P that long: d should stay under the
+// scheduler's 10 ms preemption. A Close or deadline set meanwhile takes
+// effect when the poll ends (at most d). Safe to call while a read is
+// under way, which sees the new wait if it has not polled yet.
+func (c *Conn) SetPollWait(d time.Duration) {
+	c.reads.pollWait.Store(int64(d))
+}
+
 func (c *Conn) LocalAddr() net.Addr  { return c.local }
 func (c *Conn) RemoteAddr() net.Addr { return c.remote }
 

@@ -5,10 +5,14 @@ package evloop
 import (
 	"errors"
 	"net"
+	"time"
 )
 
 // Conn is a detachable socket; only Linux has the event loop.
 type Conn struct{ net.Conn }
+
+// SetPollWait does nothing: reads wait in Go's netpoller here.
+func (c *Conn) SetPollWait(time.Duration) {}
 
 // Wrap returns nil: no socket leaves Go's netpoller here.
 func Wrap(net.Conn) *Conn { return nil }

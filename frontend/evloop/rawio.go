@@ -8,7 +8,10 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
+	"unsafe"
 )
 
 // rawOp is the reads (or the writes) of an attached socket, made as the
@@ -32,10 +35,17 @@ type rawOp struct {
 	// local, remote: for errors spelled as net.Conn spells them.
 	local, remote net.Addr
 	call          func(fd uintptr) bool // op.attempt, bound once: no allocation per call
+	// pollWait: a read that finds nothing first waits for the socket in
+	// poll(2) on its own thread, up to this long, before it waits in Go's
+	// netpoller (0: never; Conn.SetPollWait). Atomic: it is set without
+	// mu, which a read holds while it waits in the netpoller.
+	pollWait atomic.Int64
+	polls    int // reads that waited in poll(2), for tests
 	// The call under way.
-	p   []byte
-	n   int
-	err error
+	p      []byte
+	n      int
+	err    error
+	polled bool // the call waited in poll(2) already
 }
 
 func (op *rawOp) init(rc syscall.RawConn, write bool, local, remote net.Addr) {
@@ -57,7 +67,7 @@ func (op *rawOp) do(p []byte) (int, error) {
 	if !op.write && len(p) == 0 {
 		return 0, nil
 	}
-	op.p, op.n, op.err = p, 0, nil
+	op.p, op.n, op.err, op.polled = p, 0, nil, false
 	var err error
 	if op.write {
 		err = op.rc.Write(op.call)
@@ -120,6 +130,11 @@ func (op *rawOp) attempt(fd uintptr) bool {
 		switch {
 		case err == syscall.EINTR:
 			continue
+		case err == syscall.EAGAIN && !op.polled && op.pollWait.Load() > 0:
+			op.polled = true
+			op.polls++
+			pollReadable(int(fd), time.Duration(op.pollWait.Load()))
+			continue
 		case err == syscall.EAGAIN:
 			return false
 		case err != nil:
@@ -130,4 +145,46 @@ func (op *rawOp) attempt(fd uintptr) bool {
 		op.n = max(n, 0)
 		return true
 	}
+}
+
+// pollFd is struct pollfd of poll(2).
+type pollFd struct {
+	fd      int32
+	events  int16
+	revents int16
+}
+
+const (
+	pollIn    = 0x1
+	pollRDHup = 0x2000
+)
+
+// pollReadable waits up to d for fd to be readable (or hung up, or in
+// error: the read that follows tells which) in ppoll(2). The thread
+// sleeps in the kernel and the goroutine runs on as soon as the peer
+// writes. A wait in Go's netpoller instead parks the goroutine, has its
+// thread look for other work and poll the netpoller (epoll_pwait, once
+// without waiting and once waiting: each also returns the writability
+// edges Go asks every socket for), and readies the goroutine again
+// (session 17: four epoll_pwait per write).
+//
+// The call is made with RawSyscall, so the goroutine keeps its P, as the
+// loop's reads and writes do: made as an ordinary system call (Syscall6),
+// the P is in the system-call state, which Go's monitor thread (sysmon)
+// takes back when no other P is idle, and each time it does it goes back
+// to waking every 20 µs for a millisecond (session 18: 11.8 nanosleep per
+// durable write, and twice the CPU). Kept, the P is not taken back; the
+// monitor preempts a goroutine that held it for 10 ms with a signal, as
+// the garbage collector's stop does, and a signal ends the poll (EINTR;
+// ppoll is never restarted): the read then finds nothing and the
+// netpoller waits. A caller holds its P for up to d: SetPollWait's
+// callers are few at a time (the proxy: one write in flight).
+//
+// It is made inside the RawConn's read call, which holds the descriptor:
+// a Close meanwhile waits for it, so the descriptor cannot be reused
+// under the poll, and d bounds that wait (and a deadline's).
+func pollReadable(fd int, d time.Duration) {
+	pfd := pollFd{fd: int32(fd), events: pollIn | pollRDHup}
+	ts := syscall.NsecToTimespec(int64(d))
+	_, _, _ = syscall.RawSyscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
 }

@@ -1,0 +1,214 @@
+package proxy
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/goleak"
+)
+
+// TestPolledWrite: an autocommit write that is the only one in flight
+// waits for its answer in poll(2) (write_wait.go), and behaves as every
+// optimistic write: it commits once, a deadlock (40P01) and a
+// serialization failure (40001) are retried, a statement timeout, a
+// cancel and a client gone end it with nothing written and no goroutine
+// left behind, and its backend's death ends the session with the
+// backend's FATAL error. With another write in flight it waits in the
+// netpoller.
+func TestPolledWrite(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, client := openSession(t, ctx, Config{EventLoop: true, StatementTimeout: 400 * time.Millisecond})
+	px := s.proxy
+	direct := func() *pgconn.PgConn {
+		c, err := pgconn.Connect(ctx, server.ConnString("postgres", "postgres"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		return c
+	}
+	holder, watcher := direct(), direct()
+	run := func(c *pgconn.PgConn, sql string) string {
+		t.Helper()
+		res, err := c.Exec(ctx, sql).ReadAll()
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		if len(res) == 0 || len(res[len(res)-1].Rows) == 0 {
+			return ""
+		}
+		return string(res[len(res)-1].Rows[0][0])
+	}
+	for _, sql := range []string{"CREATE TABLE polled_w (id int PRIMARY KEY, v int NOT NULL)", "INSERT INTO polled_w VALUES (1, 0), (2, 0)"} {
+		if out := query(t, ctx, s, client, sql); strings.Contains(out, "ERROR") {
+			t.Fatalf("%s: %q", sql, out)
+		}
+	}
+	values := func() string { return run(watcher, "SELECT string_agg(v::text, ',' ORDER BY id) FROM polled_w") }
+	before := goleak.IgnoreCurrent()
+	settled := func(what string) {
+		t.Helper()
+		if err := goleak.Find(before); err != nil {
+			t.Fatalf("%s: goroutines outlive the write: %v", what, err)
+		}
+	}
+	// write runs sql through the session and checks that it was polled
+	// (or not) and what the client got.
+	write := func(what, sql string, polled bool, want ...string) {
+		t.Helper()
+		n := px.PolledWrites()
+		out := query(t, ctx, s, client, sql)
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Fatalf("%s: the client got %q, want %q in it", what, out, w)
+			}
+		}
+		if got := px.PolledWrites() - n; got != map[bool]int64{false: 0, true: 1}[polled] {
+			t.Fatalf("%s: %d writes polled, want polled %v", what, got, polled)
+		}
+	}
+
+	write("a write alone", "UPDATE polled_w SET v = v + 1 WHERE id = 1", true, "UPDATE 1", "Z")
+	if v := values(); v != "1,0" {
+		t.Fatalf("after one increment: %s", v)
+	}
+	settled("a write")
+
+	// Another write in flight: the netpoller.
+	px.writeWaits.inFlight.Add(1)
+	write("a write beside another", "UPDATE polled_w SET v = v + 1 WHERE id = 1", false, "UPDATE 1")
+	px.writeWaits.inFlight.Add(-1)
+	// ... and so does the next write, until none was beside another for
+	// writeAloneQuiet.
+	write("a write just after two at once", "UPDATE polled_w SET v = v + 1 WHERE id = 1", false, "UPDATE 1")
+	time.Sleep(writeAloneQuiet + 50*time.Millisecond)
+	if v := values(); v != "3,0" {
+		t.Fatalf("after three increments: %s", v)
+	}
+
+	// A deadlock with a block that holds row 2 and then asks for row 1:
+	// the write's backend detects it (deadlock_timeout, 1 s; the block's
+	// is longer), its attempt is rolled back, and the next one waits for
+	// the block and commits.
+	run(holder, "BEGIN; SET LOCAL deadlock_timeout = '60s'; SELECT v FROM polled_w WHERE id = 2 FOR UPDATE")
+	retries, polled := px.occStats.Retries.Load(), px.PolledWrites()
+	query(t, ctx, s, client, "SET statement_timeout = 0")
+	done := make(chan string, 1)
+	go func() {
+		done <- query(t, ctx, s, client, "UPDATE polled_w SET v = v + 10 WHERE id IN (1, 2) /*polled-deadlock*/")
+	}()
+	waiting := func(marker string) bool {
+		return run(watcher, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%"+marker+"%' AND pid <> pg_backend_pid()") == "1"
+	}
+	for !waiting("polled-deadlock") {
+		select {
+		case out := <-done:
+			t.Fatalf("the write ended before it waited for the block: %q", out)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	run(holder, "SELECT v FROM polled_w WHERE id = 1 FOR UPDATE")
+	run(holder, "COMMIT")
+	select {
+	case out := <-done:
+		if !strings.Contains(out, "UPDATE 2") || strings.Contains(out, "ERROR") {
+			t.Fatalf("the write that met a deadlock: %q", out)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the write that met a deadlock did not end")
+	}
+	if px.occStats.Retries.Load() == retries {
+		t.Fatal("the write that met a deadlock was not run again")
+	}
+	if px.PolledWrites() != polled+1 {
+		t.Fatalf("the write that met a deadlock: %d writes polled, want 1", px.PolledWrites()-polled)
+	}
+	if v := values(); v != "13,10" {
+		t.Fatalf("after the deadlock's retry: %s, want 12,10", v)
+	}
+	settled("a deadlock retried")
+
+	// A serialization failure (40001): in a repeatable-read session the
+	// write waits for a block that updates its row of a table made
+	// outside mzproxy, and fails when the block commits; the next attempt
+	// takes a new snapshot and commits.
+	run(watcher, "CREATE TABLE polled_plain (id int PRIMARY KEY, v int NOT NULL); INSERT INTO polled_plain VALUES (1, 0)")
+	query(t, ctx, s, client, "SET default_transaction_isolation = 'repeatable read'")
+	run(holder, "BEGIN; UPDATE polled_plain SET v = v + 100 WHERE id = 1")
+	retries, polled = px.occStats.Retries.Load(), px.PolledWrites()
+	go func() {
+		done <- query(t, ctx, s, client, "UPDATE polled_plain SET v = v + 1 WHERE id = 1 /*polled-serial*/")
+	}()
+	for !waiting("polled-serial") {
+		select {
+		case out := <-done:
+			t.Fatalf("the write ended before it waited for the block: %q", out)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	run(holder, "COMMIT")
+	select {
+	case out := <-done:
+		if !strings.Contains(out, "UPDATE 1") || strings.Contains(out, "ERROR") {
+			t.Fatalf("the write that met a serialization failure: %q", out)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the write that met a serialization failure did not end")
+	}
+	if px.occStats.Retries.Load() == retries || px.PolledWrites() != polled+1 {
+		t.Fatalf("the write that met a serialization failure: %d retries, %d polled; want some, and 1",
+			px.occStats.Retries.Load()-retries, px.PolledWrites()-polled)
+	}
+	if v := run(watcher, "SELECT v FROM polled_plain"); v != "101" {
+		t.Fatalf("after the serialization failure's retry: %s, want 101", v)
+	}
+	query(t, ctx, s, client, "RESET default_transaction_isolation")
+	settled("a serialization failure retried")
+
+	sleepy := "UPDATE polled_w SET v = v + 1 + (SELECT 0 FROM pg_sleep(5)) WHERE id = 1"
+	query(t, ctx, s, client, "SET statement_timeout = '400ms'")
+	start := time.Now()
+	write("a statement timeout", sleepy, true, "canceling statement due to statement timeout", "C57014")
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("the timeout ended the write after %v", d)
+	}
+	settled("timeout")
+
+	query(t, ctx, s, client, "SET statement_timeout = 0")
+	time.AfterFunc(300*time.Millisecond, s.Cancel)
+	write("a cancel", sleepy, true, "canceling statement due to user request")
+	settled("cancel")
+
+	// The client goes away: its connection's context ends.
+	cctx, gone := context.WithCancel(ctx)
+	time.AfterFunc(300*time.Millisecond, gone)
+	start = time.Now()
+	n := px.PolledWrites()
+	query(t, cctx, s, client, sleepy)
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("a write whose client went away ran %v", d)
+	}
+	if px.PolledWrites() == n {
+		t.Fatal("the write whose client went away was not polled")
+	}
+	settled("client gone")
+	if v := values(); v != "13,10" {
+		t.Fatalf("after the interrupted writes: %s, want 12,10", v)
+	}
+
+	// The backend dies under the write: the client gets its FATAL error
+	// and the session ends.
+	pid := s.be.pid
+	time.AfterFunc(300*time.Millisecond, func() {
+		_, _ = watcher.Exec(context.Background(), "SELECT pg_terminate_backend("+strconv.FormatUint(uint64(pid), 10)+")").ReadAll()
+	})
+	write("its backend terminated", sleepy, true, "57P01")
+	if v := values(); v != "13,10" {
+		t.Fatalf("after the backend died: %s, want 12,10", v)
+	}
+}
