@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 40, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 42, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -143,8 +143,14 @@ DECLARE
     defs text;
 BEGIN
     SELECT c.oid, c.history INTO k FROM mzproxy.catalog c WHERE c.id = p_id;
+    -- (Version 42) The columns recorded now, as the history gets them:
+    -- a table without history has none in mzproxy.columns.
+    WITH added AS (
+        INSERT INTO mzproxy.columns (id, attnum, name, type)
+        SELECT p_id, uc.attnum, uc.name, uc.type FROM mzproxy.user_columns(k.oid) uc
+        RETURNING attnum, name, type)
     SELECT coalesce(string_agg(format('%I %s', c.name, c.type), ', ' ORDER BY c.attnum), '')
-      INTO defs FROM mzproxy.columns c WHERE c.id = p_id;
+      INTO defs FROM added c;
     EXECUTE format('CREATE TABLE %s (mz_from int8 NOT NULL, mz_to int8 NOT NULL, mz_hash int4 NOT NULL%s)', k.history,
                    CASE WHEN defs = '' THEN '' ELSE ', ' || defs END);
     EXECUTE format('CREATE INDEX %I ON %s (mz_to, mz_from)', 'h' || p_id || '_mz_to', k.history);
@@ -1234,18 +1240,26 @@ DECLARE
     new_id bigint := nextval('mzproxy.catalog_id_seq');
     rel text;
     has_rows bool;
+    reserved bool;
 BEGIN
-    INSERT INTO mzproxy.catalog (id, kind, oid, schema_name, name, history, created_ts, revision, history_built)
-    SELECT new_id, 'table', r.oid, n.nspname, r.relname, 'mzproxy.' || quote_ident('h' || new_id), p_ts, p_rev, false
-      FROM pg_class r JOIN pg_namespace n ON n.oid = r.relnamespace WHERE r.oid = p_oid
-    RETURNING format('%I.%I', schema_name, name) INTO rel;
-    INSERT INTO mzproxy.columns (id, attnum, name, type)
-    SELECT new_id, uc.attnum, uc.name, uc.type FROM mzproxy.user_columns(p_oid) uc;
-    IF EXISTS (SELECT 1 FROM mzproxy.columns c WHERE c.id = new_id AND c.name IN ('mz_from', 'mz_to', 'mz_hash')) THEN
+    -- (Version 42) The row, the collection and the check of the column
+    -- names in one statement. The columns are recorded when the history
+    -- is made (build_history): a table without history has none.
+    WITH added AS (
+        INSERT INTO mzproxy.catalog (id, kind, oid, schema_name, name, history, created_ts, revision, history_built)
+        SELECT new_id, 'table', r.oid, n.nspname, r.relname, 'mzproxy.' || quote_ident('h' || new_id), p_ts, p_rev, false
+          FROM pg_class r JOIN pg_namespace n ON n.oid = r.relnamespace WHERE r.oid = p_oid
+        RETURNING id, schema_name, name),
+    collection AS (
+        INSERT INTO mzproxy.collections (id, since) SELECT a.id, p_ts FROM added a)
+    SELECT format('%I.%I', a.schema_name, a.name),
+           EXISTS (SELECT 1 FROM pg_attribute c
+                    WHERE c.attrelid = p_oid AND c.attname IN ('mz_from', 'mz_to', 'mz_hash') AND c.attnum > 0 AND NOT c.attisdropped)
+      INTO rel, reserved FROM added a;
+    IF reserved THEN
         RAISE EXCEPTION 'column names mz_from, mz_to and mz_hash are reserved by mzproxy'
             USING ERRCODE = '42939';
     END IF;
-    INSERT INTO mzproxy.collections (id, since) VALUES (new_id, p_ts);
     -- The markers now: a read-write transaction's check (check_reads)
     -- takes a table without them for one just dropped.
     PERFORM mzproxy.make_marker(p_oid);
@@ -1295,15 +1309,13 @@ CREATE FUNCTION mzproxy.on_ddl_command_end() RETURNS event_trigger
     AS $$
 DECLARE
     r record;
-    k record;
+    l record;  -- (version 42) the relation, its catalog row, what to do
     ts bigint;
     rev bigint;
-    rel_oid oid;
     done oid[] := '{}';
     renames bool := false;
     altered oid[] := '{}';
     dependents oid[];
-    rel_kind "char";
     marked bool := false;  -- (version 36) mzproxy.in_ddl set below
 BEGIN
     -- (Version 28: the mark, a hash, only when a mark is set at all.)
@@ -1352,8 +1364,14 @@ BEGIN
 
     -- (Version 28: mzproxy.in_ddl is set before each call below that
     -- runs DDL of mzproxy's own, not for every DDL.)
-    UPDATE mzproxy.catalog_revision SET revision = revision + 1 RETURNING revision INTO rev;
-    FOR r IN SELECT * FROM pg_event_trigger_ddl_commands() LOOP
+    -- (Version 42) The revision moved and the commands read in one
+    -- statement: one row without a command when there is none.
+    FOR r IN WITH moved AS (UPDATE mzproxy.catalog_revision SET revision = revision + 1 RETURNING revision)
+             SELECT moved.revision AS mz_rev, d.* FROM moved LEFT JOIN pg_event_trigger_ddl_commands() d ON true LOOP
+        rev := r.mz_rev;
+        IF r.command_tag IS NULL THEN
+            CONTINUE;
+        END IF;
         -- Only ALTER renames or moves what a view's deparsed text names
         -- (relations, columns, schemas, types, functions); CREATE adds new
         -- names, and DROP removes the views that depend on what it drops.
@@ -1388,26 +1406,63 @@ BEGIN
                    view_sql = excluded.view_sql, revision = excluded.revision;
             CONTINUE;
         END IF;
-        -- The relation the command is about (an index's table for CREATE INDEX).
-        SELECT CASE WHEN c.relkind IN ('i', 'I') THEN (SELECT indrelid FROM pg_index WHERE indexrelid = c.oid)
-                    ELSE c.oid END, c.relkind
-          INTO rel_oid, rel_kind FROM pg_class c WHERE c.oid = r.objid;
-        IF rel_oid IS NULL OR rel_oid = ANY (done) THEN
+        -- (Version 42) One statement: the relation the command is about
+        -- (an index's table for CREATE INDEX), its catalog row, whether it
+        -- takes part in inheritance, and whether a new one is to be
+        -- managed; a table without history is reconciled in it (its name
+        -- and revision, and whether a column takes a reserved name: its
+        -- columns are recorded when its history is made).
+        WITH x AS (
+            SELECT CASE WHEN c.relkind IN ('i', 'I') THEN (SELECT i.indrelid FROM pg_index i WHERE i.indexrelid = c.oid)
+                        ELSE c.oid END AS rel, c.relkind
+              FROM pg_class c WHERE c.oid = r.objid),
+        unbuilt AS (
+            UPDATE mzproxy.catalog k SET schema_name = n.nspname, name = c.relname, revision = rev
+              FROM x, pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE k.oid = x.rel AND k.dropped_ts IS NULL AND k.kind = 'table' AND NOT k.history_built
+               AND NOT x.rel = ANY (done) AND c.oid = x.rel
+            RETURNING k.id, EXISTS (SELECT 1 FROM pg_attribute a
+                                     WHERE a.attrelid = k.oid AND a.attname IN ('mz_from', 'mz_to', 'mz_hash')
+                                       AND a.attnum > 0 AND NOT a.attisdropped) AS reserved)
+        SELECT x.rel, x.relkind, g.id, g.kind, g.history_built, u.id IS NOT NULL AS reconciled, u.reserved,
+               -- A write through an inheritance parent reaches its children's rows,
+               -- which the parent's history triggers cannot account for.
+               -- (Version 36: a view takes no part in inheritance.)
+               x.relkind <> 'v' AND EXISTS (SELECT 1 FROM pg_inherits i
+                     JOIN mzproxy.catalog gi ON gi.oid IN (i.inhparent, i.inhrelid) AND gi.dropped_ts IS NULL
+                    WHERE x.rel IN (i.inhparent, i.inhrelid)) AS inherits,
+               -- A new relation: ordinary permanent tables (not partitions) and
+               -- views outside system schemas become managed.
+               CASE WHEN g.id IS NULL THEN EXISTS (
+                   SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                    WHERE c.oid = x.rel AND c.relpersistence <> 't'
+                      AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast', 'mzproxy')
+                      AND n.nspname NOT LIKE 'pg\_temp\_%' AND n.nspname NOT LIKE 'pg\_toast\_temp\_%'
+                      AND ((c.relkind = 'r' AND NOT c.relispartition
+                            AND NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid)
+                            AND r.command_tag IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO'))
+                        OR (c.relkind = 'v' AND r.command_tag = 'CREATE VIEW')))
+               END AS manageable
+          INTO l
+          FROM x LEFT JOIN mzproxy.catalog g ON g.oid = x.rel AND g.dropped_ts IS NULL
+          LEFT JOIN unbuilt u ON true;
+        IF l.rel IS NULL OR l.rel = ANY (done) THEN
             CONTINUE;
         END IF;
-        done := done || rel_oid;
-        -- A write through an inheritance parent reaches its children's rows,
-        -- which the parent's history triggers cannot account for.
-        -- (Version 36: a view takes no part in inheritance.)
-        IF rel_kind <> 'v' AND EXISTS (SELECT 1 FROM pg_inherits i
-                     JOIN mzproxy.catalog g ON g.oid IN (i.inhparent, i.inhrelid) AND g.dropped_ts IS NULL
-                    WHERE rel_oid IN (i.inhparent, i.inhrelid)) THEN
-            RAISE EXCEPTION 'table inheritance involving a table managed by mzproxy is not supported (%)', rel_oid::regclass
+        done := done || l.rel;
+        IF l.inherits THEN
+            RAISE EXCEPTION 'table inheritance involving a table managed by mzproxy is not supported (%)', l.rel::regclass
                 USING ERRCODE = '0A000';
         END IF;
-        SELECT * INTO k FROM mzproxy.catalog WHERE oid = rel_oid AND dropped_ts IS NULL;
-        IF FOUND THEN
-            IF k.kind = 'table' AND TG_TAG = 'CREATE INDEX' THEN
+        IF l.reserved THEN
+            RAISE EXCEPTION 'column names mz_from, mz_to and mz_hash are reserved by mzproxy'
+                USING ERRCODE = '42939';
+        END IF;
+        IF l.reconciled THEN
+            CONTINUE;
+        END IF;
+        IF l.id IS NOT NULL THEN
+            IF l.kind = 'table' AND TG_TAG = 'CREATE INDEX' THEN
                 -- (Version 10: only the lookup mirrors. The statement's
                 -- tag, not the command's: ALTER TABLE ... ADD UNIQUE
                 -- reports an index of its own too.)
@@ -1415,46 +1470,34 @@ BEGIN
                 -- mirror and changes no primary key.)
                 IF EXISTS (SELECT 1 FROM pg_index x WHERE x.indexrelid = r.objid AND x.indisunique) THEN
                     marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
-                    PERFORM mzproxy.sync_indexes(k.id);
+                    PERFORM mzproxy.sync_indexes(l.id);
                 END IF;
-                UPDATE mzproxy.catalog SET revision = rev WHERE id = k.id;
-            ELSIF k.kind = 'table' THEN
-                -- (Version 40: a table without history runs no DDL of
-                -- mzproxy's own, so needs no mark.)
-                IF k.history_built THEN
-                    marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
-                END IF;
-                PERFORM mzproxy.reconcile(k.id, ts, false);
-                UPDATE mzproxy.catalog SET revision = rev WHERE id = k.id;
+                UPDATE mzproxy.catalog SET revision = rev WHERE id = l.id;
+            ELSIF l.kind = 'table' THEN
+                -- (Version 42: a table without history was reconciled above;
+                -- one whose row a concurrent build changed is built.)
+                marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
+                PERFORM mzproxy.reconcile_built(l.id, ts, false);
+                UPDATE mzproxy.catalog SET revision = rev WHERE id = l.id;
             ELSE
                 UPDATE mzproxy.catalog c SET schema_name = n.nspname, name = x.relname,
                        view_sql = mzproxy.view_definition(x.oid), revision = rev
                   FROM pg_class x JOIN pg_namespace n ON n.oid = x.relnamespace
-                 WHERE c.id = k.id AND x.oid = c.oid;
+                 WHERE c.id = l.id AND x.oid = c.oid;
             END IF;
             CONTINUE;
         END IF;
-        -- A new relation: ordinary permanent tables (not partitions) and
-        -- views outside system schemas become managed.
-        PERFORM 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-          WHERE c.oid = rel_oid AND c.relpersistence <> 't'
-            AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast', 'mzproxy')
-            AND n.nspname NOT LIKE 'pg\_temp\_%' AND n.nspname NOT LIKE 'pg\_toast\_temp\_%'
-            AND ((c.relkind = 'r' AND NOT c.relispartition
-                  AND NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid)
-                  AND r.command_tag IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO'))
-              OR (c.relkind = 'v' AND r.command_tag = 'CREATE VIEW'));
-        IF NOT FOUND THEN
+        IF NOT l.manageable THEN
             CONTINUE;
         END IF;
         IF r.object_type = 'view' THEN
             INSERT INTO mzproxy.catalog (id, kind, oid, schema_name, name, view_sql, created_ts, revision)
             SELECT nextval('mzproxy.catalog_id_seq'), 'view', c.oid, n.nspname, c.relname,
                    mzproxy.view_definition(c.oid), ts, rev
-              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = rel_oid;
+              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = l.rel;
         ELSE
             marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
-            PERFORM mzproxy.manage_table(rel_oid, ts, rev);
+            PERFORM mzproxy.manage_table(l.rel, ts, rev);
         END IF;
     END LOOP;
     IF renames THEN
@@ -1996,7 +2039,6 @@ CREATE FUNCTION mzproxy.reconcile(p_id bigint, p_ts bigint, p_new boolean) RETUR
     AS $$
 DECLARE
     rel oid;
-    reserved name;
 BEGIN
     -- (Version 40: the row and the name's update in one statement.)
     WITH renamed AS (
@@ -2009,14 +2051,10 @@ BEGIN
         PERFORM mzproxy.reconcile_built(p_id, p_ts, p_new);
         RETURN;
     END IF;
-    -- No history: the name and the columns are all there is to follow.
-    DELETE FROM mzproxy.columns WHERE id = p_id;
-    WITH added AS (
-        INSERT INTO mzproxy.columns (id, attnum, name, type)
-        SELECT p_id, uc.attnum, uc.name, uc.type FROM mzproxy.user_columns(rel) uc
-        RETURNING name)
-    SELECT a.name INTO reserved FROM added a WHERE a.name IN ('mz_from', 'mz_to', 'mz_hash') LIMIT 1;
-    IF FOUND THEN
+    -- No history: the name is all there is to follow (version 42: the
+    -- columns are recorded when the history is made).
+    IF EXISTS (SELECT 1 FROM pg_attribute a
+                WHERE a.attrelid = rel AND a.attname IN ('mz_from', 'mz_to', 'mz_hash') AND a.attnum > 0 AND NOT a.attisdropped) THEN
         RAISE EXCEPTION 'column names mz_from, mz_to and mz_hash are reserved by mzproxy'
             USING ERRCODE = '42939';
     END IF;
@@ -3776,6 +3814,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('37', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('38', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('39', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('40', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('42', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
