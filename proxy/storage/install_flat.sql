@@ -1391,6 +1391,39 @@ BEGIN
         IF r.classid IS DISTINCT FROM 'pg_class'::regclass OR r.schema_name = 'mzproxy' THEN
             CONTINUE;
         END IF;
+        -- (Version 42) ALTER TABLE of a table without history, in one
+        -- statement: its name and revision followed, and what the checks
+        -- below need (no column takes a reserved name, no inheritance, a
+        -- view whose text may name it).
+        IF r.command_tag = 'ALTER TABLE' AND NOT r.objid = ANY (done) THEN
+            UPDATE mzproxy.catalog k SET schema_name = n.nspname, name = c.relname, revision = rev
+              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE k.oid = r.objid AND k.dropped_ts IS NULL AND k.kind = 'table' AND NOT k.history_built AND c.oid = k.oid
+            RETURNING EXISTS (SELECT 1 FROM pg_attribute a
+                               WHERE a.attrelid = k.oid AND a.attname IN ('mz_from', 'mz_to', 'mz_hash')
+                                 AND a.attnum > 0 AND NOT a.attisdropped) AS reserved,
+                      EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = k.oid)
+                      OR EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhparent = k.oid) AS inherits,
+                      EXISTS (SELECT 1 FROM pg_depend d
+                               WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = k.oid
+                                 AND (d.classid = 'pg_rewrite'::regclass) IS TRUE) AS viewed
+              INTO l;
+            IF FOUND THEN
+                done := done || r.objid;
+                IF l.inherits THEN
+                    RAISE EXCEPTION 'table inheritance involving a table managed by mzproxy is not supported (%)', r.objid::regclass
+                        USING ERRCODE = '0A000';
+                END IF;
+                IF l.reserved THEN
+                    RAISE EXCEPTION 'column names mz_from, mz_to and mz_hash are reserved by mzproxy'
+                        USING ERRCODE = '42939';
+                END IF;
+                IF NOT l.viewed THEN
+                    altered := array_remove(altered, r.objid);
+                END IF;
+                CONTINUE;
+            END IF;
+        END IF;
         -- (Version 40) A view created or replaced, in one statement: the
         -- conditions of a managed view below, and its row new or updated.
         IF r.command_tag = 'CREATE VIEW' AND r.object_type = 'view' THEN
