@@ -32,7 +32,9 @@ CREATE OR REPLACE FUNCTION @SCHEMA@.on_ddl_command_end() RETURNS event_trigger
     AS $$
 DECLARE
     r record;
-    l record;  -- (version 42) the relation, its catalog row, what to do
+    l record;  -- (version 42) the relation the command is about
+    unbuilt record;  -- (version 42) what an ALTER TABLE of a table without history found
+    k record;
     ts bigint;
     rev bigint;
     done oid[] := '{}';
@@ -87,14 +89,8 @@ BEGIN
 
     -- (Version 28: mzproxy.in_ddl is set before each call below that
     -- runs DDL of mzproxy's own, not for every DDL.)
-    -- (Version 42) The revision moved and the commands read in one
-    -- statement: one row without a command when there is none.
-    FOR r IN WITH moved AS (UPDATE @SCHEMA@.catalog_revision SET revision = revision + 1 RETURNING revision)
-             SELECT moved.revision AS mz_rev, d.* FROM moved LEFT JOIN pg_event_trigger_ddl_commands() d ON true LOOP
-        rev := r.mz_rev;
-        IF r.command_tag IS NULL THEN
-            CONTINUE;
-        END IF;
+    UPDATE @SCHEMA@.catalog_revision SET revision = revision + 1 RETURNING revision INTO rev;
+    FOR r IN SELECT * FROM pg_event_trigger_ddl_commands() LOOP
         -- Only ALTER renames or moves what a view's deparsed text names
         -- (relations, columns, schemas, types, functions); CREATE adds new
         -- names, and DROP removes the views that depend on what it drops.
@@ -119,29 +115,29 @@ BEGIN
         -- below need (no column takes a reserved name, no inheritance, a
         -- view whose text may name it).
         IF r.command_tag = 'ALTER TABLE' AND NOT r.objid = ANY (done) THEN
-            UPDATE @SCHEMA@.catalog k SET schema_name = n.nspname, name = c.relname, revision = rev
+            UPDATE @SCHEMA@.catalog t SET schema_name = n.nspname, name = c.relname, revision = rev
               FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-             WHERE k.oid = r.objid AND k.dropped_ts IS NULL AND k.kind = 'table' AND NOT k.history_built AND c.oid = k.oid
+             WHERE t.oid = r.objid AND t.dropped_ts IS NULL AND t.kind = 'table' AND NOT t.history_built AND c.oid = t.oid
             RETURNING EXISTS (SELECT 1 FROM pg_attribute a
-                               WHERE a.attrelid = k.oid AND a.attname IN ('mz_from', 'mz_to', 'mz_hash')
+                               WHERE a.attrelid = t.oid AND a.attname IN ('mz_from', 'mz_to', 'mz_hash')
                                  AND a.attnum > 0 AND NOT a.attisdropped) AS reserved,
-                      EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = k.oid)
-                      OR EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhparent = k.oid) AS inherits,
+                      EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = t.oid)
+                      OR EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhparent = t.oid) AS inherits,
                       EXISTS (SELECT 1 FROM pg_depend d
-                               WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = k.oid
+                               WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = t.oid
                                  AND (d.classid = 'pg_rewrite'::regclass) IS TRUE) AS viewed
-              INTO l;
+              INTO unbuilt;
             IF FOUND THEN
                 done := done || r.objid;
-                IF l.inherits THEN
+                IF unbuilt.inherits THEN
                     RAISE EXCEPTION 'table inheritance involving a table managed by mzproxy is not supported (%)', r.objid::regclass
                         USING ERRCODE = '0A000';
                 END IF;
-                IF l.reserved THEN
+                IF unbuilt.reserved THEN
                     RAISE EXCEPTION 'column names mz_from, mz_to and mz_hash are reserved by mzproxy'
                         USING ERRCODE = '42939';
                 END IF;
-                IF NOT l.viewed THEN
+                IF NOT unbuilt.viewed THEN
                     altered := array_remove(altered, r.objid);
                 END IF;
                 CONTINUE;
@@ -162,63 +158,26 @@ BEGIN
                    view_sql = excluded.view_sql, revision = excluded.revision;
             CONTINUE;
         END IF;
-        -- (Version 42) One statement: the relation the command is about
-        -- (an index's table for CREATE INDEX), its catalog row, whether it
-        -- takes part in inheritance, and whether a new one is to be
-        -- managed; a table without history is reconciled in it (its name
-        -- and revision, and whether a column takes a reserved name: its
-        -- columns are recorded when its history is made).
-        WITH x AS (
-            SELECT CASE WHEN c.relkind IN ('i', 'I') THEN (SELECT i.indrelid FROM pg_index i WHERE i.indexrelid = c.oid)
-                        ELSE c.oid END AS rel, c.relkind
-              FROM pg_class c WHERE c.oid = r.objid),
-        unbuilt AS (
-            UPDATE @SCHEMA@.catalog k SET schema_name = n.nspname, name = c.relname, revision = rev
-              FROM x, pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-             WHERE k.oid = x.rel AND k.dropped_ts IS NULL AND k.kind = 'table' AND NOT k.history_built
-               AND NOT x.rel = ANY (done) AND c.oid = x.rel
-            RETURNING k.id, EXISTS (SELECT 1 FROM pg_attribute a
-                                     WHERE a.attrelid = k.oid AND a.attname IN ('mz_from', 'mz_to', 'mz_hash')
-                                       AND a.attnum > 0 AND NOT a.attisdropped) AS reserved)
-        SELECT x.rel, x.relkind, g.id, g.kind, g.history_built, u.id IS NOT NULL AS reconciled, u.reserved,
-               -- A write through an inheritance parent reaches its children's rows,
-               -- which the parent's history triggers cannot account for.
-               -- (Version 36: a view takes no part in inheritance.)
-               x.relkind <> 'v' AND EXISTS (SELECT 1 FROM pg_inherits i
-                     JOIN @SCHEMA@.catalog gi ON gi.oid IN (i.inhparent, i.inhrelid) AND gi.dropped_ts IS NULL
-                    WHERE x.rel IN (i.inhparent, i.inhrelid)) AS inherits,
-               -- A new relation: ordinary permanent tables (not partitions) and
-               -- views outside system schemas become managed.
-               CASE WHEN g.id IS NULL THEN EXISTS (
-                   SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                    WHERE c.oid = x.rel AND c.relpersistence <> 't'
-                      AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast', '@SCHEMA@')
-                      AND n.nspname NOT LIKE 'pg\_temp\_%' AND n.nspname NOT LIKE 'pg\_toast\_temp\_%'
-                      AND ((c.relkind = 'r' AND NOT c.relispartition
-                            AND NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid)
-                            AND r.command_tag IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO'))
-                        OR (c.relkind = 'v' AND r.command_tag = 'CREATE VIEW')))
-               END AS manageable
-          INTO l
-          FROM x LEFT JOIN @SCHEMA@.catalog g ON g.oid = x.rel AND g.dropped_ts IS NULL
-          LEFT JOIN unbuilt u ON true;
+        -- The relation the command is about (an index's table for CREATE INDEX).
+        SELECT CASE WHEN c.relkind IN ('i', 'I') THEN (SELECT indrelid FROM pg_index WHERE indexrelid = c.oid)
+                    ELSE c.oid END AS rel, c.relkind
+          INTO l FROM pg_class c WHERE c.oid = r.objid;
         IF l.rel IS NULL OR l.rel = ANY (done) THEN
             CONTINUE;
         END IF;
         done := done || l.rel;
-        IF l.inherits THEN
+        -- A write through an inheritance parent reaches its children's rows,
+        -- which the parent's history triggers cannot account for.
+        -- (Version 36: a view takes no part in inheritance.)
+        IF l.relkind <> 'v' AND EXISTS (SELECT 1 FROM pg_inherits i
+                     JOIN @SCHEMA@.catalog g ON g.oid IN (i.inhparent, i.inhrelid) AND g.dropped_ts IS NULL
+                    WHERE l.rel IN (i.inhparent, i.inhrelid)) THEN
             RAISE EXCEPTION 'table inheritance involving a table managed by mzproxy is not supported (%)', l.rel::regclass
                 USING ERRCODE = '0A000';
         END IF;
-        IF l.reserved THEN
-            RAISE EXCEPTION 'column names mz_from, mz_to and mz_hash are reserved by mzproxy'
-                USING ERRCODE = '42939';
-        END IF;
-        IF l.reconciled THEN
-            CONTINUE;
-        END IF;
-        IF l.id IS NOT NULL THEN
-            IF l.kind = 'table' AND TG_TAG = 'CREATE INDEX' THEN
+        SELECT * INTO k FROM @SCHEMA@.catalog WHERE oid = l.rel AND dropped_ts IS NULL;
+        IF FOUND THEN
+            IF k.kind = 'table' AND TG_TAG = 'CREATE INDEX' THEN
                 -- (Version 10: only the lookup mirrors. The statement's
                 -- tag, not the command's: ALTER TABLE ... ADD UNIQUE
                 -- reports an index of its own too.)
@@ -226,24 +185,38 @@ BEGIN
                 -- mirror and changes no primary key.)
                 IF EXISTS (SELECT 1 FROM pg_index x WHERE x.indexrelid = r.objid AND x.indisunique) THEN
                     marked := set_config('mzproxy.in_ddl', @SCHEMA@.ddl_mark(), true) <> '';
-                    PERFORM @SCHEMA@.sync_indexes(l.id);
+                    PERFORM @SCHEMA@.sync_indexes(k.id);
                 END IF;
-                UPDATE @SCHEMA@.catalog SET revision = rev WHERE id = l.id;
-            ELSIF l.kind = 'table' THEN
-                -- (Version 42: a table without history was reconciled above;
-                -- one whose row a concurrent build changed is built.)
-                marked := set_config('mzproxy.in_ddl', @SCHEMA@.ddl_mark(), true) <> '';
-                PERFORM @SCHEMA@.reconcile_built(l.id, ts, false);
-                UPDATE @SCHEMA@.catalog SET revision = rev WHERE id = l.id;
+                UPDATE @SCHEMA@.catalog SET revision = rev WHERE id = k.id;
+            ELSIF k.kind = 'table' THEN
+                -- (Version 42: reconcile_built without reconcile's second
+                -- read of the row when the table has history.)
+                IF k.history_built THEN
+                    marked := set_config('mzproxy.in_ddl', @SCHEMA@.ddl_mark(), true) <> '';
+                    PERFORM @SCHEMA@.reconcile_built(k.id, ts, false);
+                ELSE
+                    PERFORM @SCHEMA@.reconcile(k.id, ts, false);
+                END IF;
+                UPDATE @SCHEMA@.catalog SET revision = rev WHERE id = k.id;
             ELSE
                 UPDATE @SCHEMA@.catalog c SET schema_name = n.nspname, name = x.relname,
                        view_sql = @SCHEMA@.view_definition(x.oid), revision = rev
                   FROM pg_class x JOIN pg_namespace n ON n.oid = x.relnamespace
-                 WHERE c.id = l.id AND x.oid = c.oid;
+                 WHERE c.id = k.id AND x.oid = c.oid;
             END IF;
             CONTINUE;
         END IF;
-        IF NOT l.manageable THEN
+        -- A new relation: ordinary permanent tables (not partitions) and
+        -- views outside system schemas become managed.
+        PERFORM 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE c.oid = l.rel AND c.relpersistence <> 't'
+            AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast', '@SCHEMA@')
+            AND n.nspname NOT LIKE 'pg\_temp\_%' AND n.nspname NOT LIKE 'pg\_toast\_temp\_%'
+            AND ((c.relkind = 'r' AND NOT c.relispartition
+                  AND NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid)
+                  AND r.command_tag IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO'))
+              OR (c.relkind = 'v' AND r.command_tag = 'CREATE VIEW'));
+        IF NOT FOUND THEN
             CONTINUE;
         END IF;
         IF r.object_type = 'view' THEN
@@ -352,7 +325,12 @@ BEGIN
     -- of the same query string writes (the proxy sets
     -- mzproxy.eager_history for such a string: it builds before the
     -- string, when the table is not there yet).
-    EXECUTE format('SELECT EXISTS (SELECT 1 FROM ONLY %s)', rel) INTO has_rows;
+    -- (Version 42) A relation of no blocks has no rows: a plain CREATE
+    -- TABLE plans no query for them.
+    has_rows := pg_relation_size(p_oid) > 0;
+    IF has_rows THEN
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM ONLY %s)', rel) INTO has_rows;
+    END IF;
     IF has_rows OR current_setting('mzproxy.eager_history', true) = 'on' THEN
         PERFORM @SCHEMA@.build_history(new_id, p_ts);
     ELSE
