@@ -1,27 +1,38 @@
 -- mzproxy backend state, version 40 to 42 (issue 16; 41 is another
--- branch's): ALTER TABLE of a table without history, and every DDL
--- through mzproxy, with fewer statements in on_ddl_command_end.
+-- branch's, the numbers are made contiguous at merge): ALTER TABLE of a
+-- table without history, and CREATE TABLE, with fewer statements in the
+-- event trigger.
 --
 -- Measured with bench/ddlcost.sh (backend instructions per pair, 100 and
 -- 1,000 tables, docs/ddl-cost.md "Session 18"):
 --
 --  * mzproxy.columns is the history's column map: a table gets its rows
 --    there when its history is made (build_history, from user_columns),
---    not at CREATE TABLE and at every ALTER before. A table without
---    history has none (this version deletes those it had), so an ALTER
---    of it runs no user_columns, no delete and insert of its rows and no
---    foreign-key checks of them; the reserved column names are checked
---    on pg_attribute.
---  * on_ddl_command_end moves the catalog revision in the statement that
---    reads the commands (a writable CTE: one row without a command when
---    there is none); the relation lookup, its catalog row, the
---    inheritance check and the new-relation check are one statement, and
---    for a table without history so is its reconcile (its name and
---    revision, and the reserved names). A table with history is
---    reconciled by reconcile_built directly (the wrapper's row read
---    skipped).
+--    not at CREATE TABLE and again at every ALTER before. A table without
+--    history has none (this version deletes those it had), so its ALTER
+--    runs no user_columns, no delete and insert of its rows and no
+--    foreign-key checks of them; the reserved column names are checked on
+--    pg_attribute.
+--  * on_ddl_command_end takes an ALTER TABLE of a table without history
+--    in one UPDATE of its catalog row (name, schema, revision), whose
+--    RETURNING says whether a column takes a reserved name (42939),
+--    whether the table takes part in inheritance (0A000) and whether a
+--    view's rule depends on it (if not, no dependent views' lookup at the
+--    end), instead of the relation lookup, the inheritance check, the
+--    catalog lookup, reconcile (three statements and user_columns) and
+--    the revision's update. A table with history goes to reconcile_built
+--    directly (reconcile's wrapper read its row again).
 --  * manage_table inserts the catalog row and the collection and checks
---    the column names in one statement.
+--    the column names in one statement, and looks for rows (CREATE TABLE
+--    AS) only in a relation that has blocks: a plain CREATE TABLE plans
+--    no query for them.
+--
+-- Tried and not kept: the revision moved in the statement that reads the
+-- commands (a writable CTE joined to pg_event_trigger_ddl_commands()),
+-- and the relation lookup, the inheritance check, the catalog lookup and
+-- the new-relation check merged into one statement: each cost more
+-- instructions than the statements it replaced (an executor set up for
+-- every subplan, run or not).
 
 CREATE OR REPLACE FUNCTION @SCHEMA@.on_ddl_command_end() RETURNS event_trigger
     LANGUAGE plpgsql SECURITY DEFINER
