@@ -122,18 +122,18 @@ BEGIN
             CONTINUE;
         END IF;
         -- (Version 42) ALTER TABLE of a table without history, in one
-        -- statement: its name and revision followed, and what the checks
-        -- below need (no column takes a reserved name, no inheritance, a
-        -- view whose text may name it).
+        -- statement: its name, schema and revision followed, and what the
+        -- checks below need (no column takes a reserved name; not made an
+        -- inheritance child, the one way ALTER TABLE of a managed table
+        -- brings it into inheritance; a view whose text may name it).
         IF r.command_tag = 'ALTER TABLE' AND NOT r.objid = ANY (done) THEN
-            UPDATE @SCHEMA@.catalog t SET schema_name = n.nspname, name = c.relname, revision = rev
-              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            UPDATE @SCHEMA@.catalog t SET schema_name = r.schema_name, name = c.relname, revision = rev
+              FROM pg_class c
              WHERE t.oid = r.objid AND t.dropped_ts IS NULL AND t.kind = 'table' AND NOT t.history_built AND c.oid = t.oid
             RETURNING EXISTS (SELECT 1 FROM pg_attribute a
                                WHERE a.attrelid = t.oid AND a.attname IN ('mz_from', 'mz_to', 'mz_hash')
                                  AND a.attnum > 0 AND NOT a.attisdropped) AS reserved,
-                      EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = t.oid)
-                      OR EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhparent = t.oid) AS inherits,
+                      EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = t.oid) AS inherits,
                       EXISTS (SELECT 1 FROM pg_depend d
                                WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = t.oid
                                  AND (d.classid = 'pg_rewrite'::regclass) IS TRUE) AS viewed

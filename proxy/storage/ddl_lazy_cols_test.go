@@ -33,6 +33,15 @@ func TestUnbuiltColumnChanges(t *testing.T) {
 	if got := recordedColumns(t, conn, "p"); got != "-" {
 		t.Errorf("columns recorded for p without history: %s, want none", got)
 	}
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA s"); err != nil {
+		t.Fatal(err)
+	}
+	qualified := func(table string) string {
+		if strings.Contains(table, ".") {
+			return table
+		}
+		return "public." + table
+	}
 	revision := func() int64 { return queryInt(t, conn, "SELECT revision FROM "+Schema+".catalog_revision") }
 	table := "p"
 	for _, st := range []struct{ sql, table string }{
@@ -44,6 +53,8 @@ func TestUnbuiltColumnChanges(t *testing.T) {
 		{"ALTER TABLE p DROP COLUMN e, ADD COLUMN e int", "p"},
 		{"ALTER TABLE p RENAME TO p2", "p2"},
 		{"CREATE INDEX p2_bb ON p2 (bb)", "p2"},
+		{"ALTER TABLE p2 SET SCHEMA s", "s.p2"},
+		{"ALTER TABLE s.p2 SET SCHEMA public", "p2"},
 	} {
 		before := revision()
 		calls := writeCalls(t, cs, -1, st.sql)
@@ -60,8 +71,8 @@ func TestUnbuiltColumnChanges(t *testing.T) {
 			t.Errorf("%s: catalog revision %d -> %d, want it moved once", st.sql, before, after)
 		}
 		table = st.table
-		if got := queryText(t, conn, "SELECT name || ' ' || (revision = $2) || ' ' || history_built FROM "+Schema+".catalog WHERE oid = $1::regclass AND dropped_ts IS NULL",
-			table, after); got != table+" true false" {
+		if got := queryText(t, conn, "SELECT format('%I.%I', schema_name, name) || ' ' || (revision = $2) || ' ' || history_built FROM "+Schema+".catalog WHERE oid = $1::regclass AND dropped_ts IS NULL",
+			table, after); got != qualified(table)+" true false" {
 			t.Errorf("%s: catalog row %q, want the name %s at the new revision, without history", st.sql, got, table)
 		}
 		if got := recordedColumns(t, conn, table); got != "-" {
@@ -79,6 +90,22 @@ func TestUnbuiltColumnChanges(t *testing.T) {
 	if n := queryInt(t, conn, "SELECT count(*) FROM pg_attribute WHERE attrelid = 'p2'::regclass AND attname = 'z'"); n != 0 || revision() != before {
 		t.Errorf("a rolled-back ADD COLUMN left %d columns z and the revision at %d (was %d)", n, revision(), before)
 	}
+
+	// A view of the table: its recorded text follows a column's rename.
+	if err := slotWrite(t, conn, "CREATE VIEW pv AS SELECT a, bb FROM p2", "ALTER TABLE p2 RENAME COLUMN bb TO b2"); err != nil {
+		t.Fatal(err)
+	}
+	if got := queryText(t, conn, "SELECT view_sql FROM "+Schema+".catalog WHERE oid = 'pv'::regclass"); !strings.Contains(got, "b2") {
+		t.Errorf("pv's recorded text after the rename of its column: %q", got)
+	}
+	if err := slotWrite(t, conn, "ALTER TABLE p2 RENAME COLUMN b2 TO bb"); err != nil {
+		t.Fatal(err)
+	}
+	// Made an inheritance child (of a table not managed): refused.
+	if _, err := conn.Exec(ctx, "CREATE TABLE par (a int)"); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, slotWrite(t, conn, "ALTER TABLE p2 INHERIT par"), "0A000", "ALTER TABLE p2 INHERIT par")
 
 	ts := inWrite(t, conn, "INSERT INTO p2 VALUES (1, 'x', 2.5, 7)")
 	historyMatches(t, conn, "p2", ts, "the first write after the column changes")
