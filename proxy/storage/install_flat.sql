@@ -1315,7 +1315,7 @@ CREATE FUNCTION mzproxy.on_ddl_command_end() RETURNS event_trigger
 DECLARE
     r record;
     l record;  -- (version 42) the relation the command is about
-    unbuilt record;  -- (version 42) what an ALTER TABLE of a table without history found
+    altered_table record;  -- (version 42) what an ALTER TABLE of a managed table found
     k record;
     ts bigint;
     rev bigint;
@@ -1392,35 +1392,41 @@ BEGIN
         IF r.classid IS DISTINCT FROM 'pg_class'::regclass OR r.schema_name = 'mzproxy' THEN
             CONTINUE;
         END IF;
-        -- (Version 42) ALTER TABLE of a table without history, in one
-        -- statement: its name, schema and revision followed, and what the
-        -- checks below need (no column takes a reserved name; not made an
+        -- (Version 42) ALTER TABLE of a managed table, in one statement:
+        -- its name, schema and revision followed, and what the checks
+        -- below need (no column takes a reserved name; not made an
         -- inheritance child, the one way ALTER TABLE of a managed table
-        -- brings it into inheritance; a view whose text may name it).
+        -- brings it into inheritance; a view whose text may name it). A
+        -- table without history needs nothing else; one with history is
+        -- reconciled.
         IF r.command_tag = 'ALTER TABLE' AND NOT r.objid = ANY (done) THEN
             UPDATE mzproxy.catalog t SET schema_name = r.schema_name, name = c.relname, revision = rev
               FROM pg_class c
-             WHERE t.oid = r.objid AND t.dropped_ts IS NULL AND t.kind = 'table' AND NOT t.history_built AND c.oid = t.oid
-            RETURNING EXISTS (SELECT 1 FROM pg_attribute a
+             WHERE t.oid = r.objid AND t.dropped_ts IS NULL AND t.kind = 'table' AND c.oid = t.oid
+            RETURNING t.id, t.history_built, EXISTS (SELECT 1 FROM pg_attribute a
                                WHERE a.attrelid = t.oid AND a.attname IN ('mz_from', 'mz_to', 'mz_hash')
                                  AND a.attnum > 0 AND NOT a.attisdropped) AS reserved,
                       EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = t.oid) AS inherits,
                       EXISTS (SELECT 1 FROM pg_depend d
                                WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = t.oid
                                  AND (d.classid = 'pg_rewrite'::regclass) IS TRUE) AS viewed
-              INTO unbuilt;
+              INTO altered_table;
             IF FOUND THEN
                 done := done || r.objid;
-                IF unbuilt.inherits THEN
+                IF altered_table.inherits THEN
                     RAISE EXCEPTION 'table inheritance involving a table managed by mzproxy is not supported (%)', r.objid::regclass
                         USING ERRCODE = '0A000';
                 END IF;
-                IF unbuilt.reserved THEN
+                IF altered_table.reserved THEN
                     RAISE EXCEPTION 'column names mz_from, mz_to and mz_hash are reserved by mzproxy'
                         USING ERRCODE = '42939';
                 END IF;
-                IF NOT unbuilt.viewed THEN
+                IF NOT altered_table.viewed THEN
                     altered := array_remove(altered, r.objid);
+                END IF;
+                IF altered_table.history_built THEN
+                    marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
+                    PERFORM mzproxy.reconcile_built(altered_table.id, ts, false);
                 END IF;
                 CONTINUE;
             END IF;
