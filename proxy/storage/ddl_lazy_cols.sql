@@ -1,7 +1,7 @@
 -- mzproxy backend state, version 40 to 42 (issue 16; 41 is another
--- branch's, the numbers are made contiguous at merge): ALTER TABLE of a
--- table without history, and CREATE TABLE, with fewer statements in the
--- event trigger.
+-- branch's, the numbers are made contiguous at merge): ALTER TABLE,
+-- above all of a table without history, and CREATE TABLE, with fewer
+-- statements in the event trigger.
 --
 -- Measured with bench/ddlcost.sh (backend instructions per pair, 100 and
 -- 1,000 tables, docs/ddl-cost.md "Session 18"):
@@ -13,15 +13,16 @@
 --    runs no user_columns, no delete and insert of its rows and no
 --    foreign-key checks of them; the reserved column names are checked on
 --    pg_attribute.
---  * on_ddl_command_end takes an ALTER TABLE of a table without history
---    in one UPDATE of its catalog row (name, schema, revision), whose
---    RETURNING says whether a column takes a reserved name (42939),
---    whether the table takes part in inheritance (0A000) and whether a
---    view's rule depends on it (if not, no dependent views' lookup at the
---    end), instead of the relation lookup, the inheritance check, the
---    catalog lookup, reconcile (three statements and user_columns) and
---    the revision's update. A table with history goes to reconcile_built
---    directly (reconcile's wrapper read its row again).
+--  * on_ddl_command_end takes an ALTER TABLE of a managed table in one
+--    UPDATE of its catalog row (name, schema, revision), whose RETURNING
+--    says whether a column takes a reserved name (42939), whether the
+--    table was made an inheritance child (0A000) and whether a view's
+--    rule depends on it (if not, no dependent views' lookup at the end),
+--    instead of the relation lookup, the inheritance check, the catalog
+--    lookup and the revision's update; a table without history needs
+--    nothing more (before: reconcile, three statements and user_columns),
+--    one with history goes to reconcile_built directly (reconcile's
+--    wrapper read its row again).
 --  * manage_table inserts the catalog row and the collection and checks
 --    the column names in one statement, and looks for rows (CREATE TABLE
 --    AS) only in a relation that has blocks: a plain CREATE TABLE plans

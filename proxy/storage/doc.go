@@ -405,11 +405,12 @@
 // Since version 42 (ddl_lazy_cols.sql) a table without history has no
 // rows in mzproxy.columns (build_history records them from user_columns
 // when it makes the history; the upgrade deletes those such tables had),
-// and on_ddl_command_end takes an ALTER TABLE of such a table in one
+// and on_ddl_command_end takes an ALTER TABLE of a managed table in one
 // UPDATE of its catalog row (name, schema, revision) whose RETURNING
 // reports a reserved column name (42939), inheritance (0A000) and
 // whether a view's rule depends on it (else no dependent views' lookup);
-// a table with history goes to reconcile_built directly. manage_table
+// that is all for a table without history, and a table with history then
+// goes to reconcile_built directly. manage_table
 // inserts the catalog row and the collection and checks the column names
 // in one statement, and looks for rows (CREATE TABLE AS) only in a
 // relation with blocks.
