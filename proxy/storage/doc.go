@@ -21,7 +21,7 @@
 // ddl_scans.sql 32 to 33, restamp.sql 33 to 34, block_lean.sql 34 to 35,
 // ddl_create.sql 35 to 36, hist_plans.sql 36 to 37,
 // lazy_history.sql 37 to 38, ddl_cols.sql 38 to 39,
-// ddl_view.sql 39 to 40 (a database at an older
+// ddl_view.sql 39 to 40, ddl_lazy_cols.sql 40 to 41 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -89,7 +89,9 @@
 //     name kept in sync on RENAME/SET SCHEMA, history relation, view SQL,
 //     created_ts, dropped_ts, revision, and since version 23 shape: what
 //     sync_indexes and sync_triggers last read, table_shape); catalog_revision, bumped by every
-//     DDL through the proxy; columns, the attnum -> history column map.
+//     DDL through the proxy; columns, the attnum -> history column map
+//     (since version 41 only of a table with history: build_history
+//     records them when it makes the history).
 //   - collections(id, since, retain_ms, compacted_at, compacted_rows,
 //     last_compacted_rows, clean_since): compaction state per managed
 //     table; retain_ms NULL means the compacting proxy's default;
@@ -399,4 +401,16 @@
 // row is this transaction's), CREATE [OR REPLACE] VIEW records its row in
 // one INSERT ... ON CONFLICT, and a table without history is reconciled
 // in fewer statements, with no mark.
+// Since version 41 (ddl_lazy_cols.sql) a table without history has no
+// rows in mzproxy.columns (build_history records them from user_columns
+// when it makes the history; the upgrade deletes those such tables had),
+// and on_ddl_command_end takes an ALTER TABLE of a managed table in one
+// UPDATE of its catalog row (name, schema, revision) whose RETURNING
+// reports a reserved column name (42939), inheritance (0A000) and
+// whether a view's rule depends on it (else no dependent views' lookup);
+// that is all for a table without history, and a table with history then
+// goes to reconcile_built directly. manage_table
+// inserts the catalog row and the collection and checks the column names
+// in one statement, and looks for rows (CREATE TABLE AS) only in a
+// relation with blocks.
 package storage

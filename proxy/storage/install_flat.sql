@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 40, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 41, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -143,8 +143,14 @@ DECLARE
     defs text;
 BEGIN
     SELECT c.oid, c.history INTO k FROM mzproxy.catalog c WHERE c.id = p_id;
+    -- (Version 41) The columns recorded now, as the history gets them:
+    -- a table without history has none in mzproxy.columns.
+    WITH added AS (
+        INSERT INTO mzproxy.columns (id, attnum, name, type)
+        SELECT p_id, uc.attnum, uc.name, uc.type FROM mzproxy.user_columns(k.oid) uc
+        RETURNING attnum, name, type)
     SELECT coalesce(string_agg(format('%I %s', c.name, c.type), ', ' ORDER BY c.attnum), '')
-      INTO defs FROM mzproxy.columns c WHERE c.id = p_id;
+      INTO defs FROM added c;
     EXECUTE format('CREATE TABLE %s (mz_from int8 NOT NULL, mz_to int8 NOT NULL, mz_hash int4 NOT NULL%s)', k.history,
                    CASE WHEN defs = '' THEN '' ELSE ', ' || defs END);
     EXECUTE format('CREATE INDEX %I ON %s (mz_to, mz_from)', 'h' || p_id || '_mz_to', k.history);
@@ -1234,18 +1240,26 @@ DECLARE
     new_id bigint := nextval('mzproxy.catalog_id_seq');
     rel text;
     has_rows bool;
+    reserved bool;
 BEGIN
-    INSERT INTO mzproxy.catalog (id, kind, oid, schema_name, name, history, created_ts, revision, history_built)
-    SELECT new_id, 'table', r.oid, n.nspname, r.relname, 'mzproxy.' || quote_ident('h' || new_id), p_ts, p_rev, false
-      FROM pg_class r JOIN pg_namespace n ON n.oid = r.relnamespace WHERE r.oid = p_oid
-    RETURNING format('%I.%I', schema_name, name) INTO rel;
-    INSERT INTO mzproxy.columns (id, attnum, name, type)
-    SELECT new_id, uc.attnum, uc.name, uc.type FROM mzproxy.user_columns(p_oid) uc;
-    IF EXISTS (SELECT 1 FROM mzproxy.columns c WHERE c.id = new_id AND c.name IN ('mz_from', 'mz_to', 'mz_hash')) THEN
+    -- (Version 41) The row, the collection and the check of the column
+    -- names in one statement. The columns are recorded when the history
+    -- is made (build_history): a table without history has none.
+    WITH added AS (
+        INSERT INTO mzproxy.catalog (id, kind, oid, schema_name, name, history, created_ts, revision, history_built)
+        SELECT new_id, 'table', r.oid, n.nspname, r.relname, 'mzproxy.' || quote_ident('h' || new_id), p_ts, p_rev, false
+          FROM pg_class r JOIN pg_namespace n ON n.oid = r.relnamespace WHERE r.oid = p_oid
+        RETURNING id, schema_name, name),
+    collection AS (
+        INSERT INTO mzproxy.collections (id, since) SELECT a.id, p_ts FROM added a)
+    SELECT format('%I.%I', a.schema_name, a.name),
+           EXISTS (SELECT 1 FROM pg_attribute c
+                    WHERE c.attrelid = p_oid AND c.attname IN ('mz_from', 'mz_to', 'mz_hash') AND c.attnum > 0 AND NOT c.attisdropped)
+      INTO rel, reserved FROM added a;
+    IF reserved THEN
         RAISE EXCEPTION 'column names mz_from, mz_to and mz_hash are reserved by mzproxy'
             USING ERRCODE = '42939';
     END IF;
-    INSERT INTO mzproxy.collections (id, since) VALUES (new_id, p_ts);
     -- The markers now: a read-write transaction's check (check_reads)
     -- takes a table without them for one just dropped.
     PERFORM mzproxy.make_marker(p_oid);
@@ -1254,7 +1268,12 @@ BEGIN
     -- of the same query string writes (the proxy sets
     -- mzproxy.eager_history for such a string: it builds before the
     -- string, when the table is not there yet).
-    EXECUTE format('SELECT EXISTS (SELECT 1 FROM ONLY %s)', rel) INTO has_rows;
+    -- (Version 41) A relation of no blocks has no rows: a plain CREATE
+    -- TABLE plans no query for them.
+    has_rows := pg_relation_size(p_oid) > 0;
+    IF has_rows THEN
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM ONLY %s)', rel) INTO has_rows;
+    END IF;
     IF has_rows OR current_setting('mzproxy.eager_history', true) = 'on' THEN
         PERFORM mzproxy.build_history(new_id, p_ts);
     ELSE
@@ -1295,15 +1314,15 @@ CREATE FUNCTION mzproxy.on_ddl_command_end() RETURNS event_trigger
     AS $$
 DECLARE
     r record;
+    l record;  -- (version 41) the relation the command is about
+    altered_table record;  -- (version 41) what an ALTER TABLE of a managed table found
     k record;
     ts bigint;
     rev bigint;
-    rel_oid oid;
     done oid[] := '{}';
     renames bool := false;
     altered oid[] := '{}';
     dependents oid[];
-    rel_kind "char";
     marked bool := false;  -- (version 36) mzproxy.in_ddl set below
 BEGIN
     -- (Version 28: the mark, a hash, only when a mark is set at all.)
@@ -1373,6 +1392,45 @@ BEGIN
         IF r.classid IS DISTINCT FROM 'pg_class'::regclass OR r.schema_name = 'mzproxy' THEN
             CONTINUE;
         END IF;
+        -- (Version 41) ALTER TABLE of a managed table, in one statement:
+        -- its name, schema and revision followed, and what the checks
+        -- below need (no column takes a reserved name; not made an
+        -- inheritance child, the one way ALTER TABLE of a managed table
+        -- brings it into inheritance; a view whose text may name it). A
+        -- table without history needs nothing else; one with history is
+        -- reconciled.
+        IF r.command_tag = 'ALTER TABLE' AND NOT r.objid = ANY (done) THEN
+            UPDATE mzproxy.catalog t SET schema_name = r.schema_name, name = c.relname, revision = rev
+              FROM pg_class c
+             WHERE t.oid = r.objid AND t.dropped_ts IS NULL AND t.kind = 'table' AND c.oid = t.oid
+            RETURNING t.id, t.history_built, EXISTS (SELECT 1 FROM pg_attribute a
+                               WHERE a.attrelid = t.oid AND a.attname IN ('mz_from', 'mz_to', 'mz_hash')
+                                 AND a.attnum > 0 AND NOT a.attisdropped) AS reserved,
+                      EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = t.oid) AS inherits,
+                      EXISTS (SELECT 1 FROM pg_depend d
+                               WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = t.oid
+                                 AND (d.classid = 'pg_rewrite'::regclass) IS TRUE) AS viewed
+              INTO altered_table;
+            IF FOUND THEN
+                done := done || r.objid;
+                IF altered_table.inherits THEN
+                    RAISE EXCEPTION 'table inheritance involving a table managed by mzproxy is not supported (%)', r.objid::regclass
+                        USING ERRCODE = '0A000';
+                END IF;
+                IF altered_table.reserved THEN
+                    RAISE EXCEPTION 'column names mz_from, mz_to and mz_hash are reserved by mzproxy'
+                        USING ERRCODE = '42939';
+                END IF;
+                IF NOT altered_table.viewed THEN
+                    altered := array_remove(altered, r.objid);
+                END IF;
+                IF altered_table.history_built THEN
+                    marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
+                    PERFORM mzproxy.reconcile_built(altered_table.id, ts, false);
+                END IF;
+                CONTINUE;
+            END IF;
+        END IF;
         -- (Version 40) A view created or replaced, in one statement: the
         -- conditions of a managed view below, and its row new or updated.
         IF r.command_tag = 'CREATE VIEW' AND r.object_type = 'view' THEN
@@ -1390,22 +1448,22 @@ BEGIN
         END IF;
         -- The relation the command is about (an index's table for CREATE INDEX).
         SELECT CASE WHEN c.relkind IN ('i', 'I') THEN (SELECT indrelid FROM pg_index WHERE indexrelid = c.oid)
-                    ELSE c.oid END, c.relkind
-          INTO rel_oid, rel_kind FROM pg_class c WHERE c.oid = r.objid;
-        IF rel_oid IS NULL OR rel_oid = ANY (done) THEN
+                    ELSE c.oid END AS rel, c.relkind
+          INTO l FROM pg_class c WHERE c.oid = r.objid;
+        IF l.rel IS NULL OR l.rel = ANY (done) THEN
             CONTINUE;
         END IF;
-        done := done || rel_oid;
+        done := done || l.rel;
         -- A write through an inheritance parent reaches its children's rows,
         -- which the parent's history triggers cannot account for.
         -- (Version 36: a view takes no part in inheritance.)
-        IF rel_kind <> 'v' AND EXISTS (SELECT 1 FROM pg_inherits i
+        IF l.relkind <> 'v' AND EXISTS (SELECT 1 FROM pg_inherits i
                      JOIN mzproxy.catalog g ON g.oid IN (i.inhparent, i.inhrelid) AND g.dropped_ts IS NULL
-                    WHERE rel_oid IN (i.inhparent, i.inhrelid)) THEN
-            RAISE EXCEPTION 'table inheritance involving a table managed by mzproxy is not supported (%)', rel_oid::regclass
+                    WHERE l.rel IN (i.inhparent, i.inhrelid)) THEN
+            RAISE EXCEPTION 'table inheritance involving a table managed by mzproxy is not supported (%)', l.rel::regclass
                 USING ERRCODE = '0A000';
         END IF;
-        SELECT * INTO k FROM mzproxy.catalog WHERE oid = rel_oid AND dropped_ts IS NULL;
+        SELECT * INTO k FROM mzproxy.catalog WHERE oid = l.rel AND dropped_ts IS NULL;
         IF FOUND THEN
             IF k.kind = 'table' AND TG_TAG = 'CREATE INDEX' THEN
                 -- (Version 10: only the lookup mirrors. The statement's
@@ -1419,12 +1477,14 @@ BEGIN
                 END IF;
                 UPDATE mzproxy.catalog SET revision = rev WHERE id = k.id;
             ELSIF k.kind = 'table' THEN
-                -- (Version 40: a table without history runs no DDL of
-                -- mzproxy's own, so needs no mark.)
+                -- (Version 41: reconcile_built without reconcile's second
+                -- read of the row when the table has history.)
                 IF k.history_built THEN
                     marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
+                    PERFORM mzproxy.reconcile_built(k.id, ts, false);
+                ELSE
+                    PERFORM mzproxy.reconcile(k.id, ts, false);
                 END IF;
-                PERFORM mzproxy.reconcile(k.id, ts, false);
                 UPDATE mzproxy.catalog SET revision = rev WHERE id = k.id;
             ELSE
                 UPDATE mzproxy.catalog c SET schema_name = n.nspname, name = x.relname,
@@ -1437,7 +1497,7 @@ BEGIN
         -- A new relation: ordinary permanent tables (not partitions) and
         -- views outside system schemas become managed.
         PERFORM 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-          WHERE c.oid = rel_oid AND c.relpersistence <> 't'
+          WHERE c.oid = l.rel AND c.relpersistence <> 't'
             AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast', 'mzproxy')
             AND n.nspname NOT LIKE 'pg\_temp\_%' AND n.nspname NOT LIKE 'pg\_toast\_temp\_%'
             AND ((c.relkind = 'r' AND NOT c.relispartition
@@ -1451,10 +1511,10 @@ BEGIN
             INSERT INTO mzproxy.catalog (id, kind, oid, schema_name, name, view_sql, created_ts, revision)
             SELECT nextval('mzproxy.catalog_id_seq'), 'view', c.oid, n.nspname, c.relname,
                    mzproxy.view_definition(c.oid), ts, rev
-              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = rel_oid;
+              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = l.rel;
         ELSE
             marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
-            PERFORM mzproxy.manage_table(rel_oid, ts, rev);
+            PERFORM mzproxy.manage_table(l.rel, ts, rev);
         END IF;
     END LOOP;
     IF renames THEN
@@ -1996,7 +2056,6 @@ CREATE FUNCTION mzproxy.reconcile(p_id bigint, p_ts bigint, p_new boolean) RETUR
     AS $$
 DECLARE
     rel oid;
-    reserved name;
 BEGIN
     -- (Version 40: the row and the name's update in one statement.)
     WITH renamed AS (
@@ -2009,14 +2068,10 @@ BEGIN
         PERFORM mzproxy.reconcile_built(p_id, p_ts, p_new);
         RETURN;
     END IF;
-    -- No history: the name and the columns are all there is to follow.
-    DELETE FROM mzproxy.columns WHERE id = p_id;
-    WITH added AS (
-        INSERT INTO mzproxy.columns (id, attnum, name, type)
-        SELECT p_id, uc.attnum, uc.name, uc.type FROM mzproxy.user_columns(rel) uc
-        RETURNING name)
-    SELECT a.name INTO reserved FROM added a WHERE a.name IN ('mz_from', 'mz_to', 'mz_hash') LIMIT 1;
-    IF FOUND THEN
+    -- No history: the name is all there is to follow (version 41: the
+    -- columns are recorded when the history is made).
+    IF EXISTS (SELECT 1 FROM pg_attribute a
+                WHERE a.attrelid = rel AND a.attname IN ('mz_from', 'mz_to', 'mz_hash') AND a.attnum > 0 AND NOT a.attisdropped) THEN
         RAISE EXCEPTION 'column names mz_from, mz_to and mz_hash are reserved by mzproxy'
             USING ERRCODE = '42939';
     END IF;
@@ -3776,6 +3831,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('37', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('38', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('39', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('40', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('41', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
