@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -214,31 +215,11 @@ func TestFault18RestartExtendedPaths(t *testing.T) {
 		}
 		for i := range 4 {
 			wg.Add(1)
-			go client(i, func(c *pgx.Conn) error {
-				mu.Lock()
-				sent++
-				mu.Unlock()
-				if _, err := c.Exec(ctx, "UPDATE hot SET v = v + $1 WHERE id = $2", 1, 1); err != nil {
-					return err
-				}
-				mu.Lock()
-				acked++
-				mu.Unlock()
-				return nil
-			})
+			go client(i, incrementHot(ctx, &mu, &sent, &acked))
 		}
 		for i := range 2 {
 			wg.Add(1)
-			go client(i, func(c *pgx.Conn) error {
-				from, to := 1+i, 10-i
-				return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
-					if _, err := tx.Exec(ctx, "UPDATE acct SET v = v - $1 WHERE k = $2", 5, from); err != nil {
-						return err
-					}
-					_, err := tx.Exec(ctx, "UPDATE acct SET v = v + $1 WHERE k = $2", 5, to)
-					return err
-				})
-			})
+			go client(i, transferAcct(ctx, 1+i, 10-i))
 		}
 		wg.Add(1)
 		go client(1, func(c *pgx.Conn) error {
@@ -366,31 +347,11 @@ func TestFault18ProxyKillExtendedWrites(t *testing.T) {
 	}
 	for i := range 4 {
 		wg.Add(1)
-		go client(i, func(c *pgx.Conn) error {
-			mu.Lock()
-			sent++
-			mu.Unlock()
-			if _, err := c.Exec(ctx, "UPDATE hot SET v = v + $1 WHERE id = $2", 1, 1); err != nil {
-				return err
-			}
-			mu.Lock()
-			acked++
-			mu.Unlock()
-			return nil
-		})
+		go client(i, incrementHot(ctx, &mu, &sent, &acked))
 	}
 	for i := range 4 {
 		wg.Add(1)
-		go client(i, func(c *pgx.Conn) error {
-			from, to := 1+i, 10-i
-			return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, "UPDATE acct SET v = v - $1 WHERE k = $2", 5, from); err != nil {
-					return err
-				}
-				_, err := tx.Exec(ctx, "UPDATE acct SET v = v + $1 WHERE k = $2", 5, to)
-				return err
-			})
-		})
+		go client(i, transferAcct(ctx, 1+i, 10-i))
 	}
 	// A block on the proxy to be killed holds a read.
 	holder := connectTo(t, ctx, dead.URL("postgres", db))
@@ -425,4 +386,35 @@ func TestFault18ProxyKillExtendedWrites(t *testing.T) {
 	}
 	live.awaitHolds(t, 0, "on the live proxy")
 	live.mustAlive(t, ctx)
+}
+
+// incrementHot is the faults' counter client: one autocommit increment of
+// hot's row, counted as sent before and as acknowledged after.
+func incrementHot(ctx context.Context, mu *sync.Mutex, sent, acked *int) func(c *pgx.Conn) error {
+	return func(c *pgx.Conn) error {
+		mu.Lock()
+		*sent++
+		mu.Unlock()
+		if _, err := c.Exec(ctx, "UPDATE hot SET v = v + $1 WHERE id = $2", 1, 1); err != nil {
+			return err
+		}
+		mu.Lock()
+		*acked++
+		mu.Unlock()
+		return nil
+	}
+}
+
+// transferAcct is the faults' bank client: a block moving 5 from one
+// account to another, so the total is conserved whatever fails.
+func transferAcct(ctx context.Context, from, to int) func(c *pgx.Conn) error {
+	return func(c *pgx.Conn) error {
+		return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "UPDATE acct SET v = v - $1 WHERE k = $2", 5, from); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "UPDATE acct SET v = v + $1 WHERE k = $2", 5, to)
+			return err
+		})
+	}
 }
