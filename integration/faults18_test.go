@@ -170,32 +170,7 @@ func TestFault18RestartExtendedPaths(t *testing.T) {
 		}
 		client := func(i int, op func(c *pgx.Conn) error) {
 			defer wg.Done()
-			var c *pgx.Conn
-			for {
-				select {
-				case <-stop:
-					if c != nil {
-						c.Close(ctx)
-					}
-					return
-				default:
-				}
-				if c == nil {
-					cfg, _ := pgx.ParseConfig(st.url(i%2, "postgres"))
-					cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
-					var err error
-					if c, err = pgx.ConnectConfig(ctx, cfg); err != nil {
-						c = nil
-						time.Sleep(50 * time.Millisecond)
-						continue
-					}
-				}
-				if err := op(c); err != nil {
-					note(err)
-					c.Close(ctx)
-					c = nil
-				}
-			}
+			runReconnecting(ctx, stop, func() string { return st.url(i%2, "postgres") }, op, note)
 		}
 		for i := range 4 {
 			wg.Add(1)
@@ -306,44 +281,24 @@ func TestFault18ProxyKillExtendedWrites(t *testing.T) {
 		stop        = make(chan struct{})
 		wg          sync.WaitGroup
 	)
+	// A client of the killed proxy connects to the live one from then on.
+	url := func(i int) string {
+		select {
+		case <-killed:
+			return live.URL("postgres", db)
+		default:
+			return st.url(i%2, "postgres")
+		}
+	}
 	client := func(i int, op func(c *pgx.Conn) error) {
 		defer wg.Done()
-		var c *pgx.Conn
-		for {
-			select {
-			case <-stop:
-				if c != nil {
-					c.Close(ctx)
-				}
-				return
-			default:
+		runReconnecting(ctx, stop, func() string { return url(i) }, op, func(err error) {
+			if code := sqlState(err); code != "" && code != "40001" && !strings.HasPrefix(code, "08") && !strings.HasPrefix(code, "57P") {
+				mu.Lock()
+				wrong = append(wrong, err.Error())
+				mu.Unlock()
 			}
-			if c == nil {
-				url := st.url(i%2, "postgres")
-				select {
-				case <-killed:
-					url = live.URL("postgres", db)
-				default:
-				}
-				cfg, _ := pgx.ParseConfig(url)
-				cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
-				var err error
-				if c, err = pgx.ConnectConfig(ctx, cfg); err != nil {
-					c = nil
-					time.Sleep(50 * time.Millisecond)
-					continue
-				}
-			}
-			if err := op(c); err != nil {
-				if code := sqlState(err); code != "" && code != "40001" && !strings.HasPrefix(code, "08") && !strings.HasPrefix(code, "57P") {
-					mu.Lock()
-					wrong = append(wrong, err.Error())
-					mu.Unlock()
-				}
-				c.Close(ctx)
-				c = nil
-			}
-		}
+		})
 	}
 	for i := range 4 {
 		wg.Add(1)
@@ -416,5 +371,43 @@ func transferAcct(ctx context.Context, from, to int) func(c *pgx.Conn) error {
 			_, err := tx.Exec(ctx, "UPDATE acct SET v = v + $1 WHERE k = $2", 5, to)
 			return err
 		})
+	}
+}
+
+// runReconnecting runs op again and again on a connection to url() (pgx's
+// exec mode) until stop closes; after an error, which it hands to failed,
+// it connects again: the faults' clients, whose server restarts or whose
+// proxy is killed under them.
+func runReconnecting(ctx context.Context, stop <-chan struct{}, url func() string, op func(c *pgx.Conn) error, failed func(error)) {
+	var c *pgx.Conn
+	defer func() {
+		if c != nil {
+			c.Close(ctx)
+		}
+	}()
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		if c == nil {
+			cfg, err := pgx.ParseConfig(url())
+			if err != nil {
+				failed(err)
+				return
+			}
+			cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+			if c, err = pgx.ConnectConfig(ctx, cfg); err != nil {
+				c = nil
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+		}
+		if err := op(c); err != nil {
+			failed(err)
+			c.Close(ctx)
+			c = nil
+		}
 	}
 }
