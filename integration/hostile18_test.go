@@ -31,17 +31,8 @@ func TestHostile18DatabaseSearchPath(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	role := ordinaryRole(t, ctx)
-	db := strings.Replace(tableName(t), "t_", "d_", 1)
 	execDirect(t, ctx, "ALTER ROLE "+role+" CREATEDB")
-	owner := connectAs(t, ctx, directURL(role, "postgres"))
-	mustExec(t, ctx, owner, "CREATE DATABASE "+db)
-	owner.Close(ctx)
-	t.Cleanup(func() {
-		if conn, err := pgx.Connect(context.Background(), directURL("postgres", "postgres")); err == nil {
-			_, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
-			conn.Close(context.Background())
-		}
-	})
+	db := databaseOwnedBy(t, ctx, role)
 	attack := []string{
 		"CREATE SCHEMA evil",
 		"CREATE TABLE evil.calls (who text)",
@@ -229,16 +220,7 @@ func TestHostile18PlantedSchema(t *testing.T) {
 	execDirect(t, ctx, "ALTER ROLE "+role+" CREATEDB")
 	p := startProxy(t)
 	for _, schema := range []string{"mzproxy", "mz_internal"} {
-		db := strings.Replace(tableName(t), "t_", "d_", 1)
-		owner := connectAs(t, ctx, directURL(role, "postgres"))
-		mustExec(t, ctx, owner, "CREATE DATABASE "+db)
-		owner.Close(ctx)
-		t.Cleanup(func() {
-			if conn, err := pgx.Connect(context.Background(), directURL("postgres", "postgres")); err == nil {
-				_, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
-				conn.Close(context.Background())
-			}
-		})
+		db := databaseOwnedBy(t, ctx, role)
 		mustExec(t, ctx, connectAs(t, ctx, directURL(role, db)),
 			"CREATE SCHEMA "+schema,
 			fmt.Sprintf(`CREATE FUNCTION public.pwn() RETURNS int LANGUAGE plpgsql AS $$
@@ -265,4 +247,21 @@ func TestHostile18PlantedSchema(t *testing.T) {
 		admin.Close(ctx)
 	}
 	p.mustAlive(t, ctx)
+}
+
+// databaseOwnedBy has role (a CREATEDB one) create a database directly, as
+// its owner, dropped at the test's end.
+func databaseOwnedBy(t *testing.T, ctx context.Context, role string) string {
+	t.Helper()
+	db := strings.Replace(tableName(t), "t_", "d_", 1)
+	owner := connectAs(t, ctx, directURL(role, "postgres"))
+	mustExec(t, ctx, owner, "CREATE DATABASE "+db)
+	owner.Close(ctx)
+	t.Cleanup(func() {
+		if conn, err := pgx.Connect(context.Background(), directURL("postgres", "postgres")); err == nil {
+			_, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)")
+			conn.Close(context.Background())
+		}
+	})
+	return db
 }
