@@ -265,6 +265,55 @@ func (s *Session) canceledByProxy(ctx context.Context, frame []byte) []byte {
 	return out
 }
 
+// failHeldExecute makes the backend fail the client's first Execute in the
+// batch about to be flushed, when the statement's context ended (a cancel,
+// the deadline) before any of the batch reached the backend: the Execute
+// is replaced by a Parse that cannot succeed, so the Parse and Bind before
+// it complete, the Execute fails, the backend skips the rest of the batch
+// to its Sync and aborts a transaction block, as a canceled Execute does in
+// PostgreSQL. A CancelRequest sent behind the batch instead can reach the
+// backend before it has read the batch, when it is dropped (the statement
+// then runs to its end), or while it parses (the Parse fails, not the
+// Execute). It reports whether it did; if not, the caller cancels the
+// backend.
+func (s *Session) failHeldExecute(ctx context.Context) bool {
+	cause := timeouts.CauseOf(ctx)
+	if cause != timeouts.UserCancel && cause != timeouts.Timeout || s.tx == txFailed || s.skipping {
+		// (In a failed transaction block the Execute fails anyway, with
+		// 25P02, unless it ends the block.)
+		return false
+	}
+	for i := s.units.head; i < len(s.units.items); i++ {
+		u := &s.units.items[i]
+		if u.kind != uExecute || u.queuedAt == 0 {
+			continue
+		}
+		if !s.be.w.ReplaceFrame(u.queuedAt-1, failingParse) {
+			return false
+		}
+		u.canceled = cause
+		return true
+	}
+	return false
+}
+
+// failingParse is a Parse that fails with a syntax error before it could
+// store a statement, whatever the session has prepared; PostgreSQL's log
+// shows its text.
+var failingParse, _ = (&pgproto3.Parse{Name: "mzproxy_canceled", Query: "mzproxy: canceled before it reached the backend"}).Encode(nil)
+
+// canceledInPlace is the client's answer to an Execute that failHeldExecute
+// failed: PostgreSQL's 57014 for the cause.
+func (s *Session) canceledInPlace(cause timeouts.Cause) []byte {
+	s.canceledReply = true
+	e := timeouts.ErrorFor(cause, timeouts.PhaseExecute)
+	out, _ := (&pgproto3.ErrorResponse{
+		Severity: pgerr.SeverityError, SeverityUnlocalized: pgerr.SeverityError,
+		Code: string(e.Code), Message: e.Message,
+	}).Encode(nil)
+	return out
+}
+
 // interruptions counts statements interrupted, by cause and phase, for
 // metrics.
 type interruptions struct {

@@ -57,6 +57,12 @@ type unit struct {
 	// dropOf: the Execute of a client's DROP DATABASE of this database,
 	// which the proxy forgets when it completes (dropDatabaseExtended).
 	dropOf string
+	// queuedAt: one more than the position of a client's Execute in the
+	// backend writer's stream (0: not known), while it may be queued there
+	// (failHeldExecute). canceled: the backend fails it in place of
+	// running it; the client reads this cause's 57014.
+	queuedAt int64
+	canceled timeouts.Cause
 }
 
 // readStatementGone reports whether body, an ErrorResponse to the Bind of
@@ -501,6 +507,7 @@ func (s *Session) handleCopyEnd(ctx context.Context, frame []byte) error {
 // queued that the backend must be made to answer (a client pipelining
 // without Sync could otherwise fill both socket buffers and deadlock).
 func (s *Session) request(ctx context.Context, frame []byte, u unit, wait bool) error {
+	at := s.be.w.Pos()
 	if err := s.forward(frame); err != nil {
 		return err
 	}
@@ -508,6 +515,9 @@ func (s *Session) request(ctx context.Context, frame []byte, u unit, wait bool) 
 		// The backend skips everything until Sync after an error: no
 		// answer will come for this.
 		return nil
+	}
+	if u.kind == uExecute && s.be.w.Pos() == at+int64(len(frame)) {
+		u.queuedAt = at + 1
 	}
 	s.units.push(u)
 	if wait {
@@ -586,13 +596,16 @@ func (s *Session) exchange(ctx context.Context) error {
 	// Who cancels this batch depends on whether the statement's context
 	// ended before the batch reaches the backend. If it did, the
 	// context's own cancel (once the backend has taken it) found the
-	// backend idle, or running a request of the proxy's own: this batch
-	// is canceled once flushed. If it did not, that cancel comes after
-	// the flush and reaches the batch itself: a second one, sent here,
-	// could cancel the client's next statement.
+	// backend idle, or running a request of the proxy's own: the batch's
+	// held Execute is made to fail (failHeldExecute), or, if none is
+	// held, the batch is canceled once flushed. If it did not, that
+	// cancel comes after the flush and reaches the batch itself: a second
+	// one, sent here, could cancel the client's next statement.
 	endedBefore := ctx.Err() != nil && timeouts.CauseOf(ctx) != 0
+	failed := false
 	if endedBefore {
 		s.awaitContextCancel(ctx)
+		failed = s.failHeldExecute(ctx)
 	}
 	if err := s.be.w.Flush(); err != nil {
 		return s.lostWrite(err)
@@ -610,7 +623,9 @@ func (s *Session) exchange(ctx context.Context) error {
 	s.enter(timeouts.PhaseExecute)
 	if endedBefore {
 		s.backendCanceled.Store(true)
-		s.cancelBackend()
+		if !failed {
+			s.cancelBackend()
+		}
 		s.batchCanceled.Store(false)
 	}
 	streaming := false
@@ -673,7 +688,9 @@ func (s *Session) unasked(typ byte, frame []byte) error {
 // unit when this answer ends it. stop says the exchange is over (an error,
 // or the backend now waits for COPY data).
 func (s *Session) answerUnit(ctx context.Context, u *unit, typ byte, frame []byte) (stop bool, err error) {
-	if typ == 'E' && ctx.Err() != nil {
+	if typ == 'E' && u.canceled != 0 {
+		frame = s.canceledInPlace(u.canceled)
+	} else if typ == 'E' && ctx.Err() != nil {
 		frame = s.canceledByProxy(ctx, frame)
 	}
 	if typ == 'E' && u.readStatement && readStatementGone(wire.Body(frame)) {

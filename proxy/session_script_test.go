@@ -48,6 +48,11 @@ import (
 //	wait
 //	    nothing is sent: what the proxy sends by itself (a timeout's
 //	    cancel).
+//	held
+//	    nothing is sent; waits until the session holds the client's
+//	    Execute for its batch's Sync.
+//	sleep ms=<ms>
+//	    nothing is sent for that long (a deadline passes).
 //	disconnect
 //	    the client's connection closes.
 //	skip
@@ -136,6 +141,7 @@ type scriptEnv struct {
 	key     []byte // the client's BackendKeyData, encoded as a CancelRequest
 	// backendReady receives the proxy's end of the backend connection.
 	backendReady chan net.Conn
+	sess         *Session
 }
 
 // startScript opens the script's session.
@@ -227,6 +233,9 @@ func (h scriptHandler) Connect(ctx context.Context, start wire.Startup, _ wire.A
 	if err != nil {
 		return nil, err
 	}
+	h.e.mu.Lock()
+	h.e.sess = s
+	h.e.mu.Unlock()
 	return s, nil
 }
 
@@ -382,10 +391,29 @@ func (e *scriptEnv) run(t *testing.T, d *datadriven.TestData) string {
 	case "disconnect":
 		_ = e.client.Close()
 	case "wait":
+	case "held":
+		e.awaitHeldExecute(t, d)
+	case "sleep":
+		var ms int
+		d.ScanArgs(t, "ms", &ms)
+		time.Sleep(time.Duration(ms) * time.Millisecond)
 	default:
 		d.Fatalf(t, "unknown directive %q", d.Cmd)
 	}
 	return e.collect(d)
+}
+
+// awaitHeldExecute waits until the session holds the client's Execute for
+// its batch's Sync, as it does once it has handled the Execute.
+func (e *scriptEnv) awaitHeldExecute(t *testing.T, d *datadriven.TestData) {
+	e.mu.Lock()
+	s := e.sess
+	e.mu.Unlock()
+	for deadline := time.Now().Add(scriptWait); !s.executeQueued.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			d.Fatalf(t, "held: the session holds no Execute")
+		}
+	}
 }
 
 func inputLines(d *datadriven.TestData) []string {

@@ -204,10 +204,14 @@ func TestPolledWrite(t *testing.T) {
 	// The backend dies under the write: the client gets its FATAL error
 	// and the session ends.
 	pid := s.be.pid
+	terminated := make(chan struct{})
 	time.AfterFunc(300*time.Millisecond, func() {
+		defer close(terminated)
 		_, _ = watcher.Exec(context.Background(), "SELECT pg_terminate_backend("+strconv.FormatUint(uint64(pid), 10)+")").ReadAll()
 	})
 	write("its backend terminated", sleepy, true, "57P01")
+	// The write can end before the watcher has read its own answer.
+	<-terminated
 	if v := values(); v != "13,10" {
 		t.Fatalf("after the backend died: %s, want 12,10", v)
 	}

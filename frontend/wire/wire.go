@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 )
@@ -189,39 +190,116 @@ func noEOF(err error) error {
 func Body(frame []byte) []byte { return frame[5:] }
 
 // Writer buffers messages for one stream. Not safe for concurrent use.
+//
+// It is bufio.Writer with one addition: the bytes it holds can be changed
+// before they are written (ReplaceFrame). A position names a byte of the stream
+// (Pos): one that is still held can be replaced, one written (or dropped by
+// Reset) cannot.
 type Writer struct {
-	bw *bufio.Writer
+	dst   io.Writer
+	buf   []byte
+	size  int
+	start int64 // the position of buf[0]
+	err   error // a failed write: the stream is broken
 }
 
 // NewWriter returns a Writer over w with a buffer of size bytes.
 func NewWriter(w io.Writer, size int) *Writer {
-	return &Writer{bw: bufio.NewWriterSize(w, size)}
+	return &Writer{dst: w, buf: make([]byte, 0, size), size: size}
 }
 
 // Reset makes the Writer write to w, dropping anything buffered.
-func (w *Writer) Reset(dst io.Writer) { w.bw.Reset(dst) }
+func (w *Writer) Reset(dst io.Writer) {
+	w.dst = dst
+	w.start += int64(len(w.buf))
+	w.buf = w.buf[:0]
+	w.err = nil
+}
 
 // WriteFrame queues a raw frame.
 func (w *Writer) WriteFrame(frame []byte) error {
-	_, err := w.bw.Write(frame)
-	return err
+	if w.err != nil {
+		return w.err
+	}
+	if len(w.buf)+len(frame) > w.size && len(w.buf) > 0 {
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(frame) >= w.size {
+		// Too big to be worth copying: written through.
+		w.start += int64(len(frame))
+		return w.write(frame)
+	}
+	w.buf = append(w.buf, frame...)
+	return nil
 }
 
 // Send queues an encoded message.
 func (w *Writer) Send(msg pgproto3.Message) error {
-	buf, err := msg.Encode(w.bw.AvailableBuffer())
+	if w.err != nil {
+		return w.err
+	}
+	out, err := msg.Encode(w.buf)
 	if err != nil {
 		return err
 	}
-	_, err = w.bw.Write(buf)
+	w.buf = out
+	if len(w.buf) < w.size {
+		return nil
+	}
+	err = w.Flush()
+	if cap(w.buf) > 2*w.size {
+		// A large message grew the buffer: not kept.
+		w.buf = make([]byte, 0, w.size)
+	}
 	return err
 }
 
 // Buffered reports the bytes queued and not yet written.
-func (w *Writer) Buffered() int { return w.bw.Buffered() }
+func (w *Writer) Buffered() int { return len(w.buf) }
+
+// Pos is the position of the next byte queued: the count of bytes queued
+// since the Writer was made.
+func (w *Writer) Pos() int64 { return w.start + int64(len(w.buf)) }
+
+// ReplaceFrame replaces the frame queued at position pos with frame and
+// reports whether it could: it cannot once any of its bytes were written.
+func (w *Writer) ReplaceFrame(pos int64, frame []byte) bool {
+	off := pos - w.start
+	if w.err != nil || off < 0 || off+5 > int64(len(w.buf)) {
+		return false
+	}
+	end := off + 1 + int64(binary.BigEndian.Uint32(w.buf[off+1:]))
+	if end > int64(len(w.buf)) {
+		return false
+	}
+	w.buf = slices.Replace(w.buf, int(off), int(end), frame...)
+	return true
+}
 
 // Flush writes everything queued.
-func (w *Writer) Flush() error { return w.bw.Flush() }
+func (w *Writer) Flush() error {
+	if w.err != nil {
+		return w.err
+	}
+	if len(w.buf) == 0 {
+		return nil
+	}
+	err := w.write(w.buf)
+	w.start += int64(len(w.buf))
+	w.buf = w.buf[:0]
+	return err
+}
+
+func (w *Writer) write(p []byte) error {
+	n, err := w.dst.Write(p)
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
+	}
+	w.err = err
+	return err
+}
 
 // Startup is what a client asked for in its StartupMessage.
 type Startup struct {
