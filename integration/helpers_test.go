@@ -91,6 +91,23 @@ func activeQueries(t testing.TB, ctx context.Context, direct *pgx.Conn, marker s
 	return n
 }
 
+// sleepingQueries counts backends, seen directly in pg_stat_activity, in
+// a pg_sleep of a query containing marker. Unlike activeQueries it does not
+// count a query whose Parse or Bind is being handled (pgx prepares a
+// statement in a batch of its own, shown active while it parses): the
+// statement itself runs.
+func sleepingQueries(t testing.TB, ctx context.Context, direct *pgx.Conn, marker string) int {
+	t.Helper()
+	var n int
+	err := direct.QueryRow(ctx,
+		`SELECT count(*) FROM pg_stat_activity
+		 WHERE state = 'active' AND wait_event = 'PgSleep' AND pid <> pg_backend_pid() AND position($1 in query) > 0`, marker).Scan(&n)
+	if err != nil {
+		t.Fatalf("pg_stat_activity: %v", err)
+	}
+	return n
+}
+
 // connectApp opens a pgx connection through p with an application_name,
 // by which the test finds its backend in pg_stat_activity.
 func (p *proxyProc) connectApp(t testing.TB, ctx context.Context, app string) *pgx.Conn {

@@ -161,7 +161,7 @@ func TestOpsReadyzDrain(t *testing.T) {
 	}()
 	direct := connectDirect(t, ctx)
 	eventually(t, 20*time.Second, "the busy query runs", func() bool {
-		return activeQueries(t, ctx, direct, "'ops_drain'") == 1
+		return sleepingQueries(t, ctx, direct, "'ops_drain'") == 1
 	})
 
 	p.signal(syscall.SIGTERM)
