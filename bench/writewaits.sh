@@ -22,14 +22,17 @@
 # the history trigger away and keep the rest: "mzplain", through mzproxy
 # but on a table made directly in PostgreSQL in mzproxy's database
 # (unmanaged: the optimistic write and its slot, no history trigger), and
-# "slotplain", the slot and that table's write sent directly.
+# "slotplain", the slot and that table's write sent directly. "bouncer"
+# runs the direct workload through PgBouncer (session pooling, over the
+# Unix socket, as bench/writelat.sh's): a reference proxy's CPU per write.
 #
 # WORKLOAD=counter runs instead the increment of one row (a managed table
 # with a primary key, `UPDATE ctr SET n = n + 1 WHERE id = 1`; set
 # CLIENTS=8 for bench/writes.sh's section 2).
 #
 # usage: bench/writewaits.sh
-#   env: DURATION=10 CLIENTS=32 WORKLOAD=insert TARGETS="mz direct slotdirect"
+#   env: DURATION=10 CLIENTS=32 WORKLOAD=insert
+#        TARGETS="mz direct slotdirect" (also: mzplain slotplain bouncer)
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 DURATION=${DURATION:-10}
@@ -62,6 +65,35 @@ psql -X -h 127.0.0.1 -p "${port[$d]}" -U postgres -d "$d" -qAtc "INSERT INTO ins
 { printf 'SELECT mzproxy.begin_write_occ(NULL, 0) \\; '; cat "$work/ins.sql"; } >"$work/slot.sql"
 sed -E 's/(ins|ctr) /u.\1 /' "$work/ins.sql" >"$work/plain.sql"
 sed -E 's/(ins|ctr) /u.\1 /' "$work/slot.sql" >"$work/slotplain.sql"
+
+if [[ " $TARGETS " == *" bouncer "* ]]; then
+	port[bouncer]=$(free_port)
+	cat >"$work/pgbouncer.ini" <<EOF
+[databases]
+plain = host=$work port=$pg_port dbname=plain user=postgres
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = ${port[bouncer]}
+unix_socket_dir =
+auth_type = trust
+auth_file = $work/userlist.txt
+pool_mode = session
+max_client_conn = 200
+default_pool_size = 100
+logfile = $work/pgbouncer.log
+pidfile = $work/pgbouncer.pid
+EOF
+	echo '"postgres" ""' >"$work/userlist.txt"
+	chown postgres "$work/pgbouncer.ini" "$work/userlist.txt"
+	as_pg pgbouncer "$work/pgbouncer.ini" </dev/null >/dev/null 2>&1 &
+	bench_pids+=("$!")
+	for _ in $(seq 50); do
+		psql -X -h 127.0.0.1 -p "${port[bouncer]}" -U postgres -d plain -Atc 'select 1' >/dev/null 2>&1 && break
+		sleep 0.2
+	done
+	pid[bouncer]=$(cat "$work/pgbouncer.pid")
+	bench_pids+=("${pid[bouncer]}")
+fi
 
 # sample database seconds: one line per sample and backend ("wait"), and
 # per pinned buffer of a relation ("pin").
@@ -101,16 +133,19 @@ for t in $TARGETS; do
 	slotdirect) p=$pg_port dbn=$d script=$work/slot.sql ;;
 	mzplain) p=${port[$d]} dbn=$d script=$work/plain.sql ;;
 	slotplain) p=$pg_port dbn=$d script=$work/slotplain.sql ;;
+	bouncer) p=${port[bouncer]} dbn=plain ;;
 	esac
+	hop=${pid[$d]}
+	[ "$t" = bouncer ] && hop=${pid[bouncer]}
 	sample "$dbn" "$DURATION" >"$work/sample.$t" &
 	spid=$!
 	sleep 0.5
 	read -r w0 f0 b0 wr0 s0 <<<"$(wal)"
-	c0=$(cluster_ticks) m0=$(cpu_ticks "${pid[$d]}")
+	c0=$(cluster_ticks) m0=$(cpu_ticks "$hop")
 	read -r _ u0 n0 s0_ i0 io0 _ <<<"$(head -1 /proc/stat)"
 	out=$(/usr/bin/time -f 'pgbench-cpu %U %S' pgbench -n -M simple -c "$CLIENTS" -j 2 -T "$((DURATION - 1))" -f "$script" \
 		-h 127.0.0.1 -p "$p" -U postgres "$dbn" 2>&1)
-	c1=$(cluster_ticks) m1=$(cpu_ticks "${pid[$d]}")
+	c1=$(cluster_ticks) m1=$(cpu_ticks "$hop")
 	read -r _ u1 n1 s1_ i1 io1 _ <<<"$(head -1 /proc/stat)"
 	busy=$(((u1 + n1 + s1_) - (u0 + n0 + s0_))) idle=$(((i1 + io1) - (i0 + io0)))
 	read -r pu ps <<<"$(awk '/^pgbench-cpu/ {print $2, $3}' <<<"$out")"
@@ -124,6 +159,7 @@ for t in $TARGETS; do
 		-v busy="$busy" -v idle="$idle" 'BEGIN {
 		printf "# per write (%d): WAL records %.2f, full-page images %.3f, bytes %.0f, writes %.3f, flushes %.3f; CPU µs: cluster %.1f", n, w/n, f/n, b/n, wr/n, s/n, c*1e6/hz/n
 		if (t ~ /^mz/) printf ", mzproxy %.1f", m*1e6/hz/n
+		if (t == "bouncer") printf ", PgBouncer %.1f", m*1e6/hz/n
 		printf ", pgbench %.1f; the machine busy %.0f%%\n", (pb+pbs)*1e6/n, 100*busy/(busy+idle) }'
 	echo "# kind | wait event or relation | samples | (pin: backends pinning, summed | distinct blocks)"
 	cat "$work/sample.$t"
