@@ -145,6 +145,14 @@ for t in $TARGETS; do
 	read -r _ u0 n0 s0_ i0 io0 _ <<<"$(head -1 /proc/stat)"
 	out=$(/usr/bin/time -f 'pgbench-cpu %U %S' pgbench -n -M simple -c "$CLIENTS" -j 2 -T "$((DURATION - 1))" -f "$script" \
 		-h 127.0.0.1 -p "$p" -U postgres "$dbn" 2>&1)
+	# pgbench's backends have exited: their CPU is the postmaster's
+	# children's once it has reaped them, and not counted before.
+	for _ in $(seq 20); do
+		[ "$(psql -X -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres -qAtc \
+			"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgbench'")" = 0 ] && break
+		sleep 0.1
+	done
+	sleep 0.1
 	c1=$(cluster_ticks) m1=$(cpu_ticks "$hop")
 	read -r _ u1 n1 s1_ i1 io1 _ <<<"$(head -1 /proc/stat)"
 	busy=$(((u1 + n1 + s1_) - (u0 + n0 + s0_))) idle=$(((i1 + io1) - (i0 + io0)))
