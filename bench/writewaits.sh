@@ -8,9 +8,10 @@
 # backend has pinned (pg_buffercache), by relation: which pages the
 # BufferContent waits are on. Around each run: the cluster's WAL
 # (pg_stat_wal: records, full-page images, bytes, writes and flushes, per
-# INSERT), the CPU per INSERT of the cluster's processes, of mzproxy and
-# of pgbench, and how busy the machine's CPUs were (/proc/stat, all work on
-# it): what each INSERT costs the cores the direct run shares.
+# write), the CPU per write of the cluster's processes, of mzproxy (or
+# PgBouncer) and of pgbench, and how busy the machine's CPUs were
+# (/proc/stat, all work on it): what each write costs the cores the
+# direct run shares.
 #
 # A third run, "slotdirect", sends the backend what mzproxy sends it for
 # each write, directly (pgbench, one Query: `SELECT
