@@ -83,11 +83,16 @@ start_proxies() {
 }
 
 # load_tables: the same tables on every target (through the proxies, so
-# managed there), pgbench's TPC-B tables included.
+# managed there), pgbench's TPC-B tables included. Each table is written
+# once here: a managed table's first write makes its history (storage 38's
+# lazy history), which in a timed run held the other 31 INSERT clients on
+# the table's lock for some tenths of a second (docs/write-cost.md,
+# session 19); the runs measure the steady state.
 load_tables() {
 	local t setup='CREATE TABLE counter (id int PRIMARY KEY, v bigint NOT NULL);
 INSERT INTO counter VALUES (1, 0), (2, 0);
 CREATE TABLE ins (x int);
+INSERT INTO ins VALUES (0);
 CREATE TABLE acct (id int PRIMARY KEY, v bigint NOT NULL);
 INSERT INTO acct SELECT g, 0 FROM generate_series(1, 10000) g;'
 	for t in $targets; do
