@@ -2479,9 +2479,9 @@ BEGIN
         RAISE EXCEPTION 'mzproxy: deferred write slot of a read-only transaction' USING ERRCODE = '25006';
     END IF;
     IF t = 0 THEN
-        -- (Not reached since the pending slot returned above; kept for a
-        -- slot write_slot reads as pending.) Counted by choose_ts, then
-        -- marked: the marker must not be below the write's own count.
+        -- A slot of version 41's form ('0 - ' and its tag, taken by a
+        -- transaction that spans the upgrade): counted by choose_ts, then
+        -- marked, since the marker must not be below the write's count.
         t := mzproxy.choose_ts();
         PERFORM mzproxy.mark_written(ARRAY[p_rel]);
         RETURN t;
