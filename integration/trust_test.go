@@ -173,8 +173,9 @@ func TestTrustInternalFunctions(t *testing.T) {
 
 // TestTrustForgedWriteTimestamp: mzproxy.write_ts set by the user, through
 // the proxy or directly, with a made-up value or one copied from another
-// transaction, is refused (42501) and changes no history; mzproxy.in_ddl
-// does not hide DDL from the event triggers.
+// transaction, is refused (42501) and changes no history; the pending
+// request set by the user writes at a T the oracle chooses (storage 42);
+// mzproxy.in_ddl does not hide DDL from the event triggers.
 func TestTrustForgedWriteTimestamp(t *testing.T) {
 	ctx := testContext(t)
 	p := startProxy(t)
@@ -209,10 +210,16 @@ func TestTrustForgedWriteTimestamp(t *testing.T) {
 	}
 	before := asOf(t0)
 
-	// A slot genuinely issued in another transaction of the same session.
+	// A T genuinely chosen in another transaction of the same session
+	// (the pending slot is a request, not a credential, since storage 42:
+	// its T is chosen, counted and tagged at the write, with the gate
+	// held; see below).
 	var copied string
 	err := pgx.BeginFunc(ctx, direct, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT mzproxy.begin_write_occ(NULL, NULL)"); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "UPDATE "+tbl+" SET v = v"); err != nil {
 			return err
 		}
 		return tx.QueryRow(ctx, "SELECT current_setting('mzproxy.write_ts')").Scan(&copied)
@@ -239,6 +246,31 @@ func TestTrustForgedWriteTimestamp(t *testing.T) {
 			if _, err := via.conn.Exec(ctx, "RESET mzproxy.write_ts"); err != nil {
 				t.Fatal(err)
 			}
+		}
+	}
+	if after := asOf(t0); after != before {
+		t.Errorf("AS OF %d changed after the fact: %q, was %q", t0, after, before)
+	}
+
+	// The pending request set by the user is what begin_write_occ(NULL,
+	// NULL) would give it: the write commits at a T the oracle chose,
+	// above every timestamp handed out before, and history below stays.
+	for _, via := range []struct {
+		name string
+		conn *pgx.Conn
+	}{{"proxy", viaProxy}, {"direct", direct}} {
+		t1 := oracleReadTS(t, ctx, direct)
+		if _, err := via.conn.Exec(ctx, "SELECT set_config('mzproxy.write_ts', '0 - pending', false)"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := via.conn.Exec(ctx, "UPDATE "+tbl+" SET v = v + 1", pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Errorf("%s: a write with the pending request set by the user: %v", via.name, err)
+		}
+		if _, err := via.conn.Exec(ctx, "RESET mzproxy.write_ts"); err != nil {
+			t.Fatal(err)
+		}
+		if after := asOf(t1); after == asOf(oracleReadTS(t, ctx, direct)) {
+			t.Errorf("%s: the write is visible at %d, read before it", via.name, t1)
 		}
 	}
 	if after := asOf(t0); after != before {

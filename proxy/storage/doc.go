@@ -21,7 +21,8 @@
 // ddl_scans.sql 32 to 33, restamp.sql 33 to 34, block_lean.sql 34 to 35,
 // ddl_create.sql 35 to 36, hist_plans.sql 36 to 37,
 // lazy_history.sql 37 to 38, ddl_cols.sql 38 to 39,
-// ddl_view.sql 39 to 40, ddl_lazy_cols.sql 40 to 41 (a database at an older
+// ddl_view.sql 39 to 40, ddl_lazy_cols.sql 40 to 41, slot_pending.sql 41
+// to 42 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -123,14 +124,17 @@
 //     takes for a client's writes. It locks the gate in ROW SHARE mode
 //     until the transaction ends, checks the incarnation (XX000 "mzproxy
 //     incarnation N ... fenced by new generation G" or "... lost its lease
-//     ...", IsFenced), counts the write and leaves T pending (returns 0):
-//     T is chosen when first asked for (current_write_ts: the first history
-//     row, a DDL, a read of the transaction's own writes, commit_write), as
-//     GREATEST(clock, P + 1). floor is ignored. An autocommit write needs
+//     ...", IsFenced) and leaves T pending (returns 0; the setting is the
+//     request '0 - pending', version 42): T is chosen when first asked for
+//     (current_write_ts: the first history row, a DDL, a read of the
+//     transaction's own writes, commit_write), as GREATEST(clock, P + 1),
+//     by code that first locks the gate itself (held already: the slot
+//     took it before the statement's row locks) and counts the write.
+//     floor is ignored. An autocommit write needs
 //     nothing else: begin_write_occ(inc, 0) and the statement in one
 //     implicit transaction (proxy/write.go; the slot is taken and set with one query, the
-//     history trigger's stamp_ts checks it, chooses T, tags and sets it
-//     with another).
+//     history trigger's own query counts the write, marks the table,
+//     chooses T, tags and sets it).
 //   - begin_write(inc) / begin_write_at(T, inc) (BeginWriteFor,
 //     BeginWriteAtFor, BeginWriteSQL, BeginWriteAtSQL without an
 //     incarnation): the same slot with T chosen at once, or exactly T when
@@ -413,4 +417,32 @@
 // inserts the catalog row and the collection and checks the column names
 // in one statement, and looks for rows (CREATE TABLE AS) only in a
 // relation with blocks.
+//
+// # The pending slot is a request (version 42)
+//
+// Since version 42 (slot_pending.sql) a slot whose T is pending is the
+// constant '0 - pending', with no tag. Until then it carried a SHA-256 tag
+// (over the write key, the xid and the text), which begin_write_occ made
+// and the code that chose T checked, so that a value copied into another
+// transaction could not let a write choose T without holding the gate and
+// without being counted. Now that code makes both true itself, in the
+// transaction that chooses T: it locks the gate in ROW SHARE mode (a
+// look-up in the lock manager's local table when the slot took it),
+// counts the write (nextval of writes moved from the slot to here; the
+// table's marker takes that count in the same query, so it is never
+// below the write's own count), and only then reads P and chooses T,
+// whose tag is unchanged. A role that sets the request by hand therefore
+// gets what begin_write_occ(NULL, 0), which PUBLIC may call, gives it: a
+// slot, its gate held from its first write on instead of from before its
+// statement (only the incarnation check is skipped, which fences proxies,
+// not roles). Any other value that starts as a pending one fails with
+// 42501 where a slot is checked. A slot taken and never written counts
+// nothing, which only spares a pin a move of P. An honest write still
+// takes the gate before its statement: a writer taking it after its row
+// locks can wait, with a pin queued for the gate and a writer waiting for
+// one of those rows, until the deadlock detector reorders the queue; a
+// role can stall pins as long by locking the gate itself (UPDATE on it is
+// PUBLIC's). What this saves per write is in docs/write-cost.md
+// ("Session 19"): the slot's tag and its read of write_key, and the
+// trigger's (or ddl_ts') check of the pending tag.
 package storage

@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 41, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 42, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -113,17 +113,16 @@ BEGIN
     END IF;
     LOCK TABLE mzproxy.gate IN ROW SHARE MODE;
     -- The incarnation is checked with the gate held (see open_write), by
-    -- check_incarnation's condition, inline so that one query does it all
-    -- (not by a view: pg_dump's sessions may not read one). The write is
-    -- counted and the slot set even when the check fails: that only makes
-    -- the next pin move P one further, and the transaction fails anyway.
+    -- check_incarnation's condition, inline (not by a view: pg_dump's
+    -- sessions may not read one). The slot is set even when the check
+    -- fails: the transaction fails anyway. The write is counted when T is
+    -- chosen (version 42: choose_ts, stamp_ts, ddl_ts, the triggers).
     SELECT p_inc IS NULL OR coalesce((
                SELECT i.retired_at IS NULL
                       AND i.heartbeat_at >= clock_timestamp() - i.grace_ms * interval '1 millisecond'
                  FROM mzproxy.incarnations i WHERE i.id = p_inc), false),
-           set_config('mzproxy.write_ts', '0 - ' || mzproxy.key_tag(k.k, '0 -'), true),
-           nextval('mzproxy.writes')
-      INTO may_write FROM mzproxy.write_key k;
+           set_config('mzproxy.write_ts', '0 - pending', true)
+      INTO may_write;
     IF NOT may_write THEN
         PERFORM mzproxy.raise_fenced(p_inc);
     END IF;
@@ -271,8 +270,11 @@ CREATE FUNCTION mzproxy.choose_ts() RETURNS bigint
     LANGUAGE plpgsql
     AS $$
 DECLARE
-    t bigint := GREATEST(mzproxy.now_ms(), mzproxy.pinned_ts() + 1);
+    t bigint;
 BEGIN
+    LOCK TABLE mzproxy.gate IN ROW SHARE MODE;
+    PERFORM nextval('mzproxy.writes');
+    t := GREATEST(mzproxy.now_ms(), mzproxy.pinned_ts() + 1);
     PERFORM mzproxy.set_slot(t, NULL);
     RETURN t;
 END
@@ -489,23 +491,27 @@ CREATE FUNCTION mzproxy.ddl_ts() RETURNS bigint
     AS $_$
 DECLARE
     v text := current_setting('mzproxy.write_ts', true);
-    vt text := split_part(v, ' ', 1);
+    vt text;
     k text;
     t bigint;
 BEGIN
-    IF split_part(v, ' ', 4) = '' AND (vt = '0' OR vt ~ '^[1-9][0-9]*$') THEN
+    IF v = '0 - pending' THEN
+        LOCK TABLE mzproxy.gate IN ROW SHARE MODE;
+        SELECT x.t, set_config('mzproxy.write_ts', x.t::text || ' - ' || mzproxy.key_tag(x.k, x.t::text || ' -'), true)
+          INTO t, v
+          FROM (SELECT w.k, GREATEST(mzproxy.now_ms(),
+                                     coalesce(pg_sequence_last_value('mzproxy.pinned'), mzproxy.pinned_ts()) + 1) AS t,
+                       nextval('mzproxy.writes')
+                  FROM mzproxy.write_key w
+                OFFSET 0) x;
+        RETURN t;
+    END IF;
+    vt := split_part(v, ' ', 1);
+    IF split_part(v, ' ', 2) = '-' AND split_part(v, ' ', 4) = '' AND vt ~ '^[1-9][0-9]*$' THEN
         k := (SELECT w.k FROM mzproxy.write_key w);
-        -- A tag proves set_slot wrote both numbers (write_slot).
-        IF split_part(v, ' ', 3) = mzproxy.key_tag(k, vt || ' ' || split_part(v, ' ', 2)) THEN
-            IF vt <> '0' THEN
-                RETURN vt::bigint;
-            END IF;
-            t := GREATEST(mzproxy.now_ms(),
-                          (SELECT CASE WHEN q.is_called THEN q.last_value
-                                       ELSE GREATEST(mzproxy.now_ms() + 1000, (SELECT u.upper FROM mzproxy.txns_durable u)) END
-                             FROM mzproxy.pinned q) + 1);
-            v := set_config('mzproxy.write_ts', t || ' - ' || mzproxy.key_tag(k, t || ' -'), true);
-            RETURN t;
+        -- A tag proves set_slot wrote T (write_slot).
+        IF split_part(v, ' ', 3) = mzproxy.key_tag(k, vt || ' -') THEN
+            RETURN vt::bigint;
         END IF;
     END IF;
     RETURN mzproxy.current_write_ts();
@@ -859,12 +865,15 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
         -- only looks pending): _t stays NULL, and the general path's
         -- stamp_ts fails with 42501.
         fresh_stamp := $r$
+        IF current_setting('mzproxy.write_ts', true) = '0 - pending' THEN
+            LOCK TABLE mzproxy.gate IN ROW SHARE MODE;
+        END IF;
         SELECT x.t INTO _t
           FROM (SELECT k.k, GREATEST(mzproxy.now_ms(),
                                      coalesce(pg_sequence_last_value('mzproxy.pinned'), mzproxy.pinned_ts()) + 1) AS t,
-                       setval(to_regclass('mzproxy.w' || TG_RELID), pg_sequence_last_value('mzproxy.writes'))
+                       setval(to_regclass('mzproxy.w' || TG_RELID), nextval('mzproxy.writes'))
                   FROM mzproxy.write_key k
-                 WHERE current_setting('mzproxy.write_ts', true) = '0 - ' || mzproxy.key_tag(k.k, '0 -')
+                 WHERE current_setting('mzproxy.write_ts', true) = '0 - pending'
                 OFFSET 0) x
          WHERE set_config('mzproxy.write_ts', x.t::text || ' - ' || mzproxy.key_tag(x.k, x.t::text || ' -'), true) IS NOT NULL;$r$;
 
@@ -1692,22 +1701,24 @@ BEGIN
     END IF;
     LOCK TABLE mzproxy.gate IN ROW SHARE MODE;
     PERFORM mzproxy.check_incarnation(p_inc);
-    PERFORM nextval('mzproxy.writes');
-    IF p_ts IS NOT NULL THEN
-        least_t := mzproxy.pinned_ts() + 1;
-        IF p_ts < least_t THEN
-            RAISE EXCEPTION 'write at timestamp % conflicts: the upper is already %', p_ts, least_t
-                USING ERRCODE = 'MZ001', DETAIL = least_t::text;
-        END IF;
-        -- A pin relies on every T being at most what current_write_ts
-        -- would choose.
-        IF p_ts > GREATEST(mzproxy.now_ms(), least_t) THEN
-            RAISE EXCEPTION 'cannot write at timestamp %, ahead of the clock', p_ts
-                USING ERRCODE = '22008';
-        END IF;
+    IF p_ts IS NULL THEN
+        PERFORM set_config('mzproxy.write_ts', '0 - pending', true);
+        RETURN 0;
     END IF;
-    PERFORM mzproxy.set_slot(coalesce(p_ts, 0), NULL);
-    RETURN coalesce(p_ts, 0);
+    PERFORM nextval('mzproxy.writes');
+    least_t := mzproxy.pinned_ts() + 1;
+    IF p_ts < least_t THEN
+        RAISE EXCEPTION 'write at timestamp % conflicts: the upper is already %', p_ts, least_t
+            USING ERRCODE = 'MZ001', DETAIL = least_t::text;
+    END IF;
+    -- A pin relies on every T being at most what current_write_ts
+    -- would choose.
+    IF p_ts > GREATEST(mzproxy.now_ms(), least_t) THEN
+        RAISE EXCEPTION 'cannot write at timestamp %, ahead of the clock', p_ts
+            USING ERRCODE = '22008';
+    END IF;
+    PERFORM mzproxy.set_slot(p_ts, NULL);
+    RETURN p_ts;
 END
 $$;
 
@@ -2427,22 +2438,20 @@ DECLARE
     my_xid bigint;
     rels oid[];
 BEGIN
-    IF left(v, 4) = '0 - ' THEN
-        -- The pending slot begin_write_occ made in this transaction: T and
-        -- its tag set, and the table marked, in the same query. P is read
-        -- as pinned_ts reads it; after a crash (the sequence not yet
-        -- called) pinned_ts gives its floor.
+    IF v = '0 - pending' THEN
+        -- A pending slot: with the gate held, the write counted and the
+        -- table's marker set to that count, T chosen and tagged, in one
+        -- query (version 42). P is read as pinned_ts reads it; after a
+        -- crash (the sequence not yet called) pinned_ts gives its floor.
+        LOCK TABLE mzproxy.gate IN ROW SHARE MODE;
         SELECT x.t, set_config('mzproxy.write_ts', x.t::text || ' - ' || mzproxy.key_tag(x.k, x.t::text || ' -'), true)
           INTO t, slot
           FROM (SELECT k.k, GREATEST(mzproxy.now_ms(),
                                      coalesce(pg_sequence_last_value('mzproxy.pinned'), mzproxy.pinned_ts()) + 1) AS t,
-                       setval(to_regclass('mzproxy.w' || p_rel), pg_sequence_last_value('mzproxy.writes'))
+                       setval(to_regclass('mzproxy.w' || p_rel), nextval('mzproxy.writes'))
                   FROM mzproxy.write_key k
-                 WHERE v = '0 - ' || mzproxy.key_tag(k.k, '0 -')
                 OFFSET 0) x;
-        IF t IS NOT NULL THEN
-            RETURN t;
-        END IF;
+        RETURN t;
     END IF;
     IF v IS NULL OR v = '' OR left(v, 3) = '-1 ' THEN
         -- Only open_write_deferred makes the row: the setting needs no
@@ -2469,11 +2478,16 @@ BEGIN
         -- which writes no history. Nothing could restamp a placeholder.
         RAISE EXCEPTION 'mzproxy: deferred write slot of a read-only transaction' USING ERRCODE = '25006';
     END IF;
+    IF t = 0 THEN
+        -- A slot of version 41's form ('0 - ' and its tag, taken by a
+        -- transaction that spans the upgrade): counted by choose_ts, then
+        -- marked, since the marker must not be below the write's count.
+        t := mzproxy.choose_ts();
+        PERFORM mzproxy.mark_written(ARRAY[p_rel]);
+        RETURN t;
+    END IF;
     IF t IS NOT NULL THEN
         PERFORM mzproxy.mark_written(ARRAY[p_rel]);
-    END IF;
-    IF t = 0 THEN
-        RETURN mzproxy.choose_ts();
     END IF;
     -- T was chosen before this statement locked p_rel (a later statement,
     -- a block's T fixed early): after the marker, the check mark (see
@@ -2877,6 +2891,10 @@ BEGIN
             SELECT coalesce(d.fixed_t, -1), CASE WHEN d.fixed_t IS NULL THEN d.inc END INTO t, e
               FROM mzproxy.deferred_slots d WHERE d.xid = my_xid;
         END IF;
+        RETURN;
+    END IF;
+    IF v = '0 - pending' THEN
+        t := 0;
         RETURN;
     END IF;
     -- split_part, not a regular expression: this runs for every write
@@ -3832,6 +3850,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('38', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('39', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('40', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('41', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('42', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
