@@ -12,7 +12,8 @@ import (
 // plain BEGIN the event loop answered is begun REPEATABLE READ by the
 // BEGIN the loop sends with its first read (proxy/loop_txn.go,
 // sendPinBegin), so the backend runs no raise (SET TRANSACTION ISOLATION
-// LEVEL REPEATABLE READ) per transaction: with the BEGIN as a Query in
+// LEVEL REPEATABLE READ) per transaction, nor the Parse of an extended
+// BEGIN that the first read's Parse replaces: with the BEGIN as a Query in
 // front of Queries, as a Query in front of a driver's extended reads
 // (pgx's Begin), as an unnamed Parse, Bind and Execute (pgbench -M
 // extended), and as a prepared statement. In each the transaction is
@@ -85,6 +86,10 @@ func TestReadOnlyTxnRaiseInBegin(t *testing.T) {
 				t.Errorf("%s: the backend was sent the raise to REPEATABLE READ: %q", m.name, e)
 			case strings.HasPrefix(e, "P mzproxy_"):
 				t.Errorf("%s: the backend was sent a Parse of the proxy's: %q", m.name, e)
+			case e == "P : BEGIN":
+				// The first read's Parse of the unnamed statement replaces
+				// it at once: the BEGIN's is not sent.
+				t.Errorf("%s: the backend was sent the BEGIN's Parse: %q", m.name, e)
 			}
 			if strings.HasPrefix(e, "B ") || strings.HasPrefix(e, "Q ") {
 				statements++

@@ -353,7 +353,8 @@ func (s *Session) admitFirstRead(sql, portal string, batch []byte) ([]byte, bool
 	ends := 0
 	if lt.beginDeferred {
 		// The BEGIN the loop answered begins the block here.
-		ends, err = s.sendPinBegin(g, batch[0] == 'Q')
+		// (A Parse's statement name is its body's first string.)
+		ends, err = s.sendPinBegin(g, batch[0] == 'Q', batch[0] == 'P' && len(batch) > 5 && batch[5] == 0)
 	}
 	if err == nil {
 		err = s.sendPinGuard(ctx, g)
@@ -619,12 +620,17 @@ func (s *Session) Reply() []byte {
 // raised: sendPinGuard sends no raise, a statement the backend runs per
 // transaction the less (docs/read-cost.md, session 19). An extended BEGIN
 // is so replaced too, when it runs in the unnamed portal: its Parse, if
-// any, goes as it is (the unnamed statement stays the client's BEGIN),
+// any, goes as it is (the unnamed statement stays the client's BEGIN)
+// unless the read's batch begins with a Parse of the unnamed statement
+// (pgbench -M extended, pgx's exec modes), which replaces it before
+// anything can bind it (a guard that refuses skips that Parse, and the
+// batch is sent again once the transaction is begun anew:
+// guardRefusedExtended);
 // its Bind, Describe and Execute are the prepared BEGIN's Bind and
 // Execute, whose answers the client had from replyBegin as the client's
 // would have been. The guard checks default_transaction_isolation as
 // before, so a default the proxy did not know still refuses the pin.
-func (s *Session) sendPinBegin(g *pinGuard, readQuery bool) (ends int, err error) {
+func (s *Session) sendPinBegin(g *pinGuard, readQuery, readParsesUnnamed bool) (ends int, err error) {
 	lt := &s.loopTxn
 	m := &s.pinMsgs
 	if s.pinBeginPrepared {
@@ -647,7 +653,7 @@ func (s *Session) sendPinBegin(g *pinGuard, readQuery bool) (ends int, err error
 			g.raised = true
 			for off := 0; off < len(lt.deferred); {
 				n := 1 + int(binary.BigEndian.Uint32(lt.deferred[off+1:]))
-				if lt.deferred[off] == 'P' {
+				if lt.deferred[off] == 'P' && !readParsesUnnamed {
 					if err := s.be.w.WriteFrame(lt.deferred[off : off+n]); err != nil {
 						return 0, err
 					}
