@@ -6,7 +6,7 @@
 # mzproxy of each revision sends for it on its managed tables.
 #
 # What mzproxy sends is taken from the server's own log, not spelled here:
-# each revision's mzproxy runs four read-only transactions on a database
+# each revision's mzproxy runs eight read-only transactions on a database
 # it made (pgbench -i -s 1) while the server logs every statement, and its
 # raise to REPEATABLE READ and the last execution of each of its guards
 # (the prepared statements named *pin_guard*, with their parameters) are
@@ -53,7 +53,7 @@ for rev in $REVS; do
 		{ cat "$work/init.$d.log" >&2; exit 1; }
 	direct_sql postgres "ALTER DATABASE $d SET log_min_duration_statement = 0"
 	from=$(wc -l <"$work/pg.log")
-	pgbench -n -t 4 -f "$work/rotxn.sql" -h 127.0.0.1 -p "${port[$d]}" -U postgres "$d" >"$work/run.$d.log" 2>&1 ||
+	pgbench -n -t 8 -f "$work/rotxn.sql" -h 127.0.0.1 -p "${port[$d]}" -U postgres "$d" >"$work/run.$d.log" 2>&1 ||
 		{ cat "$work/run.$d.log" >&2; exit 1; }
 	direct_sql postgres "ALTER DATABASE $d RESET log_min_duration_statement"
 	tail -n +"$((from + 1))" "$work/pg.log" >"$work/log.$d"
@@ -67,14 +67,15 @@ for d in plain $(for rev in $REVS; do rev_dbname "$rev"; done); do direct_sql "$
 direct_sql postgres CHECKPOINT
 as_pg "$bindir/pg_ctl" -D "$work/pg" -m fast stop >/dev/null
 
-# script n [raise guard-name guard-text params]: n read-only transactions,
-# one statement a line (single-user mode reads a statement per line).
+# script n [raise guard-name guard-text params begin]: n read-only
+# transactions, one statement a line (single-user mode reads a statement
+# per line).
 script() {
-	local n=$1 raise=${2:-} name=${3:-} text=${4:-} params=${5:-} aid=1 i
+	local n=$1 raise=${2:-} name=${3:-} text=${4:-} params=${5:-} begin=${6:-BEGIN} aid=1 i
 	[ -z "$name" ] || echo "PREPARE guard AS $text"
 	for ((i = 0; i < n; i++)); do
 		aid=$(((aid * 48271) % 2147483647))
-		echo BEGIN
+		echo "$begin"
 		[ -z "$raise" ] || echo "$raise"
 		[ -z "$name" ] || echo "EXECUTE guard($params)"
 		echo "SELECT abalance FROM pgbench_accounts WHERE aid = $((aid % 99999 + 1))"
@@ -112,12 +113,20 @@ per_txn plain direct
 for rev in $REVS; do
 	d=$(rev_dbname "$rev")
 	raise=$(sed -n 's/.*execute [^:]*pin_raise[^:]*: //p' "$work/log.$d" | tail -1)
+	# The BEGIN the event loop sends with the first read (since session
+	# 19 it may begin REPEATABLE READ, and then no raise follows it).
+	begin=$(sed -n 's/.*execute [^:]*pin_begin[^:]*: //p' "$work/log.$d" | tail -1)
+	if [ -n "$begin" ] && ! grep -q "execute [^:]*pin_raise[^:]*: " <(tail -20 "$work/log.$d"); then
+		raise=
+	fi
 	# The guards, each by its last execution: the statement, then the
 	# DETAIL line of its parameters ($1 = '...', $2 = '...').
 	for name in $(grep -o 'execute [^:]*pin_guard[^:]*:' "$work/log.$d" | sort -u | sed 's/execute \(.*\):/\1/'); do
 		line=$(grep -n "execute $name: " "$work/log.$d" | tail -1 | cut -d: -f1)
 		text=$(sed -n "${line}p" "$work/log.$d" | sed "s/.*execute $name: //")
 		params=$(sed -n "$((line + 1))p" "$work/log.$d" | sed 's/.*DETAIL:  parameters: //; s/\$[0-9]* = //g')
-		per_txn "$d" "raise+$name" "$raise" "$name" "$text" "$params"
+		label=raise+$name
+		[ -n "$raise" ] || label=begin-rr+$name
+		per_txn "$d" "$label" "$raise" "$name" "$text" "$params" "${begin:-BEGIN}"
 	done
 done

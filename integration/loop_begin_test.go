@@ -37,6 +37,11 @@ func TestLoopAnsweredBegin(t *testing.T) {
 	parsedRead := frames(&pgproto3.Parse{Query: "SELECT v FROM " + table + " WHERE k = $1"},
 		&pgproto3.Bind{Parameters: [][]byte{[]byte("2")}}, &pgproto3.Describe{ObjectType: 'P'},
 		&pgproto3.Execute{}, &pgproto3.Sync{})
+	// A read of a statement the client prepared, and a Bind of the
+	// unnamed statement with no Parse in front of it.
+	boundRead := frames(&pgproto3.Bind{PreparedStatement: "lab_read", Parameters: [][]byte{[]byte("1")}},
+		&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	unnamedBind := frames(&pgproto3.Bind{Parameters: [][]byte{[]byte("2")}}, &pgproto3.Execute{}, &pgproto3.Sync{})
 	sequences := []struct {
 		name    string
 		batches [][]byte
@@ -54,12 +59,20 @@ func TestLoopAnsweredBegin(t *testing.T) {
 		{"options", [][]byte{q("BEGIN ISOLATION LEVEL SERIALIZABLE"), read, q("COMMIT")}},
 		{"bind refused", [][]byte{parsedBegin([]byte("1")), read}},
 		{"two statements", [][]byte{q("BEGIN; SELECT 1"), read, q("COMMIT")}},
+		// The BEGIN Query in front of an extended read is sent as the
+		// proxy's prepared BEGIN behind a Close of the unnamed statement,
+		// which the Query drops: a Bind of it fails as directly.
+		{"query then bound read", [][]byte{q("BEGIN"), boundRead, read, q("COMMIT")}},
+		{"query drops the unnamed statement", [][]byte{parsedRead, q("BEGIN"), boundRead, unnamedBind, q("ROLLBACK")}},
+		{"parsed then bound read", [][]byte{parsedBegin(), boundRead, q("COMMIT")}},
+		{"prepared then bound read", [][]byte{preparedBegin, boundRead, unnamedBind, q("COMMIT")}},
 	}
 	clients := map[string]*rawClient{}
 	for name, p := range map[string]*proxyProc{"loop": on, "goroutine": off} {
 		c := p.dialRaw(t)
 		c.startup()
-		c.transcript(frames(&pgproto3.Parse{Name: "lab_begin", Query: "BEGIN"}, &pgproto3.Sync{}))
+		c.transcript(frames(&pgproto3.Parse{Name: "lab_begin", Query: "BEGIN"},
+			&pgproto3.Parse{Name: "lab_read", Query: "SELECT v FROM " + table + " WHERE k = $1"}, &pgproto3.Sync{}))
 		clients[name] = c
 	}
 	settle := func() {

@@ -147,7 +147,7 @@ func TestLoopUnnamedParseReadOnlyTxn(t *testing.T) {
 				command, err := nodeModule("pg", "pg_rotxn.js")()
 				requireDriver(t, err, "apt-get install -y nodejs npm, then (cd integration/testdata/node && npm ci)")
 				results := runDriverProgram(t, filepath.Join("testdata", "node"), nil, command[0], command[1], url, table)
-				reportCases(t, results, "txn", "error", "write")
+				reportCases(t, results, "txn", "error", "write", "steady")
 				p.awaitHolds(t, 0, "after node-postgres's transactions")
 			})
 

@@ -150,6 +150,22 @@ type backendTap struct {
 	conns [][]string
 	open  []net.Conn
 	wg    sync.WaitGroup
+	// binds: record each Bind too, as "B <statement>" (recordBinds).
+	binds bool
+}
+
+// recordBinds makes the tap record each Bind from now on, for the tests
+// that count the statements the backend runs.
+func (tap *backendTap) recordBinds() {
+	tap.mu.Lock()
+	tap.binds = true
+	tap.mu.Unlock()
+}
+
+func (tap *backendTap) recordingBinds() bool {
+	tap.mu.Lock()
+	defer tap.mu.Unlock()
+	return tap.binds
 }
 
 // startBackendTap starts a tap, stopped when the test ends (after the
@@ -260,6 +276,14 @@ func (tap *backendTap) record(i int, frontend bool, typ byte, body []byte) {
 		e = "C " + strings.TrimRight(string(body), "\x00")
 	case frontend && typ == 'S':
 		e = "S"
+	case frontend && typ == 'B':
+		if !tap.recordingBinds() {
+			return
+		}
+		// Portal, then the statement's name.
+		_, stmt, _ := strings.Cut(string(body), "\x00")
+		stmt, _, _ = strings.Cut(stmt, "\x00")
+		e = "B " + stmt
 	case !frontend && typ == 'Z':
 		e = "Z"
 	default:

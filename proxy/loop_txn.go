@@ -353,7 +353,8 @@ func (s *Session) admitFirstRead(sql, portal string, batch []byte) ([]byte, bool
 	ends := 0
 	if lt.beginDeferred {
 		// The BEGIN the loop answered begins the block here.
-		ends, err = s.sendPinBegin(batch[0] == 'Q')
+		// (A Parse's statement name is its body's first string.)
+		ends, err = s.sendPinBegin(g, batch[0] == 'Q', batch[0] == 'P' && len(batch) > 5 && batch[5] == 0)
 	}
 	if err == nil {
 		err = s.sendPinGuard(ctx, g)
@@ -600,7 +601,7 @@ func (s *Session) Reply() []byte {
 }
 
 // sendPinBegin queues, unflushed, the BEGIN the loop answered, in front
-// of the first read's pin, and returns the number of its answers that
+// of the first read's pin g, and returns the number of its answers that
 // end with a CloseComplete or CommandComplete (the guard's ends). A
 // BEGIN of the extended protocol is the client's messages but its Sync.
 // A Query in front of a read sent as a Query is not sent as it is:
@@ -608,23 +609,93 @@ func (s *Session) Reply() []byte {
 // wake for the BEGIN's answers alone. It is the Bind and Execute of a
 // BEGIN the session prepares once, in the unnamed portal; what the Query
 // did to the backend besides (drop the unnamed statement and portal) the
-// read's Query does. In front of any other read the Query goes as it is.
-func (s *Session) sendPinBegin(readQuery bool) (ends int, err error) {
+// read's Query does. In front of a read of the extended protocol the
+// prepared BEGIN follows a Close of the unnamed statement, which the
+// Query would have dropped; until it is prepared, the Query goes as it
+// is.
+//
+// When the transaction must be raised to REPEATABLE READ (g's expected
+// isolation is not a snapshot's), the prepared BEGIN is `BEGIN ISOLATION
+// LEVEL REPEATABLE READ` (pinBeginRaisedStatement), and g is marked
+// raised: sendPinGuard sends no raise, a statement the backend runs per
+// transaction the less (docs/read-cost.md, session 19). An extended BEGIN
+// is so replaced too, when it runs in the unnamed portal: its Parse, if
+// any, goes as it is (the unnamed statement stays the client's BEGIN)
+// unless the read's batch begins with a Parse of the unnamed statement
+// (pgbench -M extended, pgx's exec modes), which replaces it before
+// anything can bind it (a guard that refuses skips that Parse, and the
+// batch is sent again once the transaction is begun anew:
+// guardRefusedExtended);
+// its Bind, Describe and Execute are the prepared BEGIN's Bind and
+// Execute, whose answers the client had from replyBegin as the client's
+// would have been. The guard checks default_transaction_isolation as
+// before, so a default the proxy did not know still refuses the pin.
+func (s *Session) sendPinBegin(g *pinGuard, readQuery, readParsesUnnamed bool) (ends int, err error) {
 	lt := &s.loopTxn
 	m := &s.pinMsgs
-	if lt.deferredQuery && readQuery && s.pinBeginPrepared {
-		return 1, s.be.sendPair(m.bindOf("", pinBeginStatement, nil), m.executeOf(""))
+	if s.pinBeginPrepared {
+		statement := pinBeginStatement
+		raise := !snapshotIsolation(g.expected.isolation)
+		if raise {
+			statement = pinBeginRaisedStatement
+		}
+		switch {
+		case lt.deferredQuery && readQuery:
+			g.raised = raise
+			return 1, s.be.sendPair(m.bindOf("", statement, nil), m.executeOf(""))
+		case lt.deferredQuery:
+			g.raised = raise
+			if err := s.be.w.Send(m.closeOf('S', "")); err != nil {
+				return 0, err
+			}
+			return 2, s.be.sendPair(m.bindOf("", statement, nil), m.executeOf(""))
+		case raise && unnamedPortalBegin(lt.deferred):
+			g.raised = true
+			for off := 0; off < len(lt.deferred); {
+				n := 1 + int(binary.BigEndian.Uint32(lt.deferred[off+1:]))
+				if lt.deferred[off] == 'P' && !readParsesUnnamed {
+					if err := s.be.w.WriteFrame(lt.deferred[off : off+n]); err != nil {
+						return 0, err
+					}
+				}
+				off += n
+			}
+			return 1, s.be.sendPair(m.bindOf("", statement, nil), m.executeOf(""))
+		}
 	}
 	if err := s.be.w.WriteFrame(lt.deferred); err != nil {
 		return 0, err
 	}
-	if !lt.deferredQuery || s.pinBeginPrepared {
+	if s.pinBeginPrepared {
 		return 1, nil
 	}
 	// Prepared for the next time, once per session (closed first: a
-	// client may have prepared the name).
+	// client may have prepared the names).
 	s.pinBeginPrepared = true
-	return 2, s.be.sendPair(m.closeOf('S', pinBeginStatement), m.parseOf(pinBeginStatement, "BEGIN", nil))
+	if err := s.be.sendPair(m.closeOf('S', pinBeginStatement), m.parseOf(pinBeginStatement, "BEGIN", nil)); err != nil {
+		return 0, err
+	}
+	return 3, s.be.sendPair(m.closeOf('S', pinBeginRaisedStatement),
+		m.parseOf(pinBeginRaisedStatement, "BEGIN ISOLATION LEVEL REPEATABLE READ", nil))
+}
+
+// unnamedPortalBegin reports whether frames, an extended BEGIN that
+// beginReply answered (without its Sync), runs it in the unnamed portal:
+// its one Bind binds that one.
+func unnamedPortalBegin(frames []byte) bool {
+	binds := 0
+	for off := 0; off < len(frames); {
+		n := 1 + int(binary.BigEndian.Uint32(frames[off+1:]))
+		if frames[off] == 'B' {
+			binds++
+			// The destination portal's name is the body's first string.
+			if n < 6 || frames[off+5] != 0 {
+				return false
+			}
+		}
+		off += n
+	}
+	return binds == 1
 }
 
 // Lengths of the frames a BEGIN is answered with.

@@ -108,7 +108,10 @@ type pinGuard struct {
 	// count of writes the peek is (see pinGuardSQL).
 	revision      int64
 	checkRevision bool
-	ends          int // the CloseCompletes and CommandCompletes its answers end with
+	// raised: the BEGIN sent in front of it began the transaction
+	// REPEATABLE READ (sendPinBegin), so no raise is sent.
+	raised bool
+	ends   int // the CloseCompletes and CommandCompletes its answers end with
 	// portal is the portal the raise and the guard run in: the unnamed
 	// one when the read that follows replaces it (a simple Query, or a
 	// Bind of the unnamed portal), so no Close is sent; else the guard's
@@ -171,7 +174,7 @@ func (s *Session) sendPinGuard(ctx context.Context, g *pinGuard) error {
 		g.ends++
 		*prepared = true
 	}
-	if !snapshotIsolation(g.expected.isolation) {
+	if !g.raised && !snapshotIsolation(g.expected.isolation) {
 		if err := s.sendPinRaise(g); err != nil {
 			return err
 		}

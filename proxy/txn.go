@@ -325,7 +325,10 @@ var (
 	pinPeekStatement  = ownName("mzproxy_pin_peek")
 	pinRaiseStatement = ownName("mzproxy_pin_raise")
 	pinBeginStatement = ownName("mzproxy_pin_begin")
-	pinCheckStatement = ownName("mzproxy_pin_check")
+	// pinBeginRaisedStatement begins the block REPEATABLE READ: the BEGIN
+	// and the raise in one statement (loop_txn.go, sendPinBegin).
+	pinBeginRaisedStatement = ownName("mzproxy_pin_begin_rr")
+	pinCheckStatement       = ownName("mzproxy_pin_check")
 )
 
 // keepFirstValue keeps the first column of a DataRow in v ("" for NULL).

@@ -53,6 +53,27 @@ async function main() {
     await client.query('COMMIT');
     expect(await current() === want + 1, 'after COMMIT');
   });
+  await cases.run('steady', async () => {
+    // Transactions with no write between them: once the session's pins
+    // agree, the event loop answers the BEGIN and sends it with the first
+    // read as the proxy's BEGIN ISOLATION LEVEL REPEATABLE READ, behind a
+    // Close of the unnamed statement (the BEGIN was a Query). The last
+    // one sees a write acknowledged after its first read nowhere.
+    const level = `SELECT current_setting('transaction_isolation') FROM ${table} WHERE k = $1`;
+    for (let i = 0; i < 5; i++) {
+      const want = await current();
+      await client.query('BEGIN');
+      const [a] = await one(read, 1);
+      if (i === 4) {
+        await bump();
+      }
+      const [b] = await one(read, 1);
+      const [iso] = await one(level, 2);
+      await client.query('COMMIT');
+      expect(a === want && b === want && iso === 'repeatable read',
+        `transaction ${i}: reads ${[a, b]}, transaction_isolation ${iso}; want ${want} twice, repeatable read`);
+    }
+  });
   await client.end();
   await writer.end();
   cases.finish();
