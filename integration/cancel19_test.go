@@ -5,6 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -289,6 +292,56 @@ func TestCancel19GoDrivers(t *testing.T) {
 			if !strings.Contains(c.got[0], "stmt=57014") {
 				t.Errorf("directly, not canceled: %s", c.got[0])
 			}
+		})
+	}
+}
+
+// TestCancel19PythonDrivers: testdata/python/cancel19.py interrupts a read
+// of a managed table, a write to it and CREATE TABLE AS, in autocommit and
+// in blocks: psycopg 3 by conn.cancel() and statement_timeout, also in
+// pipeline mode; asyncpg by its timeout= (which cancels the statement)
+// and statement_timeout. Each case's line (what the statement and a
+// block's next statement raised, the next statement's answer, the table
+// afterwards) must be the same through mzproxy as directly.
+func TestCancel19PythonDrivers(t *testing.T) {
+	t.Parallel()
+	p := startProxy(t)
+	host, port := p.hostPort()
+	for _, driver := range []string{"psycopg", "asyncpg"} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			_, err := pythonModule(driver)()
+			requireDriver(t, err, "apt-get install -y python3-"+driver)
+			ctx := testContext(t)
+			urls := []string{directURL("postgres", freshDatabase(t, ctx)), libpqURL(host, port, freshDatabase(t, ctx))}
+			var outs [2]string
+			var wg sync.WaitGroup
+			for i, url := range urls {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					runCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
+					defer cancel()
+					cmd := exec.CommandContext(runCtx, systemPython, "cancel19.py", driver, url)
+					cmd.Dir = filepath.Join("testdata", "python")
+					cmd.Env = append(os.Environ(), "PGOPTIONS=")
+					out, err := cmd.CombinedOutput()
+					outs[i] = string(out)
+					if err != nil {
+						outs[i] += "exit: " + err.Error()
+					}
+				}()
+			}
+			wg.Wait()
+			if outs[0] != outs[1] {
+				t.Errorf("directly:\n%s\nthrough mzproxy:\n%s", outs[0], outs[1])
+			}
+			for _, line := range strings.Split(strings.TrimSpace(outs[0]), "\n") {
+				if !strings.Contains(line, "stmt=57014") && !strings.Contains(line, "stmt=TimeoutError") {
+					t.Errorf("directly, not interrupted: %s", line)
+				}
+			}
+			t.Logf("directly and through mzproxy:\n%s", outs[0])
 		})
 	}
 }
