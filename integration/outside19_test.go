@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -68,5 +69,76 @@ func TestOutside19SelectWritingFunction(t *testing.T) {
 		if n := count(t, ctx, c, "SELECT count(*) FROM "+tb2, pgx.QueryExecModeSimpleProtocol); n != 0 {
 			t.Errorf("%v: %d rows in %s, want 0", mode, n, tb2)
 		}
+	}
+}
+
+// TestHostile19DatabaseSettings: a role with CREATEDB sets, on a
+// database it owns, settings that PostgreSQL applies to every session
+// that connects to it, mzproxy's own (install, catalog, leases,
+// compaction) included: settings that change what the proxy's own SQL
+// means (NULL comparisons, array literals, date and interval styles, the
+// time zone, float and bytea output, serializable isolation). A proxy
+// started afterwards serves the database exactly: writes, reads of the
+// present, AS OF an earlier timestamp and the history it keeps agree
+// with what was written; the role is no superuser; the proxy serves on.
+func TestHostile19DatabaseSettings(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	role := ordinaryRole(t, ctx)
+	execDirect(t, ctx, "ALTER ROLE "+role+" CREATEDB")
+	db := databaseOwnedBy(t, ctx, role)
+	var settings []string
+	for _, s := range []string{
+		"transform_null_equals = on", "array_nulls = off", "DateStyle = 'SQL, DMY'",
+		"IntervalStyle = sql_standard", "TimeZone = 'Pacific/Chatham'", "extra_float_digits = -15",
+		"bytea_output = escape", "default_transaction_isolation = serializable",
+		"default_transaction_deferrable = on", "enable_indexscan = off", "enable_seqscan = off",
+		"plan_cache_mode = force_custom_plan", "lc_monetary = 'C'", "xmloption = document",
+		"backslash_quote = off", "check_function_bodies = off", "quote_all_identifiers = on",
+	} {
+		settings = append(settings, "ALTER DATABASE "+db+" SET "+s)
+	}
+	mustExec(t, ctx, connectAs(t, ctx, directURL(role, db)), settings...)
+
+	p := startProxy(t)
+	conn := connectAs(t, ctx, p.URL(role, db))
+	mustExec(t, ctx, conn,
+		"CREATE TABLE public.t (k int PRIMARY KEY, v int)",
+		"CREATE TABLE public.n (v int)",
+		"INSERT INTO public.t VALUES (1, 1), (2, 2)",
+		"INSERT INTO public.n VALUES (NULL), (1)")
+	var before int64
+	if err := conn.QueryRow(ctx, "SELECT mz_now()::text::bigint FROM public.t LIMIT 1", pgx.QueryExecModeSimpleProtocol).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, ctx, conn,
+		"UPDATE public.t SET v = v + 10 WHERE k = 1",
+		"UPDATE public.n SET v = 5 WHERE v IS NULL",
+		"BEGIN", "INSERT INTO public.t VALUES (3, 3)", "DELETE FROM public.t WHERE k = 2", "COMMIT")
+	for _, mode := range pgxModes {
+		var got string
+		if err := conn.QueryRow(ctx, "SELECT string_agg(k || ':' || v, ',' ORDER BY k) FROM public.t AS OF mz_now()", mode).Scan(&got); err != nil || got != "1:11,3:3" {
+			t.Errorf("%v: the present: %q, %v", mode, got, err)
+		}
+		if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT string_agg(k || ':' || v, ',' ORDER BY k) FROM public.t AS OF %d", before), mode).Scan(&got); err != nil || got != "1:1,2:2" {
+			t.Errorf("%v: AS OF %d: %q, %v", mode, before, got, err)
+		}
+		if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT string_agg(coalesce(v::text, 'null'), ',' ORDER BY v) FROM public.n AS OF %d", before), mode).Scan(&got); err != nil || got != "1,null" {
+			t.Errorf("%v: n AS OF %d: %q, %v", mode, before, got, err)
+		}
+		if err := conn.QueryRow(ctx, "SELECT string_agg(v::text, ',' ORDER BY v) FROM public.n AS OF mz_now()", mode).Scan(&got); err != nil || got != "1,5" {
+			t.Errorf("%v: n now: %q, %v", mode, got, err)
+		}
+	}
+	p.mustAlive(t, ctx)
+	admin := connectAs(t, ctx, directURL("postgres", "postgres"))
+	var super bool
+	if err := admin.QueryRow(ctx, "SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = $1", role).Scan(&super); err != nil || super {
+		t.Fatalf("the role is a superuser: %v %v", super, err)
+	}
+	// Another database served on by the same proxy.
+	other := p.connect(t, ctx)
+	if _, err := other.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatal(err)
 	}
 }

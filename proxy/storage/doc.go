@@ -21,7 +21,8 @@
 // ddl_scans.sql 32 to 33, restamp.sql 33 to 34, block_lean.sql 34 to 35,
 // ddl_create.sql 35 to 36, hist_plans.sql 36 to 37,
 // lazy_history.sql 37 to 38, ddl_cols.sql 38 to 39,
-// ddl_view.sql 39 to 40, ddl_lazy_cols.sql 40 to 41 (a database at an older
+// ddl_view.sql 39 to 40, ddl_lazy_cols.sql 40 to 41,
+// quote_idents.sql 41 to 44 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -413,4 +414,12 @@
 // inserts the catalog row and the collection and checks the column names
 // in one statement, and looks for rows (CREATE TABLE AS) only in a
 // relation with blocks.
+// Since version 44 (quote_idents.sql, session 19) the functions that make
+// or compare mzproxy's names with quote_ident or format's %I (manage_table,
+// build_history, the trigger and restamp generators, reconcile_built and
+// its helpers, the marks') run with quote_all_identifiers off, a
+// setting any role may change: under it CREATE TABLE recorded the history
+// as mzproxy."h5", to which gen_restamp and fix_write append suffixes, and
+// every write of the table failed with 42602 for good. The upgrade gives
+// such a catalog row its name back.
 package storage
