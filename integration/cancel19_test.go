@@ -296,22 +296,31 @@ func TestCancel19GoDrivers(t *testing.T) {
 	}
 }
 
-// TestCancel19PythonDrivers: testdata/python/cancel19.py interrupts a read
+// TestCancel19DriverPrograms: testdata/python/cancel19.py interrupts a read
 // of a managed table, a write to it and CREATE TABLE AS, in autocommit and
 // in blocks: psycopg 3 by conn.cancel() and statement_timeout, also in
 // pipeline mode; asyncpg by its timeout= (which cancels the statement)
-// and statement_timeout. Each case's line (what the statement and a
+// and statement_timeout; testdata/node/cancel19.js the same with
+// node-postgres's statement_timeout and query_timeout (which cancels
+// nothing: the statement runs to its end). Each case's line (what the statement and a
 // block's next statement raised, the next statement's answer, the table
 // afterwards) must be the same through mzproxy as directly.
-func TestCancel19PythonDrivers(t *testing.T) {
+func TestCancel19DriverPrograms(t *testing.T) {
 	t.Parallel()
 	p := startProxy(t)
 	host, port := p.hostPort()
-	for _, driver := range []string{"psycopg", "asyncpg"} {
+	for _, driver := range []string{"psycopg", "asyncpg", "node-postgres"} {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
-			_, err := pythonModule(driver)()
-			requireDriver(t, err, "apt-get install -y python3-"+driver)
+			name, args, dir := systemPython, []string{"cancel19.py", driver}, "python"
+			if driver == "node-postgres" {
+				command, err := nodeModule("pg", "cancel19.js")()
+				requireDriver(t, err, "apt-get install -y nodejs npm, then (cd integration/testdata/node && npm ci)")
+				name, args, dir = command[0], []string{command[1]}, "node"
+			} else {
+				_, err := pythonModule(driver)()
+				requireDriver(t, err, "apt-get install -y python3-"+driver)
+			}
 			ctx := testContext(t)
 			urls := []string{directURL("postgres", freshDatabase(t, ctx)), libpqURL(host, port, freshDatabase(t, ctx))}
 			var outs [2]string
@@ -322,8 +331,8 @@ func TestCancel19PythonDrivers(t *testing.T) {
 					defer wg.Done()
 					runCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
 					defer cancel()
-					cmd := exec.CommandContext(runCtx, systemPython, "cancel19.py", driver, url)
-					cmd.Dir = filepath.Join("testdata", "python")
+					cmd := exec.CommandContext(runCtx, name, append(args, url)...)
+					cmd.Dir = filepath.Join("testdata", dir)
 					cmd.Env = append(os.Environ(), "PGOPTIONS=")
 					out, err := cmd.CombinedOutput()
 					outs[i] = string(out)
@@ -337,7 +346,8 @@ func TestCancel19PythonDrivers(t *testing.T) {
 				t.Errorf("directly:\n%s\nthrough mzproxy:\n%s", outs[0], outs[1])
 			}
 			for _, line := range strings.Split(strings.TrimSpace(outs[0]), "\n") {
-				if !strings.Contains(line, "stmt=57014") && !strings.Contains(line, "stmt=TimeoutError") {
+				if !strings.Contains(line, "stmt=57014") && !strings.Contains(line, "stmt=TimeoutError") &&
+					!strings.Contains(line, "stmt=Query read timeout") {
 					t.Errorf("directly, not interrupted: %s", line)
 				}
 			}

@@ -1,5 +1,5 @@
 """Cancel and statement_timeout from Python's drivers: python3 cancel19.py
-<driver> <url>, run by TestCancel19PythonDrivers (integration/cancel19_test.go)
+<driver> <url>, run by TestCancel19DriverPrograms (integration/cancel19_test.go)
 through mzproxy and directly, whose outputs must be the same. <driver> is
 psycopg (conn.cancel() from another thread, statement_timeout, and both in
 pipeline mode) or asyncpg (timeout=, which cancels the statement, and
