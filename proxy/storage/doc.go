@@ -416,7 +416,7 @@
 // relation with blocks.
 // Since version 44 (quote_idents.sql, session 19) the functions that make
 // or compare mzproxy's names with quote_ident or format's %I (manage_table,
-// build_history, the trigger and restamp generators, reconcile_built and
+// build_history, sync_triggers (and so gen_triggers), gen_restamp, reconcile_built and
 // its helpers, the marks') run with quote_all_identifiers off, a
 // setting any role may change: under it CREATE TABLE recorded the history
 // as mzproxy."h5", to which gen_restamp and fix_write append suffixes, and

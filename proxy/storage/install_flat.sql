@@ -718,7 +718,6 @@ CREATE FUNCTION mzproxy.gen_triggers(p_id bigint) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET check_function_bodies TO 'off'
-    SET quote_all_identifiers TO 'off'
     AS $_$
 DECLARE
     c record;

@@ -15,13 +15,17 @@
 -- search_path (the SET clause also holds for the functions they call),
 -- and a catalog row recorded under the setting gets its name back.
 --
+-- gen_triggers itself is left as it is, called only by sync_triggers,
+-- whose setting holds for it: a table's recorded shape names
+-- gen_triggers' pg_proc row version (table_shape), and a new one would
+-- make every table's next ALTER make its triggers again.
+--
 -- Only DDL and history builds run these functions: a write or read of a
 -- built table runs none of them. (compact's names are only parsed, by
 -- to_regprocedure and DROP FUNCTION, which take them quoted.)
 
 ALTER FUNCTION @SCHEMA@.manage_table(oid, bigint, bigint) SET quote_all_identifiers = off;
 ALTER FUNCTION @SCHEMA@.build_history(bigint, bigint) SET quote_all_identifiers = off;
-ALTER FUNCTION @SCHEMA@.gen_triggers(bigint) SET quote_all_identifiers = off;
 ALTER FUNCTION @SCHEMA@.gen_restamp(bigint) SET quote_all_identifiers = off;
 ALTER FUNCTION @SCHEMA@.sync_triggers(bigint) SET quote_all_identifiers = off;
 ALTER FUNCTION @SCHEMA@.sync_indexes_built(bigint) SET quote_all_identifiers = off;
