@@ -46,6 +46,9 @@ func (s *Session) LoopBackend() *evloop.Conn {
 		s.copy != copyNone, s.listening, s.occBatch != nil,
 		s.skipping, s.muted, s.be.unsynced, s.budget != nil:
 		return nil
+	case len(s.hiddenBuilds) > 0:
+		// Built first by the session's goroutine (buildHiddenFirst).
+		return nil
 	}
 	if s.idleRead != nil {
 		// A transaction with holds its goroutine served last (a first
@@ -104,6 +107,10 @@ func (s *Session) Admit(batch []byte) ([]byte, bool) {
 	}
 	if s.be != nil && s.be.escapingStrings {
 		// Its texts are checked on the session's own path (strings_scs.go).
+		return nil, false
+	}
+	if len(s.hiddenBuilds) > 0 {
+		// Built first by the session's goroutine (buildHiddenFirst).
 		return nil, false
 	}
 	began := !s.obs.Active()

@@ -3,11 +3,13 @@ package proxy
 import (
 	"context"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/pgerr"
@@ -413,3 +415,75 @@ func (s *Session) buildForRead(ctx context.Context, st *planner.Statement) error
 // errBuildOffLoop declines a read's admission by the event loop: it has a
 // history to build first (buildForRead).
 var errBuildOffLoop = pgerr.New(pgerr.InternalError, "a read that builds a history is served off the event loop")
+
+// buildHiddenFirst builds, ahead of a client's new request outside a
+// transaction, the tables whose refusing trigger failed one of the
+// session's statements (hiddenBuilds), in a batch of the proxy's own
+// ended by its own Sync. A write would build them itself
+// (historyBuildsFor), but a statement that does not write (SELECT f() of
+// a function that writes such a table) builds nothing: without this it
+// met the same 40001 at every try, where once the table is built it gets
+// what a write outside mzproxy's write path gets (MZ002), and a block
+// whose writes come through the function lands at its retry.
+//
+// The build runs on the session's own connection with its role's rights
+// (ensure_history checks them), as a write's does: the oids come from an
+// error the role could have raised itself. Its error is nobody's (the
+// role may not write the table, the session may be read-only): the
+// client's request then runs as it would have, and meets the 40001
+// again. One round trip more, after such an error only.
+func (s *Session) buildHiddenFirst(ctx context.Context, msg pgproto3.FrontendMessage) error {
+	switch msg.(type) {
+	case *pgproto3.Query, *pgproto3.Parse, *pgproto3.Bind, *pgproto3.Describe, *pgproto3.Execute:
+	default:
+		return nil
+	}
+	if s.tx != txIdle || s.txn.phase != txnNone || s.units.len() > 0 || s.copy != copyNone ||
+		s.skipping || s.muted || s.be.unsynced || s.occBatch != nil || s.txn.guard != nil ||
+		s.be.pendingRead != nil || s.loopRead.resume || s.loopTxn.resume {
+		return nil
+	}
+	var oids []string
+	for _, oid := range s.hiddenBuilds {
+		if _, err := strconv.ParseUint(oid, 10, 32); err != nil || slices.Contains(oids, oid) {
+			continue
+		}
+		oids = append(oids, oid)
+	}
+	s.hiddenBuilds = s.hiddenBuilds[:0]
+	if len(oids) == 0 {
+		return nil
+	}
+	for _, m := range []struct {
+		msg  pgproto3.FrontendMessage
+		kind unitKind
+	}{
+		{&pgproto3.Close{ObjectType: 'S', Name: buildStatement}, uClose},
+		{&pgproto3.Parse{Name: buildStatement, Query: storage.EnsureHistorySQL(oids)}, uParse},
+		{&pgproto3.Bind{DestinationPortal: buildStatement, PreparedStatement: buildStatement}, uBind},
+		{&pgproto3.Execute{Portal: buildStatement}, uExecute},
+		{&pgproto3.Close{ObjectType: 'P', Name: buildStatement}, uClose},
+		{&pgproto3.Sync{}, uSync},
+	} {
+		if err := s.be.w.Send(m.msg); err != nil {
+			return s.lost(err)
+		}
+		s.units.push(unit{kind: m.kind, disp: swallow, quiet: true})
+	}
+	return s.exchange(ctx)
+}
+
+// quietFailed follows an error of a quiet unit (buildHiddenFirst): the
+// backend skips the batch's other messages until its Sync.
+func (s *Session) quietFailed(frame []byte) error {
+	if fatal, err := s.backendErrorIsFatal(frame); fatal {
+		_ = s.client.WriteFrame(frame)
+		_ = s.client.Flush()
+		return err
+	}
+	s.skipping = true
+	for u := s.units.front(); u != nil && u.kind != uSync; u = s.units.front() {
+		s.units.pop()
+	}
+	return nil
+}

@@ -63,6 +63,11 @@ type unit struct {
 	// running it; the client reads this cause's 57014.
 	queuedAt int64
 	canceled timeouts.Cause
+	// quiet: the proxy's own request, in a batch of its own, whose error
+	// is nobody's: not relayed, and the client's request behind it runs
+	// and answers as it would have (buildHiddenFirst). A FATAL one ends
+	// the session as any.
+	quiet bool
 }
 
 // readStatementGone reports whether body, an ErrorResponse to the Bind of
@@ -179,6 +184,11 @@ func (q *queue) pop() {
 // states that take every message first (a held optimistic batch, and a
 // transaction whose read holds were lost).
 func (s *Session) handle(ctx context.Context, msg pgproto3.FrontendMessage, frame []byte) error {
+	if len(s.hiddenBuilds) > 0 && !s.be.clientBatch {
+		if err := s.buildHiddenFirst(ctx, msg); err != nil {
+			return err
+		}
+	}
 	switch msg.(type) {
 	case *pgproto3.Parse, *pgproto3.Bind, *pgproto3.Describe, *pgproto3.Execute, *pgproto3.Close, *pgproto3.Flush:
 		s.be.clientBatch = true
@@ -804,6 +814,9 @@ func (s *Session) commandComplete(u *unit, frame []byte) {
 
 // unitFailed follows an ErrorResponse to unit u.
 func (s *Session) unitFailed(u *unit, frame []byte) error {
+	if u.quiet {
+		return s.quietFailed(frame)
+	}
 	s.noteBackendError(frame)
 	if u.failed != nil {
 		u.failed()
@@ -873,7 +886,7 @@ func (s *Session) relays(u *unit, typ byte) bool {
 	if typ == 'Z' {
 		return u.relayZ && !s.be.reads.lost && !s.attemptRefused
 	}
-	if s.muted {
+	if s.muted || u.quiet {
 		return false
 	}
 	// The proxy's own request after a client's that failed fails only

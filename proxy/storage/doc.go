@@ -22,7 +22,7 @@
 // ddl_create.sql 35 to 36, hist_plans.sql 36 to 37,
 // lazy_history.sql 37 to 38, ddl_cols.sql 38 to 39,
 // ddl_view.sql 39 to 40, ddl_lazy_cols.sql 40 to 41, slot_pending.sql 41
-// to 42 (a database at an older
+// to 42, quote_idents.sql 42 to 43 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -445,4 +445,15 @@
 // PUBLIC's). What this saves per write is in docs/write-cost.md
 // ("Session 19"): the slot's tag and its read of write_key, and the
 // trigger's (or ddl_ts') check of the pending tag.
+//
+// # Names made with quote_all_identifiers off (version 43)
+//
+// Since version 43 (quote_idents.sql, session 19) the functions that make
+// or compare mzproxy's names with quote_ident or format's %I (manage_table,
+// build_history, sync_triggers (and so gen_triggers), gen_restamp, reconcile_built and
+// its helpers, the marks') run with quote_all_identifiers off, a
+// setting any role may change: under it CREATE TABLE recorded the history
+// as mzproxy."h5", to which gen_restamp and fix_write append suffixes, and
+// every write of the table failed with 42602 for good. The upgrade gives
+// such a catalog row its name back.
 package storage

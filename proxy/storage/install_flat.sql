@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 42, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 43, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -136,6 +136,7 @@ CREATE FUNCTION mzproxy.build_history(p_id bigint, p_rows_ts bigint) RETURNS voi
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET quote_all_identifiers TO 'off'
     AS $$
 DECLARE
     k record;
@@ -704,6 +705,7 @@ CREATE FUNCTION mzproxy.gen_restamp(p_id bigint) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET check_function_bodies TO 'off'
+    SET quote_all_identifiers TO 'off'
     AS $$
 DECLARE
     h text := (SELECT k.history FROM mzproxy.catalog k WHERE k.id = p_id);
@@ -1219,6 +1221,7 @@ CREATE FUNCTION mzproxy.key_tag(p_key text, p_v text) RETURNS text
 CREATE FUNCTION mzproxy.make_marker(p_oid oid) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET quote_all_identifiers TO 'off'
     AS $$
 DECLARE
     s text;
@@ -1244,6 +1247,7 @@ CREATE FUNCTION mzproxy.manage_table(p_oid oid, p_ts bigint, p_rev bigint) RETUR
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET quote_all_identifiers TO 'off'
     AS $$
 DECLARE
     new_id bigint := nextval('mzproxy.catalog_id_seq');
@@ -1921,6 +1925,7 @@ CREATE FUNCTION mzproxy.plain_column_change(p_id bigint, p_oid oid, p_history te
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET enable_seqscan TO 'off'
     SET jit TO 'off'
+    SET quote_all_identifiers TO 'off'
     AS $$
 DECLARE
     d record;
@@ -2095,6 +2100,7 @@ CREATE FUNCTION mzproxy.reconcile_built(p_id bigint, p_ts bigint, p_new boolean)
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET quote_all_identifiers TO 'off'
     AS $_$
 DECLARE
     c record;
@@ -2302,6 +2308,7 @@ CREATE FUNCTION mzproxy.resync(p_id bigint, p_ts bigint) RETURNS void
     SET bytea_output TO 'hex'
     SET lc_monetary TO 'C'
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET quote_all_identifiers TO 'off'
     AS $_$
 DECLARE
     c record;
@@ -2367,6 +2374,7 @@ $_$;
 CREATE FUNCTION mzproxy.retire_marker(p_oid oid) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET quote_all_identifiers TO 'off'
     AS $$
 DECLARE
     w regclass := to_regclass('mzproxy.w' || p_oid);
@@ -2594,6 +2602,7 @@ $$;
 CREATE FUNCTION mzproxy.sync_indexes_built(p_id bigint) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET quote_all_identifiers TO 'off'
     AS $_$
 DECLARE
     c record;
@@ -2644,6 +2653,7 @@ $_$;
 CREATE FUNCTION mzproxy.sync_triggers(p_id bigint) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET quote_all_identifiers TO 'off'
     AS $$
 DECLARE
     rel oid := (SELECT k.oid FROM mzproxy.catalog k WHERE k.id = p_id);
@@ -2694,6 +2704,7 @@ CREATE FUNCTION mzproxy.table_shape(p_id bigint) RETURNS text
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET enable_seqscan TO 'off'
     SET jit TO 'off'
+    SET quote_all_identifiers TO 'off'
     AS $$
 DECLARE
     rel oid := (SELECT k.oid FROM mzproxy.catalog k WHERE k.id = p_id);
@@ -2751,6 +2762,7 @@ CREATE FUNCTION mzproxy.take_spare_marker(p_oid oid) RETURNS boolean
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     SET lock_timeout TO '10ms'
+    SET quote_all_identifiers TO 'off'
     AS $$
 DECLARE
     spare record;
@@ -2839,6 +2851,7 @@ CREATE FUNCTION mzproxy.upper() RETURNS bigint
 CREATE FUNCTION mzproxy.user_columns(p_oid oid) RETURNS TABLE(attnum smallint, name name, type text)
     LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
+    SET quote_all_identifiers TO 'off'
     AS $$
 BEGIN
     RETURN QUERY
@@ -3851,6 +3864,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('39', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('40', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('41', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('42', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('43', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
