@@ -25,6 +25,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/mzproxy/mzproxy/proxy/embedded"
+	"github.com/mzproxy/mzproxy/proxy/embedded/embeddedtest"
 )
 
 // env is shared by every test of the package: one PostgreSQL, one mzproxy
@@ -85,7 +86,7 @@ func runMain(m *testing.M) int {
 	if code == 0 {
 		// Every goroutine a test started (log readers, waiters, drivers'
 		// helpers) must have ended with it.
-		if err := goleak.Find(before); err != nil {
+		if err := embeddedtest.FindLeaks(before); err != nil {
 			fmt.Fprintln(os.Stderr, "goroutines left behind by the tests:", err)
 			return 1
 		}
