@@ -190,8 +190,8 @@ func launchProxy(t testing.TB, environ []string, args []string) *proxyProc {
 	case p.addr = <-addr:
 	case <-p.done:
 		t.Fatalf("mzproxy exited before it was ready: %v\n%s", p.err, p.log.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("mzproxy not ready after 30s:\n%s", p.log.String())
+	case <-time.After(60 * time.Second): // a loaded machine's process start, with -race too
+		t.Fatalf("mzproxy not ready after 60s:\n%s", p.log.String())
 	}
 	return p
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/goleak"
+
+	"github.com/mzproxy/mzproxy/proxy/embedded/embeddedtest"
 )
 
 // TestPolledWrite: an autocommit write that is the only one in flight
@@ -56,7 +58,7 @@ func TestPolledWrite(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	settled := func(what string) {
 		t.Helper()
-		if err := goleak.Find(before); err != nil {
+		if err := embeddedtest.FindLeaks(before); err != nil {
 			t.Fatalf("%s: goroutines outlive the write: %v", what, err)
 		}
 	}
@@ -183,36 +185,6 @@ func TestPolledWrite(t *testing.T) {
 	// The sleep outlasts every bound below by far: a write that was not
 	// interrupted cannot pass for one that was.
 	sleepy := "UPDATE " + w + " SET v = v + 1 + (SELECT 0 FROM pg_sleep(60)) WHERE id = 1 /*polled-sleepy*/"
-	// whenSleeping runs f once the session's backend runs sleepy, and
-	// returns a wait for it. A cancel that reaches PostgreSQL before the
-	// statement does is ignored, and one the proxy gets before the
-	// statement began has nothing to cancel: on a loaded machine a fixed
-	// 300 ms was not always enough. The watcher is the goroutine's alone
-	// until the wait returns.
-	whenSleeping := func(f func()) (wait func()) {
-		done := make(chan error, 1)
-		go func() {
-			for {
-				res, err := watcher.Exec(ctx, "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%polled-sleepy%' AND pid <> pg_backend_pid()").ReadAll()
-				if err != nil {
-					done <- err
-					return
-				}
-				if string(res[0].Rows[0][0]) == "1" {
-					f()
-					done <- nil
-					return
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-		}()
-		return func() {
-			t.Helper()
-			if err := <-done; err != nil {
-				t.Fatalf("waiting for the write to sleep: %v", err)
-			}
-		}
-	}
 	// A statement timeout needs no help: the proxy's deadline ends the
 	// write wherever it is. 2 s leaves a loaded machine time to send the
 	// write (the check wants it polled), and 20 s is far from 60.
@@ -225,7 +197,7 @@ func TestPolledWrite(t *testing.T) {
 	settled("timeout")
 
 	query(t, ctx, s, client, "SET statement_timeout = 0")
-	wait := whenSleeping(s.Cancel)
+	wait := whenRunning(t, ctx, "polled-sleepy", s.Cancel)
 	write("a cancel", sleepy, true, "canceling statement due to user request")
 	wait()
 	settled("cancel")
@@ -233,7 +205,7 @@ func TestPolledWrite(t *testing.T) {
 	// The client goes away: its connection's context ends.
 	cctx, gone := context.WithCancel(ctx)
 	var goneAt time.Time
-	wait = whenSleeping(func() { goneAt = time.Now(); gone() })
+	wait = whenRunning(t, ctx, "polled-sleepy", func() { goneAt = time.Now(); gone() })
 	n := px.PolledWrites()
 	query(t, cctx, s, client, sleepy)
 	wait()
@@ -251,7 +223,7 @@ func TestPolledWrite(t *testing.T) {
 	// The backend dies under the write: the client gets its FATAL error
 	// and the session ends.
 	pid := s.be.pid
-	wait = whenSleeping(func() {
+	wait = whenRunning(t, ctx, "polled-sleepy", func() {
 		_, _ = watcher.Exec(ctx, "SELECT pg_terminate_backend("+strconv.FormatUint(uint64(pid), 10)+")").ReadAll()
 	})
 	write("its backend terminated", sleepy, true, "57P01")

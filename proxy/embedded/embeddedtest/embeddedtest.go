@@ -56,8 +56,9 @@ func Main(m *testing.M, name string, server **embedded.Server) int {
 
 // FindLeaks is goleak.Find given up to ten seconds: goleak waits less than
 // half a second for a goroutine that is ending, and on a loaded machine
-// the last test's connections can take longer to close. A goroutine left
-// running is still found.
+// one that has done its work (a test's helper that has sent its answer, a
+// connection's reader) can wait longer than that for a CPU to exit on. A
+// goroutine left running, blocked or looping, is still found.
 func FindLeaks(opts ...goleak.Option) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
