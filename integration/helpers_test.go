@@ -91,6 +91,22 @@ func activeQueries(t testing.TB, ctx context.Context, direct *pgx.Conn, marker s
 	return n
 }
 
+// sleepingQueries counts the backends (not direct's own) whose statement
+// holds marker and is in its pg_sleep: running, past the Parse and the
+// round trips a proxy may make with its text first, which show as active
+// too (activeQueries).
+func sleepingQueries(t testing.TB, ctx context.Context, direct *pgx.Conn, marker string) int {
+	t.Helper()
+	var n int
+	err := direct.QueryRow(ctx,
+		`SELECT count(*) FROM pg_stat_activity
+		 WHERE state = 'active' AND wait_event = 'PgSleep' AND pid <> pg_backend_pid() AND position($1 in query) > 0`, marker).Scan(&n)
+	if err != nil {
+		t.Fatalf("pg_stat_activity: %v", err)
+	}
+	return n
+}
+
 // connectApp opens a pgx connection through p with an application_name,
 // by which the test finds its backend in pg_stat_activity.
 func (p *proxyProc) connectApp(t testing.TB, ctx context.Context, app string) *pgx.Conn {
