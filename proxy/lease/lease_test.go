@@ -453,7 +453,10 @@ func TestBoundedStorage(t *testing.T) {
 func TestIntrospection(t *testing.T) {
 	d := newDB(t)
 	a := d.register(Config{})
-	d.mustWrite(a.BeginWriteSQL(), "CREATE TABLE t (k text PRIMARY KEY, v text)", "CREATE ROLE mzreader LOGIN")
+	// A role of this run's own: roles are the server's, and -count runs
+	// the test again on the same server.
+	role := fmt.Sprintf("mzreader_%d", time.Now().UnixNano())
+	d.mustWrite(a.BeginWriteSQL(), "CREATE TABLE t (k text PRIMARY KEY, v text)", "CREATE ROLE "+role+" LOGIN")
 	id, _ := d.table("t")
 	h, err := a.Acquire(context.Background(), 1, []int64{id})
 	if err == nil {
@@ -461,7 +464,7 @@ func TestIntrospection(t *testing.T) {
 		t.Fatal("hold at 1 granted")
 	}
 	compact(t, a)
-	reader := connect(t, server.ConnString("mzreader", d.conn.Config().Database))
+	reader := connect(t, server.ConnString(role, d.conn.Config().Database))
 	for _, q := range []string{
 		"SELECT count(*) FROM mz_internal.mz_incarnations WHERE status = 'live' AND heartbeat_age < interval '1 hour' AND read_floor > 0",
 		"SELECT count(*) FROM mz_internal.mz_read_holds WHERE kind = 'floor' AND object_id = 'u" + itoa(id) + "'",
