@@ -86,8 +86,13 @@ func loopReadCancelAndGone(t *testing.T, loop, protocol string) {
 	slowRead := func(marker string) {
 		t.Helper()
 		send(slowText(marker))
+		// In its sleep: the text shows as active from its Parse on, and
+		// the session's goroutine holds the read before it sends it, not
+		// before its first round trip with it (a loaded machine showed
+		// 0 holds while the text was active, --event-loop=false,
+		// unnamed).
 		eventually(t, 15*time.Second, "the read running", func() bool {
-			return activeQueries(t, ctx, direct, marker) == 1
+			return sleepingQueries(t, ctx, direct, marker) == 1
 		})
 	}
 	slowRead("loop_read_cancel")

@@ -477,7 +477,7 @@ func TestLoopReadAllocations(t *testing.T) {
 	for _, c := range loopReadCases(t) {
 		c.next()
 		c.next()
-		got := testing.AllocsPerRun(200, c.next)
+		got := fewestAllocsPerRun(20, 10, c.next)
 		t.Logf("%s: %.1f allocations per read", c.name, got)
 		if got > want[c.name] {
 			t.Errorf("%s: %.1f allocations per read, want at most %.0f", c.name, got, want[c.name])

@@ -48,7 +48,7 @@ func TestTimestampedReadAllocations(t *testing.T) {
 	for _, c := range timestampedReadCases(t) {
 		c.next() // the first read of each prepares what the next ones reuse
 		c.next()
-		got := testing.AllocsPerRun(200, c.next)
+		got := fewestAllocsPerRun(20, 10, c.next)
 		t.Logf("%s: %.1f allocations per read", c.name, got)
 		if w, ok := want[c.name]; ok && got > w {
 			t.Errorf("%s: %.1f allocations per read, want at most %.0f", c.name, got, w)

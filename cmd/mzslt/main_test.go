@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/mzproxy/mzproxy/proxy/embedded"
-	"go.uber.org/goleak"
+	"github.com/mzproxy/mzproxy/proxy/embedded/embeddedtest"
 )
 
 var url string // of the PostgreSQL TestMain started; "" when there is none
@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 	}
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := embeddedtest.FindLeaks(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

@@ -31,17 +31,23 @@ func TestTickFollowsClock(t *testing.T) {
 	l := d.register(Config{TickInterval: every})
 	d.mustWrite(l.BeginWriteSQL(), "CREATE TABLE t (k int)")
 	var worst time.Duration
-	for i := 0; i < 15; i++ {
+	for i := 0; i < 20; i++ {
 		time.Sleep(every / 2)
 		worst = max(worst, d.lag())
 	}
 	// Generous: the machine is loaded; without ticks the lag grows to the
-	// whole 1.5 s.
-	if worst > every+500*time.Millisecond {
+	// whole 2 s.
+	if worst > every+800*time.Millisecond {
 		t.Errorf("the upper trailed the clock by up to %v with a tick every %v", worst, every)
 	}
 	if n := l.cfg.Ticks.Commits.Load(); n < 3 {
-		t.Errorf("%d ticks in 1.5 s of ticks every %v", n, every)
+		t.Errorf("%d ticks in 2 s of ticks every %v", n, every)
+	}
+	// The ticks stop before the two uppers are read: read while they went
+	// on, a loaded machine's pause between the two reads let two ticks
+	// move the upper past the durable one read first.
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 	if durable, upper := d.int("SELECT upper FROM mzproxy.txns_durable"), d.int("SELECT upper FROM mzproxy.txns"); durable+int64(2*every/time.Millisecond) < upper {
 		t.Errorf("durable upper %d trails the upper %d by more than two ticks", durable, upper)

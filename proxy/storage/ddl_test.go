@@ -3,8 +3,10 @@ package storage
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -241,15 +243,18 @@ func TestNonSuperuserAndGrants(t *testing.T) {
 	_, conn := installedDB(t)
 	ctx := context.Background()
 	db := conn.Config().Database
-	if _, err := conn.Exec(ctx, `DROP ROLE IF EXISTS mzapp; DROP ROLE IF EXISTS mzreader;
-		CREATE ROLE mzapp LOGIN; CREATE ROLE mzreader LOGIN; GRANT CREATE ON SCHEMA public TO mzapp`); err != nil {
+	// Roles of this run's own: roles are the server's, and -count runs the
+	// test again on it (the last run's grants keep its roles).
+	n := time.Now().UnixNano()
+	appRole, readerRole := fmt.Sprintf("mzapp_%d", n), fmt.Sprintf("mzreader_%d", n)
+	if _, err := conn.Exec(ctx, "CREATE ROLE "+appRole+" LOGIN; CREATE ROLE "+readerRole+" LOGIN; GRANT CREATE ON SCHEMA public TO "+appRole); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		conn.Exec(ctx, `DROP OWNED BY mzapp, mzreader CASCADE`)
+		conn.Exec(ctx, "DROP OWNED BY "+appRole+", "+readerRole+" CASCADE")
 	})
-	app := connect(t, server.ConnString("mzapp", db))
-	reader := connect(t, server.ConnString("mzreader", db))
+	app := connect(t, server.ConnString(appRole, db))
+	reader := connect(t, server.ConnString(readerRole, db))
 	ts := inWrite(t, app, `CREATE TABLE owned (id int PRIMARY KEY, v text)`, `INSERT INTO owned VALUES (1, 'a')`)
 	cat, err := LoadCatalog(ctx, app)
 	if err != nil {
@@ -267,16 +272,16 @@ func TestNonSuperuserAndGrants(t *testing.T) {
 	if canRead() {
 		t.Fatal("reader without grants can read history")
 	}
-	inWrite(t, app, `GRANT SELECT ON owned TO mzreader`)
+	inWrite(t, app, "GRANT SELECT ON owned TO "+readerRole)
 	if !canRead() {
 		t.Fatal("reader with SELECT on the table cannot read history")
 	}
-	inWrite(t, app, `REVOKE SELECT ON owned FROM mzreader`)
+	inWrite(t, app, "REVOKE SELECT ON owned FROM "+readerRole)
 	if canRead() {
 		t.Fatal("REVOKE did not reach history")
 	}
 	// Grants made directly in PostgreSQL are mirrored too.
-	if _, err := app.Exec(ctx, `GRANT SELECT ON owned TO mzreader`); err != nil {
+	if _, err := app.Exec(ctx, "GRANT SELECT ON owned TO "+readerRole); err != nil {
 		t.Fatal(err)
 	}
 	if !canRead() {

@@ -35,6 +35,29 @@ func TestPinGuardCheckAsFunction(t *testing.T) {
 	if _, err := role.Exec(ctx, "SET search_path = public, pg_catalog"); err != nil {
 		t.Fatal(err)
 	}
+	// The states where P is fresh hold only while P is less than a
+	// second behind the clock: on a loaded machine a state's checks (a
+	// dozen round trips) can outlast that second, and the answers then
+	// change under them, both at once. Such a run of the states says
+	// nothing and is made again; every run in which P stayed fresh must
+	// agree in full.
+	for attempt := 1; ; attempt++ {
+		if !pinGuardStates(t, conn, role) {
+			return
+		}
+		if attempt == 5 {
+			t.Fatal("P fell a second behind the clock during the checks of a state in every one of 5 runs")
+		}
+		t.Logf("run %d: P fell a second behind the clock during a state's checks (a loaded machine); again", attempt)
+	}
+}
+
+// pinGuardStates is one run of TestPinGuardCheckAsFunction's states; it
+// reports whether P fell a second behind the clock in one where it must
+// be fresh (its answers then say nothing).
+func pinGuardStates(t *testing.T, conn, role *pgx.Conn) (stale bool) {
+	t.Helper()
+	ctx := context.Background()
 	check := func(sql string) *int64 {
 		tx, err := role.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 		if err != nil {
@@ -43,34 +66,58 @@ func TestPinGuardCheckAsFunction(t *testing.T) {
 		defer tx.Rollback(ctx)
 		return nullableInt(t, tx, sql)
 	}
-	same := func(state string, wantP bool) {
+	pAge := func() int64 {
+		return queryInt(t, conn, "SELECT "+Schema+".now_ms() - last_value FROM "+Schema+".pinned")
+	}
+	// same compares the two for each peek, then the check for the count
+	// with wantP; false when P was stale by the end in a fresh state.
+	same := func(state string, wantP bool) bool {
 		t.Helper()
 		peek := queryInt(t, conn, "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM "+Schema+".writes")
+		var mismatch string
 		for _, peek := range []string{fmt.Sprint(peek), fmt.Sprint(peek - 1), "NULL"} {
 			fn := check("SELECT " + Schema + ".pin_check(" + peek + ")")
 			guard := check(pinGuardCheckSQL(peek + "::int8"))
-			if fmt.Sprint(deref(guard)) != fmt.Sprint(deref(fn)) {
-				t.Fatalf("%s, peek %s: PinGuardCheck = %v, pin_check() = %v", state, peek, deref(guard), deref(fn))
+			if fmt.Sprint(deref(guard)) != fmt.Sprint(deref(fn)) && mismatch == "" {
+				mismatch = fmt.Sprintf("%s, peek %s: PinGuardCheck = %v, pin_check() = %v", state, peek, deref(guard), deref(fn))
 			}
 		}
-		if p := check(pinGuardCheckSQL(fmt.Sprint(peek))); (p != nil) != wantP {
+		p := check(pinGuardCheckSQL(fmt.Sprint(peek)))
+		if wantP && pAge() >= 1000 {
+			return false
+		}
+		if mismatch != "" {
+			t.Fatal(mismatch)
+		}
+		if (p != nil) != wantP {
 			t.Fatalf("%s: PinGuardCheck for the count = %v, want P: %v", state, deref(p), wantP)
 		}
+		return true
 	}
 
 	queryInt(t, conn, ReadTSSQL)
-	same("after a pin", true)
+	if !same("after a pin", true) {
+		return true
+	}
 	w := beginLazy(t, conn)
+	defer w.Rollback(ctx) // a stale run's write; a no-op after its commit
 	if _, err := w.Exec(ctx, "INSERT INTO c VALUES (1)"); err != nil {
 		t.Fatal(err)
 	}
-	same("with a write in progress", true)
+	if !same("with a write in progress", true) {
+		return true
+	}
 	commitLazy(t, w)
-	same("after a write no pin settled", true)
+	if !same("after a write no pin settled", true) {
+		return true
+	}
 	queryInt(t, conn, ReadTSSQL)
-	same("after the pin that settled it", true)
+	if !same("after the pin that settled it", true) {
+		return true
+	}
 	queryInt(t, conn, "SELECT setval('"+Schema+".pinned', "+Schema+".now_ms() - 2000)")
 	same("with P behind the clock", false)
+	return false
 }
 
 // TestUpgradeToVersion32: an ordinary role may read the sequences pinned

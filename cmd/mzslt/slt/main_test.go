@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/mzproxy/mzproxy/proxy/embedded"
-	"go.uber.org/goleak"
+	"github.com/mzproxy/mzproxy/proxy/embedded/embeddedtest"
 )
 
 // One PostgreSQL serves every test of the package that needs a server; it
@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(pgDir)
 	}
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := embeddedtest.FindLeaks(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}
