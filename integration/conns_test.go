@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -92,6 +93,21 @@ func (c *privateCluster) restart(t *testing.T, ctx context.Context) {
 		defer conn.Close(ctx)
 		return conn.Ping(ctx) == nil
 	})
+}
+
+// crash kills PostgreSQL as a crash would (SIGQUIT: an immediate
+// shutdown, no checkpoint; every connection is cut) and starts it again,
+// which replays its WAL.
+func (c *privateCluster) crash(t *testing.T, ctx context.Context) {
+	t.Helper()
+	_ = syscall.Kill(c.srv.PID(), syscall.SIGQUIT)
+	select {
+	case <-c.srv.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("PostgreSQL did not stop on SIGQUIT")
+	}
+	c.srv = nil
+	c.start(t, ctx)
 }
 
 // url is the superuser's connection string for the postgres database.

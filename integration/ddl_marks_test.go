@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"syscall"
 	"testing"
 	"time"
 
@@ -46,14 +45,7 @@ func TestMarkersSurviveBackendCrash(t *testing.T) {
 	mustExec(t, ctx, direct, "CHECKPOINT")
 	direct.Close(ctx)
 
-	_ = syscall.Kill(pg.srv.PID(), syscall.SIGQUIT)
-	select {
-	case <-pg.srv.Done():
-	case <-time.After(30 * time.Second):
-		t.Fatal("PostgreSQL did not stop on SIGQUIT")
-	}
-	pg.srv = nil
-	pg.start(t, ctx)
+	pg.crash(t, ctx)
 
 	var b *pgx.Conn
 	eventually(t, 30*time.Second, "mzproxy serves k after the crash", func() bool {

@@ -76,14 +76,7 @@ func TestFault10RestartRestrictedReadOnly(t *testing.T) {
 		}
 		sessions = append(sessions, c)
 	}
-	_ = syscall.Kill(pg.srv.PID(), syscall.SIGQUIT)
-	select {
-	case <-pg.srv.Done():
-	case <-time.After(30 * time.Second):
-		t.Fatal("PostgreSQL did not stop on SIGQUIT")
-	}
-	pg.srv = nil
-	pg.start(t, ctx)
+	pg.crash(t, ctx)
 	for i, c := range sessions {
 		_, err := c.Exec(ctx, "SELECT v, mz_now() FROM g WHERE k = 2")
 		t.Logf("session %d after the restart: %v", i, err)

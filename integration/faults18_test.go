@@ -216,14 +216,7 @@ func TestFault18RestartExtendedPaths(t *testing.T) {
 		if how == "fast" {
 			pg.restart(t, ctx)
 		} else {
-			_ = syscall.Kill(pg.srv.PID(), syscall.SIGQUIT)
-			select {
-			case <-pg.srv.Done():
-			case <-time.After(30 * time.Second):
-				t.Fatal("PostgreSQL did not stop on SIGQUIT")
-			}
-			pg.srv = nil
-			pg.start(t, ctx)
+			pg.crash(t, ctx)
 		}
 		time.Sleep(3 * time.Second)
 		close(stop)

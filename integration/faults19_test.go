@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -161,14 +160,7 @@ func TestFault19RestartInterrupted(t *testing.T) {
 		if how == "fast" {
 			pg.restart(t, ctx)
 		} else {
-			_ = syscall.Kill(pg.srv.PID(), syscall.SIGQUIT)
-			select {
-			case <-pg.srv.Done():
-			case <-time.After(30 * time.Second):
-				t.Fatal("PostgreSQL did not stop on SIGQUIT")
-			}
-			pg.srv = nil
-			pg.start(t, ctx)
+			pg.crash(t, ctx)
 		}
 		time.Sleep(3 * time.Second)
 		close(stop)

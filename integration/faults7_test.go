@@ -298,14 +298,7 @@ func TestFault7BackendRestart(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	// Immediate: no shutdown checkpoint; the sequences come back from
 	// WAL, the pin's P possibly not set.
-	_ = syscall.Kill(pg.srv.PID(), syscall.SIGQUIT)
-	select {
-	case <-pg.srv.Done():
-	case <-time.After(30 * time.Second):
-		t.Fatal("PostgreSQL did not stop on SIGQUIT")
-	}
-	pg.srv = nil
-	pg.start(t, ctx)
+	pg.crash(t, ctx)
 	time.Sleep(4 * time.Second)
 	before := l.readCount()
 	time.Sleep(2 * time.Second)

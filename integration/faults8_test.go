@@ -212,14 +212,7 @@ func TestFault8RestartWriteSkew(t *testing.T) {
 	setup.Close(ctx)
 
 	crash := func() {
-		_ = syscall.Kill(pg.srv.PID(), syscall.SIGQUIT)
-		select {
-		case <-pg.srv.Done():
-		case <-time.After(30 * time.Second):
-			t.Fatal("PostgreSQL did not stop on SIGQUIT")
-		}
-		pg.srv = nil
-		pg.start(t, ctx)
+		pg.crash(t, ctx)
 	}
 	crash()
 	_, err := reader.Exec(ctx, "UPDATE acc SET bal = bal - 1000 WHERE id = 1")

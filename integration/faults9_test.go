@@ -68,14 +68,7 @@ func TestFault9RestartBoundReads(t *testing.T) {
 			sessions = append(sessions, c)
 		}
 	}
-	_ = syscall.Kill(pg.srv.PID(), syscall.SIGQUIT)
-	select {
-	case <-pg.srv.Done():
-	case <-time.After(30 * time.Second):
-		t.Fatal("PostgreSQL did not stop on SIGQUIT")
-	}
-	pg.srv = nil
-	pg.start(t, ctx)
+	pg.crash(t, ctx)
 	for i, c := range sessions {
 		err := boundReads(ctx, c, 5, 6)
 		t.Logf("session %d's next reads after the restart: %v", i, err)
