@@ -121,6 +121,24 @@ func TestFault18FirstWriteBurst(t *testing.T) {
 	eventually(t, 10*time.Second, "the closed sessions' backend connections gone", func() bool { return backends() == 1 })
 }
 
+// restartStage is the restart tests' stage: a durable PostgreSQL of the
+// test's own (to restart or crash), two proxies on it with fast leases
+// (the first without the event loop), a bank of ten accounts of 100 (acct)
+// and one row to increment (hot).
+func restartStage(t *testing.T, ctx context.Context) (*privateCluster, *stage) {
+	t.Helper()
+	pg := newDurableCluster(t, ctx)
+	st := newStage(t, stageOpts{ctx: ctx, postgres: true, backend: pg.url(), db: "postgres",
+		proxies: [][]string{append([]string{"--event-loop=false", "--metrics-listen", "127.0.0.1:0"}, fastLease...),
+			append([]string{"--metrics-listen", "127.0.0.1:0"}, fastLease...)}})
+	setup := connectTo(t, ctx, st.url(0, "postgres"))
+	mustExec(t, ctx, setup, "CREATE TABLE acct (k int PRIMARY KEY, v int NOT NULL)",
+		"INSERT INTO acct SELECT g, 100 FROM generate_series(1, 10) g",
+		"CREATE TABLE hot (id int PRIMARY KEY, v int NOT NULL)", "INSERT INTO hot VALUES (1, 0)")
+	setup.Close(ctx)
+	return pg, st
+}
+
 // TestFault18RestartExtendedPaths: the backend restarts, fast (57P01 to
 // every session) and immediate (a crash: SIGQUIT), while clients of two
 // proxies (with and without the event loop) send, with pgx's exec mode
@@ -137,15 +155,7 @@ func TestFault18FirstWriteBurst(t *testing.T) {
 func TestFault18RestartExtendedPaths(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	pg := newDurableCluster(t, ctx)
-	st := newStage(t, stageOpts{ctx: ctx, postgres: true, backend: pg.url(), db: "postgres",
-		proxies: [][]string{append([]string{"--event-loop=false", "--metrics-listen", "127.0.0.1:0"}, fastLease...),
-			append([]string{"--metrics-listen", "127.0.0.1:0"}, fastLease...)}})
-	setup := connectTo(t, ctx, st.url(0, "postgres"))
-	mustExec(t, ctx, setup, "CREATE TABLE acct (k int PRIMARY KEY, v int NOT NULL)",
-		"INSERT INTO acct SELECT g, 100 FROM generate_series(1, 10) g",
-		"CREATE TABLE hot (id int PRIMARY KEY, v int NOT NULL)", "INSERT INTO hot VALUES (1, 0)")
-	setup.Close(ctx)
+	pg, st := restartStage(t, ctx)
 	const total = 1000
 	// Increments of the row across both restarts.
 	sentBefore, ackedBefore := 0, 0

@@ -27,15 +27,7 @@ import (
 func TestFault19RestartInterrupted(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	pg := newDurableCluster(t, ctx)
-	st := newStage(t, stageOpts{ctx: ctx, postgres: true, backend: pg.url(), db: "postgres",
-		proxies: [][]string{append([]string{"--event-loop=false", "--metrics-listen", "127.0.0.1:0"}, fastLease...),
-			append([]string{"--metrics-listen", "127.0.0.1:0"}, fastLease...)}})
-	setup := connectTo(t, ctx, st.url(0, "postgres"))
-	mustExec(t, ctx, setup, "CREATE TABLE acct (k int PRIMARY KEY, v int NOT NULL)",
-		"INSERT INTO acct SELECT g, 100 FROM generate_series(1, 10) g",
-		"CREATE TABLE hot (id int PRIMARY KEY, v int NOT NULL)", "INSERT INTO hot VALUES (1, 0)")
-	setup.Close(ctx)
+	pg, st := restartStage(t, ctx)
 	const total = 1000
 	const marker = "/* fault19 */ "
 	neverDone := marker + "UPDATE hot SET v = v + $1 WHERE id = (SELECT 1 FROM pg_sleep(30))"
