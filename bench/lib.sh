@@ -55,6 +55,40 @@ bench_cleanup() {
 	rm -rf "$work"
 }
 
+# bench_pgbouncer NAME DATABASE [SETTING ...]: a PgBouncer in session mode
+# on a free port (port[NAME]), over the Unix socket to DATABASE of
+# bench_postgres's server, with these extra settings; returns once it
+# answers, with its pid in pid[NAME].
+bench_pgbouncer() {
+	local name=$1 database=$2
+	shift 2
+	port[$name]=$(free_port)
+	cat >"$work/$name.ini" <<EOF
+[databases]
+$database = host=$work port=$pg_port dbname=$database user=postgres
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = ${port[$name]}
+unix_socket_dir =
+auth_type = trust
+auth_file = $work/userlist.txt
+pool_mode = session
+logfile = $work/$name.log
+pidfile = $work/$name.pid
+EOF
+	printf '%s\n' "$@" >>"$work/$name.ini"
+	echo '"postgres" ""' >"$work/userlist.txt"
+	chown postgres "$work/$name.ini" "$work/userlist.txt"
+	as_pg pgbouncer "$work/$name.ini" </dev/null >/dev/null 2>&1 &
+	bench_pids+=("$!")
+	for _ in $(seq 50); do
+		psql -X -h 127.0.0.1 -p "${port[$name]}" -U postgres -d "$database" -Atc 'select 1' >/dev/null 2>&1 && break
+		sleep 0.2
+	done
+	pid[$name]=$(cat "$work/$name.pid")
+	bench_pids+=("${pid[$name]}")
+}
+
 # bench_postgres: the temporary directory, the mzproxy binary and a
 # PostgreSQL (shared_buffers $PG_SHARED_BUFFERS, default 256MB); sets $work,
 # $bindir, $pg_port and $backend.

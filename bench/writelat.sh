@@ -77,30 +77,7 @@ if [ -n "$BASELINE" ]; then
 fi
 
 # PgBouncer in session mode on the plain database, over the Unix socket.
-port[bouncer]=$(free_port)
-cat >"$work/pgbouncer.ini" <<EOF
-[databases]
-plain = host=$work port=$pg_port dbname=plain user=postgres
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = ${port[bouncer]}
-unix_socket_dir =
-auth_type = trust
-auth_file = $work/userlist.txt
-pool_mode = session
-logfile = $work/pgbouncer.log
-pidfile = $work/pgbouncer.pid
-EOF
-echo '"postgres" ""' >"$work/userlist.txt"
-chown postgres "$work/pgbouncer.ini" "$work/userlist.txt"
-as_pg pgbouncer "$work/pgbouncer.ini" </dev/null >/dev/null 2>&1 &
-bench_pids+=("$!")
-for _ in $(seq 50); do
-	psql -X -h 127.0.0.1 -p "${port[bouncer]}" -U postgres -d plain -Atc 'select 1' >/dev/null 2>&1 && break
-	sleep 0.2
-done
-pid[bouncer]=$(cat "$work/pgbouncer.pid")
-bench_pids+=("${pid[bouncer]}")
+bench_pgbouncer bouncer plain
 
 setup='CREATE TABLE acct (id int PRIMARY KEY, v bigint NOT NULL);
 INSERT INTO acct SELECT g, 0 FROM generate_series(1, 10000) g;'
