@@ -114,7 +114,7 @@ type cancel19Step func(ctx context.Context, sql string, args ...any) error
 // SQLSTATE and message, a block's next statement's SQLSTATE, and the
 // table's state read afterwards. The same string is expected through
 // mzproxy and directly.
-func cancel19Case(ctx context.Context, exec cancel19Step, read func(sql string) (string, error), table, op string, timeout, block bool) string {
+func cancel19Case(ctx context.Context, exec cancel19Step, read func(sql string) (string, error), db, table, op string, timeout, block bool) string {
 	var out []string
 	note := func(what string, err error) {
 		code, msg := sqlState(err), ""
@@ -138,7 +138,7 @@ func cancel19Case(ctx context.Context, exec cancel19Step, read func(sql string) 
 	}
 	stmtCtx, cancel := context.WithCancel(ctx)
 	if !timeout {
-		time.AfterFunc(cancelAfter, cancel)
+		go cancelWhenSleeping(stmtCtx, cancel, db, table)
 	}
 	note("stmt", exec(stmtCtx, fmt.Sprintf(op, table), 1))
 	cancel()
@@ -155,6 +155,27 @@ func cancel19Case(ctx context.Context, exec cancel19Step, read func(sql string) 
 	}
 	out = append(out, "after="+v)
 	return strings.Join(out, "; ")
+}
+
+// cancelWhenSleeping calls cancel once a backend of database db runs a
+// statement of table's in its pg_sleep (seen directly in pg_stat_activity), or after
+// 20 s: a cancel at a fixed time could come, on a loaded machine, while a
+// driver's statement is still being prepared (pgx's describe round
+// trip), which PostgreSQL and mzproxy need not answer alike.
+func cancelWhenSleeping(ctx context.Context, cancel context.CancelFunc, db, table string) {
+	defer cancel()
+	conn, err := pgx.Connect(ctx, directURL("postgres", "postgres"))
+	if err != nil {
+		return
+	}
+	defer conn.Close(context.Background())
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event = 'PgSleep' AND datname = $2 AND query ~ ($1 || '\M')`, table, db).Scan(&n); err != nil || n > 0 {
+			return
+		}
+	}
 }
 
 // TestCancel19GoDrivers: a cancel (the driver's own, at a context's end)
@@ -279,7 +300,7 @@ func TestCancel19GoDrivers(t *testing.T) {
 					return
 				}
 				defer done()
-				c.got[i] = cancel19Case(ctx, exec, read, c.table, c.op, c.timeout, c.block)
+				c.got[i] = cancel19Case(ctx, exec, read, targets[i].db, c.table, c.op, c.timeout, c.block)
 			}()
 		}
 	}
