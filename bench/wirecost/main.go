@@ -7,7 +7,7 @@
 //
 //	direct-simple    Query "<write>"
 //	direct-prepared  Bind/Execute/Sync of the write's named statement
-//	slot-query       Query "SELECT mzproxy.begin_write_occ(NULL, 0);\n<write>"
+//	slot-query       Query "<slot>;\n<write>"
 //	                 (mzproxy's simple protocol up to storage version 29)
 //	slot-exec        Bind/Execute of the slot's named statement, then
 //	                 Query "<write>" (its simple protocol since version 30)
@@ -30,6 +30,11 @@
 //	block-prepared   the same peek and BEGIN; Bind/Execute/Close of the
 //	                 deferred slot's named statement, then the first
 //	                 UPDATE's Bind/Execute/Sync; then each as it came
+//
+// The slot is -slot: proxy (default), what this tree's mzproxy sends
+// (storage.OpenWriteFor without an incarnation: since storage version 44
+// a flat statement), or occ, "SELECT mzproxy.begin_write_occ(NULL, 0)"
+// (what it sent before; any storage version since 7 has it).
 //
 // -peek=false leaves the peek out of the block shapes: what a writing
 // block would cost without it.
@@ -57,6 +62,7 @@ func main() {
 	n := flag.Int("n", 220, "writes")
 	seed := flag.Uint64("seed", 1, "the rows' sequence")
 	flag.BoolVar(&peek, "peek", true, "send pin_peek before a block's BEGIN (-write tpcb)")
+	slot := flag.String("slot", "proxy", "the slot: proxy (this tree's mzproxy's) or occ (begin_write_occ)")
 	flag.Parse()
 
 	ctx := context.Background()
@@ -75,7 +81,14 @@ func main() {
 		return
 	}
 	text, param := statement(*write)
-	const slotSQL = "SELECT mzproxy.begin_write_occ(NULL, 0)"
+	slotSQL := storage.OpenWriteFor(-1)
+	switch *slot {
+	case "proxy":
+	case "occ":
+		slotSQL = "SELECT mzproxy.begin_write_occ(NULL, 0)"
+	default:
+		log.Fatalf("unknown slot %q", *slot)
+	}
 	if *shape == "slot-exec" || *shape == "slot-prepared" {
 		fe.Send(&pgproto3.Parse{Name: "slot", Query: slotSQL})
 	}
