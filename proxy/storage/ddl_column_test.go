@@ -36,7 +36,7 @@ func TestPlainColumnChangeCalls(t *testing.T) {
 	// mark set for reconcile, one read of the columns, the shape's check.
 	// (Version 41: reconcile_built without reconcile's wrapper, which read
 	// the row again to tell a table without history.)
-	common := []string{"begin_write_occ×1", "plain_column_change×1", "reconcile_built×1", "table_shape×1"}
+	common := []string{"plain_column_change×1", "reconcile_built×1", "table_shape×1"}
 	// Columns added: the history's ALTER fires on_ddl_command_end, whose
 	// guard compares the mark.
 	added := append([]string{"ddl_mark×2", "ddl_ts×1", "on_ddl_command_end×2"}, common...)

@@ -178,8 +178,8 @@ func TestUpgradeToVersion31(t *testing.T) {
 	}
 	for _, stmt := range []string{"INSERT INTO log VALUES (3, 'c')", "UPDATE log SET b = 'z' WHERE a = 1", "DELETE FROM log WHERE a = 2",
 		"UPDATE old SET v = 'a1' WHERE k = 1", "UPDATE old SET k = 3 WHERE k = 2"} {
-		if got := writeCalls(t, cs, -1, stmt); callCount(got, "stamp_ts") != 0 || len(got) != 2 {
-			t.Errorf("%s after the upgrade ran %v, want begin_write_occ and the table's trigger only", stmt, got)
+		if got := writeCalls(t, cs, -1, stmt); callCount(got, "stamp_ts") != 0 || len(got) != 1 {
+			t.Errorf("%s after the upgrade ran %v, want the table's trigger only (the slot is a flat statement since version 44)", stmt, got)
 		}
 	}
 	ts := inWrite(t, conn, "UPDATE old SET v = 'a2' WHERE k = 1", "INSERT INTO log VALUES (4, 'd')")

@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 43, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 44, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -867,15 +867,13 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
         -- only looks pending): _t stays NULL, and the general path's
         -- stamp_ts fails with 42501.
         fresh_stamp := $r$
-        IF current_setting('mzproxy.write_ts', true) = '0 - pending' THEN
-            LOCK TABLE mzproxy.gate IN ROW SHARE MODE;
-        END IF;
         SELECT x.t INTO _t
           FROM (SELECT k.k, GREATEST(mzproxy.now_ms(),
                                      coalesce(pg_sequence_last_value('mzproxy.pinned'), mzproxy.pinned_ts()) + 1) AS t,
                        setval(to_regclass('mzproxy.w' || TG_RELID), nextval('mzproxy.writes'))
                   FROM mzproxy.write_key k
                  WHERE current_setting('mzproxy.write_ts', true) = '0 - pending'
+                   AND NOT EXISTS (SELECT FROM mzproxy.gate WHERE false FOR SHARE)
                 OFFSET 0) x
          WHERE set_config('mzproxy.write_ts', x.t::text || ' - ' || mzproxy.key_tag(x.k, x.t::text || ' -'), true) IS NOT NULL;$r$;
 
@@ -3766,7 +3764,7 @@ GRANT SELECT ON TABLE mzproxy.columns TO PUBLIC;
 
 
 
-GRANT UPDATE ON TABLE mzproxy.gate TO PUBLIC;
+GRANT SELECT,UPDATE ON TABLE mzproxy.gate TO PUBLIC;
 
 
 
@@ -3865,6 +3863,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('40', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('41', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('42', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('43', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('44', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));

@@ -55,6 +55,25 @@ func installedDB(t testing.TB) (string, *pgx.Conn) {
 	return cs, conn
 }
 
+// slotSQL is the slot mzproxy takes for an autocommit write (OpenWriteFor)
+// in the database q is connected to, at the version installed there:
+// before version 44 a call of begin_write_occ (the flat statement's
+// request '0 - pending' is refused below version 42, and the gate is
+// not PUBLIC's to select below 44).
+func slotSQL(t testing.TB, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, inc int64) string {
+	t.Helper()
+	var v int
+	if err := q.QueryRow(context.Background(), "SELECT max(version) FROM "+Schema+".schema_version").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	if v < 44 {
+		return BeginWriteOCCFor(inc, 0)
+	}
+	return OpenWriteFor(inc)
+}
+
 // inWrite runs stmts in one proxy write transaction and returns its T.
 func inWrite(t testing.TB, conn *pgx.Conn, stmts ...string) uint64 {
 	t.Helper()

@@ -17,7 +17,7 @@ import (
 const Schema = "mzproxy"
 
 // SchemaVersion is the version of the backend layout this package installs.
-const SchemaVersion = 43
+const SchemaVersion = 44
 
 // Infinity is mz_to of a current version: a version is visible at ts when
 // mz_from <= ts AND mz_to > ts.
@@ -207,9 +207,44 @@ const EagerHistorySQL = "SET LOCAL " + Schema + ".eager_history = on"
 // chosen when the transaction first writes history, once its statement
 // holds its row locks (so a statement that waited for another writer's row
 // commits after it in T order). It returns 0.
+//
+// Since version 44 (trig_fold.sql) it is not a call of begin_write_occ but
+// the slot's work as one flat statement, run as the client's role: the
+// gate in ROW SHARE mode (FOR SHARE of its range-table entry: taken at the
+// statement's start, before its incarnation check, and held to the
+// transaction's end), the check of the incarnation and the request
+// '0 - pending'; begin_write_occ only when the transaction already has a
+// setting (it keeps a slot it has). It needs no right the client lacks
+// (PUBLIC may select and update the gate) and grants nothing: the request
+// is what a role may set by hand, and the history trigger that chooses T
+// locks the gate and counts the write itself (slot_pending.sql). Every
+// name, operator and type is qualified, so a search_path cannot change
+// what it runs. It spares the function call's frame (SECURITY DEFINER and
+// SET search_path), its PL/pgSQL statements and its LOCK TABLE
+// (docs/write-cost.md, "Session 20"). In a READ ONLY transaction it fails
+// with 25006 (SELECT FOR SHARE), as begin_write_occ did before version 42.
 func OpenWriteFor(inc int64) string {
-	return BeginWriteOCCFor(inc, 0)
+	if inc < 0 {
+		return openWriteUnfenced
+	}
+	i := strconv.FormatInt(inc, 10)
+	return "SELECT CASE" +
+		" WHEN COALESCE(pg_catalog.current_setting('" + Schema + ".write_ts', true), '') OPERATOR(pg_catalog.<>) ''" +
+		" THEN " + BeginWriteOCCFor(inc, 0)[len("SELECT "):] +
+		" WHEN NOT COALESCE((SELECT i.retired_at IS NULL AND (i.heartbeat_at OPERATOR(pg_catalog.>=)" +
+		" (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) (i.grace_ms OPERATOR(pg_catalog.*) '1 ms'::pg_catalog.interval)))" +
+		" FROM " + Schema + ".incarnations i WHERE i.id OPERATOR(pg_catalog.=) " + i + "::pg_catalog.int8), false)" +
+		" THEN CASE WHEN " + Schema + ".raise_fenced(" + i + ") IS NULL THEN 0::pg_catalog.int8 END" +
+		" WHEN pg_catalog.set_config('" + Schema + ".write_ts', '0 - pending', true) IS NOT NULL THEN 0::pg_catalog.int8 END" +
+		" WHERE NOT EXISTS (SELECT FROM " + Schema + ".gate WHERE false FOR SHARE)"
 }
+
+// openWriteUnfenced is OpenWriteFor without an incarnation.
+const openWriteUnfenced = "SELECT CASE" +
+	" WHEN COALESCE(pg_catalog.current_setting('" + Schema + ".write_ts', true), '') OPERATOR(pg_catalog.<>) ''" +
+	" THEN " + Schema + ".begin_write_occ(NULL, 0)" +
+	" WHEN pg_catalog.set_config('" + Schema + ".write_ts', '0 - pending', true) IS NOT NULL THEN 0::pg_catalog.int8 END" +
+	" WHERE NOT EXISTS (SELECT FROM " + Schema + ".gate WHERE false FOR SHARE)"
 
 // BeginWriteOCCFor is begin_write_occ(inc, floor), the function behind
 // OpenWriteFor (floor is ignored since version 7). inc < 0 means no
