@@ -17,7 +17,7 @@ func syncCalls(t *testing.T, cs, stmt string) []string {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // no-op after Commit
-	for _, s := range []string{"SET LOCAL track_functions = 'all'", OpenWriteFor(-1), stmt} {
+	for _, s := range []string{"SET LOCAL track_functions = 'all'", slotSQL(t, c, -1), stmt} {
 		if _, err := tx.Exec(ctx, s); err != nil {
 			t.Fatalf("%s: %v", s, err)
 		}
