@@ -322,8 +322,7 @@ var quoteIdentsSQL string
 
 // trigFoldSQL upgrades version 43 to 44 (session 20): SELECT on the gate
 // for PUBLIC, so that the proxy's flat write slot (OpenWriteFor) can lock
-// it FOR SHARE, and the history triggers' T query takes the gate itself
-// instead of a LOCK statement before it.
+// it FOR SHARE.
 //
 //go:embed trig_fold.sql
 var trigFoldSQL string

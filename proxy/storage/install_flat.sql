@@ -867,13 +867,15 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
         -- only looks pending): _t stays NULL, and the general path's
         -- stamp_ts fails with 42501.
         fresh_stamp := $r$
+        IF current_setting('mzproxy.write_ts', true) = '0 - pending' THEN
+            LOCK TABLE mzproxy.gate IN ROW SHARE MODE;
+        END IF;
         SELECT x.t INTO _t
           FROM (SELECT k.k, GREATEST(mzproxy.now_ms(),
                                      coalesce(pg_sequence_last_value('mzproxy.pinned'), mzproxy.pinned_ts()) + 1) AS t,
                        setval(to_regclass('mzproxy.w' || TG_RELID), nextval('mzproxy.writes'))
                   FROM mzproxy.write_key k
                  WHERE current_setting('mzproxy.write_ts', true) = '0 - pending'
-                   AND NOT EXISTS (SELECT FROM mzproxy.gate WHERE false FOR SHARE)
                 OFFSET 0) x
          WHERE set_config('mzproxy.write_ts', x.t::text || ' - ' || mzproxy.key_tag(x.k, x.t::text || ' -'), true) IS NOT NULL;$r$;
 

@@ -130,10 +130,9 @@ func TestFlatSlotByHostileRole(t *testing.T) {
 }
 
 // TestUpgradeToVersion44: a database at version 43 with a keyed and a
-// keyless table gets the gate's SELECT for PUBLIC and trigger functions
-// whose T query takes the gate itself (no LOCK statement); a role that
-// sets the request by hand still holds the gate after its write; the flat
-// slot works for an ordinary role; history stays exact.
+// keyless table gets the gate's SELECT for PUBLIC, so the flat slot works
+// for an ordinary role there; a role that sets the request by hand still
+// holds the gate after its write; history stays exact.
 func TestUpgradeToVersion44(t *testing.T) {
 	cs := newDB(t)
 	ctx := context.Background()
@@ -152,14 +151,6 @@ func TestUpgradeToVersion44(t *testing.T) {
 	}
 	if queryText(t, conn, "SELECT has_table_privilege('public', '"+Schema+".gate', 'SELECT')::text") != "true" {
 		t.Errorf("PUBLIC may not select the gate after the upgrade")
-	}
-	for _, table := range []string{"old", "old_nk"} {
-		for _, fn := range []string{"_ins", "_upd", "_del"} {
-			src := queryText(t, conn, "SELECT prosrc FROM pg_proc WHERE proname = (SELECT substr(history, length($2) + 2) FROM "+Schema+".catalog WHERE oid = $1::regclass) || $3", table, Schema, fn)
-			if strings.Contains(src, "LOCK TABLE") || !strings.Contains(src, Schema+".gate WHERE false FOR SHARE") {
-				t.Errorf("%s's %s trigger after the upgrade does not take the gate in its T query:\n%s", table, fn, src)
-			}
-		}
 	}
 	db := conn.Config().Database
 	if _, err := conn.Exec(ctx, "DROP ROLE IF EXISTS mzup44; CREATE ROLE mzup44 LOGIN; GRANT ALL ON old, old_nk TO mzup44"); err != nil {
