@@ -928,7 +928,7 @@ var (
 // writeQuery runs a client Query that writes.
 //
 // Outside a block, the first write of a backend transaction takes the
-// write slot (begin_write_occ): the writers' gate in shared mode, with the
+// write slot (storage.OpenWriteFor): the writers' gate in shared mode, with the
 // transaction's T chosen when its statement first writes history, after
 // that statement's row locks are held (storage/frontier.sql). Nothing is
 // validated or appended at COMMIT. One replayable statement takes the

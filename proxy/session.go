@@ -151,7 +151,7 @@ const (
 type txnState struct {
 	tx txStatus
 	// writeSlot: the current backend transaction holds the write slot
-	// (begin_write_occ ran in it).
+	// (the write slot ran in it).
 	writeSlot bool
 	// slotSQL is the client's statement text before which the proxy is
 	// taking the write slot, until the next ReadyForQuery: an error of

@@ -26,7 +26,7 @@ const OCCPauseMarker = "/*mzproxy:occ-pause*/"
 // An optimistic write is one client Query (or Bind ... Sync batch),
 // outside a transaction block, of a single statement that can be run again
 // (route.replayable). Each attempt is one backend round trip with one
-// ReadyForQuery: the write slot (begin_write_occ, T pending) and the
+// ReadyForQuery: the write slot (storage.OpenWriteFor, T pending) and the
 // client's statement in one implicit transaction, which the backend
 // commits at the end of the Query (or at the client's Sync) and rolls back
 // whole at an error. The slot is the Bind/Execute of mzproxy_begin_write
@@ -97,7 +97,7 @@ type occRequest struct {
 type attempt struct {
 	answers [][]byte // the client statement's answers, copied
 	rows    int64
-	// failed is the ErrorResponse that ends the attempt: begin_write_occ's,
+	// failed is the ErrorResponse that ends the attempt: the slot's,
 	// or the client statement's (then also in answers).
 	failed []byte
 	// conflict: failed is a transient conflict (40001, 40P01) of the

@@ -120,8 +120,8 @@
 //
 // # Functions
 //
-//   - begin_write_occ(inc, floor) (OpenWriteFor): the write slot mzproxy
-//     takes for a client's writes. It locks the gate in ROW SHARE mode
+//   - begin_write_occ(inc, floor) (BeginWriteOCCFor; OpenWriteFor until
+//     version 43): the write slot mzproxy takes for a client's writes. It locks the gate in ROW SHARE mode
 //     until the transaction ends, checks the incarnation (XX000 "mzproxy
 //     incarnation N ... fenced by new generation G" or "... lost its lease
 //     ...", IsFenced) and leaves T pending (returns 0; the setting is the
@@ -131,10 +131,11 @@
 //     by code that first locks the gate itself (held already: the slot
 //     took it before the statement's row locks) and counts the write.
 //     floor is ignored. An autocommit write needs
-//     nothing else: begin_write_occ(inc, 0) and the statement in one
-//     implicit transaction (proxy/write.go; the slot is taken and set with one query, the
-//     history trigger's own query counts the write, marks the table,
-//     chooses T, tags and sets it).
+//     nothing else: the slot and the statement in one implicit
+//     transaction (proxy/write.go; since version 44 the slot is
+//     OpenWriteFor's flat statement, which does begin_write_occ's work
+//     without calling it, below; the history trigger's own query counts
+//     the write, marks the table, chooses T, tags and sets it).
 //   - begin_write(inc) / begin_write_at(T, inc) (BeginWriteFor,
 //     BeginWriteAtFor, BeginWriteSQL, BeginWriteAtSQL without an
 //     incarnation): the same slot with T chosen at once, or exactly T when
@@ -456,4 +457,29 @@
 // as mzproxy."h5", to which gen_restamp and fix_write append suffixes, and
 // every write of the table failed with 42602 for good. The upgrade gives
 // such a catalog row its name back.
+//
+// # The write slot as a flat statement (version 44)
+//
+// Since version 44 (trig_fold.sql, session 20) an autocommit write's slot
+// is not a call of begin_write_occ but OpenWriteFor's one plain statement,
+// run as the client's role: SELECT FOR SHARE of a clause over the gate
+// that reads nothing (WHERE false) takes the gate in ROW SHARE mode when
+// the statement starts, as LOCK TABLE did, and holds it to the
+// transaction's end; then the incarnation's check (raise_fenced when it
+// fails) and set_config of the request '0 - pending'; begin_write_occ
+// only when the transaction already has a setting, so a slot it holds is
+// kept (and a forged one refused, 42501). Since version 42 nothing in that
+// work needs a right the caller lacks or proves anything (the request is
+// anyone's to set, and what chooses T locks the gate and counts the write
+// itself), so the SECURITY DEFINER frame, its SET search_path and the
+// PL/pgSQL statements were cost only: 43k backend instructions per write
+// (docs/write-cost.md, "Session 20"). Every function, operator and type
+// the statement names is schema-qualified, so a role's search_path does
+// not change what it runs (TestFlatSlotByHostileRole). FOR SHARE needs
+// SELECT on the gate as well as UPDATE: version 44 grants it to PUBLIC
+// (the gate has no rows and no columns). In a READ ONLY transaction the
+// statement fails with 25006, and the proxy runs the client's statement
+// without a slot (proxy/write.go). The history triggers still take the
+// gate with a LOCK statement: naming the gate FOR SHARE in their T query
+// instead cost 1.5k instructions more (its LockRows node).
 package storage
