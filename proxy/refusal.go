@@ -138,8 +138,10 @@ func readOnlyCommand(st *planner.Statement) string {
 // before the client's statement s.slotSQL, as the client's own statement
 // would have failed in its place: in a read-only transaction
 // (default_transaction_read_only, SET SESSION CHARACTERISTICS) the slot's
-// own work is refused first (25006, "cannot execute nextval() in a
-// read-only transaction"), where PostgreSQL names the client's command.
+// own work is refused first (25006: "cannot execute nextval() in a
+// read-only transaction" until storage 41, "cannot execute SELECT FOR
+// SHARE in a read-only transaction" since 44's flat slot), where
+// PostgreSQL names the client's command.
 // Any other error is frame as it is.
 func (s *Session) slotRefusal(frame []byte) []byte {
 	if s.slotSQL == "" || errorCode(wire.Body(frame)) != string(pgerr.ReadOnlySQLTransaction) {
