@@ -1,6 +1,10 @@
 package planner
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -48,5 +52,45 @@ func TestHistoryRewriteSpliced(t *testing.T) {
 		}
 		checkTemplate(t, stmts[0], cat)
 		checkSplicedAsDeparsed(t, c.sql, cat, opts, stmts)
+	}
+}
+
+// BenchmarkHistoryPlanCorpus plans the queries of the sqllogictest
+// corpus's select1.test (MZPROXY_SLT_DIR) under --history-reads, each
+// text new to the cache as in the corpus, spliced and deparsed:
+//
+//	MZPROXY_SLT_DIR=/work/shared/slt/sqlite go test ./planner -run XXX -bench HistoryPlanCorpus
+func BenchmarkHistoryPlanCorpus(b *testing.B) {
+	dir := os.Getenv("MZPROXY_SLT_DIR")
+	if dir == "" {
+		b.Skip("MZPROXY_SLT_DIR is not set")
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "select1.test"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var queries []string
+	for _, rec := range strings.Split(string(data), "\n\n") {
+		if !strings.HasPrefix(rec, "query") {
+			continue
+		}
+		_, body, _ := strings.Cut(rec, "\n")
+		sql, _, _ := strings.Cut(body, "\n----")
+		queries = append(queries, sql)
+	}
+	cat := newFakeCatalog()
+	cat.addTable("public", "t1", "a", "b", "c", "d", "e")
+	opts := Options{SearchPath: []string{"public"}, ExplicitTimestamp: true}
+	for _, splice := range []bool{true, false} {
+		b.Run(fmt.Sprintf("spliced=%v", splice), func(b *testing.B) {
+			defer func(was bool) { spliceRewrites = was }(spliceRewrites)
+			spliceRewrites = splice
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if _, err := New(0).Plan(queries[i%len(queries)], cat, opts); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
