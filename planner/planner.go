@@ -167,8 +167,25 @@ func planOne(text string, toks []token, cat Catalog, opts Options) (*Statement, 
 	classify(st, n)
 	setInner(st, n)
 
+	// A read that will be rewritten by splicing is analysed once, by the
+	// walk that finds its splices (history_splice.go). That walk also
+	// fails where a rewrite would (a TABLESAMPLE or row-level security of
+	// a managed table): the statement may turn out to be no read (a
+	// data-modifying WITH), so a failure is looked at again by the plain
+	// walk. Neither changes the tree.
+	spliceToks := tokensOf(text, toks, st.SQL)
+	merged := spliceRewrites && spliceToks != nil && (st.AsOf != nil || opts.ExplicitTimestamp) &&
+		rewritable(st) && !mayMention(st.SQL, "mz_now")
 	a := &analyzer{cat: cat, path: opts.SearchPath}
+	if merged {
+		a.rewrite, a.spliceOnly, a.param = true, true, st.Params+1
+	}
 	a.statement(n)
+	if a.err != nil && merged {
+		merged = false
+		a = &analyzer{cat: cat, path: opts.SearchPath}
+		a.statement(n)
+	}
 	if a.err != nil {
 		return nil, nil, a.err
 	}
@@ -199,7 +216,11 @@ func planOne(text string, toks []token, cat Catalog, opts Options) (*Statement, 
 			// "?"; PostgreSQL refuses it later, with this error.
 			return nil, nil, pgerr.New("42P02", "there is no parameter $0")
 		}
-		if err := rewriteStatement(st, n, tokensOf(text, toks, st.SQL), cat, opts); err != nil {
+		var walked *analyzer
+		if merged {
+			walked = a
+		}
+		if err := rewriteStatement(st, n, spliceToks, walked, cat, opts); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -222,15 +243,19 @@ func rewritable(st *Statement) bool {
 }
 
 // rewriteStatement makes st.Template. n is mutated. toks are st.SQL's
-// tokens, nil when they are not at hand.
-func rewriteStatement(st *Statement, n *pg.Node, toks []token, cat Catalog, opts Options) error {
+// tokens, nil when they are not at hand; walked, when not nil, is the
+// splices' walk of n, done already.
+func rewriteStatement(st *Statement, n *pg.Node, toks []token, walked *analyzer, cat Catalog, opts Options) error {
 	mentionsMzNow := mayMention(st.SQL, "mz_now")
 	if toks != nil && !mentionsMzNow && spliceRewrites {
 		// Most rewrites only put history subqueries in place of table
 		// names: those are spliced into the text, without the rewritten
 		// tree's deparse and the subqueries' parse (spliceHistory).
-		a := &analyzer{cat: cat, path: opts.SearchPath, rewrite: true, spliceOnly: true, param: st.Params + 1}
-		a.statement(n)
+		a := walked
+		if a == nil {
+			a = &analyzer{cat: cat, path: opts.SearchPath, rewrite: true, spliceOnly: true, param: st.Params + 1}
+			a.statement(n)
+		}
 		if done, err := a.finishRewrite(st); done || err != nil {
 			return err
 		}
