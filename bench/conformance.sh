@@ -12,6 +12,7 @@
 #                                CORPUS=<dir of select*.test and evidence/>,
 #                                by default $MZPROXY_SLT_DIR as for the tests,
 #                                else ../shared/slt/sqlite beside the clone)
+#        MZPROXY_FLAGS="--history-reads"  flags of the mzproxy target
 #        VARIANT_FLAGS="--history-reads"  also a second mzproxy with these
 #                 flags (target "variant") in the same rounds, reported
 #                 against direct and against the default mzproxy
@@ -36,7 +37,9 @@ VARIANT_FLAGS=${VARIANT_FLAGS:-}
 VARIANT_BIN=${VARIANT_BIN:-}
 BASELINE=${BASELINE:-}
 TIMINGS=${TIMINGS:-}
-bench_setup
+MZPROXY_FLAGS=${MZPROXY_FLAGS:-}
+# shellcheck disable=SC2086 # the flags are words
+bench_setup $MZPROXY_FLAGS
 (cd "$src" && go build -o "$work/mzslt" ./cmd/mzslt)
 targets="direct mzproxy"
 if [ -n "$VARIANT_FLAGS$VARIANT_BIN" ]; then

@@ -293,7 +293,7 @@ func TestAsOfReadsGenericPlans(t *testing.T) {
 		}
 	}
 	rows, err := a.Query(ctx, "SELECT name, generic_plans, custom_plans FROM pg_prepared_statements "+
-		"WHERE statement LIKE '%FROM hacc%' OR statement LIKE '%mzproxy.h%'", pgx.QueryExecModeSimpleProtocol)
+		"WHERE statement LIKE '%FROM hacc%' OR statement LIKE '%mzproxy.h%' OR statement LIKE '%\"mzproxy\".\"h%'", pgx.QueryExecModeSimpleProtocol)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -151,7 +151,7 @@ func (ls *literalStmt) bound(sql string, lits []literal) *Bound {
 	valueEnds := make([]int, 0, n)
 	for _, p := range ls.tmpl {
 		if p.lit >= 0 && p.bound {
-			spellConstant(&values, sql[lits[p.lit].start:lits[p.lit].end], lits[p.lit].class, p.negated)
+			ls.writeLiteral(&values, p, sql, lits) // an int4's text: 007 and -007 are values too
 			valueEnds = append(valueEnds, values.Len())
 		}
 	}
@@ -190,7 +190,7 @@ func (ls *literalStmt) boundTemplate(sql string, lits []literal) *Bound {
 		switch {
 		case p.lit < 0:
 		case !p.bound:
-			spellConstant(&text, sql[lits[p.lit].start:lits[p.lit].end], lits[p.lit].class, p.negated) // checked by template
+			ls.writeLiteral(&text, p, sql, lits) // checked by template
 		default:
 			k++
 			text.WriteByte('$')

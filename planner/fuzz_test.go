@@ -69,8 +69,94 @@ func FuzzRewrite(f *testing.F) {
 				}
 				checkTemplate(t, st, cat)
 			}
+			checkSplicedAsDeparsed(t, sql, cat, opts, stmts)
 		}
 	})
+}
+
+// checkSplicedAsDeparsed: where a rewrite was spliced into the text
+// (history_splice.go), the rewrite of the parse tree, deparsed, is the
+// same statement: both parse to one tree (compared deparsed), and
+// everything else planned is the same.
+func checkSplicedAsDeparsed(t *testing.T, sql string, cat Catalog, opts Options, stmts []*Statement) {
+	t.Helper()
+	defer func(was bool) { spliceRewrites = was }(spliceRewrites)
+	spliceRewrites = false
+	deparsed, err := New(0).Plan(sql, cat, opts)
+	if err != nil {
+		if pgerr.Of(err) == pgerr.StatementTooComplex {
+			return // the deparser's bound, which splicing does not have
+		}
+		t.Fatalf("planned spliced, not deparsed: %v", err)
+	}
+	if len(deparsed) != len(stmts) {
+		t.Fatalf("%d statements spliced, %d deparsed", len(stmts), len(deparsed))
+	}
+	for i, st := range stmts {
+		var a, b strings.Builder
+		formatStatement(&a, st, "")
+		formatStatement(&b, deparsed[i], "")
+		if withoutTemplates(a.String()) != withoutTemplates(b.String()) {
+			t.Fatalf("statement %d planned otherwise when spliced:\n%s\n%s", i, a.String(), b.String())
+		}
+		dts := templatesOf(deparsed[i])
+		for k, tm := range templatesOf(st) {
+			d := dts[k]
+			if !tm.spliced {
+				continue
+			}
+			if d.Holes() != tm.Holes() || d.param != tm.param {
+				t.Fatalf("statement %d: templates differ in holes:\n%s\n%s", i, tm.RenderParam(), d.RenderParam())
+			}
+			if x, y := normalized(t, tm.RenderParam()), normalized(t, d.RenderParam()); x != y {
+				t.Fatalf("statement %d: the spliced rewrite is another statement:\n%s\n%s", i, x, y)
+			}
+		}
+	}
+}
+
+// withoutTemplates is formatStatement's text without its template lines.
+func withoutTemplates(s string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if l := strings.TrimSpace(l); !strings.HasPrefix(l, "template (") && !strings.HasPrefix(l, "inner template: ") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// templatesOf are the Templates of st and the statements in it.
+func templatesOf(st *Statement) []*Template {
+	if st == nil {
+		return nil
+	}
+	var out []*Template
+	if st.Template != nil {
+		out = append(out, st.Template)
+	}
+	out = append(out, templatesOf(st.Inner)...)
+	if st.ExplainTimestamp != nil {
+		out = append(out, templatesOf(st.ExplainTimestamp.Inner)...)
+	}
+	if st.Subscribe != nil {
+		out = append(out, templatesOf(st.Subscribe.Query)...)
+	}
+	return out
+}
+
+// normalized is sql parsed and deparsed.
+func normalized(t *testing.T, sql string) string {
+	t.Helper()
+	r, err := pg.Parse(sql)
+	if err != nil {
+		t.Fatalf("%v: %s", err, sql)
+	}
+	out, err := pg.Deparse(r)
+	if err != nil {
+		t.Fatalf("%v: %s", err, sql)
+	}
+	return out
 }
 
 func checkTemplate(t *testing.T, st *Statement, cat Catalog) {

@@ -50,7 +50,10 @@ type literalStmt struct {
 	// when it is the statement's SQL itself (tmplIsSQL: nothing rewritten).
 	tmpl      []piece
 	tmplIsSQL bool
-	anyBound  bool // a piece is bound: the statement has a Bound (bound.go)
+	// verbatim: the Template is spliced (Template.spliced), so a literal
+	// is put in as the text spells it.
+	verbatim bool
+	anyBound bool // a piece is bound: the statement has a Bound (bound.go)
 	// boundShared is the Bound's Template and OIDs, made once, when every
 	// literal of the pieces is bound (the same for every text).
 	boundShared *Bound
@@ -211,6 +214,10 @@ func newLiteralStmt(sql string, fp fingerprint, i int, st, mst *Statement, marke
 	case t.Holes() == 0 && t.segs[0] == st.SQL && mt.Holes() == 0 && mt.segs[0] == mst.SQL:
 		ls.tmplIsSQL = true
 	default:
+		if t.spliced != mt.spliced {
+			return literalStmt{}, false
+		}
+		ls.verbatim = mt.spliced
 		from, to := ls.sql.from.lit+1, ls.sql.to.lit+1 // the literals of the SQL
 		if ls.tmpl, ok = templatePieces(mt, markedLits, from, to); !ok {
 			return literalStmt{}, false
@@ -302,6 +309,8 @@ func templatePieces(mt *Template, markedLits []literal, from, to int) ([]piece, 
 				return nil, false
 			}
 			found[k-from] = true
+			// In a verbatim Template a '-' before a number may be binary
+			// (a-5): it is cut and put back all the same.
 			negated := class != litString && at > 0 && seg[at-1] == '-'
 			if class == litString || negated {
 				at-- // the quote, or the sign
@@ -395,14 +404,31 @@ func (ls *literalStmt) template(param int, sql string, lits []literal) (*Templat
 	ends := make([]int, 0, ls.holes())
 	for _, p := range ls.tmpl {
 		b.WriteString(p.text)
-		if p.lit >= 0 && !spellConstant(&b, sql[lits[p.lit].start:lits[p.lit].end], lits[p.lit].class, p.negated) {
+		if p.lit >= 0 && !ls.writeLiteral(&b, p, sql, lits) {
 			return nil, false
 		}
 		if p.tsHole {
 			ends = append(ends, b.Len())
 		}
 	}
-	return templateOf(b.String(), ends, param), true
+	t := templateOf(b.String(), ends, param)
+	t.spliced = ls.verbatim
+	return t, true
+}
+
+// writeLiteral writes p's literal of sql: as the text spells it in a
+// verbatim Template, else as the deparser prints it (false for a value it
+// spells otherwise in some places).
+func (ls *literalStmt) writeLiteral(b *strings.Builder, p piece, sql string, lits []literal) bool {
+	tok := sql[lits[p.lit].start:lits[p.lit].end]
+	if ls.verbatim {
+		if p.negated {
+			b.WriteByte('-')
+		}
+		b.WriteString(tok)
+		return true
+	}
+	return spellConstant(b, tok, lits[p.lit].class, p.negated)
 }
 
 // splicedSize is about the size of the pieces with sql's literals spliced

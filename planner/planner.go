@@ -167,8 +167,25 @@ func planOne(text string, toks []token, cat Catalog, opts Options) (*Statement, 
 	classify(st, n)
 	setInner(st, n)
 
+	// A read that will be rewritten by splicing is analysed once, by the
+	// walk that finds its splices (history_splice.go). That walk also
+	// fails where a rewrite would (a TABLESAMPLE or row-level security of
+	// a managed table): the statement may turn out to be no read (a
+	// data-modifying WITH), so a failure is looked at again by the plain
+	// walk. Neither changes the tree.
+	spliceToks := tokensOf(text, toks, st.SQL)
+	merged := spliceRewrites && spliceToks != nil && (st.AsOf != nil || opts.ExplicitTimestamp) &&
+		rewritable(st) && !mayMention(st.SQL, "mz_now")
 	a := &analyzer{cat: cat, path: opts.SearchPath}
+	if merged {
+		a.rewrite, a.spliceOnly, a.param = true, true, st.Params+1
+	}
 	a.statement(n)
+	if a.err != nil && merged {
+		merged = false
+		a = &analyzer{cat: cat, path: opts.SearchPath}
+		a.statement(n)
+	}
 	if a.err != nil {
 		return nil, nil, a.err
 	}
@@ -199,7 +216,11 @@ func planOne(text string, toks []token, cat Catalog, opts Options) (*Statement, 
 			// "?"; PostgreSQL refuses it later, with this error.
 			return nil, nil, pgerr.New("42P02", "there is no parameter $0")
 		}
-		if err := rewriteStatement(st, n, cat, opts); err != nil {
+		var walked *analyzer
+		if merged {
+			walked = a
+		}
+		if err := rewriteStatement(st, n, spliceToks, walked, cat, opts); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -221,24 +242,39 @@ func rewritable(st *Statement) bool {
 	return false
 }
 
-// rewriteStatement makes st.Template. n is mutated.
-func rewriteStatement(st *Statement, n *pg.Node, cat Catalog, opts Options) error {
-	if mayMention(st.SQL, "mz_now") {
+// rewriteStatement makes st.Template. n is mutated. toks are st.SQL's
+// tokens, nil when they are not at hand; walked, when not nil, is the
+// splices' walk of n, done already.
+func rewriteStatement(st *Statement, n *pg.Node, toks []token, walked *analyzer, cat Catalog, opts Options) error {
+	mentionsMzNow := mayMention(st.SQL, "mz_now")
+	if toks != nil && !mentionsMzNow && spliceRewrites {
+		// Most rewrites only put history subqueries in place of table
+		// names: those are spliced into the text, without the rewritten
+		// tree's deparse and the subqueries' parse (spliceHistory).
+		a := walked
+		if a == nil {
+			a = &analyzer{cat: cat, path: opts.SearchPath, rewrite: true, spliceOnly: true, param: st.Params + 1}
+			a.statement(n)
+		}
+		if done, err := a.finishRewrite(st); done || err != nil {
+			return err
+		}
+		if !a.expandedView && !a.mentionsQualified(st.SQL) {
+			if out, ok := spliceHistory(st.SQL, toks, a.splices); ok {
+				return setTemplate(st, out, a.param, true)
+			}
+		}
+		// Otherwise the tree, left as parsed, is rewritten below.
+	}
+	if mentionsMzNow {
 		nameMzNowColumns(n)
 	}
 	a := &analyzer{cat: cat, path: opts.SearchPath, rewrite: true, param: st.Params + 1}
 	a.statement(n)
-	if a.err != nil {
-		return a.err
+	if done, err := a.finishRewrite(st); done || err != nil {
+		return err
 	}
-	if !a.rewrote {
-		st.Template = &Template{segs: []string{st.SQL}, param: a.param, size: len(st.SQL)}
-		return nil
-	}
-	if a.locking && len(st.Inputs) > 0 {
-		return pgerr.New(pgerr.FeatureNotSupported, "FOR UPDATE/SHARE is not supported at an explicit timestamp")
-	}
-	if slices.ContainsFunc(a.qualified, func(q string) bool { return mayMention(st.SQL, q[:strings.IndexByte(q, 0)]) }) {
+	if a.mentionsQualified(st.SQL) {
 		fixQualified(n, a.qualified)
 	}
 	var out string
@@ -254,10 +290,40 @@ func rewriteStatement(st *Statement, n *pg.Node, cat Catalog, opts Options) erro
 	if err != nil {
 		return pgerr.New(pgerr.InternalError, "deparsing the rewritten statement: %v", err)
 	}
-	t, err := newTemplate(out, a.param)
+	return setTemplate(st, out, a.param, false)
+}
+
+// finishRewrite ends a rewrite's walk: done (with the error, if any)
+// when the walk failed, replaced nothing (st's own text is its template)
+// or must fail.
+func (a *analyzer) finishRewrite(st *Statement) (done bool, err error) {
+	if a.err != nil {
+		return true, a.err
+	}
+	if !a.rewrote {
+		st.Template = &Template{segs: []string{st.SQL}, param: a.param, size: len(st.SQL)}
+		return true, nil
+	}
+	if a.locking && len(st.Inputs) > 0 {
+		return true, pgerr.New(pgerr.FeatureNotSupported, "FOR UPDATE/SHARE is not supported at an explicit timestamp")
+	}
+	return false, nil
+}
+
+// mentionsQualified reports whether sql may qualify a column with the
+// schema of a replaced reference without alias (fixQualified).
+func (a *analyzer) mentionsQualified(sql string) bool {
+	return slices.ContainsFunc(a.qualified, func(q string) bool { return mayMention(sql, q[:strings.IndexByte(q, 0)]) })
+}
+
+// setTemplate makes st.Template of the rewritten text out (spliced: by
+// spliceHistory).
+func setTemplate(st *Statement, out string, param int, spliced bool) error {
+	t, err := newTemplate(out, param)
 	if err != nil {
 		return pgerr.New(pgerr.InternalError, "scanning the rewritten statement: %v", err)
 	}
+	t.spliced = spliced
 	st.Template = t
 	return nil
 }

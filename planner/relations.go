@@ -60,7 +60,11 @@ type analyzer struct {
 	// expandedView: a view's definition was put into the tree, which is
 	// then deeper than its statement's text says.
 	expandedView bool
-	err          error
+	// spliceOnly: the rewrite records its history subqueries (splices)
+	// and leaves the tree as parsed, for spliceHistory.
+	spliceOnly bool
+	splices    []historySplice
+	err        error
 }
 
 func (a *analyzer) fail(err error) {
@@ -433,7 +437,7 @@ func (a *analyzer) expandView(n *pg.Node, rv *pg.RangeVar, o *Object) {
 	a.rewrote = before || inner
 	a.viewDepth--
 	a.viewStack = a.viewStack[:len(a.viewStack)-1]
-	if a.err != nil || !a.rewrite || !inner {
+	if a.err != nil || !a.rewrite || !inner || a.spliceOnly {
 		return
 	}
 	alias := aliasFor(rv)

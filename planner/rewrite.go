@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/mzproxy/mzproxy/pgerr"
@@ -27,7 +28,7 @@ func (a *analyzer) replaceTable(n *pg.Node, rv *pg.RangeVar, o *Object) {
 		return
 	}
 	var b strings.Builder
-	b.WriteString("SELECT * FROM (SELECT ")
+	b.WriteString("(SELECT ")
 	for i, c := range o.Columns {
 		if i > 0 {
 			b.WriteString(", ")
@@ -35,18 +36,29 @@ func (a *analyzer) replaceTable(n *pg.Node, rv *pg.RangeVar, o *Object) {
 		b.WriteString(quoteAlways(c))
 	}
 	p := "$" + strconv.Itoa(a.param)
-	fmt.Fprintf(&b, " FROM %s.%s%s WHERE mz_from <= %s AND mz_to > %s) AS x",
+	fmt.Fprintf(&b, " FROM %s.%s%s WHERE mz_from <= %s AND mz_to > %s)",
 		quoteAlways(o.History.Schema), quoteAlways(o.History.Name), a.guard(rv, o), p, p)
-	r, err := parse(b.String())
-	if err != nil || o.History.Name == "" {
+	if o.History.Name == "" {
+		a.fail(pgerr.New(pgerr.InternalError, "cannot build the history read of %q: no history relation", o.Name))
+		return
+	}
+	a.rewrote = true
+	a.noteQualified(rv, o)
+	if a.viewDepth == 0 {
+		a.splices = append(a.splices, historySplice{rv: rv, subquery: b.String()})
+	}
+	if a.spliceOnly {
+		// The tree is not deparsed (spliceHistory): it stays as parsed.
+		return
+	}
+	r, err := parse("SELECT * FROM " + b.String() + " AS x")
+	if err != nil {
 		a.fail(pgerr.New(pgerr.InternalError, "cannot build the history read of %q: %v", o.Name, err))
 		return
 	}
 	sub := r.Stmts[0].Stmt.GetSelectStmt().FromClause[0].GetRangeSubselect()
 	sub.Alias = aliasFor(rv)
-	a.noteQualified(rv, o)
 	n.Node = &pg.Node_RangeSubselect{RangeSubselect: sub}
-	a.rewrote = true
 }
 
 // guard is ` LEFT JOIN (SELECT FROM <the reference as written>, <o
@@ -178,11 +190,15 @@ func visit(m protoreflect.Message, fn func(protoreflect.Message)) {
 // maxDeparseMessages is refused before pg_query's C deparser recurses
 // through it.
 func deparse(n *pg.Node) (string, error) {
+	deparses.Add(1)
 	if messageDepth(n.ProtoReflect()) > maxDeparseMessages {
 		return "", errStackDepth()
 	}
 	return pg.Deparse(&pg.ParseResult{Version: 170007, Stmts: []*pg.RawStmt{{Stmt: n}}})
 }
+
+// deparses counts the rewrites deparsed (for tests).
+var deparses atomic.Uint64
 
 // rewriteLevels bounds what the rewrite adds to the depth of a statement's
 // tree, in protobuf messages: a table reference becomes a subquery
@@ -199,6 +215,7 @@ func deparseParsed(n *pg.Node, sql string) (string, error) {
 	if 2*nestingDepth(sql, maxNestingLevels)+rewriteLevels > maxDeparseMessages {
 		return deparse(n)
 	}
+	deparses.Add(1)
 	return pg.Deparse(&pg.ParseResult{Version: 170007, Stmts: []*pg.RawStmt{{Stmt: n}}})
 }
 
@@ -307,6 +324,10 @@ type Template struct {
 	segs  []string // len(segs) = holes + 1
 	param int
 	size  int
+	// spliced: the text is the client's with history subqueries spliced
+	// in (spliceHistory), its literals as the client wrote them, not as
+	// pg_query's deparser prints them (literals.go).
+	spliced bool
 }
 
 // newTemplate splits sql at every parameter token $param. The positions come
