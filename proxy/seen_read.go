@@ -160,7 +160,7 @@ const (
 // session: the search_path its names were resolved with (when known) and
 // a level whose next statement takes a snapshot of its own.
 func guardConditions(key guardKey) string {
-	ok := "pg_catalog.current_setting('transaction_isolation') IN ('read committed', 'read uncommitted')"
+	ok := "pg_catalog.current_setting('transaction_isolation')" + opEq + "ANY ('{read committed,read uncommitted}'::pg_catalog.text[])"
 	if key.path != "" {
 		ok = "pg_catalog.current_setting('search_path')" + opEq + quoteLiteral(key.path) + " AND " + ok
 	}
