@@ -16,14 +16,19 @@
 # each that is not counted. Instruction counts do not
 # move with the machine's load.
 #
+# SCRIPT=tsread (session 20) counts bench/managed.sh's tsread instead: a
+# timestamped point read (SELECT abalance, mz_now() ... WHERE aid = :aid)
+# through each mzproxy, the plain point read directly; per read.
+#
 # usage: bench/rotxnwire.sh
 #   env: REVS="main tree" (git revisions, or tree for the working tree)
-#        MODES="simple extended prepared" N=220
+#        MODES="simple extended prepared" N=220 SCRIPT=rotxn
 set -euo pipefail
 
 REVS=${REVS:-"main tree"}
 MODES=${MODES:-"simple extended prepared"}
 N=${N:-220}
+SCRIPT=${SCRIPT:-rotxn}
 
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -74,6 +79,11 @@ SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
 SELECT abalance FROM pgbench_accounts WHERE aid = :aid + 1;
 COMMIT;
 EOF
+cp "$work/rotxn.sql" "$work/direct.sql"
+if [ "$SCRIPT" = tsread ]; then
+	printf '%s\n' '\set aid random(1, 100000)' 'SELECT abalance, mz_now() FROM pgbench_accounts WHERE aid = :aid;' >"$work/rotxn.sql"
+	printf '%s\n' '\set aid random(1, 100000)' 'SELECT abalance FROM pgbench_accounts WHERE aid = :aid;' >"$work/direct.sql"
+fi
 
 # instructions app target-port database mode n: the instructions of the
 # backends of one pgbench client (application_name app, new each time)
@@ -81,8 +91,9 @@ EOF
 # (pgbench's own first connection too, and any the proxy opened for it),
 # once each has exited.
 instructions() {
-	local app=$1 p=$2 d=$3 mode=$4 n=$5 pids="" cg total=0 x
-	PGAPPNAME=$app pgbench -n -c 1 -t "$n" -M "$mode" -f "$work/rotxn.sql" -h 127.0.0.1 -p "$p" -U postgres "$d" \
+	local app=$1 p=$2 d=$3 mode=$4 n=$5 pids="" cg total=0 x script=$work/rotxn.sql
+	[ "$d" != plain ] || script=$work/direct.sql
+	PGAPPNAME=$app pgbench -n -c 1 -t "$n" -M "$mode" -f "$script" -h 127.0.0.1 -p "$p" -U postgres "$d" \
 		>"$work/run.$run.log" 2>&1 || { cat "$work/run.$run.log" >&2; exit 1; }
 	pids=$(sed -n "s/^\[\([0-9]*\)\] LOG:  connection authorized: .*application_name=$app\( .*\)\{0,1\}\$/\1/p" "$work/vg.log" | sort -un | tr '\n' ' ')
 	[ -n "${pids// /}" ] || { echo "no backend found for $app" >&2; exit 1; }

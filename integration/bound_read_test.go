@@ -20,7 +20,7 @@ import (
 // tap between mzproxy and PostgreSQL counts mzproxy's writes on the
 // session's connection. Neither these reads nor a session alternating them
 // with simple Queries' reads of the present prepares a guard again: the
-// backend sees no Parse.
+// backend sees no Parse (but a guard shape's first, see below).
 func TestPreparedTimestampedReadShape(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
@@ -52,10 +52,15 @@ func TestPreparedTimestampedReadShape(t *testing.T) {
 			t.Fatalf("prepared %s read of %d: %q, %v; want %s", name, id, got, err, want)
 		}
 	}
-	// The first reads prepare the guard and publish the AS OF's hold.
+	// The first reads prepare the guard and publish the AS OF's hold. A
+	// guard of the present has three shapes, each prepared at its first
+	// use: the reads that learn the settled count of writes (two), the
+	// one that reads through it with the catalog revision, and the rest
+	// (proxy's guardShape).
 	for name := range reads {
-		read(name, 1)
-		read(name, 2)
+		for id := 1; id <= 5; id++ {
+			read(name, id)
+		}
 	}
 	readSimple := func(id int) {
 		t.Helper()
@@ -65,9 +70,11 @@ func TestPreparedTimestampedReadShape(t *testing.T) {
 			t.Fatalf("%s: %d, %v; want %d", sql, v, err, id*10+1)
 		}
 	}
-	readSimple(1)
-	readSimple(2)
-	readSimple(3) // its text's second use: its statement is prepared (read_statements.go)
+	// Its text's second use prepares its statement (read_statements.go);
+	// its guard's shapes as above.
+	for id := 1; id <= 5; id++ {
+		readSimple(id)
+	}
 	const n = 10
 	// mixed: a simple Query's read of the present, then a prepared one,
 	// alternately: each keeps its guard prepared.
@@ -103,8 +110,12 @@ func TestPreparedTimestampedReadShape(t *testing.T) {
 		if roundTrips > n {
 			t.Errorf("%s: %d round trips on the session's backend connection for %d reads, want one each", name, roundTrips, n)
 		}
-		if parses > 0 {
-			t.Errorf("%s: %d Parses for %d reads, want none (each guard is prepared once)", name, parses, n)
+		// A guard of the present whose P was more than a second old in
+		// the warm-up (a late tick) may meet one of its later shapes in
+		// the window: at most once each (two shapes per guard, the mixed
+		// window has two guards), never once per read.
+		if allowed := map[string]int{"asof": 0, "now": 2, "mixed": 4}[name]; parses > allowed {
+			t.Errorf("%s: %d Parses for %d reads, want at most %d (each guard is prepared once)", name, parses, n, allowed)
 		}
 	}
 }

@@ -36,6 +36,10 @@ import (
 //	as_of_param          UPDATE t SET v = 'eins' WHERE k = 1, then
 //	                     SELECT v FROM t WHERE k = $1 AS OF $2 (1, T): 'uno'
 //	as_of_at_least_param SELECT v FROM t WHERE k = $1 AS OF AT LEAST $2 (1, T): 'uno' or 'eins'
+//	mz_now_repeated      three times: UPDATE t SET v = 'r<n>' WHERE k = 1, then four
+//	                     SELECT v, mz_now() FROM t WHERE k = $1 (1): 'r<n>', mz_now()
+//	                     never going back (the read guard's shapes, see
+//	                     repeatedPresentReads)
 //	rollback             BEGIN; DELETE FROM t WHERE k = $1 (2); ROLLBACK; then 3 rows
 //	unique_violation     INSERT INTO t VALUES ($1, $2) (1, 'dup'): SQLSTATE 23505, then 3 rows
 //	timeout              SET statement_timeout = '100ms'; SELECT pg_sleep(5): SQLSTATE 57014,
@@ -43,7 +47,7 @@ import (
 var matrixCases = []string{
 	"ddl", "insert", "update", "select",
 	"mz_now_param", "plain_after_mz_now", "param_after_mz_now",
-	"as_of_param", "as_of_at_least_param",
+	"as_of_param", "as_of_at_least_param", "mz_now_repeated",
 	"rollback", "unique_violation", "timeout",
 }
 
@@ -188,6 +192,7 @@ func runMatrixCases(ctx context.Context, db matrixDB, table string) caseResults 
 		}
 		return err
 	})
+	c.run("mz_now_repeated", func() error { return repeatedPresentReads(ctx, db, table) })
 	c.run("rollback", func() error {
 		errRollback := errors.New("roll back")
 		err := db.inTx(ctx, func(exec func(string, ...any) error) error {
@@ -210,6 +215,35 @@ func runMatrixCases(ctx context.Context, db matrixDB, table string) caseResults 
 	})
 	c.run("timeout", func() error { return timeoutCase(ctx, db) })
 	return c.results
+}
+
+// repeatedPresentReads: runs of reads of the present between writes, long
+// enough for the session's read guards to learn the settled count of
+// writes and read through it (proxy's guardShape: learning, with the
+// revision, without); each write is in every later read, which the guard
+// that read through the count it learned before the write must refuse,
+// and mz_now() never goes back.
+func repeatedPresentReads(ctx context.Context, db matrixDB, table string) error {
+	var last int64
+	for i := range 12 {
+		want := fmt.Sprintf("r%d", i/4)
+		if i%4 == 0 {
+			if err := wantAffected(db.exec(ctx, "UPDATE "+table+" SET v = $1 WHERE k = $2", want, 1)); err != nil {
+				return err
+			}
+		}
+		var v string
+		var now int64
+		if err := db.queryRow(ctx, "SELECT v, mz_now() FROM "+table+" WHERE k = $1", []any{1}, &v, &now); err != nil {
+			return fmt.Errorf("read %d: %w", i, err)
+		}
+		if v != want || now < last {
+			return fmt.Errorf("read %d: v=%q mz_now()=%d, want %q at or after %d", i, v, now, want, last)
+		}
+		last = now
+	}
+	// The later cases' row.
+	return wantAffected(db.exec(ctx, "UPDATE "+table+" SET v = $1 WHERE k = $2", "eins", 1))
 }
 
 // timeoutCase: statement_timeout ends a statement with 57014, and the

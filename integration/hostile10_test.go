@@ -100,7 +100,7 @@ func readStatementName(t *testing.T, ctx context.Context, conn *pgx.Conn) string
 			t.Fatal(err)
 		}
 	}
-	err := conn.QueryRow(ctx, "SELECT substring(name from '_([0-9a-f]{12})$') FROM pg_prepared_statements WHERE name LIKE 'mzproxy_read_guard%'",
+	err := conn.QueryRow(ctx, "SELECT substring(name from '_([0-9a-f]{12})$') FROM pg_prepared_statements WHERE name ~ '^mzproxy_read_guard_[0-9a-f]{12}$'",
 		pgx.QueryExecModeSimpleProtocol).Scan(&suffix)
 	if err != nil {
 		t.Fatalf("the proxy's read guard: %v", err)

@@ -72,6 +72,9 @@ type backend struct {
 	// shape (seen_read.go, guardSlot); guardUsed is the one sent last.
 	guards    [guardSlots]preparedGuard
 	guardUsed int
+	// peek is what the read guards learned of the database's writes
+	// (seen_read.go, readPeek).
+	peek readPeek
 	// viewsRestricted: the session refused a view of mzproxy's
 	// (restrict_nonsystem_relation_kind, see restrictedView), so the
 	// proxy's statements in front of its reads use the functions instead.

@@ -192,7 +192,7 @@ func (s *Session) settleReadGuard(ctx context.Context, sendFlush bool) error {
 	value, err := s.be.readGuard()
 	s.be.clientBatch = clientBatch
 	if err == nil && g.present {
-		if err = g.c.pinnedBy(value); err != nil {
+		if err = g.c.pinnedBy(s.be.pinValue(value)); err != nil {
 			// The read is bound already, at a timestamp the proxy cannot
 			// tell: nothing may relay its answers.
 			pe := pgerr.As(err)

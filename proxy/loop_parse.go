@@ -289,7 +289,7 @@ func (s *Session) resumeLoopParse(ctx context.Context, m *pgproto3.Parse, frame 
 	s.be.clientBatch = clientBatch
 	if err == nil {
 		if g.guard.pin {
-			if err := g.c.pinnedBy(value); err != nil {
+			if err := g.c.pinnedBy(s.be.pinValue(value)); err != nil {
 				// The read is bound already, at a timestamp the proxy
 				// cannot tell: nothing may relay its answers.
 				s.release(g.hold)

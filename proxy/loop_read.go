@@ -379,7 +379,7 @@ func (s *Session) loopAnswer(typ byte, frame []byte) evloop.Verdict {
 	}
 	g := &lr.g
 	if g.guard.pin {
-		if err := g.c.pinnedBy(lr.value); err != nil {
+		if err := g.c.pinnedBy(s.be.pinValue(lr.value)); err != nil {
 			lr.resume = true
 			return evloop.Back
 		}

@@ -68,11 +68,18 @@ const staleMarker = "mzproxy: plan of a changed catalog"
 
 // readGuardSQL is the guard of a read planned at catalog revision key.rev
 // with search_path key.path (as SHOW spells it; "" when not known), which
-// pins the oracle when key.pin is set. A failing cast is the only way a
-// plain SQL statement can fail on a condition (no function of the proxy's
-// may be added for it); the CASE is not constant (it reads a table), so
-// it is evaluated when the statement runs, not when it is planned.
+// pins the oracle when key.pin is set, in the shape key.shape (see
+// guardShape). A failing cast is the only way a plain SQL statement can
+// fail on a condition (no function of the proxy's may be added for it);
+// the CASE is not constant (it reads a table), so it is evaluated when the
+// statement runs, not when it is planned.
 func readGuardSQL(key guardKey) string {
+	switch key.shape {
+	case shapeLearn:
+		return learnGuardSQL(key)
+	case shapePeek, shapePeekRev:
+		return peekGuardSQL(key)
+	}
 	ok := "(SELECT revision FROM " + storage.Schema + ".catalog_revision) = " + strconv.FormatInt(key.rev, 10)
 	if key.path != "" {
 		ok += " AND pg_catalog.current_setting('search_path') = " + quoteLiteral(key.path)
@@ -97,6 +104,182 @@ func readGuardSQL(key guardKey) string {
 		return "SELECT " + guarded
 	}
 	return "SELECT pg_catalog.set_config('mzproxy.read_ts', " + guarded + ", true)"
+}
+
+// guardShape is how a read guard of the present pins; sendGuard chooses
+// it from what the session's guards learned (readPeek).
+//
+// Each relation a statement names costs the backend its lock, permission
+// check and scan start at every run, whether or not the branch that reads
+// it runs (bench/tsguardcost.sh, docs/read-cost.md "Session 20"): the view
+// settled_pin's four sequence reads were most of the guard. So the shapes
+// differ in what they name, not in which branch runs.
+type guardShape uint8
+
+const (
+	// shapeView: pinned through the view settled_pin, or by pin() in a
+	// session that restricts views; also a guard that does not pin.
+	shapeView guardShape = iota
+	// shapeLearn asks settled_pin's question itself, in its order (the
+	// writes counted w, writes_seen = w, P fresh, the writes again = w;
+	// pin_cheap.sql gives the argument), and answers "t/w" when it holds:
+	// every write slot counted up to w had ended before the guard
+	// returned (a pin set writes_seen to w once they had). Otherwise it
+	// answers pin()'s t as "t/". PUBLIC reads writes_seen since storage
+	// version 45.
+	shapeLearn
+	// shapePeekRev reads P (the row its scan reads first) and then the
+	// writes, which must still be the count w a guard of the session
+	// learned ($1), as the read-only transaction's guard does with its
+	// peek (storage.PinGuardCheck): no slot was counted since w, and every
+	// slot up to w had ended before this statement began, so a write that
+	// was acknowledged before it is at or below P, and one at or below P
+	// has committed before the read's snapshot. Else it pins with pin()
+	// and answers "t/" (the session learns again).
+	shapePeekRev
+	// shapePeek is shapePeekRev without the catalog revision: a guard of
+	// the session found it at key.rev for the same w. Every revision is
+	// bumped by a DDL that holds a write slot, counted before it commits,
+	// and every slot up to w ended before either statement's snapshot while
+	// none after w was counted, so both snapshots have the same revision.
+	// Once the writes moved it refuses (peekGuardSQL).
+	shapePeek
+)
+
+// guardSQLOps names the operators and types the guard's new shapes use
+// with their schema: the session's search_path is the client's.
+const (
+	opEq    = " OPERATOR(pg_catalog.=) "
+	opNe    = " OPERATOR(pg_catalog.<>) "
+	opCat   = " OPERATOR(pg_catalog.||) "
+	toInt8  = "::pg_catalog.int8::pg_catalog.text"
+	setTSOf = "pg_catalog.set_config('mzproxy.read_ts', "
+)
+
+// guardConditions is what every shape of a pinning guard checks of the
+// session: the search_path its names were resolved with (when known) and
+// a level whose next statement takes a snapshot of its own.
+func guardConditions(key guardKey) string {
+	ok := "pg_catalog.current_setting('transaction_isolation')" + opEq + "ANY ('{read committed,read uncommitted}'::pg_catalog.text[])"
+	if key.path != "" {
+		ok = "pg_catalog.current_setting('search_path')" + opEq + quoteLiteral(key.path) + " AND " + ok
+	}
+	return ok
+}
+
+// guardRevision is a guard's check of the catalog revision key.rev.
+func guardRevision(key guardKey) string {
+	return "(SELECT revision FROM " + storage.Schema + ".catalog_revision)" + opEq + strconv.FormatInt(key.rev, 10)
+}
+
+// learnGuardSQL is shapeLearn's text: settled_pin's CASE (pin_cheap.sql)
+// with each branch that answers setting mzproxy.read_ts itself, so that
+// the answer can carry w.
+func learnGuardSQL(key guardKey) string {
+	sch := storage.Schema
+	settled := "CASE WHEN coalesce(pg_catalog.current_setting('mzproxy.write_ts', true), '')" + opNe + "'' THEN NULL" +
+		" WHEN (SELECT seen.last_value FROM " + sch + ".writes_seen seen)" + opNe + "counted.w THEN NULL" +
+		" ELSE (SELECT CASE WHEN NOT p.is_called OR p.last_value OPERATOR(pg_catalog.<) (" + sch + ".now_ms() OPERATOR(pg_catalog.-) 1000) THEN NULL" +
+		" WHEN (SELECT CASE WHEN again.is_called THEN again.last_value ELSE 0 END FROM " + sch + ".writes again)" + opEq + "counted.w" +
+		" THEN " + setTSOf + "p.last_value::pg_catalog.text, true)" + opCat + "'/'" + opCat + "counted.w::pg_catalog.text END" +
+		" FROM " + sch + ".pinned p) END"
+	return "SELECT CASE WHEN " + guardRevision(key) + " AND " + guardConditions(key) +
+		" THEN coalesce(" + settled + ", " + setTSOf + sch + ".pin()::pg_catalog.text, true)" + opCat + "'/')" +
+		// Not a constant (counted.w): cast when it runs, not when planned.
+		" ELSE ('" + staleMarker + "'" + opCat + "counted.w)" + toInt8 + " END" +
+		" FROM (SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END AS w FROM " + sch + ".writes s) counted"
+}
+
+// peekGuardSQL is the text of shapePeekRev and shapePeek: $1 is the count
+// of writes the session learned. When P is more than a second old but the
+// writes are still $1 it pins with pin(), as the view's shape does, and
+// answers "t/" (the session learns again). When the writes moved,
+// shapePeekRev pins with pin() too, but shapePeek refuses: it did not read
+// the catalog revision, which a DDL since may have moved, and the read is
+// planned again with the catalog of now.
+func peekGuardSQL(key guardKey) string {
+	ok := guardConditions(key)
+	if key.shape == shapePeekRev {
+		ok = guardRevision(key) + " AND " + ok
+	}
+	// Not a constant (P): cast when it runs, not when planned.
+	refuse := "('" + staleMarker + "'" + opCat + storage.PinGuardTS + ")" + toInt8
+	pin := setTSOf + storage.Schema + ".pin()::pg_catalog.text, true)" + opCat + "'/'"
+	moved := pin
+	if key.shape == shapePeek {
+		moved = refuse
+	}
+	// P is the row the scan reads, before the writes' subquery runs.
+	return "SELECT CASE WHEN NOT (" + ok + ") THEN " + refuse +
+		" WHEN (SELECT CASE WHEN w.is_called THEN w.last_value ELSE 0 END FROM " + storage.Schema + ".writes w)" + opNe + "$1 THEN " + moved +
+		" WHEN p.is_called AND p.last_value OPERATOR(pg_catalog.>=) (" + storage.Schema + ".now_ms() OPERATOR(pg_catalog.-) 1000)" +
+		" THEN " + setTSOf + storage.PinGuardTS + "::pg_catalog.text, true)" +
+		" ELSE " + pin + " END" + storage.PinGuardFrom
+}
+
+// readPeek is what the read guards of a backend connection learned of the
+// database's writes (guardShape): a count w of write slots every one of
+// which had ended before the guard that answered it returned. The count
+// only grows while the connection lives (the unlogged sequence restarts
+// only with a crash, which ends the connection), so an old count only
+// makes a guard refuse.
+type readPeek struct {
+	count int64
+	param [1][]byte // count as text, the peek guard's parameter; nil before the first
+	// steady: the last two guards that learned found the same count, no
+	// write came between them. Only then is the count used: where writes
+	// are frequent a guard that reads it would mostly refuse, and a
+	// refused read is pinned again the ordinary way (a round trip).
+	steady bool
+	// trusted: a shapePeekRev guard for count found the catalog at rev.
+	trusted bool
+	rev     int64
+}
+
+// shape is the shape of the next guard of the present planned at
+// catalog revision rev.
+func (p *readPeek) shape(rev int64) guardShape {
+	switch {
+	case !p.steady:
+		return shapeLearn
+	case p.trusted && p.rev == rev:
+		return shapePeek
+	}
+	return shapePeekRev
+}
+
+// note follows a learning guard's answer w (text).
+func (p *readPeek) note(count int64, text string) {
+	p.steady = p.param[0] != nil && p.count == count
+	if !p.steady {
+		p.count, p.param[0], p.trusted = count, append(p.param[0][:0], text...), false
+	}
+}
+
+// pinValue is the timestamp in value, the answer of the read guard of the
+// present sent last, and follows what that guard tells of the writes: "t"
+// (the view's shape, or a peek that held), "t/w" (a learning guard's
+// settled count w) or "t/" (pin() answered).
+func (b *backend) pinValue(value string) string {
+	key := b.guards[b.guardUsed].key
+	t, w, slash := strings.Cut(value, "/")
+	switch {
+	case key.shape == shapeView:
+		return value
+	case w != "":
+		if count, err := strconv.ParseInt(w, 10, 64); err == nil && key.shape == shapeLearn {
+			b.peek.note(count, w)
+			return t
+		}
+		b.peek.steady, b.peek.trusted = false, false
+	case slash:
+		// pin() answered: a write since, or P old.
+		b.peek.steady, b.peek.trusted = false, false
+	case key.shape == shapePeekRev:
+		// The check held with the revision: it is the count's.
+		b.peek.trusted, b.peek.rev = true, key.rev
+	}
+	return t
 }
 
 // explicitSnapshot returns the catalog and frontiers to plan an explicit
@@ -171,7 +354,7 @@ func (s *Session) guardedAnswers(ctx context.Context, g *guardedSend, sent error
 		return isStale(err), ignoreStale(err)
 	}
 	if g.guard.pin {
-		if err := g.c.pinnedBy(value); err != nil {
+		if err := g.c.pinnedBy(s.be.pinValue(value)); err != nil {
 			return false, err
 		}
 	}
@@ -305,20 +488,23 @@ func (s *Session) sendGuarded(guard guardKey, msgs []pgproto3.FrontendMessage) e
 var guardStatement = ownName("mzproxy_read_guard")
 
 // guardKey is what the text of a read guard depends on (readGuardSQL's
-// argument). viewless is set by sendGuard, not by its callers: the session
-// restricts views (backend.viewsRestricted), and a guard that pins calls
-// pin() rather than read the view settled_pin. It shares its slot with the
-// view's shape: a session does not go back.
+// argument). viewless and shape are set by sendGuard, not by its callers:
+// the session restricts views (backend.viewsRestricted), and a guard that
+// pins calls pin() rather than read the view settled_pin; shape is what
+// the session's guards learned allows (readPeek). viewless shares its slot
+// with shapeLearn: a session does not go back.
 type guardKey struct {
 	rev      int64
 	path     string
 	pin      bool
 	viewless bool
+	shape    guardShape
 }
 
 // guardSlots is the number of shapes of a read guard: with or without the
-// pin, with or without the search_path check.
-const guardSlots = 4
+// pin, with or without the search_path check, and for a pin, read through
+// a learned count (with the catalog revision or without) or not.
+const guardSlots = 12
 
 // guardSlot is the slot of key's shape, and the name its statement is
 // prepared under. Each shape has its own, so that a session alternating a
@@ -333,11 +519,23 @@ func guardSlot(key guardKey) (int, string) {
 	if key.path == "" {
 		slot += 2
 	}
+	switch key.shape {
+	case shapePeekRev:
+		slot += 4
+	case shapePeek:
+		slot += 8
+	}
 	return slot, guardNames[slot]
 }
 
 // guardNames are the guard's statement names by slot (guardSlot).
-var guardNames = [guardSlots]string{guardStatement, guardStatement + "_asof", guardStatement + "_bind", guardStatement + "_asof_bind"}
+var guardNames = func() (names [guardSlots]string) {
+	base := [4]string{guardStatement, guardStatement + "_asof", guardStatement + "_bind", guardStatement + "_asof_bind"}
+	for i := range names {
+		names[i] = base[i%4] + [3]string{"", "_peek_rev", "_peek"}[i/4]
+	}
+	return names
+}()
 
 // preparedGuard is a read guard prepared on a connection, for key, when
 // ok.
@@ -359,6 +557,13 @@ type preparedGuard struct {
 // statement may name (own_names.go).
 func (b *backend) sendGuard(key guardKey, m *pinMessages) error {
 	key.viewless = key.pin && b.viewsRestricted
+	var params [][]byte
+	if key.pin && !key.viewless {
+		key.shape = b.peek.shape(key.rev)
+		if key.shape != shapeLearn {
+			params = b.peek.param[:]
+		}
+	}
 	slot, name := guardSlot(key)
 	b.guardUsed = slot
 	if g := &b.guards[slot]; !g.ok || g.key != key {
@@ -369,7 +574,7 @@ func (b *backend) sendGuard(key guardKey, m *pinMessages) error {
 		}
 		*g = preparedGuard{key: key, ok: true}
 	}
-	return b.sendPair(m.bindOf(name, name, nil), m.executeOf(name))
+	return b.sendPair(m.bindOf(name, name, params), m.executeOf(name))
 }
 
 // readGuard reads the answers to sendGuard's messages, up to its
@@ -393,10 +598,18 @@ func (b *backend) readGuard() (string, error) {
 		case 'C':
 			return value, nil
 		case 'E':
-			b.guards[b.guardUsed].ok = false
 			var er pgproto3.ErrorResponse
 			_ = er.Decode(wire.Body(frame))
 			pe := backendError(&er)
+			if refusedBy(pe, staleMarker) {
+				// The guard ran and refused: its statement stays.
+				if b.guards[b.guardUsed].key.shape >= shapePeekRev {
+					// A write since the count, or P old: learn again.
+					b.peek.steady, b.peek.trusted = false, false
+				}
+			} else {
+				b.guards[b.guardUsed].ok = false
+			}
 			if restrictedView(pe) {
 				b.viewsRestricted = true
 			}

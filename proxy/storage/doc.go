@@ -22,7 +22,8 @@
 // ddl_create.sql 35 to 36, hist_plans.sql 36 to 37,
 // lazy_history.sql 37 to 38, ddl_cols.sql 38 to 39,
 // ddl_view.sql 39 to 40, ddl_lazy_cols.sql 40 to 41, slot_pending.sql 41
-// to 42, quote_idents.sql 42 to 43, trig_fold.sql 43 to 44 (a database at an older
+// to 42, quote_idents.sql 42 to 43, trig_fold.sql 43 to 44, read_peek.sql
+// 44 to 45 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -176,7 +177,12 @@
 //     sequences pinned and writes itself (PinGuardFrom, PinGuardCheck:
 //     pin_state's question, in its order, in one flat statement), which
 //     PUBLIC may read (not advance or set); a sequence is no view, so
-//     a session that restricts views reads them too.
+//     a session that restricts views reads them too. Since version 45
+//     (read_peek.sql) the read guard of a timestamped read of the present
+//     asks settled_pin's question itself, reading writes_seen too (PUBLIC
+//     may read it: it tells no more than settled_writes), and answers the
+//     settled count of writes with its pin, so that the session's next
+//     guards read only P and the writes (readGuardSQL in package proxy).
 //   - tick(wait_ms): a pin that gives up (NULL) after wait_ms of waiting for
 //     writers, and records the upper in txns_durable.
 //   - register, heartbeat, deregister, acquire_hold, compact,

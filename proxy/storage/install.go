@@ -327,8 +327,15 @@ var quoteIdentsSQL string
 //go:embed trig_fold.sql
 var trigFoldSQL string
 
+// readPeekSQL upgrades version 44 to 45 (session 20): PUBLIC may read the
+// sequence writes_seen, which the read guard reads itself (readGuardSQL in
+// package proxy).
+//
+//go:embed read_peek.sql
+var readPeekSQL string
+
 // migrations[v] upgrades a database at version v to v+1.
-var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL, 9: ddlCostSQL, 10: blockCostSQL, 11: writeTrimSQL, 12: ddlTrimSQL, 13: pinTrimSQL, 14: pinFastSQL, 15: ddlFastSQL, 16: rwCheckSQL, 17: pinCheapSQL, 18: ddlLeanSQL, 19: ddlMarksSQL, 20: rwCheckGateSQL, 21: insGapSQL, 22: slotStateSQL, 23: ddlAlterSQL, 24: viewSafeSQL, 25: pinViewsSQL, 26: writeLeanSQL, 27: ddlSmallSQL, 28: ddlColumnSQL, 29: bypassCodeSQL, 30: histWriteSQL, 31: pinSeqSQL, 32: ddlScansSQL, 33: restampSQL, 34: blockLeanSQL, 35: ddlCreateSQL, 36: histPlansSQL, 37: lazyHistorySQL, 38: ddlColsSQL, 39: ddlViewSQL, 40: ddlLazyColsSQL, 41: slotPendingSQL, 42: quoteIdentsSQL, 43: trigFoldSQL}
+var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL, 9: ddlCostSQL, 10: blockCostSQL, 11: writeTrimSQL, 12: ddlTrimSQL, 13: pinTrimSQL, 14: pinFastSQL, 15: ddlFastSQL, 16: rwCheckSQL, 17: pinCheapSQL, 18: ddlLeanSQL, 19: ddlMarksSQL, 20: rwCheckGateSQL, 21: insGapSQL, 22: slotStateSQL, 23: ddlAlterSQL, 24: viewSafeSQL, 25: pinViewsSQL, 26: writeLeanSQL, 27: ddlSmallSQL, 28: ddlColumnSQL, 29: bypassCodeSQL, 30: histWriteSQL, 31: pinSeqSQL, 32: ddlScansSQL, 33: restampSQL, 34: blockLeanSQL, 35: ddlCreateSQL, 36: histPlansSQL, 37: lazyHistorySQL, 38: ddlColsSQL, 39: ddlViewSQL, 40: ddlLazyColsSQL, 41: slotPendingSQL, 42: quoteIdentsSQL, 43: trigFoldSQL, 44: readPeekSQL}
 
 // flatInstallSQL is what the migration chain installs on an empty
 // database, as one script without the chain's superseded definitions and

@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 44, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 45, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -3794,6 +3794,10 @@ GRANT SELECT ON TABLE mzproxy.schema_version TO PUBLIC;
 
 
 
+GRANT SELECT ON SEQUENCE mzproxy.writes_seen TO PUBLIC;
+
+
+
 GRANT SELECT ON TABLE mzproxy.settled_pin TO PUBLIC;
 
 
@@ -3866,6 +3870,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('41', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('42', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('43', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('44', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('45', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));

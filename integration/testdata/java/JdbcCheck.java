@@ -138,6 +138,27 @@ public class JdbcCheck {
             String v = oneString("SELECT v FROM " + table + " WHERE k = ? AS OF AT LEAST ?", 1, before);
             check(v.equals("uno") || v.equals("eins"), "got " + v);
         });
+        run("mz_now_repeated", () -> {
+            // Runs of reads of the present between writes (the read guard
+            // learns the settled count of writes and reads through it), on
+            // one statement: unnamed, then server-prepared from the fifth.
+            long last = 0;
+            try (PreparedStatement ps = conn.prepareStatement("SELECT v, mz_now() FROM " + table + " WHERE k = ?")) {
+                for (int i = 0; i < 12; i++) {
+                    String want = "r" + (i / 4);
+                    if (i % 4 == 0) update("UPDATE " + table + " SET v = ? WHERE k = ?", want, 1);
+                    ps.setInt(1, 1);
+                    try (ResultSet rs = ps.executeQuery()) {
+                        check(rs.next(), "read " + i + ": no row");
+                        String v = rs.getString(1);
+                        long now = rs.getLong(2);
+                        check(v.equals(want) && now >= last, "read " + i + ": got " + v + ", " + now + ", want " + want + " at or after " + last);
+                        last = now;
+                    }
+                }
+            }
+            update("UPDATE " + table + " SET v = ? WHERE k = ?", "eins", 1); // the later cases' row
+        });
         run("rollback", () -> {
             conn.setAutoCommit(false);
             update("DELETE FROM " + table + " WHERE k = ?", 2);

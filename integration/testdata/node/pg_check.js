@@ -51,6 +51,19 @@ async function main() {
     const row = await one(`SELECT v FROM ${table} WHERE k = $1 AS OF AT LEAST $2`, [1, ts]);
     expect(row && (row[0] === 'uno' || row[0] === 'eins'), 'got ' + row);
   });
+  await cases.run('mz_now_repeated', async () => {
+    // Runs of reads of the present between writes (the read guard learns
+    // the settled count of writes and reads through it).
+    let last = 0n;
+    for (let i = 0; i < 12; i++) {
+      const want = 'r' + Math.floor(i / 4);
+      if (i % 4 === 0) await client.query(`UPDATE ${table} SET v = $1 WHERE k = $2`, [want, 1]);
+      const row = await one(`SELECT v, mz_now() FROM ${table} WHERE k = $1`, [1]);
+      expect(row[0] === want && BigInt(row[1]) >= last, `read ${i}: got ${row}, want ${want} at or after ${last}`);
+      last = BigInt(row[1]);
+    }
+    await client.query(`UPDATE ${table} SET v = $1 WHERE k = $2`, ['eins', 1]); // the later cases' row
+  });
   await cases.run('rollback', async () => {
     await client.query('BEGIN');
     try {

@@ -65,6 +65,19 @@ async function main() {
     const [row] = await sql`SELECT v FROM ${t} WHERE k = ${1} AS OF AT LEAST ${mzNow()}`;
     expect(row && (row.v === 'uno' || row.v === 'eins'), 'got ' + JSON.stringify(row));
   });
+  await cases.run('mz_now_repeated', async () => {
+    // Runs of reads of the present between writes (the read guard learns
+    // the settled count of writes and reads through it).
+    let last = 0n;
+    for (let i = 0; i < 12; i++) {
+      const want = 'r' + Math.floor(i / 4);
+      if (i % 4 === 0) await sql`UPDATE ${t} SET v = ${want} WHERE k = ${1}`;
+      const [row] = await sql`SELECT v, mz_now() FROM ${t} WHERE k = ${1}`;
+      expect(row && row.v === want && BigInt(row.mz_now) >= last, `read ${i}: got ${JSON.stringify(row)}, want ${want} at or after ${last}`);
+      last = BigInt(row.mz_now);
+    }
+    await sql`UPDATE ${t} SET v = ${'eins'} WHERE k = ${1}`; // the later cases' row
+  });
   await cases.run('rollback', async () => {
     const rollBack = new Error('roll back');
     try {

@@ -47,6 +47,19 @@ async def main():
     async def param_after_mz_now():
         expect(await conn.fetchval("SELECT $1::int", 42) == 42, "SELECT 42")
 
+    async def mz_now_repeated():
+        # Runs of reads of the present between writes (the read guard
+        # learns the settled count of writes and reads through it).
+        last = 0
+        for i in range(12):
+            want = "r%d" % (i // 4)
+            if i % 4 == 0:
+                await conn.execute("UPDATE " + table + " SET v = $1 WHERE k = $2", want, 1)
+            row = await conn.fetchrow("SELECT v, mz_now() FROM " + table + " WHERE k = $1", 1)
+            expect(row[0] == want and int(row[1]) >= last, "read %d: got %r, want %r at or after %d" % (i, row, want, last))
+            last = int(row[1])
+        await conn.execute("UPDATE " + table + " SET v = $1 WHERE k = $2", "eins", 1)  # the later cases' row
+
     async def as_of_param():
         await conn.execute("UPDATE " + table + " SET v = $1 WHERE k = $2", "eins", 1)
         v = await conn.fetchval("SELECT v FROM " + table + " WHERE k = $1 AS OF $2", 1, state["ts"])
@@ -107,7 +120,8 @@ async def main():
     for name, fn in [("insert", insert), ("update", update), ("select", select),
                      ("mz_now_param", mz_now_param), ("plain_after_mz_now", plain_after_mz_now),
                      ("param_after_mz_now", param_after_mz_now), ("as_of_param", as_of_param),
-                     ("as_of_at_least_param", as_of_at_least_param), ("rollback", rollback),
+                     ("as_of_at_least_param", as_of_at_least_param),
+                     ("mz_now_repeated", mz_now_repeated), ("rollback", rollback),
                      ("unique_violation", unique_violation), ("timeout", timeout),
                      ("prepared", prepared), ("cursor", cursor)]:
         await cases.run_async(name, fn)

@@ -59,6 +59,21 @@ def mz_now_param():
     state["ts"] = int(row[1])
 
 
+def mz_now_repeated():
+    # Runs of reads of the present between writes (the read guard learns
+    # the settled count of writes and reads through it): each write is in
+    # every later read, and mz_now() never goes back.
+    last = 0
+    for i in range(12):
+        want = "r%d" % (i // 4)
+        if i % 4 == 0:
+            cur.execute("UPDATE " + table + " SET v = %s WHERE k = %s", (want, 1))
+        row = one("SELECT v, mz_now() FROM " + table + " WHERE k = %s", (1,))
+        expect(row[0] == want and int(row[1]) >= last, "read %d: got %r, want %r at or after %d" % (i, row, want, last))
+        last = int(row[1])
+    cur.execute("UPDATE " + table + " SET v = %s WHERE k = %s", ("eins", 1))  # the later cases' row
+
+
 def as_of_param():
     cur.execute("UPDATE " + table + " SET v = %s WHERE k = %s", ("eins", 1))
     row = one("SELECT v FROM " + table + " WHERE k = %s AS OF %s", (1, state["ts"]))
@@ -131,6 +146,7 @@ cases.run("plain_after_mz_now", lambda: expect(one("SELECT 1") == (1,), "SELECT 
 cases.run("param_after_mz_now", lambda: expect(one("SELECT %s::int", (42,)) == (42,), "SELECT 42"))
 cases.run("as_of_param", as_of_param)
 cases.run("as_of_at_least_param", as_of_at_least_param)
+cases.run("mz_now_repeated", mz_now_repeated)
 cases.run("rollback", rollback)
 cases.run("unique_violation", unique_violation)
 cases.run("timeout", timeout)
