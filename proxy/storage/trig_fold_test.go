@@ -146,8 +146,8 @@ func TestUpgradeToVersion44(t *testing.T) {
 	if err := Install(ctx, conn); err != nil {
 		t.Fatal(err)
 	}
-	if got := queryInt(t, conn, "SELECT max(version) FROM "+Schema+".schema_version"); got != 44 {
-		t.Fatalf("version %d after the upgrade, want 44", got)
+	if got := queryInt(t, conn, "SELECT max(version) FROM "+Schema+".schema_version"); got != SchemaVersion {
+		t.Fatalf("version %d after the upgrade, want %d", got, SchemaVersion)
 	}
 	if queryText(t, conn, "SELECT has_table_privilege('public', '"+Schema+".gate', 'SELECT')::text") != "true" {
 		t.Errorf("PUBLIC may not select the gate after the upgrade")
