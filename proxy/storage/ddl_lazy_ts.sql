@@ -214,9 +214,6 @@ BEGIN
                 USING ERRCODE = '0A000';
         END IF;
         SELECT * INTO k FROM @SCHEMA@.catalog WHERE oid = l.rel AND dropped_ts IS NULL;
-        IF FOUND AND ts = 0 AND k.kind = 'table' THEN
-            ts := @SCHEMA@.ddl_ts();
-        END IF;
         IF FOUND THEN
             IF k.kind = 'table' AND TG_TAG = 'CREATE INDEX' THEN
                 -- (Version 10: only the lookup mirrors. The statement's
@@ -232,6 +229,9 @@ BEGIN
             ELSIF k.kind = 'table' THEN
                 -- (Version 41: reconcile_built without reconcile's second
                 -- read of the row when the table has history.)
+                IF ts = 0 THEN
+                    ts := @SCHEMA@.ddl_ts();  -- (version 46) what reconciles records T
+                END IF;
                 IF k.history_built THEN
                     marked := set_config('mzproxy.in_ddl', @SCHEMA@.ddl_mark(), true) <> '';
                     PERFORM @SCHEMA@.reconcile_built(k.id, ts, false);

@@ -22,7 +22,8 @@
 // ddl_create.sql 35 to 36, hist_plans.sql 36 to 37,
 // lazy_history.sql 37 to 38, ddl_cols.sql 38 to 39,
 // ddl_view.sql 39 to 40, ddl_lazy_cols.sql 40 to 41, slot_pending.sql 41
-// to 42, quote_idents.sql 42 to 43 (a database at an older
+// to 42, quote_idents.sql 42 to 43, ddl_lazy_ts.sql 45 to 46 (44 and 45
+// are other branches' versions, empty entries of the chain here; a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -456,4 +457,27 @@
 // as mzproxy."h5", to which gen_restamp and fix_write append suffixes, and
 // every write of the table failed with 42602 for good. The upgrade gives
 // such a catalog row its name back.
+//
+// # DDL that records no T (version 46)
+//
+// Since version 46 (ddl_lazy_ts.sql, session 20) the event triggers
+// choose a DDL's T (ddl_ts) only where it is recorded: CREATE TABLE
+// (manage_table), an ALTER of a table with history (reconcile_built), a
+// DROP TABLE (dropped_ts, which compaction compares with the since). Under
+// the pending slot of the proxy's autocommit DDL, a view's CREATE, DROP
+// and replacement and an ALTER TABLE of a table without history take
+// none: no gate, no write counted (so the next pin need not move P), no
+// SHA-256 tag. A view records view_ts(), GREATEST(clock, P), the oracle's
+// read frontier, as created_ts or dropped_ts: a view has no contents, no
+// history and no collection, nothing reads those columns but dropped_ts'
+// NULL (live), and an AS OF read of a view reads its tables' history at
+// its own time with the view's present text. The catalog revision moves
+// as before (stale plans), and any other slot value is ddl_ts' to check
+// (a block's deferred slot, a T chosen already, which a view then
+// records; a forged value, 42501; none, NULL: outside mzproxy). A DROP
+// runs one sql_drop event trigger: on_sql_drop refuses a DROP of the
+// refusing trigger mzproxy_pending_history (MZ003), for which version 38
+// had an event trigger of its own (mzproxy_pending_drop, on_pending_drop),
+// called with its SET clause and a loop over the dropped objects for
+// every DROP. docs/ddl-cost.md ("Session 20") has the figures.
 package storage

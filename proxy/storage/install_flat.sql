@@ -1491,9 +1491,6 @@ BEGIN
                 USING ERRCODE = '0A000';
         END IF;
         SELECT * INTO k FROM mzproxy.catalog WHERE oid = l.rel AND dropped_ts IS NULL;
-        IF FOUND AND ts = 0 AND k.kind = 'table' THEN
-            ts := mzproxy.ddl_ts();
-        END IF;
         IF FOUND THEN
             IF k.kind = 'table' AND TG_TAG = 'CREATE INDEX' THEN
                 -- (Version 10: only the lookup mirrors. The statement's
@@ -1509,6 +1506,9 @@ BEGIN
             ELSIF k.kind = 'table' THEN
                 -- (Version 41: reconcile_built without reconcile's second
                 -- read of the row when the table has history.)
+                IF ts = 0 THEN
+                    ts := mzproxy.ddl_ts();  -- (version 46) what reconciles records T
+                END IF;
                 IF k.history_built THEN
                     marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
                     PERFORM mzproxy.reconcile_built(k.id, ts, false);
