@@ -43,7 +43,8 @@ func TestDDLWithoutT(t *testing.T) {
 		if got := revision(); got != rev+1 {
 			t.Errorf("%s: catalog revision %d -> %d, want it moved once", stmt, rev, got)
 		}
-		if strings.HasPrefix(stmt, "CREATE") || strings.HasPrefix(stmt, "DROP") {
+		// (A replaced view keeps its row and its created_ts.)
+		if stmt == "CREATE VIEW v AS SELECT a, b FROM probe" || stmt == "DROP VIEW v" {
 			col := "created_ts"
 			if strings.HasPrefix(stmt, "DROP") {
 				col = "dropped_ts"
