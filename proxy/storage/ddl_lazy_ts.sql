@@ -1,6 +1,5 @@
 -- mzproxy backend state, version 45 to 46 (session 20, ddlview): a view's
--- DDL and an ALTER of a table without history choose no T, and a DROP
--- calls one sql_drop event trigger, not two.
+-- DDL and an ALTER of a table without history choose no T.
 --
 -- Every DDL through mzproxy took its oracle write timestamp T in the
 -- event triggers (ddl_ts: the gate locked, the write counted, T chosen
@@ -9,37 +8,29 @@
 -- a view (created_ts and dropped_ts, which nothing reads but as "live":
 -- a view has no contents, no history and no collection, its text is not
 -- versioned, and AS OF reads of it read its tables' history at their own
--- time). Under a pending slot, the request begin_write_occ leaves (the
--- proxy's autocommit DDL), on_ddl_command_end now chooses T only where a
--- table's history or catalog row records it (manage_table, reconcile),
--- and a view's row records view_ts(): the oracle's read frontier P (the
--- largest timestamp handed out to a read; GREATEST(clock, P) with the
--- clock), a timestamp without the gate or a write counted. The catalog
--- revision moves as before, so plans made before are stale. Any other
--- slot value goes to ddl_ts as before: a block's slot, a T chosen
--- already (the view then records it), a forged one (42501), none (NULL:
--- outside mzproxy, MZ003 for a managed relation). A role that sets the
--- pending request by hand (PUBLIC may call begin_write_occ anyway) gets
--- a managed view without a T, nothing else.
+-- time), and DDL that records nothing of mzproxy's (an index, a
+-- function). Under a pending slot, the request begin_write_occ leaves
+-- (the proxy's autocommit DDL), on_ddl_command_end now chooses T only
+-- where a table's history or catalog row records it (manage_table,
+-- reconcile), on_sql_drop does not for a DROP VIEW (which drops views
+-- alone; a view that goes with a table records the table's T), and a
+-- view's row records view_ts(): GREATEST(clock, P), at or above every
+-- timestamp handed out to a read before it, taken without the gate or
+-- a write counted. The catalog revision moves as before, so plans made
+-- before are stale. Any other slot value goes to ddl_ts as before: a
+-- block's slot, a T chosen already (the view then records it), a forged
+-- one (42501), none (NULL: outside mzproxy, MZ003 for a managed
+-- relation). A role that sets the pending request by hand (PUBLIC may
+-- call begin_write_occ anyway) gets managed DDL without a T, nothing
+-- else.
 --
--- on_pending_drop (version 38) was an event trigger of its own on
--- sql_drop, called (SECURITY DEFINER, its SET clause, a loop over the
--- dropped objects) for every DROP, only to refuse a client's DROP of
--- the refusing trigger mzproxy_pending_history: on_sql_drop, which runs
--- for the same DROPs and skips the same mzproxy-marked DDL, now makes
--- that check in its own loop, and the trigger and its function go.
---
--- Replaced: on_ddl_command_end, on_sql_drop (in full); new: view_ts;
--- dropped: event trigger mzproxy_pending_drop, on_pending_drop(). It
--- depends only on version 43's objects.
+-- Replaced: on_ddl_command_end, on_sql_drop (in full); new: view_ts.
+-- It depends only on version 43's objects.
 
 CREATE FUNCTION @SCHEMA@.view_ts() RETURNS bigint
     LANGUAGE sql
     AS $$ SELECT GREATEST(@SCHEMA@.now_ms(), coalesce(pg_sequence_last_value('@SCHEMA@.pinned'), @SCHEMA@.pinned_ts())) $$;
 REVOKE ALL ON FUNCTION @SCHEMA@.view_ts() FROM PUBLIC;
-
-DROP EVENT TRIGGER mzproxy_pending_drop;
-DROP FUNCTION @SCHEMA@.on_pending_drop();
 
 CREATE OR REPLACE FUNCTION @SCHEMA@.on_ddl_command_end() RETURNS event_trigger
     LANGUAGE plpgsql SECURITY DEFINER
@@ -325,16 +316,9 @@ BEGIN
         END IF;
     END IF;
     FOR r IN SELECT * FROM pg_event_trigger_dropped_objects() LOOP
-        IF r.object_type = 'trigger' AND r.original THEN
-            IF r.object_identity LIKE 'mzproxy\_history\_% on %' THEN
-                RAISE EXCEPTION 'cannot drop trigger %: mzproxy records the table''s history with it', r.object_identity
-                    USING ERRCODE = 'MZ003';
-            END IF;
-            -- (Version 46: on_pending_drop's check, in this trigger's call.)
-            IF r.object_identity LIKE 'mzproxy\_pending\_history on %' THEN
-                RAISE EXCEPTION 'cannot drop trigger %: mzproxy refuses writes to the table with it until it builds the table''s history', r.object_identity
-                    USING ERRCODE = 'MZ003';
-            END IF;
+        IF r.object_type = 'trigger' AND r.original AND r.object_identity LIKE 'mzproxy\_history\_% on %' THEN
+            RAISE EXCEPTION 'cannot drop trigger %: mzproxy records the table''s history with it', r.object_identity
+                USING ERRCODE = 'MZ003';
         END IF;
         -- (Version 39) A column its own ALTER TABLE drops: reconciled,
         -- or refused outside mzproxy, by on_ddl_command_end.
@@ -388,10 +372,10 @@ BEGIN
         IF NOT FOUND THEN
             CONTINUE;
         END IF;
-        -- (Version 46) A view dropped under a pending slot takes no T
-        -- (view_ts); a table does (ddl_ts), and so does every view
-        -- dropped after it in the same statement (ts is set).
-        IF ts IS NULL AND k.kind = 'view' AND current_setting('mzproxy.write_ts', true) = '0 - pending' THEN
+        -- (Version 46) A DROP VIEW (which drops views alone) under a
+        -- pending slot takes no T (view_ts); any other DROP does (ddl_ts),
+        -- views it drops with a table included, which then share its T.
+        IF TG_TAG = 'DROP VIEW' AND k.kind = 'view' AND current_setting('mzproxy.write_ts', true) = '0 - pending' THEN
             vts := coalesce(vts, @SCHEMA@.view_ts());
         ELSE
             ts := coalesce(ts, @SCHEMA@.ddl_ts());  -- (version 29)

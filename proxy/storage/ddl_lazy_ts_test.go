@@ -78,46 +78,6 @@ func TestDDLWithoutT(t *testing.T) {
 	historyMatches(t, conn, "written", inWrite(t, conn, "UPDATE written SET b = 'z'"), "a write after the DDL")
 }
 
-// TestPendingTriggerDropInSQLDrop: a DROP runs one sql_drop event trigger
-// (version 46: on_sql_drop refuses a DROP of the refusing trigger
-// mzproxy_pending_history, which on_pending_drop's own event trigger did),
-// and that DROP is still refused with MZ003, through the slot and
-// without it, also to the table's owner that is no superuser.
-func TestPendingTriggerDropInSQLDrop(t *testing.T) {
-	cs, conn := installedDB(t)
-	ctx := context.Background()
-	db := conn.Config().Database
-	if _, err := conn.Exec(ctx, "DROP ROLE IF EXISTS mzpendingdrop; CREATE ROLE mzpendingdrop LOGIN"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Exec(ctx, "DROP OWNED BY mzpendingdrop CASCADE; DROP ROLE mzpendingdrop") //nolint:errcheck // cleanup
-	})
-	inWrite(t, conn, "CREATE TABLE dd (a int PRIMARY KEY)", "ALTER TABLE dd OWNER TO mzpendingdrop", "CREATE VIEW dv AS SELECT a FROM dd")
-	if n := queryInt(t, conn, "SELECT count(*) FROM pg_event_trigger WHERE evtname = 'mzproxy_pending_drop'"); n != 0 {
-		t.Errorf("event trigger mzproxy_pending_drop still there")
-	}
-	if n := queryInt(t, conn, "SELECT count(*) FROM pg_event_trigger WHERE evtevent = 'sql_drop' AND evtname LIKE 'mzproxy%'"); n != 1 {
-		t.Errorf("%d sql_drop event triggers of mzproxy's, want 1", n)
-	}
-	calls := writeCalls(t, cs, -1, "DROP VIEW dv")
-	if n := callCount(calls, "on_sql_drop"); n != 1 {
-		t.Errorf("DROP VIEW: %d calls of on_sql_drop, want 1 (%v)", n, calls)
-	}
-	owner := connect(t, server.ConnString("mzpendingdrop", db))
-	_, err := conn.Exec(ctx, "BEGIN; "+OpenWriteFor(-1)+"; DROP TRIGGER mzproxy_pending_history ON dd")
-	wantCode(t, err, "MZ003", "DROP TRIGGER mzproxy_pending_history through the slot")
-	conn.Exec(ctx, "ROLLBACK") //nolint:errcheck // failed
-	_, err = owner.Exec(ctx, "DROP TRIGGER mzproxy_pending_history ON dd")
-	wantCode(t, err, "MZ003", "DROP TRIGGER mzproxy_pending_history by the table's owner, directly")
-	_, err = owner.Exec(ctx, "BEGIN; SELECT set_config('mzproxy.write_ts', '0 - pending', true); DROP TRIGGER mzproxy_pending_history ON dd")
-	wantCode(t, err, "MZ003", "DROP TRIGGER mzproxy_pending_history by the owner with a pending slot set by hand")
-	owner.Exec(ctx, "ROLLBACK") //nolint:errcheck // failed
-	if n := queryInt(t, conn, "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'dd'::regclass AND tgname = 'mzproxy_pending_history'"); n != 1 {
-		t.Errorf("dd's refusing trigger gone")
-	}
-}
-
 // TestHostileDDLWithoutT: a role that bypasses mzproxy gets what it got
 // before version 46 from DDL that now chooses no T: without a slot, a
 // managed view's DROP and a never-written table's ALTER fail with MZ003
@@ -186,11 +146,10 @@ func TestHostileDDLWithoutT(t *testing.T) {
 }
 
 // TestUpgradeToVersion46: from version 43 (the upgrade reads nothing of
-// 44's or 45's), the event trigger mzproxy_pending_drop and its function
-// go, a view made before the upgrade is dropped without a T and with the
-// revision moved once, a never-written table made before it is altered
-// without one, a written one with one, and the refusing trigger's DROP is
-// still refused.
+// 44's or 45's), a view made before the upgrade is dropped without a T
+// and with the revision moved once, a never-written table made before it
+// is altered without one, a written one with one, and the refusing
+// trigger's DROP is still refused.
 func TestUpgradeToVersion46(t *testing.T) {
 	cs := newDB(t)
 	ctx := context.Background()
@@ -207,12 +166,6 @@ func TestUpgradeToVersion46(t *testing.T) {
 	}
 	if got := queryInt(t, conn, "SELECT max(version) FROM "+Schema+".schema_version"); got != SchemaVersion {
 		t.Fatalf("version %d after the upgrade, want %d", got, SchemaVersion)
-	}
-	if n := queryInt(t, conn, "SELECT count(*) FROM pg_event_trigger WHERE evtname = 'mzproxy_pending_drop'"); n != 0 {
-		t.Errorf("event trigger mzproxy_pending_drop kept by the upgrade")
-	}
-	if n := queryInt(t, conn, "SELECT count(*) FROM pg_proc WHERE pronamespace = '"+Schema+"'::regnamespace AND proname = 'on_pending_drop'"); n != 0 {
-		t.Errorf("on_pending_drop kept by the upgrade")
 	}
 	before := queryInt(t, conn, "SELECT revision FROM "+Schema+".catalog_revision")
 	for _, c := range []struct {

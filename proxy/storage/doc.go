@@ -465,19 +465,19 @@
 // (manage_table), an ALTER of a table with history (reconcile_built), a
 // DROP TABLE (dropped_ts, which compaction compares with the since). Under
 // the pending slot of the proxy's autocommit DDL, a view's CREATE, DROP
-// and replacement and an ALTER TABLE of a table without history take
+// and replacement, an ALTER TABLE of a table without history and DDL
+// that records nothing of mzproxy's (an index, a function) take
 // none: no gate, no write counted (so the next pin need not move P), no
-// SHA-256 tag. A view records view_ts(), GREATEST(clock, P), the oracle's
-// read frontier, as created_ts or dropped_ts: a view has no contents, no
+// SHA-256 tag. A view records view_ts(), GREATEST(clock, P), at or above
+// every timestamp handed out to a read before it, as created_ts or
+// dropped_ts: a view has no contents, no
 // history and no collection, nothing reads those columns but dropped_ts'
 // NULL (live), and an AS OF read of a view reads its tables' history at
 // its own time with the view's present text. The catalog revision moves
 // as before (stale plans), and any other slot value is ddl_ts' to check
 // (a block's deferred slot, a T chosen already, which a view then
-// records; a forged value, 42501; none, NULL: outside mzproxy). A DROP
-// runs one sql_drop event trigger: on_sql_drop refuses a DROP of the
-// refusing trigger mzproxy_pending_history (MZ003), for which version 38
-// had an event trigger of its own (mzproxy_pending_drop, on_pending_drop),
-// called with its SET clause and a loop over the dropped objects for
-// every DROP. docs/ddl-cost.md ("Session 20") has the figures.
+// records; a forged value, 42501; none, NULL: outside mzproxy). Only a
+// DROP VIEW drops views without a T: a view that goes with a table
+// (DROP TABLE ... CASCADE) records the table's. docs/ddl-cost.md
+// ("Session 20") has the figures.
 package storage

@@ -322,9 +322,8 @@ var quoteIdentsSQL string
 
 // ddlLazyTsSQL upgrades version 45 to 46 (session 20, ddlview): under a
 // pending slot a view's DDL and an ALTER of a table without history
-// choose no T (a view records view_ts, the oracle's read frontier), and
-// on_sql_drop makes on_pending_drop's check, whose event trigger goes.
-// (43 and 44 are other branches' versions, not merged here.)
+// choose no T (a view records view_ts, the oracle's read frontier).
+// (Versions 44 and 45, the empty entries, are other branches'.)
 //
 //go:embed ddl_lazy_ts.sql
 var ddlLazyTsSQL string

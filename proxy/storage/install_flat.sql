@@ -1580,6 +1580,29 @@ $$;
 
 
 
+CREATE FUNCTION mzproxy.on_pending_drop() RETURNS event_trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    r record;
+BEGIN
+    IF current_setting('mzproxy.in_ddl', true) <> '' THEN
+        IF current_setting('mzproxy.in_ddl', true) = mzproxy.ddl_mark() THEN
+            RETURN;
+        END IF;
+    END IF;
+    FOR r IN SELECT * FROM pg_event_trigger_dropped_objects() LOOP
+        IF r.object_type = 'trigger' AND r.original AND r.object_identity LIKE 'mzproxy\_pending\_history on %' THEN
+            RAISE EXCEPTION 'cannot drop trigger %: mzproxy refuses writes to the table with it until it builds the table''s history', r.object_identity
+                USING ERRCODE = 'MZ003';
+        END IF;
+    END LOOP;
+END
+$$;
+
+
+
 CREATE FUNCTION mzproxy.on_sql_drop() RETURNS event_trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1604,16 +1627,9 @@ BEGIN
         END IF;
     END IF;
     FOR r IN SELECT * FROM pg_event_trigger_dropped_objects() LOOP
-        IF r.object_type = 'trigger' AND r.original THEN
-            IF r.object_identity LIKE 'mzproxy\_history\_% on %' THEN
-                RAISE EXCEPTION 'cannot drop trigger %: mzproxy records the table''s history with it', r.object_identity
-                    USING ERRCODE = 'MZ003';
-            END IF;
-            -- (Version 46: on_pending_drop's check, in this trigger's call.)
-            IF r.object_identity LIKE 'mzproxy\_pending\_history on %' THEN
-                RAISE EXCEPTION 'cannot drop trigger %: mzproxy refuses writes to the table with it until it builds the table''s history', r.object_identity
-                    USING ERRCODE = 'MZ003';
-            END IF;
+        IF r.object_type = 'trigger' AND r.original AND r.object_identity LIKE 'mzproxy\_history\_% on %' THEN
+            RAISE EXCEPTION 'cannot drop trigger %: mzproxy records the table''s history with it', r.object_identity
+                USING ERRCODE = 'MZ003';
         END IF;
         -- (Version 39) A column its own ALTER TABLE drops: reconciled,
         -- or refused outside mzproxy, by on_ddl_command_end.
@@ -1667,10 +1683,10 @@ BEGIN
         IF NOT FOUND THEN
             CONTINUE;
         END IF;
-        -- (Version 46) A view dropped under a pending slot takes no T
-        -- (view_ts); a table does (ddl_ts), and so does every view
-        -- dropped after it in the same statement (ts is set).
-        IF ts IS NULL AND k.kind = 'view' AND current_setting('mzproxy.write_ts', true) = '0 - pending' THEN
+        -- (Version 46) A DROP VIEW (which drops views alone) under a
+        -- pending slot takes no T (view_ts); any other DROP does (ddl_ts),
+        -- views it drops with a table included, which then share its T.
+        IF TG_TAG = 'DROP VIEW' AND k.kind = 'view' AND current_setting('mzproxy.write_ts', true) = '0 - pending' THEN
             vts := coalesce(vts, mzproxy.view_ts());
         ELSE
             ts := coalesce(ts, mzproxy.ddl_ts());  -- (version 29)
@@ -3588,6 +3604,10 @@ REVOKE ALL ON FUNCTION mzproxy.on_ddl_command_end() FROM PUBLIC;
 
 
 
+REVOKE ALL ON FUNCTION mzproxy.on_pending_drop() FROM PUBLIC;
+
+
+
 REVOKE ALL ON FUNCTION mzproxy.on_sql_drop() FROM PUBLIC;
 
 
@@ -3822,6 +3842,12 @@ GRANT SELECT ON TABLE mzproxy.settled_writes TO PUBLIC;
 
 CREATE EVENT TRIGGER mzproxy_ddl_command_end ON ddl_command_end
    EXECUTE FUNCTION mzproxy.on_ddl_command_end();
+
+
+
+CREATE EVENT TRIGGER mzproxy_pending_drop ON sql_drop
+         WHEN TAG IN ('DROP TRIGGER')
+   EXECUTE FUNCTION mzproxy.on_pending_drop();
 
 
 

@@ -52,8 +52,8 @@ func TestInstallIdempotentAndConcurrent(t *testing.T) {
 	if got := queryInt(t, conn, UpperSQL); got != upper {
 		t.Errorf("upper changed by re-install: %d -> %d", upper, got)
 	}
-	if got := queryInt(t, conn, "SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'mzproxy%'"); got != 2 {
-		t.Errorf("event triggers = %d, want 2 (storage 46: on_sql_drop makes mzproxy_pending_drop's check)", got)
+	if got := queryInt(t, conn, "SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'mzproxy%'"); got != 3 {
+		t.Errorf("event triggers = %d, want 3 (storage 38: mzproxy_pending_drop)", got)
 	}
 	if r, u := queryInt(t, conn, ReadTSSQL), queryInt(t, conn, UpperSQL); r < upper-1 || u != r+1 {
 		t.Errorf("fresh pin %d, upper %d then %d: want a pin no lower than the upper-1, then upper = pin+1", r, upper, u)
