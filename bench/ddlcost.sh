@@ -31,12 +31,23 @@
 #        TABLES=0 (more tables f1..fTABLES (a int PRIMARY KEY, b text)
 #                  in every database, made as probe is: the catalogs'
 #                  size a statement may scan)
+#        FORM=one (how the slot and the statement are sent: one, the
+#                  slot's prepared statement and the statement in one
+#                  implicit transaction, as mzproxy sends an autocommit
+#                  DDL since session 20; three, the Queries "BEGIN;
+#                  <slot>", the statement and "COMMIT", as it sent one
+#                  before, the slot parsed each time). A revision may
+#                  name its own: REVS="126767b:three tree".
 set -euo pipefail
 
 REVS=${REVS:-"main tree"}
 N0=${N0:-5}
 N=${N:-45}
 PAIRS=${PAIRS:-"column table view index"}
+FORM=${FORM:-one}
+# rev_of SPEC, form_of SPEC: a REVS entry's revision and its FORM.
+rev_of() { echo "${1%%:*}"; }
+form_of() { case $1 in *:*) echo "${1#*:}" ;; *) echo "$FORM" ;; esac; }
 
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -53,8 +64,10 @@ tables() {
 }
 
 declare -A port pid db
-for rev in $REVS; do
+for spec in $REVS; do
+	rev=$(rev_of "$spec")
 	d=$(rev_dbname "$rev")
+	[ -z "${db[$d]:-}" ] || continue
 	rev_database "$rev"
 	tables "${port[$d]}" "$d"
 	[ -z "${PATCH:-}" ] || direct_sql "$d" "$(cat "$PATCH")" >/dev/null
@@ -63,7 +76,7 @@ for rev in $REVS; do
 done
 direct_sql postgres "CREATE DATABASE plain"
 tables "$pg_port" plain
-for d in plain $(for rev in $REVS; do rev_dbname "$rev"; done); do direct_sql "$d" 'VACUUM ANALYZE'; done
+for d in plain $(for spec in $REVS; do rev_dbname "$(rev_of "$spec")"; done | sort -u); do direct_sql "$d" 'VACUUM ANALYZE'; done
 direct_sql postgres CHECKPOINT
 as_pg "$bindir/pg_ctl" -D "$work/pg" -m fast stop >/dev/null
 
@@ -96,18 +109,25 @@ pair() {
 # where the schema has lazy histories (storage 38); nothing before.
 build="SELECT query_to_xml('SELECT mzproxy.ensure_history(ARRAY[to_regclass(''t2'')::oid])', false, false, '') WHERE to_regprocedure('mzproxy.ensure_history(oid[])') IS NOT NULL"
 
-# instructions DB KIND N MANAGED: the backend's instructions for N pairs.
+# instructions DB KIND N MANAGED [FORM]: the backend's instructions for N
+# pairs.
 instructions() {
-	local p f i s slot=
-	[ "$4" = yes ] && [ "$2" != index ] && slot='EXECUTE mzproxy_slot \; '
+	local p f i s slot= commit=
+	if [ "$4" = yes ] && [ "$2" != index ]; then
+		case ${5:-one} in
+		one) slot='EXECUTE mzproxy_slot \; ' ;;
+		three) slot=$'BEGIN \\; SELECT mzproxy.begin_write_occ(NULL, 0);\n' commit=$'\nCOMMIT;' ;;
+		*) echo "unknown FORM $5" >&2; exit 1 ;;
+		esac
+	fi
 	p=$({
 		echo 'SELECT pg_backend_pid();'
 		[ "$4" = yes ] && echo 'PREPARE mzproxy_slot AS SELECT mzproxy.begin_write_occ(NULL, 0);'
 		for i in $(seq "$3"); do
 			pair "$2" | while read -r s; do
 				case $s in
-				'BUILD '*) [ "$4" = no ] && echo "${s#BUILD };" || echo "$slot$build \; ${s#BUILD };" ;;
-				*) echo "$slot$s;" ;;
+				'BUILD '*) [ "$4" = no ] && echo "${s#BUILD };" || echo "$slot$build \; ${s#BUILD };$commit" ;;
+				*) echo "$slot$s;$commit" ;;
 				esac
 			done
 		done
@@ -125,16 +145,16 @@ instructions() {
 	exit 1
 }
 
-# measure DB KIND MANAGED NAME [FILE]: one row, on a copy of DB (with FILE
-# run in it first).
+# measure DB KIND MANAGED NAME [FILE] [FORM]: one row, on a copy of DB
+# (with FILE run in it first).
 measure() {
 	local small big
 	cgname=$4
 	direct_sql postgres "CREATE DATABASE copy TEMPLATE $1 STRATEGY FILE_COPY"
 	[ -z "${5:-}" ] || direct_sql copy "$(cat "$5")" >/dev/null
-	instructions copy "$2" 1 "$3" >/dev/null
-	small=$(instructions copy "$2" "$N0" "$3")
-	big=$(instructions copy "$2" "$N" "$3")
+	instructions copy "$2" 1 "$3" "${6:-}" >/dev/null
+	small=$(instructions copy "$2" "$N0" "$3" "${6:-}")
+	big=$(instructions copy "$2" "$N" "$3" "${6:-}")
 	direct_sql postgres "DROP DATABASE copy"
 	printf '%-8s %-24s %12d\n' "$2" "$4" $(((big - small) / (N - N0)))
 }
@@ -142,11 +162,12 @@ measure() {
 printf '%-8s %-24s %12s\n' pair database per_pair
 for kind in $PAIRS; do
 	measure plain "$kind" no plain
-	for rev in $REVS; do
-		d=$(rev_dbname "$rev")
-		measure "$d" "$kind" yes "$d"
+	for spec in $REVS; do
+		d=$(rev_dbname "$(rev_of "$spec")")
+		f=$(form_of "$spec")
+		measure "$d" "$kind" yes "$d@$f" "" "$f"
 		for v in ${VARIANTS:-}; do
-			measure "$d" "$kind" yes "$d+${v%%=*}" "${v#*=}"
+			measure "$d" "$kind" yes "$d@$f+${v%%=*}" "${v#*=}" "$f"
 		done
 	done
 done

@@ -38,8 +38,10 @@ func TestDDLIndexWithoutSlot(t *testing.T) {
 
 	mustExec(t, ctx, conn, "CREATE UNIQUE INDEX t_vu ON t (v)")
 	rev1, writes1, mirrors1 := state()
-	if rev1 == rev0 || writes1 == writes0 || mirrors1 != mirrors0+1 {
-		t.Errorf("CREATE UNIQUE INDEX: revision %d -> %d, writes %d -> %d, mirrors %d -> %d; want a new revision, a write slot, one more mirror",
+	// (Storage 46: under the slot it takes, a DDL that records no T
+	// chooses none, so counts no write.)
+	if rev1 == rev0 || writes1 != writes0 || mirrors1 != mirrors0+1 {
+		t.Errorf("CREATE UNIQUE INDEX: revision %d -> %d, writes %d -> %d, mirrors %d -> %d; want a new revision, no write counted, one more mirror",
 			rev0, rev1, writes0, writes1, mirrors0, mirrors1)
 	}
 	mustExec(t, ctx, conn, "DROP INDEX t_vu")

@@ -982,6 +982,9 @@ func (s *Session) writeQuery(ctx context.Context, frame []byte, sql string, r ro
 	if r.replayable && s.tx == txIdle && s.units.len() == 0 && after == "" {
 		return s.optimisticWrite(ctx, sql, inc, occRequest{query: sql, frames: [][]byte{frame}, builds: builds})
 	}
+	if r.oneDDL && s.tx == txIdle && s.units.len() == 0 && after == "" && len(settings) == 0 && builds.empty() {
+		return s.ddlWrite(ctx, sql, frame, inc)
+	}
 	// Anything else is three Queries sent in one flush (one network round
 	// trip, three ReadyForQuery). Not folded into one Query as the
 	// optimistic write is: a COPY's COMMIT must wait for its data, and

@@ -52,6 +52,12 @@ type route struct {
 	// dropDatabase: the string is one DROP DATABASE, before which the
 	// proxies let go of the database (dropdb.go).
 	dropDatabase bool
+	// oneDDL: the string is one DDL statement that takes the slot (no
+	// transaction control, no COPY). Outside a transaction block it runs
+	// in one implicit transaction behind the slot's Bind/Execute, as an
+	// optimistic write's attempt is sent (ddlWrite), not between BEGIN
+	// and COMMIT.
+	oneDDL bool
 }
 
 // emptyCatalog answers "not managed" for every name: routing needs only
@@ -139,6 +145,7 @@ func (s *Session) routeOf(sql string) route {
 		}
 	}
 	r.slotOnlyInBlock = r.write && neutral && !control
+	r.oneDDL = r.write && r.ddl && len(stmts) == 1 && !control && !r.copyIn
 	return r
 }
 

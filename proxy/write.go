@@ -795,3 +795,39 @@ func (s *Session) releaseBatch(ctx context.Context) error {
 	}
 	return s.request(ctx, b.execute, unit{kind: uExecute}, false)
 }
+
+// ddlWrite runs an autocommit DDL statement (route.oneDDL), a simple
+// Query sql in frame, for incarnation inc, in one implicit transaction
+// sent as an optimistic write's attempt is (oneTrip): the slot's
+// Bind/Execute, then the client's Query, which the backend runs in the
+// transaction the Execute began and commits at its end. One attempt: DDL
+// is not retried (it never was), so a conflict is the client's answer.
+// Against the BEGIN, slot, statement and COMMIT it replaces (three
+// Queries), the backend parses and plans no slot and runs no BEGIN and
+// no COMMIT statement, and answers with one ReadyForQuery instead of
+// three (docs/ddl-cost.md, "Session 20"). A statement PostgreSQL refuses
+// in a transaction block is refused here too (25001: it would run in a
+// pipeline), as it was between BEGIN and COMMIT; the route sends none
+// (transactional).
+func (s *Session) ddlWrite(ctx context.Context, sql string, frame []byte, inc int64) error {
+	defer s.unpollBackend(s.pollBackend())
+	s.busy.Store(true)
+	defer s.busy.Store(false)
+	s.midRequest = true
+	s.obs.Phase(observe.PhaseOCCAttempt)
+	req := occRequest{query: sql, frames: [][]byte{frame}}
+	at, err := s.oneTripAttempt(ctx, req, inc)
+	if err != nil {
+		return err
+	}
+	if at.readOnly && at.ready != nil {
+		// As an optimistic write's (runReadOnly): PostgreSQL's own
+		// refusal names the command, a temporary object's DDL runs.
+		return s.runReadOnly(ctx, req)
+	}
+	if at.failed != nil && at.answers == nil {
+		// The slot's error: the backend skipped the statement.
+		at.answers = [][]byte{at.failed}
+	}
+	return s.occFinish(at.answers, at.ready)
+}

@@ -23,7 +23,7 @@
 // lazy_history.sql 37 to 38, ddl_cols.sql 38 to 39,
 // ddl_view.sql 39 to 40, ddl_lazy_cols.sql 40 to 41, slot_pending.sql 41
 // to 42, quote_idents.sql 42 to 43, trig_fold.sql 43 to 44, read_peek.sql
-// 44 to 45 (a database at an older
+// 44 to 45, ddl_lazy_ts.sql 45 to 46 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -488,4 +488,27 @@
 // without a slot (proxy/write.go). The history triggers still take the
 // gate with a LOCK statement: naming the gate FOR SHARE in their T query
 // instead cost 1.5k instructions more (its LockRows node).
+//
+// # DDL that records no T (version 46)
+//
+// Since version 46 (ddl_lazy_ts.sql, session 20) the event triggers
+// choose a DDL's T (ddl_ts) only where it is recorded: CREATE TABLE
+// (manage_table), an ALTER of a table with history (reconcile_built), a
+// DROP TABLE (dropped_ts, which compaction compares with the since). Under
+// the pending slot of the proxy's autocommit DDL, a view's CREATE, DROP
+// and replacement, an ALTER TABLE of a table without history and DDL
+// that records nothing of mzproxy's (an index, a function) take
+// none: no gate, no write counted (so the next pin need not move P), no
+// SHA-256 tag. A view records view_ts(), GREATEST(clock, P), at or above
+// every timestamp handed out to a read before it, as created_ts or
+// dropped_ts: a view has no contents, no
+// history and no collection, nothing reads those columns but dropped_ts'
+// NULL (live), and an AS OF read of a view reads its tables' history at
+// its own time with the view's present text. The catalog revision moves
+// as before (stale plans), and any other slot value is ddl_ts' to check
+// (a block's deferred slot, a T chosen already, which a view then
+// records; a forged value, 42501; none, NULL: outside mzproxy). Only a
+// DROP VIEW drops views without a T: a view that goes with a table
+// (DROP TABLE ... CASCADE) records the table's. docs/ddl-cost.md
+// ("Session 20") has the figures.
 package storage

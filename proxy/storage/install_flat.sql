@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 45, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 46, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -1357,7 +1357,18 @@ BEGIN
         END IF;
         renames := set_config('mzproxy.drop_rev', '', true) <> '';
     END IF;
-    ts := mzproxy.ddl_ts();  -- (version 29)
+    -- (Version 46) A pending slot, the request begin_write_occ leaves (the
+    -- proxy's autocommit DDL), is all the proof of the proxy that this
+    -- needs: T is chosen (ddl_ts) only where one is recorded, a table's
+    -- (manage_table, reconcile), not for a view's DDL (view_ts) nor for
+    -- an ALTER of a table without history, whose T nothing reads. Any
+    -- other value is ddl_ts' to check as before (a block's slot, a T
+    -- chosen already, a forged one: 42501, none: NULL).
+    IF current_setting('mzproxy.write_ts', true) = '0 - pending' THEN
+        ts := 0;
+    ELSE
+        ts := mzproxy.ddl_ts();  -- (version 29)
+    END IF;
     IF ts IS NULL THEN
         -- Outside the proxy: refuse DDL on managed relations, leave the
         -- rest alone. Index maintenance, comments and grants are allowed.
@@ -1438,6 +1449,9 @@ BEGIN
                     altered := array_remove(altered, r.objid);
                 END IF;
                 IF altered_table.history_built THEN
+                    IF ts = 0 THEN
+                        ts := mzproxy.ddl_ts();
+                    END IF;
                     marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
                     PERFORM mzproxy.reconcile_built(altered_table.id, ts, false);
                 END IF;
@@ -1449,7 +1463,7 @@ BEGIN
         IF r.command_tag = 'CREATE VIEW' AND r.object_type = 'view' THEN
             INSERT INTO mzproxy.catalog (id, kind, oid, schema_name, name, view_sql, created_ts, revision)
             SELECT nextval('mzproxy.catalog_id_seq'), 'view', c.oid, n.nspname, c.relname,
-                   rtrim(btrim(pg_get_viewdef(c.oid)), ';'), ts, rev
+                   rtrim(btrim(pg_get_viewdef(c.oid)), ';'), CASE WHEN ts = 0 THEN mzproxy.view_ts() ELSE ts END, rev
               FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
              WHERE c.oid = r.objid AND c.relkind = 'v' AND c.relpersistence <> 't'
                AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast', 'mzproxy')
@@ -1492,6 +1506,9 @@ BEGIN
             ELSIF k.kind = 'table' THEN
                 -- (Version 41: reconcile_built without reconcile's second
                 -- read of the row when the table has history.)
+                IF ts = 0 THEN
+                    ts := mzproxy.ddl_ts();  -- (version 46) what reconciles records T
+                END IF;
                 IF k.history_built THEN
                     marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
                     PERFORM mzproxy.reconcile_built(k.id, ts, false);
@@ -1523,9 +1540,12 @@ BEGIN
         IF r.object_type = 'view' THEN
             INSERT INTO mzproxy.catalog (id, kind, oid, schema_name, name, view_sql, created_ts, revision)
             SELECT nextval('mzproxy.catalog_id_seq'), 'view', c.oid, n.nspname, c.relname,
-                   mzproxy.view_definition(c.oid), ts, rev
+                   mzproxy.view_definition(c.oid), CASE WHEN ts = 0 THEN mzproxy.view_ts() ELSE ts END, rev
               FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = l.rel;
         ELSE
+            IF ts = 0 THEN
+                ts := mzproxy.ddl_ts();
+            END IF;
             marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
             PERFORM mzproxy.manage_table(l.rel, ts, rev);
         END IF;
@@ -1594,6 +1614,7 @@ DECLARE
     r record;
     k record;
     ts bigint;
+    vts bigint;  -- (version 46) a view's timestamp, when no T was chosen
     rev bigint;
     mirror name;
     marked bool;  -- (version 36) set_config in an assignment, not a query
@@ -1662,8 +1683,15 @@ BEGIN
         IF NOT FOUND THEN
             CONTINUE;
         END IF;
-        ts := coalesce(ts, mzproxy.ddl_ts());  -- (version 29)
-        IF ts IS NULL THEN
+        -- (Version 46) A DROP VIEW (which drops views alone) under a
+        -- pending slot takes no T (view_ts); any other DROP does (ddl_ts),
+        -- views it drops with a table included, which then share its T.
+        IF TG_TAG = 'DROP VIEW' AND k.kind = 'view' AND current_setting('mzproxy.write_ts', true) = '0 - pending' THEN
+            vts := coalesce(vts, mzproxy.view_ts());
+        ELSE
+            ts := coalesce(ts, mzproxy.ddl_ts());  -- (version 29)
+        END IF;
+        IF coalesce(ts, vts) IS NULL THEN
             RAISE EXCEPTION 'DROP of % is not allowed outside mzproxy', r.object_identity
                 USING ERRCODE = 'MZ003',
                       HINT = 'The relation is managed by mzproxy: connect through mzproxy to drop it.';
@@ -1675,7 +1703,7 @@ BEGIN
         END IF;
         -- The history table stays (compaction removes it once no read can
         -- reach it); the trigger functions go.
-        UPDATE mzproxy.catalog SET dropped_ts = ts, revision = rev WHERE id = k.id;
+        UPDATE mzproxy.catalog SET dropped_ts = coalesce(ts, vts), revision = rev WHERE id = k.id;
         IF k.kind = 'table' THEN
             marked := set_config('mzproxy.in_ddl', mzproxy.ddl_mark(), true) <> '';
             -- (Version 28: the trigger functions go with the history
@@ -2887,6 +2915,12 @@ CREATE FUNCTION mzproxy.view_definition(p_oid oid) RETURNS text
 
 
 
+CREATE FUNCTION mzproxy.view_ts() RETURNS bigint
+    LANGUAGE sql
+    AS $$ SELECT GREATEST(mzproxy.now_ms(), coalesce(pg_sequence_last_value('mzproxy.pinned'), mzproxy.pinned_ts())) $$;
+
+
+
 CREATE FUNCTION mzproxy.write_slot(OUT t bigint, OUT e bigint) RETURNS record
     LANGUAGE plpgsql
     AS $$
@@ -3702,6 +3736,10 @@ REVOKE ALL ON FUNCTION mzproxy.user_columns(p_oid oid) FROM PUBLIC;
 
 
 
+REVOKE ALL ON FUNCTION mzproxy.view_ts() FROM PUBLIC;
+
+
+
 REVOKE ALL ON FUNCTION mzproxy.write_slot(OUT t bigint, OUT e bigint) FROM PUBLIC;
 
 
@@ -3871,6 +3909,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('42', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('43', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('44', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('45', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('46', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
