@@ -77,7 +77,7 @@ func readGuardSQL(key guardKey) string {
 	switch key.shape {
 	case shapeLearn:
 		return learnGuardSQL(key)
-	case shapePeek, shapePeekRev:
+	case shapePeek:
 		return peekGuardSQL(key)
 	}
 	ok := "(SELECT revision FROM " + storage.Schema + ".catalog_revision) = " + strconv.FormatInt(key.rev, 10)
@@ -128,21 +128,17 @@ const (
 	// answers pin()'s t as "t/". PUBLIC reads writes_seen since storage
 	// version 45.
 	shapeLearn
-	// shapePeekRev reads P (the row its scan reads first) and then the
+	// shapePeek reads P (the row its scan reads first) and then the
 	// writes, which must still be the count w a guard of the session
 	// learned ($1), as the read-only transaction's guard does with its
 	// peek (storage.PinGuardCheck): no slot was counted since w, and every
 	// slot up to w had ended before this statement began, so a write that
 	// was acknowledged before it is at or below P, and one at or below P
 	// has committed before the read's snapshot. Else it pins with pin()
-	// and answers "t/" (the session learns again).
-	shapePeekRev
-	// shapePeek is shapePeekRev without the catalog revision: a guard of
-	// the session found it at key.rev for the same w. Every revision is
-	// bumped by a DDL that holds a write slot, counted before it commits,
-	// and every slot up to w ended before either statement's snapshot while
-	// none after w was counted, so both snapshots have the same revision.
-	// Once the writes moved it refuses (peekGuardSQL).
+	// and answers "t/" (the session learns again). It checks the catalog
+	// revision too: an unchanged count does not mean an unchanged catalog,
+	// since a view's DDL moves the revision without a write slot counted
+	// (storage version 46).
 	shapePeek
 )
 
@@ -190,28 +186,18 @@ func learnGuardSQL(key guardKey) string {
 		" FROM (SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END AS w FROM " + sch + ".writes s) counted"
 }
 
-// peekGuardSQL is the text of shapePeekRev and shapePeek: $1 is the count
-// of writes the session learned. When P is more than a second old but the
-// writes are still $1 it pins with pin(), as the view's shape does, and
-// answers "t/" (the session learns again). When the writes moved,
-// shapePeekRev pins with pin() too, but shapePeek refuses: it did not read
-// the catalog revision, which a DDL since may have moved, and the read is
-// planned again with the catalog of now.
+// peekGuardSQL is the text of shapePeek: $1 is the count of writes the
+// session learned. When the writes moved, or P is more than a second old
+// but the writes are still $1, it pins with pin(), as the view's shape
+// does, and answers "t/" (the session learns again).
 func peekGuardSQL(key guardKey) string {
-	ok := guardConditions(key)
-	if key.shape == shapePeekRev {
-		ok = guardRevision(key) + " AND " + ok
-	}
+	ok := guardRevision(key) + " AND " + guardConditions(key)
 	// Not a constant (P): cast when it runs, not when planned.
 	refuse := "('" + staleMarker + "'" + opCat + storage.PinGuardTS + ")" + toInt8
 	pin := setTSOf + storage.Schema + ".pin()::pg_catalog.text, true)" + opCat + "'/'"
-	moved := pin
-	if key.shape == shapePeek {
-		moved = refuse
-	}
 	// P is the row the scan reads, before the writes' subquery runs.
 	return "SELECT CASE WHEN NOT (" + ok + ") THEN " + refuse +
-		" WHEN (SELECT CASE WHEN w.is_called THEN w.last_value ELSE 0 END FROM " + storage.Schema + ".writes w)" + opNe + "$1 THEN " + moved +
+		" WHEN (SELECT CASE WHEN w.is_called THEN w.last_value ELSE 0 END FROM " + storage.Schema + ".writes w)" + opNe + "$1 THEN " + pin +
 		" WHEN p.is_called AND p.last_value OPERATOR(pg_catalog.>=) (" + storage.Schema + ".now_ms() OPERATOR(pg_catalog.-) 1000)" +
 		" THEN " + setTSOf + storage.PinGuardTS + "::pg_catalog.text, true)" +
 		" ELSE " + pin + " END" + storage.PinGuardFrom
@@ -231,28 +217,21 @@ type readPeek struct {
 	// are frequent a guard that reads it would mostly refuse, and a
 	// refused read is pinned again the ordinary way (a round trip).
 	steady bool
-	// trusted: a shapePeekRev guard for count found the catalog at rev.
-	trusted bool
-	rev     int64
 }
 
-// shape is the shape of the next guard of the present planned at
-// catalog revision rev.
-func (p *readPeek) shape(rev int64) guardShape {
-	switch {
-	case !p.steady:
-		return shapeLearn
-	case p.trusted && p.rev == rev:
+// shape is the shape of the next pinning guard of the present.
+func (p *readPeek) shape() guardShape {
+	if p.steady {
 		return shapePeek
 	}
-	return shapePeekRev
+	return shapeLearn
 }
 
 // note follows a learning guard's answer w (text).
 func (p *readPeek) note(count int64, text string) {
 	p.steady = p.param[0] != nil && p.count == count
 	if !p.steady {
-		p.count, p.param[0], p.trusted = count, append(p.param[0][:0], text...), false
+		p.count, p.param[0] = count, append(p.param[0][:0], text...)
 	}
 }
 
@@ -271,13 +250,10 @@ func (b *backend) pinValue(value string) string {
 			b.peek.note(count, w)
 			return t
 		}
-		b.peek.steady, b.peek.trusted = false, false
+		b.peek.steady = false
 	case slash:
 		// pin() answered: a write since, or P old.
-		b.peek.steady, b.peek.trusted = false, false
-	case key.shape == shapePeekRev:
-		// The check held with the revision: it is the count's.
-		b.peek.trusted, b.peek.rev = true, key.rev
+		b.peek.steady = false
 	}
 	return t
 }
@@ -503,8 +479,8 @@ type guardKey struct {
 
 // guardSlots is the number of shapes of a read guard: with or without the
 // pin, with or without the search_path check, and for a pin, read through
-// a learned count (with the catalog revision or without) or not.
-const guardSlots = 12
+// a learned count or not.
+const guardSlots = 8
 
 // guardSlot is the slot of key's shape, and the name its statement is
 // prepared under. Each shape has its own, so that a session alternating a
@@ -519,11 +495,8 @@ func guardSlot(key guardKey) (int, string) {
 	if key.path == "" {
 		slot += 2
 	}
-	switch key.shape {
-	case shapePeekRev:
+	if key.shape == shapePeek {
 		slot += 4
-	case shapePeek:
-		slot += 8
 	}
 	return slot, guardNames[slot]
 }
@@ -532,7 +505,7 @@ func guardSlot(key guardKey) (int, string) {
 var guardNames = func() (names [guardSlots]string) {
 	base := [4]string{guardStatement, guardStatement + "_asof", guardStatement + "_bind", guardStatement + "_asof_bind"}
 	for i := range names {
-		names[i] = base[i%4] + [3]string{"", "_peek_rev", "_peek"}[i/4]
+		names[i] = base[i%4] + [2]string{"", "_peek"}[i/4]
 	}
 	return names
 }()
@@ -559,7 +532,7 @@ func (b *backend) sendGuard(key guardKey, m *pinMessages) error {
 	key.viewless = key.pin && b.viewsRestricted
 	var params [][]byte
 	if key.pin && !key.viewless {
-		key.shape = b.peek.shape(key.rev)
+		key.shape = b.peek.shape()
 		if key.shape != shapeLearn {
 			params = b.peek.param[:]
 		}
@@ -603,9 +576,9 @@ func (b *backend) readGuard() (string, error) {
 			pe := backendError(&er)
 			if refusedBy(pe, staleMarker) {
 				// The guard ran and refused: its statement stays.
-				if b.guards[b.guardUsed].key.shape >= shapePeekRev {
+				if b.guards[b.guardUsed].key.shape == shapePeek {
 					// A write since the count, or P old: learn again.
-					b.peek.steady, b.peek.trusted = false, false
+					b.peek.steady = false
 				}
 			} else {
 				b.guards[b.guardUsed].ok = false
