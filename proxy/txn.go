@@ -653,7 +653,7 @@ func (s *Session) pinQuick(ctx context.Context, expected txnCharacteristics) err
 // internalFailed's.
 func (s *Session) quickPinValue(ctx context.Context, raise bool, peek int64) (string, error) {
 	if ctx.Err() != nil {
-		return "", pgerr.Wrap(pgerr.QueryCanceled, context.Cause(ctx))
+		return "", canceledUnsent(ctx)
 	}
 	ends := 0 // the CloseCompletes and CommandCompletes to come
 	var msgs []pgproto3.FrontendMessage
@@ -875,8 +875,11 @@ func (s *Session) pinFailed(err error, guessed bool, expected txnCharacteristics
 	if pe.IsFatal() {
 		return err
 	}
-	if s.tx == txBlock && !s.be.clientBatch {
-		// internalFailed read the ReadyForQuery that says so.
+	var never unsent
+	if s.tx == txBlock && !s.be.clientBatch && !errors.As(err, &never) {
+		// internalFailed read the ReadyForQuery that says so. (A pin
+		// that a cancel or the deadline stopped before it was sent left
+		// the backend's block going: abortAfterRefusal fails it.)
 		s.tx = txFailed
 		s.releaseTxnHolds()
 	}

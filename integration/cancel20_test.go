@@ -1,0 +1,143 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+)
+
+// TestCancel20AnyPointInBlock: a cancel (pgx's, at a context's end) that
+// lands anywhere in a block's first statement, from before its first
+// message reaches the server to after its answer: the read's pin and
+// guard, the write's slot, a prepare's round trip, queued in mzproxy or
+// running in the backend. Whatever point it hits, the client's answer and
+// the block's state must be one PostgreSQL gives for some point: the
+// statement answered (or not sent: pgx's "context already done") and the
+// block going on, or 57014 and the block aborted (25P02 until ROLLBACK),
+// the connection open. The cancel comes at a random time in the first 3
+// ms, so the test asserts nothing of where it lands, only that every
+// answer is one of those. Directly, then through mzproxy with and without
+// the event loop, in pgx's five modes, a read and a write of a managed
+// table. On 126767b a simple read's cancel that met the transaction's pin
+// before it was sent answered 57014 and left the backend's block going
+// (the next statement answered, not 25P02).
+func TestCancel20AnyPointInBlock(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	proxies := []*proxyProc{startProxy(t), startProxy(t, "--event-loop=false")}
+	type target struct {
+		name, url string
+	}
+	var targets []target
+	for i, p := range append([]*proxyProc{nil}, proxies...) {
+		db := freshDatabase(t, ctx)
+		u := directURL("postgres", db)
+		name := "direct"
+		if p != nil {
+			u = p.URL("postgres", db)
+			name = []string{"", "mzproxy", "mzproxy/event-loop=false"}[i]
+		}
+		mustExec(t, ctx, connectTo(t, ctx, u), "CREATE TABLE any20 (k int PRIMARY KEY, v int)", "INSERT INTO any20 VALUES (1, 0)")
+		targets = append(targets, target{name, u})
+	}
+	ops := []string{"SELECT v FROM any20 WHERE k = $1", "UPDATE any20 SET v = v + 1 WHERE k = $1"}
+	var wg sync.WaitGroup
+	for _, tg := range targets {
+		for _, mode := range pgxModes {
+			for _, op := range ops {
+				n := 40
+				if mode == pgx.QueryExecModeSimpleProtocol && strings.HasPrefix(op, "SELECT") {
+					n = 300 // where 126767b broke: its window is narrow
+				}
+				name := fmt.Sprintf("%s/%s/%s", tg.name, mode, strings.Fields(op)[0])
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := cancelAnyPoint(ctx, tg.url, mode, op, n); err != nil {
+						t.Errorf("%s: %v", name, err)
+					}
+				}()
+			}
+		}
+	}
+	wg.Wait()
+	for _, p := range proxies {
+		p.mustAlive(t, ctx)
+	}
+}
+
+// cancelAnyPoint runs n blocks on one connection to url, each BEGIN, op
+// (in mode, with the argument 1) under a context canceled after a random
+// time of up to 3 ms, SELECT 1, ROLLBACK; it returns the first answer
+// that PostgreSQL gives at no point.
+func cancelAnyPoint(ctx context.Context, url string, mode pgx.QueryExecMode, op string, n int) error {
+	conn, err := pgx.ConnectConfig(ctx, cancelableConfig(url))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	counts := map[string]int{}
+	for i := 0; i < n; i++ {
+		if _, err := conn.Exec(ctx, "BEGIN", pgx.QueryExecModeSimpleProtocol); err != nil {
+			return fmt.Errorf("block %d: BEGIN: %w", i, err)
+		}
+		stmtCtx, cancel := context.WithCancel(ctx)
+		timer := time.AfterFunc(time.Duration(rand.Intn(3000))*time.Microsecond, cancel)
+		// A text of its own each time: pgx's cache modes prepare it.
+		_, stmtErr := conn.Exec(stmtCtx, fmt.Sprintf("%s /* %d */", op, i), mode, 1)
+		timer.Stop()
+		cancel()
+		if conn.IsClosed() {
+			return fmt.Errorf("block %d: the connection closed after %v", i, stmtErr)
+		}
+		_, nextErr := conn.Exec(ctx, "SELECT 1", pgx.QueryExecModeSimpleProtocol)
+		var pe *pgconn.PgError
+		switch {
+		case stmtErr == nil || !errors.As(stmtErr, &pe) && pgconn.Timeout(stmtErr) && pgconn.SafeToRetry(stmtErr):
+			// Answered, or never sent (the context ended before pgx
+			// sent it): the block goes on.
+			if nextErr != nil {
+				return fmt.Errorf("block %d: statement %v, then SELECT 1: %v (want an answer)", i, stmtErr, nextErr)
+			}
+			counts["goes on"]++
+		case sqlState(stmtErr) == "57014":
+			if sqlState(nextErr) != "25P02" {
+				return fmt.Errorf("block %d: statement %v, then SELECT 1: %v (want 25P02)", i, stmtErr, nextErr)
+			}
+			counts["canceled"]++
+		default:
+			return fmt.Errorf("block %d: statement: %v (want an answer, 57014 or pgx's context already done)", i, stmtErr)
+		}
+		if _, err := conn.Exec(ctx, "ROLLBACK", pgx.QueryExecModeSimpleProtocol); err != nil {
+			return fmt.Errorf("block %d: ROLLBACK: %w", i, err)
+		}
+	}
+	var v int
+	if err := conn.QueryRow(ctx, "SELECT v FROM any20 WHERE k = 1", pgx.QueryExecModeSimpleProtocol).Scan(&v); err != nil || v != 0 {
+		return fmt.Errorf("after every block rolled back: v = %d, %v (want 0)", v, err)
+	}
+	return nil
+}
+
+// cancelableConfig is url's pgx configuration whose context cancellation
+// sends a CancelRequest and waits up to 20 s for the server's answer (as
+// connectCancelable's; pgconn's default closes the socket).
+func cancelableConfig(url string) *pgx.ConnConfig {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		panic(err)
+	}
+	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: 20 * time.Second}
+	}
+	return cfg
+}
