@@ -367,7 +367,7 @@ func TestCancel19DriverPrograms(t *testing.T) {
 				t.Errorf("directly:\n%s\nthrough mzproxy:\n%s", outs[0], outs[1])
 			}
 			for _, line := range strings.Split(strings.TrimSpace(outs[0]), "\n") {
-				if !strings.Contains(line, "stmt=57014") && !strings.Contains(line, "stmt=TimeoutError") &&
+				if !strings.Contains(line, "stmt=57014") && !strings.Contains(line, "stmt=CancelledError") &&
 					!strings.Contains(line, "stmt=Query read timeout") {
 					t.Errorf("directly, not interrupted: %s", line)
 				}
