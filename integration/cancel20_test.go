@@ -1,10 +1,16 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -140,4 +146,114 @@ func cancelableConfig(url string) *pgx.ConnConfig {
 		return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: 20 * time.Second}
 	}
 	return cfg
+}
+
+// TestCancel20JDBC: testdata/java/Cancel20.java interrupts a read of a
+// managed table, a write to it and CREATE TABLE AS, in autocommit and in
+// blocks, by Statement.cancel() (once the statement sleeps) and
+// setQueryTimeout (pgjdbc's timer sends the same CancelRequest): the same
+// lines through mzproxy as directly (57014; a block then 25P02 until
+// ROLLBACK; nothing of the statement left; the connection goes on). The
+// test PostgreSQL listens on a Unix socket only; JDBC reaches it through a
+// TCP relay of the test's (tcpToPostgres).
+func TestCancel20JDBC(t *testing.T) {
+	t.Parallel()
+	command, err := jdbcCommand()
+	requireDriver(t, err, "apt-get install -y default-jre-headless libpostgresql-jdbc-java")
+	ctx := testContext(t)
+	p := startProxy(t)
+	host, port := p.hostPort()
+	direct := tcpToPostgres(t)
+	urls := []string{
+		fmt.Sprintf("jdbc:postgresql://%s/%s?user=postgres&sslmode=disable", direct, freshDatabase(t, ctx)),
+		fmt.Sprintf("jdbc:postgresql://%s:%s/%s?user=postgres&sslmode=disable", host, port, freshDatabase(t, ctx)),
+	}
+	var outs [2]string
+	var wg sync.WaitGroup
+	for i, url := range urls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(runCtx, command[0], "-cp", jdbcJar, "Cancel20.java", url)
+			cmd.Dir = filepath.Join("testdata", "java")
+			cmd.Env = append(os.Environ(), "PGOPTIONS=", "JAVA_TOOL_OPTIONS=-Xshare:auto -XX:TieredStopAtLevel=1")
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			outs[i] = stdout.String()
+			if err != nil {
+				outs[i] += "exit: " + err.Error() + "\nstderr:\n" + stderr.String()
+			}
+		}()
+	}
+	wg.Wait()
+	if outs[0] != outs[1] {
+		t.Errorf("directly:\n%s\nthrough mzproxy:\n%s", outs[0], outs[1])
+	}
+	lines := strings.Split(strings.TrimSpace(outs[0]), "\n")
+	if len(lines) != 12 {
+		t.Errorf("directly: %d lines, want 12:\n%s", len(lines), outs[0])
+	}
+	for _, line := range lines {
+		if !strings.Contains(line, "stmt=57014 ERROR: canceling statement due to user request") {
+			t.Errorf("directly, not canceled: %s", line)
+		}
+	}
+	t.Logf("directly and through mzproxy:\n%s", outs[0])
+}
+
+// tcpToPostgres relays TCP connections on a loopback port to the test
+// PostgreSQL's Unix socket, for drivers that speak TCP only (JDBC); it
+// returns host:port. It stops when the test ends.
+func tcpToPostgres(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	socket := filepath.Join(env.pg.SocketDir(), fmt.Sprintf(".s.PGSQL.%d", env.pg.Port()))
+	var mu sync.Mutex
+	var open []net.Conn
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			client, err := l.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.DialTimeout("unix", socket, 10*time.Second)
+			if err != nil {
+				client.Close()
+				continue
+			}
+			mu.Lock()
+			open = append(open, client, server)
+			mu.Unlock()
+			wg.Add(2)
+			for _, pair := range [][2]net.Conn{{client, server}, {server, client}} {
+				go func() {
+					defer wg.Done()
+					io.Copy(pair[1], pair[0])
+					// The other way's copy ends too: a closed side
+					// closes the relay.
+					pair[0].Close()
+					pair[1].Close()
+				}()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return l.Addr().String()
 }
