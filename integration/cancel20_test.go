@@ -291,3 +291,142 @@ func tcpToPostgres(t *testing.T) string {
 	})
 	return l.Addr().String()
 }
+
+// TestCancel20PrepareWaitingOnLock: a cancel that lands while a
+// statement's first message waits in the backend, not yet running: the
+// Parse (pgx's prepare round trip in its cache modes, or the Parse of its
+// batch in the others, or the simple Query) waits for a lock another
+// session holds on the table, and pgx's context ends once
+// pg_stat_activity shows the wait. The same answers through mzproxy as
+// directly: 57014, a block then aborted (25P02), nothing written, the
+// connection open. pgx in its five modes, a read and a write of a managed
+// table, in autocommit and in a block.
+func TestCancel20PrepareWaitingOnLock(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	p := startProxy(t)
+	dbs := []string{freshDatabase(t, ctx), freshDatabase(t, ctx)}
+	url := func(i int) string {
+		if i == 0 {
+			return directURL("postgres", dbs[0])
+		}
+		return p.URL("postgres", dbs[1])
+	}
+	type lockCase struct {
+		name, table, op string
+		mode            pgx.QueryExecMode
+		block           bool
+		got             [2]string
+	}
+	var cases []*lockCase
+	for _, mode := range pgxModes {
+		for _, op := range []string{"SELECT v FROM %s WHERE k = $1", "UPDATE %s SET v = v + 1 WHERE k = $1"} {
+			for _, block := range []bool{false, true} {
+				cases = append(cases, &lockCase{
+					name:  fmt.Sprintf("%s/%s/block=%v", mode, strings.Fields(op)[0], block),
+					table: fmt.Sprintf("lk20_%d", len(cases)), op: op, mode: mode, block: block,
+				})
+			}
+		}
+	}
+	for i := range dbs {
+		var b strings.Builder
+		for _, c := range cases {
+			fmt.Fprintf(&b, "CREATE TABLE %[1]s (k int PRIMARY KEY, v int); INSERT INTO %[1]s VALUES (1, 0);", c.table)
+		}
+		mustExec(t, ctx, connectTo(t, ctx, url(i)), b.String())
+	}
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for _, c := range cases {
+		for i := range dbs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				c.got[i] = cancelWaitingOnLock(ctx, url(i), dbs[i], c.table, c.op, c.mode, c.block)
+			}()
+		}
+	}
+	wg.Wait()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.got[0] != c.got[1] {
+				t.Errorf("directly:\n  %s\nthrough mzproxy:\n  %s", c.got[0], c.got[1])
+			}
+			if !strings.Contains(c.got[0], "stmt=57014") {
+				t.Errorf("directly, not canceled: %s", c.got[0])
+			}
+		})
+	}
+}
+
+// cancelWaitingOnLock is one case of TestCancel20PrepareWaitingOnLock,
+// spelled as what the client saw.
+func cancelWaitingOnLock(ctx context.Context, url, db, table, op string, mode pgx.QueryExecMode, block bool) string {
+	var out []string
+	note := func(what string, err error) {
+		s := "none"
+		if err != nil {
+			s = sqlState(err) + " " + err.Error()
+		}
+		out = append(out, what+"="+s)
+	}
+	locker, err := pgx.Connect(ctx, directURL("postgres", db))
+	if err != nil {
+		return "connect: " + err.Error()
+	}
+	defer locker.Close(context.Background())
+	conn, err := pgx.ConnectConfig(ctx, cancelableConfig(url))
+	if err != nil {
+		return "connect: " + err.Error()
+	}
+	defer conn.Close(context.Background())
+	if _, err := locker.Exec(ctx, "BEGIN; LOCK TABLE "+table+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		return "lock: " + err.Error()
+	}
+	if block {
+		_, err := conn.Exec(ctx, "BEGIN")
+		note("begin", err)
+	}
+	sql := fmt.Sprintf(op, table)
+	stmtCtx, cancel := context.WithCancel(ctx)
+	go cancelWhenWaiting(stmtCtx, cancel, db, table)
+	_, err = conn.Exec(stmtCtx, sql, mode, 1)
+	cancel()
+	note("stmt", err)
+	if _, err := locker.Exec(ctx, "ROLLBACK"); err != nil {
+		return "unlock: " + err.Error()
+	}
+	_, err = conn.Exec(ctx, "SELECT 1")
+	note("next", err)
+	if block {
+		_, err = conn.Exec(ctx, "ROLLBACK")
+		note("rollback", err)
+	}
+	var v int
+	err = conn.QueryRow(ctx, fmt.Sprintf("SELECT v FROM %s WHERE k = 1", table)).Scan(&v)
+	note(fmt.Sprintf("after(v=%d)", v), err)
+	out = append(out, fmt.Sprintf("closed=%v", conn.IsClosed()))
+	return strings.Join(out, "; ")
+}
+
+// cancelWhenWaiting calls cancel once a backend of database db waits on a
+// lock for a statement of table's (seen directly in pg_stat_activity), or
+// after 20 s.
+func cancelWhenWaiting(ctx context.Context, cancel context.CancelFunc, db, table string) {
+	defer cancel()
+	conn, err := pgx.Connect(ctx, directURL("postgres", "postgres"))
+	if err != nil {
+		return
+	}
+	defer conn.Close(context.Background())
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND datname = $2 AND query ~ ($1 || '\M')`, table, db).Scan(&n); err != nil || n > 0 {
+			return
+		}
+	}
+}
