@@ -430,3 +430,160 @@ func cancelWhenWaiting(ctx context.Context, cancel context.CancelFunc, db, table
 		}
 	}
 }
+
+// TestTimeout20AnyPoint: an ordinary role sets statement_timeout to a few
+// milliseconds, so that the proxy's deadline and the backend's own end
+// statements anywhere (a pin, a guard, a write's slot, the refold of an
+// autocommit write, a block's COMMIT), and runs autocommit increments and
+// read-then-write blocks of one managed row, each under a timeout drawn
+// from 1 to 6 ms, through mzproxy with and without the event loop, the
+// sessions at once. Every error is 57014 (or 25P02 after one in its
+// block; 40001 where a block lost to the other session), the row counts
+// exactly the increments whose statement or COMMIT was answered, no read
+// hold is left, and the proxies go on.
+func TestTimeout20AnyPoint(t *testing.T) {
+	t.Parallel()
+	st := newStage(t, stageOpts{create: true, proxies: [][]string{nil, {"--event-loop=false"}}})
+	ctx := st.ctx
+	mustExec(t, ctx, connectTo(t, ctx, st.url(0, st.role)), "CREATE TABLE tmo20 (k int PRIMARY KEY, v int)", "INSERT INTO tmo20 VALUES (1, 0)")
+	var acked [2]int
+	var trails [2]string
+	var wg sync.WaitGroup
+	for i := range st.proxies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, trail, err := timeoutAnyPoint(ctx, st.url(i, st.role), 200)
+			acked[i], trails[i] = n, trail
+			if err != nil {
+				t.Errorf("proxy %d: %v; its last statements:\n%s", i, err, trail)
+			}
+		}()
+	}
+	wg.Wait()
+	c := connectTo(t, ctx, st.url(0, st.role))
+	var v int
+	if err := c.QueryRow(ctx, "SELECT v FROM tmo20 WHERE k = 1").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	if v != acked[0]+acked[1] {
+		t.Errorf("v = %d, want the %d+%d increments answered; the last statements:\n%s\n\n%s", v, acked[0], acked[1], trails[0], trails[1])
+	}
+	noHoldsOn(t, ctx, connectTo(t, ctx, directURL("postgres", st.db)), "tmo20")
+	for _, p := range st.proxies {
+		p.mustAlive(t, ctx)
+	}
+	t.Logf("increments answered: %d and %d", acked[0], acked[1])
+}
+
+// timeoutAnyPoint runs n rounds on one connection to url, each under a
+// statement_timeout of 1 to 6 ms: an autocommit increment of tmo20's row,
+// then a block that reads it, increments it and commits. It returns how
+// many increments were answered, and the first answer PostgreSQL would
+// not give.
+func timeoutAnyPoint(ctx context.Context, url string, n int) (acked int, trail string, err error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer conn.Close(context.Background())
+	simple := pgx.QueryExecModeSimpleProtocol
+	// run runs sql, a statement that PostgreSQL itself may time out; only
+	// 57014, or 25P02 after an error in the block, or 40001 from a
+	// block's read-then-write check, are an answer it gives.
+	var trails []string
+	defer func() {
+		trail = strings.Join(trails[max(0, len(trails)-16):], "\n")
+	}()
+	note := func(sql string, tag pgconn.CommandTag, err error) {
+		trails = append(trails, fmt.Sprintf("%s -> %q %v [%c]", sql, tag.String(), err, conn.PgConn().TxStatus()))
+	}
+	run := func(sql string) (bool, error) {
+		tag, err := conn.Exec(ctx, sql, simple)
+		note(sql, tag, err)
+		if err != nil && conn.PgConn().TxStatus() == 'T' {
+			// PostgreSQL's error ends the transaction or aborts the
+			// block: never a block going on.
+			return false, fmt.Errorf("%w, then ReadyForQuery T", err)
+		}
+		switch sqlState(err) {
+		case "":
+			if err != nil {
+				return false, err
+			}
+			return true, nil
+		case "57014", "25P02", "40001":
+			return false, nil
+		}
+		return false, err
+	}
+	// untimed runs sql with no timeout (a SET of a few milliseconds may
+	// itself time out: it is sent again).
+	untimed := func(sql string) error {
+		for tries := 0; ; tries++ {
+			tag, err := conn.Exec(ctx, sql, simple)
+			note(sql, tag, err)
+			if err == nil || sqlState(err) != "57014" || tries == 20 {
+				return err
+			}
+		}
+	}
+	for i := 0; i < n; i++ {
+		if conn.PgConn().TxStatus() == 'E' {
+			// A BEGIN stopped after it began the block (PostgreSQL's
+			// TBLOCK_BEGIN aborted): the block is left aborted.
+			if err := untimed("ROLLBACK"); err != nil {
+				return acked, "", fmt.Errorf("round %d: ROLLBACK: %w", i, err)
+			}
+		}
+		if err := untimed(fmt.Sprintf("SET statement_timeout = '%dms'", 1+rand.Intn(6))); err != nil {
+			return acked, "", fmt.Errorf("round %d: SET: %w", i, err)
+		}
+		ok, err := run("UPDATE tmo20 SET v = v + 1 WHERE k = 1")
+		if err != nil {
+			return acked, "", fmt.Errorf("round %d: autocommit UPDATE: %w", i, err)
+		}
+		if ok {
+			acked++
+		}
+		if ok, err := run("BEGIN"); err != nil || !ok {
+			if err != nil {
+				return acked, "", fmt.Errorf("round %d: BEGIN: %w", i, err)
+			}
+			continue
+		}
+		blockOK := true
+		for _, sql := range []string{"SELECT v FROM tmo20 WHERE k = 1", "UPDATE tmo20 SET v = v + 1 WHERE k = 1"} {
+			ok, err := run(sql)
+			if err != nil {
+				return acked, "", fmt.Errorf("round %d: %s: %w", i, sql, err)
+			}
+			blockOK = blockOK && ok
+		}
+		tag, err := conn.Exec(ctx, "COMMIT", simple)
+		note("COMMIT", tag, err)
+		switch {
+		case err == nil && tag.String() == "COMMIT":
+			if !blockOK {
+				return acked, "", fmt.Errorf("round %d: COMMIT of a block whose statement failed answered COMMIT", i)
+			}
+			acked++
+		case err == nil:
+			// A failed block's COMMIT answers ROLLBACK.
+		case sqlState(err) != "57014" && sqlState(err) != "40001":
+			return acked, "", fmt.Errorf("round %d: COMMIT: %w", i, err)
+		}
+		switch status := conn.PgConn().TxStatus(); {
+		case status == 'E' && sqlState(err) == "57014":
+			// Stopped before the COMMIT ran (PostgreSQL's too, when
+			// its timeout fires while it parses the COMMIT): the block
+			// is left aborted.
+			if err := untimed("ROLLBACK"); err != nil {
+				return acked, "", fmt.Errorf("round %d: ROLLBACK: %w", i, err)
+			}
+		case status != 'I':
+			return acked, "", fmt.Errorf("round %d: after COMMIT (%v), transaction status %c", i, err, status)
+		}
+	}
+	return acked, "", untimed("RESET statement_timeout")
+}
