@@ -517,13 +517,14 @@ func timeoutAnyPoint(ctx context.Context, url string, n int) (acked int, trail s
 		}
 		return false, err
 	}
-	// untimed runs sql with no timeout (a SET of a few milliseconds may
-	// itself time out: it is sent again).
+	// untimed runs sql until it is not timed out (a SET or ROLLBACK runs
+	// under the timeout set before it, and may itself time out: it is
+	// sent again, up to 1,000 times, each a round trip).
 	untimed := func(sql string) error {
 		for tries := 0; ; tries++ {
 			tag, err := conn.Exec(ctx, sql, simple)
 			note(sql, tag, err)
-			if err == nil || sqlState(err) != "57014" || tries == 20 {
+			if err == nil || sqlState(err) != "57014" || tries == 1000 {
 				return err
 			}
 		}
