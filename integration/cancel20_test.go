@@ -436,8 +436,9 @@ func cancelWhenWaiting(ctx context.Context, cancel context.CancelFunc, db, table
 // statements anywhere (a pin, a guard, a write's slot, the refold of an
 // autocommit write, a block's COMMIT), and runs autocommit increments and
 // read-then-write blocks of one managed row, each under a timeout drawn
-// from 1 to 6 ms, through mzproxy with and without the event loop, the
-// sessions at once. Every error is 57014 (or 25P02 after one in its
+// from 1 to 6 ms, in the simple protocol and pgx's exec, cache_statement
+// and cache_describe modes in turn, through mzproxy with and without the
+// event loop, the sessions at once. Every error is 57014 (or 25P02 after one in its
 // block; 40001 where a block lost to the other session), the row counts
 // exactly the increments whose statement or COMMIT was answered, no read
 // hold is left, and the proxies go on.
@@ -453,7 +454,7 @@ func TestTimeout20AnyPoint(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n, trail, err := timeoutAnyPoint(ctx, st.url(i, st.role), 200)
+			n, trail, err := timeoutAnyPoint(ctx, st.url(i, st.role), 320)
 			acked[i], trails[i] = n, trail
 			if err != nil {
 				t.Errorf("proxy %d: %v; its last statements:\n%s", i, err, trail)
@@ -498,8 +499,16 @@ func timeoutAnyPoint(ctx context.Context, url string, n int) (acked int, trail s
 	note := func(sql string, tag pgconn.CommandTag, err error) {
 		trails = append(trails, fmt.Sprintf("%s -> %q %v [%c]", sql, tag.String(), err, conn.PgConn().TxStatus()))
 	}
+	// The round's reads and writes go in the simple protocol or in one
+	// of pgx's extended modes, in turn; BEGIN and COMMIT in the simple.
+	modes := []pgx.QueryExecMode{simple, pgx.QueryExecModeExec, pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe}
+	mode := simple
 	run := func(sql string) (bool, error) {
-		tag, err := conn.Exec(ctx, sql, simple)
+		m := simple
+		if !strings.HasPrefix(sql, "BEGIN") && !strings.HasPrefix(sql, "COMMIT") {
+			m = mode
+		}
+		tag, err := conn.Exec(ctx, sql, m)
 		note(sql, tag, err)
 		if err != nil && conn.PgConn().TxStatus() == 'T' {
 			// PostgreSQL's error ends the transaction or aborts the
@@ -530,6 +539,7 @@ func timeoutAnyPoint(ctx context.Context, url string, n int) (acked int, trail s
 		}
 	}
 	for i := 0; i < n; i++ {
+		mode = modes[i%len(modes)]
 		if conn.PgConn().TxStatus() == 'E' {
 			// A BEGIN stopped after it began the block (PostgreSQL's
 			// TBLOCK_BEGIN aborted): the block is left aborted.
