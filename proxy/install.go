@@ -230,6 +230,21 @@ func (b *backend) internalValue(ctx context.Context, sql string) (string, error)
 	return values[0], nil
 }
 
+// canceledUnsent is the error of a query of the proxy's own whose
+// statement context had ended before any of it was sent: 57014 for the
+// context's cause, marked as never sent, so that a transaction's pin
+// stopped so is not taken for a failure of the backend's block
+// (pinFailed): the session then fails the block itself, as PostgreSQL's
+// cancel of the client's statement would have (abortAfterRefusal).
+func canceledUnsent(ctx context.Context) error {
+	return pgerr.Wrap(pgerr.QueryCanceled, unsent{context.Cause(ctx)})
+}
+
+// unsent marks the error of a query that never reached the backend.
+type unsent struct{ error }
+
+func (u unsent) Unwrap() error { return u.error }
+
 // valueStatement is the name of internalValues' statement and portal.
 const valueStatement = "mzproxy_value"
 
@@ -237,7 +252,7 @@ const valueStatement = "mzproxy_value"
 // run in order; the first that fails stops the rest.
 func (b *backend) internalValues(ctx context.Context, sqls ...string) ([]string, error) {
 	if ctx.Err() != nil {
-		return nil, pgerr.Wrap(pgerr.QueryCanceled, context.Cause(ctx))
+		return nil, canceledUnsent(ctx)
 	}
 	closes, err := b.sendValues(sqls)
 	if err != nil {
@@ -352,7 +367,7 @@ func (b *backend) internalFailed(failed *pgerr.Error) error {
 // sent no Execute before.
 func (b *backend) valueOwnBatch(ctx context.Context, sql string) (string, error) {
 	if ctx.Err() != nil {
-		return "", pgerr.Wrap(pgerr.QueryCanceled, context.Cause(ctx))
+		return "", canceledUnsent(ctx)
 	}
 	if _, err := b.sendValues([]string{sql}); err != nil {
 		return "", err

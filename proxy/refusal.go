@@ -67,9 +67,14 @@ func (s *Session) abortAfterRefusal(ctx context.Context, msg pgproto3.FrontendMe
 			return ferr
 		}
 	}
-	if s.skipping || s.be.failed || !extended && (s.tx != txBlock || s.be.status == 'E') {
+	if s.skipping || s.be.failed || !extended && s.tx != txBlock {
 		// The backend failed already: it skips to the client's Sync, or
-		// its block is aborted.
+		// its block is aborted. (A block the session holds is failed
+		// here even when the backend's last ReadyForQuery said 'E': a
+		// query of the proxy's own that a cancel or the deadline
+		// stopped in the block aborted the backend's block and left the
+		// session's going; the refused Parse then gets 25P02, and its
+		// ReadyForQuery is followed.)
 		return err
 	}
 	if ferr := s.be.w.Send(&pgproto3.Parse{Name: refusedStatement, Query: refusedSQL}); ferr != nil {

@@ -723,7 +723,7 @@ func (s *Session) answerUnit(ctx context.Context, u *unit, typ byte, frame []byt
 			s.muted = true
 		}
 	}
-	if typ == 'E' && s.peekRefusedView(u, frame) {
+	if typ == 'E' && (s.peekRefusedView(u, frame) || s.peekCanceled(u, frame)) {
 		return false, nil
 	}
 	if typ == 'E' && u.disp == swallow {

@@ -299,13 +299,38 @@ func (s *Session) peekRefusedView(u *unit, frame []byte) bool {
 		return false
 	}
 	s.restrictViews()
+	s.dropPeek(u)
+	return true
+}
+
+// peekCanceled reports whether frame, an ErrorResponse to u, is the
+// peek's (a unit before a BEGIN) 57014: the statement's context ended
+// before the BEGIN was sent, and the proxy's CancelRequest, sent behind
+// it, stopped the peek. The peek is the proxy's own: the client does not
+// see its error, and its BEGIN, behind the peek's Sync, runs as usual (as
+// in PostgreSQL when a cancel comes after the statement; before, the
+// client read 57014 and ReadyForQuery 'T': a block begun, which a client
+// takes for none). The transaction pins with the gate (no peek).
+func (s *Session) peekCanceled(u *unit, frame []byte) bool {
+	if u.beforeBegin == nil || errorCode(wire.Body(frame)) != string(pgerr.QueryCanceled) {
+		return false
+	}
+	// Not the client's statement interrupted (interrupted counts those).
+	s.canceledReply = false
+	s.dropPeek(u)
+	return true
+}
+
+// dropPeek drops the peek u that failed: the backend skips to the
+// peek's own Sync, and the transaction pins with the gate. The peek's
+// statement is prepared again next time (the Parse may be what failed).
+func (s *Session) dropPeek(u *unit) {
 	*u.beforeBegin = ""
-	// The backend skips to the peek's own Sync.
+	s.pinPeekPrepared = false
 	s.skipping = true
 	for u := s.units.front(); u != nil && u.kind != uSync; u = s.units.front() {
 		s.units.pop()
 	}
-	return true
 }
 
 // restrictViews notes that the session restricts views: the pin's
@@ -653,7 +678,7 @@ func (s *Session) pinQuick(ctx context.Context, expected txnCharacteristics) err
 // internalFailed's.
 func (s *Session) quickPinValue(ctx context.Context, raise bool, peek int64) (string, error) {
 	if ctx.Err() != nil {
-		return "", pgerr.Wrap(pgerr.QueryCanceled, context.Cause(ctx))
+		return "", canceledUnsent(ctx)
 	}
 	ends := 0 // the CloseCompletes and CommandCompletes to come
 	var msgs []pgproto3.FrontendMessage
@@ -875,8 +900,11 @@ func (s *Session) pinFailed(err error, guessed bool, expected txnCharacteristics
 	if pe.IsFatal() {
 		return err
 	}
-	if s.tx == txBlock && !s.be.clientBatch {
-		// internalFailed read the ReadyForQuery that says so.
+	var never unsent
+	if s.tx == txBlock && !s.be.clientBatch && !errors.As(err, &never) {
+		// internalFailed read the ReadyForQuery that says so. (A pin
+		// that a cancel or the deadline stopped before it was sent left
+		// the backend's block going: abortAfterRefusal fails it.)
 		s.tx = txFailed
 		s.releaseTxnHolds()
 	}

@@ -2,8 +2,12 @@
 <driver> <url>, run by TestCancel19DriverPrograms (integration/cancel19_test.go)
 through mzproxy and directly, whose outputs must be the same. <driver> is
 psycopg (conn.cancel() from another thread, statement_timeout, and both in
-pipeline mode) or asyncpg (timeout=, which cancels the statement, and
-statement_timeout). Each case interrupts a read of a table, a write to it
+pipeline mode) or asyncpg (a cancelled task, which cancels the statement
+as timeout= does, and statement_timeout). A cancel is sent once a second
+connection sees the statement in its pg_sleep in pg_stat_activity, never
+at a fixed time: a cancel that came while a statement was still on its
+way (a driver's prepare, a proxy's queue) is answered by the point it
+reaches, which a loaded machine moves. Each case interrupts a read of a table, a write to it
 or a CREATE TABLE AS, in autocommit or in a block, on a connection of its
 own (the cases run at once), and prints one line: what the statement
 raised, what a block's next statement raised, and the table afterwards.
@@ -13,10 +17,15 @@ are made by the program first.
 import asyncio
 import sys
 import threading
+import time
 
 driver, url = sys.argv[1], sys.argv[2]
 
-CANCEL_AFTER = 5.0  # longer than cancelAfter (helpers_test.go): under load a statement can take seconds to reach its pg_sleep, and a cancel before that need not be answered alike
+SLEEPING_SQL = (
+    "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
+    " AND datname = current_database() AND pid <> pg_backend_pid() AND query ~ (%s || '\\M')"
+)
+WAIT_BOUND = 20.0  # seconds; the statements sleep 30
 
 OPS = {
     # (text, takes a parameter)
@@ -53,6 +62,16 @@ def psycopg_main():
             return "%s %s" % (e.sqlstate, e.diag.message_primary)
         return "%s %s" % (type(e).__name__, e)
 
+    def cancel_when_sleeping(conn, t):
+        # From a connection of its own, through the same server.
+        with psycopg.connect(url, autocommit=True) as watch:
+            deadline = time.monotonic() + WAIT_BOUND
+            while time.monotonic() < deadline:
+                if watch.execute(SLEEPING_SQL.replace("%s", "%(t)s"), {"t": t}).fetchone()[0] > 0:
+                    break
+                time.sleep(0.05)
+        conn.cancel()
+
     todo = cases(["cancel", "timeout", "pipeline_cancel", "pipeline_timeout"])
     setup = psycopg.connect(url, autocommit=True)
     for c in todo:
@@ -75,7 +94,7 @@ def psycopg_main():
             conn.execute("BEGIN")
         timer = None
         if "cancel" in mech:
-            timer = threading.Timer(CANCEL_AFTER, conn.cancel)
+            timer = threading.Thread(target=cancel_when_sleeping, args=(conn, t))
             timer.start()
         err = None
         try:
@@ -125,7 +144,18 @@ async def asyncpg_main():
             return "%s %s" % (e.sqlstate, e.args[0] if e.args else "")
         return type(e).__name__
 
-    todo = cases(["timeout_arg", "statement_timeout"])
+    async def sleeping(t):
+        watch = await asyncpg.connect(url)
+        try:
+            deadline = time.monotonic() + WAIT_BOUND
+            while time.monotonic() < deadline:
+                if await watch.fetchval(SLEEPING_SQL.replace("%s", "$1::text"), t) > 0:
+                    return
+                await asyncio.sleep(0.05)
+        finally:
+            await watch.close()
+
+    todo = cases(["cancel", "statement_timeout"])
     setup = await asyncpg.connect(url)
     for c in todo:
         t = "c19_" + name(*c)
@@ -145,9 +175,16 @@ async def asyncpg_main():
         if block:
             await conn.execute("BEGIN")
         err = None
+        # asyncpg sends a CancelRequest when the task running a statement
+        # is cancelled, as when its timeout= passes (the same path of its
+        # protocol), and raises CancelledError.
+        task = asyncio.ensure_future(conn.execute(sql, *args))
+        if mech == "cancel":
+            await sleeping(t)
+            task.cancel()
         try:
-            await conn.execute(sql, *args, timeout=CANCEL_AFTER if mech == "timeout_arg" else None)
-        except BaseException as e:  # noqa: BLE001 (asyncio's TimeoutError)
+            await task
+        except BaseException as e:  # noqa: BLE001 (asyncio's CancelledError)
             err = e
         line.append("stmt=" + described(err))
         if block:
