@@ -25,7 +25,10 @@ import (
 func TestPolledWrite(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s, client := openSession(t, ctx, Config{EventLoop: true, StatementTimeout: 400 * time.Millisecond})
+	// Every statement has a deadline (the polled wait's timer), a generous
+	// one: the table's first write builds its history, which took over
+	// 400 ms under load.
+	s, client := openSession(t, ctx, Config{EventLoop: true, StatementTimeout: 10 * time.Second})
 	px := s.proxy
 	direct := func() *pgconn.PgConn {
 		c, err := pgconn.Connect(ctx, server.ConnString("postgres", "postgres"))
