@@ -158,11 +158,19 @@ func cancel19Case(ctx context.Context, exec cancel19Step, read func(sql string) 
 }
 
 // cancelWhenSleeping calls cancel once a backend of database db runs a
-// statement of table's in its pg_sleep (seen directly in pg_stat_activity), or after
-// 20 s: a cancel at a fixed time could come, on a loaded machine, while a
-// driver's statement is still being prepared (pgx's describe round
-// trip), which PostgreSQL and mzproxy need not answer alike.
+// statement of table's in its pg_sleep (seen directly in
+// pg_stat_activity), or after 20 s: a cancel at a fixed time could come,
+// on a loaded machine, while a driver's statement is still being prepared
+// (pgx's describe round trip), which PostgreSQL and mzproxy need not
+// answer alike.
 func cancelWhenSleeping(ctx context.Context, cancel context.CancelFunc, db, table string) {
+	cancelWhenSeen(ctx, cancel, db, table, "wait_event = 'PgSleep'")
+}
+
+// cancelWhenSeen calls cancel once a backend of database db shows a
+// statement of table's in the state pg_stat_activity's condition says,
+// or after 20 s.
+func cancelWhenSeen(ctx context.Context, cancel context.CancelFunc, db, table, condition string) {
 	defer cancel()
 	conn, err := pgx.Connect(ctx, directURL("postgres", "postgres"))
 	if err != nil {
@@ -172,7 +180,7 @@ func cancelWhenSleeping(ctx context.Context, cancel context.CancelFunc, db, tabl
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		var n int
 		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event = 'PgSleep' AND datname = $2 AND query ~ ($1 || '\M')`, table, db).Scan(&n); err != nil || n > 0 {
+			WHERE `+condition+` AND datname = $2 AND query ~ ($1 || '\M')`, table, db).Scan(&n); err != nil || n > 0 {
 			return
 		}
 	}

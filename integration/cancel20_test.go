@@ -392,7 +392,7 @@ func cancelWaitingOnLock(ctx context.Context, url, db, table, op string, mode pg
 	}
 	sql := fmt.Sprintf(op, table)
 	stmtCtx, cancel := context.WithCancel(ctx)
-	go cancelWhenWaiting(stmtCtx, cancel, db, table)
+	go cancelWhenSeen(stmtCtx, cancel, db, table, "wait_event_type = 'Lock'")
 	_, err = conn.Exec(stmtCtx, sql, mode, 1)
 	cancel()
 	note("stmt", err)
@@ -410,25 +410,6 @@ func cancelWaitingOnLock(ctx context.Context, url, db, table, op string, mode pg
 	note(fmt.Sprintf("after(v=%d)", v), err)
 	out = append(out, fmt.Sprintf("closed=%v", conn.IsClosed()))
 	return strings.Join(out, "; ")
-}
-
-// cancelWhenWaiting calls cancel once a backend of database db waits on a
-// lock for a statement of table's (seen directly in pg_stat_activity), or
-// after 20 s.
-func cancelWhenWaiting(ctx context.Context, cancel context.CancelFunc, db, table string) {
-	defer cancel()
-	conn, err := pgx.Connect(ctx, directURL("postgres", "postgres"))
-	if err != nil {
-		return
-	}
-	defer conn.Close(context.Background())
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		var n int
-		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND datname = $2 AND query ~ ($1 || '\M')`, table, db).Scan(&n); err != nil || n > 0 {
-			return
-		}
-	}
 }
 
 // TestTimeout20AnyPoint: an ordinary role sets statement_timeout to a few
