@@ -53,10 +53,9 @@ func TestPreparedTimestampedReadShape(t *testing.T) {
 		}
 	}
 	// The first reads prepare the guard and publish the AS OF's hold. A
-	// guard of the present has three shapes, each prepared at its first
-	// use: the reads that learn the settled count of writes (two), the
-	// one that reads through it with the catalog revision, and the rest
-	// (proxy's guardShape).
+	// guard of the present has two shapes, each prepared at its first
+	// use: the reads that learn the settled count of writes (two), and
+	// the rest, which read through it (proxy's guardShape).
 	for name := range reads {
 		for id := 1; id <= 5; id++ {
 			read(name, id)
