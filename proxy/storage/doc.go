@@ -23,7 +23,8 @@
 // lazy_history.sql 37 to 38, ddl_cols.sql 38 to 39,
 // ddl_view.sql 39 to 40, ddl_lazy_cols.sql 40 to 41, slot_pending.sql 41
 // to 42, quote_idents.sql 42 to 43, trig_fold.sql 43 to 44, read_peek.sql
-// 44 to 45, ddl_lazy_ts.sql 45 to 46 (a database at an older
+// 44 to 45, ddl_lazy_ts.sql 45 to 46, slot_checked.sql 46 to 47 (a
+// database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -320,6 +321,13 @@
 //     the transaction, a block whose T was fixed early) reads the mark
 //     after setting the marker and fails with 40001 when it is above its
 //     T: a transaction at a later T read the table without its write.
+//     Since version 47 (slot_checked.sql) no slot taken before skips
+//     the check: a pending slot (begin_write_occ, begin_write(), the
+//     request set by hand, which PUBLIC may all do in a block) becomes
+//     the block's deferred slot at open_write_deferred, checked as any;
+//     a T chosen before (begin_write_at, commit_write) fails
+//     open_write_deferred with 25000 when reads are to be checked,
+//     unless fix_write fixed it (the row's fixed_t: checked then).
 
 // # Cost
 //

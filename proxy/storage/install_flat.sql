@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 46, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 47, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -1767,14 +1767,28 @@ BEGIN
     IF coalesce(current_setting('mzproxy.write_ts', true), '') <> '' OR pg_current_xact_id_if_assigned() IS NOT NULL THEN
         cur := (SELECT s.t FROM mzproxy.write_slot() s);
     END IF;
-    IF cur >= 0 THEN
-        -- A slot whose T is chosen or pending (fix_write ran, or a
-        -- begin_write): nothing is left to check against a pin.
+    IF cur > 0 THEN
+        -- T chosen. By fix_write (a block's DDL, a read of its own
+        -- writes): its reads were checked then, nothing is left to check.
+        -- By anything else (begin_write_at, commit_write after
+        -- begin_write), in a block that read: they can no longer be
+        -- (version 47).
+        IF p_read_writes IS NOT NULL AND NOT EXISTS (
+                SELECT FROM mzproxy.deferred_slots d
+                 WHERE d.xid = pg_current_xact_id_if_assigned()::text::bigint AND d.fixed_t = cur) THEN
+            RAISE EXCEPTION 'transaction chose its write timestamp % before its reads were checked', cur
+                USING ERRCODE = '25000',
+                      DETAIL = 'A transaction block that read at its timestamp and then writes is checked against what it read when mzproxy chooses its write timestamp.',
+                      HINT = 'Do not call mzproxy''s write-slot functions in a transaction block; ROLLBACK and run it again.';
+        END IF;
         RETURN 0;
     END IF;
-    IF cur IS NULL THEN
-        -- Fenced now or at fix_write, which checks again with the gate
-        -- held (check_incarnation's condition).
+    IF cur IS NULL OR cur = 0 THEN
+        -- No slot, or a pending one (begin_write_occ, begin_write(), the
+        -- request set by hand: nothing is written under it yet, since the
+        -- first history row chooses T), which becomes the block's
+        -- deferred slot (version 47). Fenced now or at fix_write, which
+        -- checks again with the gate held (check_incarnation's condition).
         IF p_inc IS NOT NULL AND NOT coalesce((
                 SELECT i.retired_at IS NULL
                        AND i.heartbeat_at >= clock_timestamp() - i.grace_ms * interval '1 millisecond'
@@ -3910,6 +3924,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('43', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('44', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('45', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('46', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('47', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
