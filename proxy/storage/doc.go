@@ -322,10 +322,10 @@
 //     after setting the marker and fails with 40001 when it is above its
 //     T: a transaction at a later T read the table without its write.
 //     Since version 47 (slot_checked.sql) no slot taken before skips
-//     the check: a pending slot (begin_write_occ, begin_write(), the
-//     request set by hand, which PUBLIC may all do in a block) becomes
-//     the block's deferred slot at open_write_deferred, checked as any;
-//     a T chosen before (begin_write_at, commit_write) fails
+//     the check: a pending slot (begin_write_occ, the request set by
+//     hand, which PUBLIC may both do in a block) becomes the block's
+//     deferred slot at open_write_deferred, checked as any; a T chosen
+//     before (begin_write(), begin_write_at, commit_write) fails
 //     open_write_deferred with 25000 when reads are to be checked,
 //     unless fix_write fixed it (the row's fixed_t: checked then).
 

@@ -1770,8 +1770,8 @@ BEGIN
     IF cur > 0 THEN
         -- T chosen. By fix_write (a block's DDL, a read of its own
         -- writes): its reads were checked then, nothing is left to check.
-        -- By anything else (begin_write_at, commit_write after
-        -- begin_write), in a block that read: they can no longer be
+        -- By anything else (begin_write(), begin_write_at, commit_write
+        -- after a pending slot), in a block that read: they can no longer be
         -- (version 47).
         IF p_read_writes IS NOT NULL AND NOT EXISTS (
                 SELECT FROM mzproxy.deferred_slots d
@@ -1784,8 +1784,8 @@ BEGIN
         RETURN 0;
     END IF;
     IF cur IS NULL OR cur = 0 THEN
-        -- No slot, or a pending one (begin_write_occ, begin_write(), the
-        -- request set by hand: nothing is written under it yet, since the
+        -- No slot, or a pending one (begin_write_occ, the request set by
+        -- hand: nothing is written under it yet, since the
         -- first history row chooses T), which becomes the block's
         -- deferred slot (version 47). Fenced now or at fix_write, which
         -- checks again with the gate held (check_incarnation's condition).

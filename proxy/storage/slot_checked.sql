@@ -8,10 +8,11 @@
 -- (check_reads). open_write_deferred returned at once for a slot already
 -- taken, "nothing left to check", which is true only of the slot
 -- fix_write itself fixed (a block's DDL, a read of its own writes). A
--- role that called begin_write_occ(NULL, NULL), begin_write() or set the
--- request '0 - pending' by hand in its block before its first write
--- left a pending slot, and one that also had T chosen (commit_write,
--- begin_write_at) a chosen one: either way its block committed without
+-- role that called begin_write_occ(NULL, NULL) or set the request
+-- '0 - pending' by hand in its block before its first write left a
+-- pending slot, and one that called begin_write() (which chooses T at
+-- once), begin_write_at, or commit_write after a pending slot, a chosen
+-- one: either way its block committed without
 -- the check (two such blocks each read a sum and each took from a
 -- different row: both committed, write skew in the role's own tables).
 -- mzproxy never makes either slot in a block. Now:
@@ -48,8 +49,8 @@ BEGIN
     IF cur > 0 THEN
         -- T chosen. By fix_write (a block's DDL, a read of its own
         -- writes): its reads were checked then, nothing is left to check.
-        -- By anything else (begin_write_at, commit_write after
-        -- begin_write), in a block that read: they can no longer be
+        -- By anything else (begin_write(), begin_write_at, commit_write
+        -- after a pending slot), in a block that read: they can no longer be
         -- (version 47).
         IF p_read_writes IS NOT NULL AND NOT EXISTS (
                 SELECT FROM @SCHEMA@.deferred_slots d
@@ -62,8 +63,8 @@ BEGIN
         RETURN 0;
     END IF;
     IF cur IS NULL OR cur = 0 THEN
-        -- No slot, or a pending one (begin_write_occ, begin_write(), the
-        -- request set by hand: nothing is written under it yet, since the
+        -- No slot, or a pending one (begin_write_occ, the request set by
+        -- hand: nothing is written under it yet, since the
         -- first history row chooses T), which becomes the block's
         -- deferred slot (version 47). Fenced now or at fix_write, which
         -- checks again with the gate held (check_incarnation's condition).
