@@ -1,11 +1,19 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 )
 
 // TestOutside21SlotCallKeepsSkewCheck: an ordinary role's two blocks
@@ -110,4 +118,198 @@ func skewRound(ctx context.Context, conns []*pgx.Conn, tb, call string) (int, []
 		errs = append(errs, failed[i])
 	}
 	return committed, errs
+}
+
+// TestOutside21TimeoutInGatedPin: a block's first read whose pin waits
+// for the writers' gate (another session's block holds it from its DDL's
+// T to its end) is interrupted by the client's statement_timeout, and by
+// a cancel sent once pg_stat_activity shows the wait (as pgjdbc's
+// setQueryTimeout timer sends one): 57014, the block aborted (25P02)
+// until ROLLBACK, no hold left, the session goes on; never a statement
+// that waits on past its timeout or cancel for the gate (session 20 saw
+// a JDBC timeout's cancel lost in that wait once). In pgx's five modes,
+// and BEGIN and the read in one simple Query (JDBC's batch). A read that
+// does not wait for the gate may answer instead.
+func TestOutside21TimeoutInGatedPin(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t, "--metrics-listen", "127.0.0.1:0")
+	admin := connectTo(t, ctx, p.URL("postgres", db))
+	direct := connectTo(t, ctx, directURL("postgres", db))
+	tb := tableName(t)
+	mustExec(t, ctx, admin, "CREATE TABLE "+tb+" (k int PRIMARY KEY, v int)", "INSERT INTO "+tb+" VALUES (1, 0), (2, 0)",
+		"CREATE TABLE "+tb+"_hold (k int)", "INSERT INTO "+tb+"_hold VALUES (1)")
+	read := "SELECT count(*)::int FROM " + tb
+	type shape struct {
+		mode  pgx.QueryExecMode
+		batch bool // BEGIN and the read in one request (a simple Query, or a pgx batch: one Sync, as JDBC sends them)
+	}
+	var shapes []shape
+	for _, m := range pgxModes {
+		shapes = append(shapes, shape{m, false}, shape{m, true})
+	}
+	waited := 0
+	for i, sh := range shapes {
+		for _, how := range []string{"statement_timeout", "cancel"} {
+			what := fmt.Sprintf("%v (batch %v), %s", sh.mode, sh.batch, how)
+			holder := connectTo(t, ctx, p.URL("postgres", db))
+			// An ALTER of a written table chooses the block's T: the gate is
+			// the block's till its end.
+			mustExec(t, ctx, holder, "BEGIN", fmt.Sprintf("ALTER TABLE %s_hold ADD COLUMN c%d_%s int", tb, i, how[:1]))
+			var gateHeld int
+			// (The pid a client of mzproxy sees is not its backend's.)
+			if err := direct.QueryRow(ctx, `SELECT count(*)::int FROM pg_locks WHERE granted
+				AND relation = 'mzproxy.gate'::regclass AND mode = 'RowShareLock'`).Scan(&gateHeld); err != nil || gateHeld != 1 {
+				t.Fatalf("%s: the holder's block does not hold the gate (%d, %v)", what, gateHeld, err)
+			}
+			victim := connectCancelableMode(t, ctx, p.URL("postgres", db), sh.mode)
+			if how == "statement_timeout" {
+				mustExec(t, ctx, victim, "SET statement_timeout = '300ms'")
+			}
+			if !sh.batch {
+				mustExec(t, ctx, victim, "BEGIN")
+			}
+			stmtCtx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() {
+				var n int
+				var err error
+				switch {
+				case sh.batch && sh.mode == pgx.QueryExecModeSimpleProtocol:
+					_, err = victim.Exec(stmtCtx, "BEGIN; "+read, pgx.QueryExecModeSimpleProtocol)
+				case sh.batch:
+					b := &pgx.Batch{}
+					b.Queue("BEGIN")
+					b.Queue(read).QueryRow(func(r pgx.Row) error { return r.Scan(&n) })
+					err = victim.SendBatch(stmtCtx, b).Close()
+				default:
+					err = victim.QueryRow(stmtCtx, read, sh.mode).Scan(&n)
+				}
+				done <- err
+			}()
+			sawWait := make(chan bool, 1)
+			go func() { sawWait <- whenGateWait(stmtCtx, db, cancel, how == "cancel") }()
+			var got error
+			select {
+			case got = <-done:
+			case <-time.After(30 * time.Second):
+				// Lost: the read waits on for the gate. Release it to end the test.
+				t.Errorf("%s: the read still waits 30 s later (its %s lost)", what, how)
+				mustExec(t, ctx, holder, "ROLLBACK")
+				got = <-done
+			}
+			cancel()
+			if <-sawWait {
+				waited++
+			}
+			if got == nil {
+				t.Logf("%s: answered (no wait for the gate)", what)
+			} else {
+				if c := sqlState(got); c != "57014" {
+					t.Errorf("%s: %v, want 57014", what, got)
+				}
+				_, err := victim.Exec(ctx, "SELECT 1", pgx.QueryExecModeSimpleProtocol)
+				if c := sqlState(err); c != "25P02" {
+					t.Errorf("%s: the block's next statement: %v, want 25P02", what, err)
+				}
+			}
+			mustExec(t, ctx, victim, "ROLLBACK", "RESET statement_timeout")
+			mustExec(t, ctx, holder, "ROLLBACK")
+			if n := count(t, ctx, victim, read, sh.mode); n != 2 {
+				t.Errorf("%s: the session's next read: %d rows", what, n)
+			}
+			p.awaitHolds(t, 0, "after "+what)
+		}
+	}
+	t.Logf("%d of %d statements seen waiting for the gate", waited, 2*len(shapes))
+	if waited == 0 {
+		t.Errorf("no statement was seen waiting for the gate: the test tested nothing")
+	}
+}
+
+// whenGateWait polls pg_locks of database db until a backend waits for
+// mzproxy.gate in EXCLUSIVE mode (a pin) and then calls cancel if
+// cancelIt, for up to 20 s or until ctx ends; it reports whether it saw
+// the wait.
+func whenGateWait(ctx context.Context, db string, cancel context.CancelFunc, cancelIt bool) bool {
+	conn, err := pgx.Connect(ctx, directURL("postgres", db))
+	if err != nil {
+		return false
+	}
+	defer conn.Close(context.Background())
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*)::int FROM pg_locks
+			WHERE NOT granted AND relation = 'mzproxy.gate'::regclass AND mode = 'ExclusiveLock'`).Scan(&n); err != nil {
+			return false
+		}
+		if n > 0 {
+			if cancelIt {
+				cancel()
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// connectCancelableMode is connectCancelable with mode as the
+// connection's default (what a pgx batch runs in).
+func connectCancelableMode(t *testing.T, ctx context.Context, url string, mode pgx.QueryExecMode) *pgx.Conn {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DefaultQueryExecMode = mode
+	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: 20 * time.Second}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// TestOutside21JDBCTimeoutInGatedPin: TestOutside21TimeoutInGatedPin's
+// wait through pgjdbc (testdata/java/Gate21.java): a block's first read
+// (BEGIN and the read in one batch) waits for the writers' gate another
+// block holds; setQueryTimeout's timer and Statement.cancel() once the
+// wait is seen answer 57014, the block is aborted (25P02), and the
+// session goes on. Session 20 saw such a timeout lost once.
+func TestOutside21JDBCTimeoutInGatedPin(t *testing.T) {
+	t.Parallel()
+	command, err := jdbcCommand()
+	requireDriver(t, err, "apt-get install -y default-jre-headless libpostgresql-jdbc-java")
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	tb := tableName(t)
+	mustExec(t, ctx, connectTo(t, ctx, p.URL("postgres", db)),
+		"CREATE TABLE "+tb+" (k int PRIMARY KEY, v int)", "INSERT INTO "+tb+" VALUES (1, 0), (2, 0)",
+		"CREATE TABLE "+tb+"_hold (k int)", "INSERT INTO "+tb+"_hold VALUES (1)")
+	host, port := p.hostPort()
+	runCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(runCtx, command[0], "-cp", jdbcJar, "Gate21.java",
+		fmt.Sprintf("jdbc:postgresql://%s:%s/%s?user=postgres&sslmode=disable", host, port, db), tb)
+	cmd.Dir = filepath.Join("testdata", "java")
+	cmd.Env = append(os.Environ(), "PGOPTIONS=", "JAVA_TOOL_OPTIONS=-Xshare:auto -XX:TieredStopAtLevel=1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	out := strings.TrimSpace(stdout.String())
+	want := []string{
+		"cancel: stmt=57014 ERROR: canceling statement due to user request; in_block=25P02 ERROR: current transaction is aborted, commands ignored until end of transaction block; next=2",
+		"query_timeout: stmt=57014 ERROR: canceling statement due to user request; in_block=25P02 ERROR: current transaction is aborted, commands ignored until end of transaction block; next=2",
+	}
+	if out != strings.Join(want, "\n") {
+		t.Errorf("through mzproxy:\n%s\nwant:\n%s", out, strings.Join(want, "\n"))
+	}
+	t.Logf("through mzproxy:\n%s", out)
 }
