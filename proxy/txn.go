@@ -611,10 +611,25 @@ func takesNoSnapshot(st *planner.Statement) bool {
 // Otherwise the SHOWs are a round trip of their own first.
 func (s *Session) pin(ctx context.Context) error {
 	expected, guessed := s.expectedCharacteristics()
+	var err error
 	if guessed && s.txn.peek != nil && *s.txn.peek != "" {
-		return s.pinQuick(ctx, expected)
+		err = s.pinQuick(ctx, expected)
+	} else {
+		err = s.pinGated(ctx, expected, guessed)
 	}
-	return s.pinGated(ctx, expected, guessed)
+	if err == nil && ctx.Err() != nil {
+		// The statement's cancel or deadline came while the pin ran (a
+		// gated pin waits for the writers' gate): the CancelRequest sent
+		// to the backend can find it between the pin's answer and the
+		// client's statement, waiting for input, where PostgreSQL drops
+		// it, and the client's statement would then run to its end. It
+		// is canceled here instead, as a cancel before the pin was sent
+		// is (canceledUnsent): 57014, and the block failed
+		// (abortAfterRefusal), as a cancel of the statement waiting on
+		// a lock does directly (docs/outside.md, session 21).
+		return canceledUnsent(ctx)
+	}
+	return err
 }
 
 // pinAsks are the SHOWs in front of a pin. The search_path is asked every
