@@ -160,7 +160,7 @@ func TestOutside21TimeoutInGatedPin(t *testing.T) {
 			var gateHeld int
 			// (The pid a client of mzproxy sees is not its backend's.)
 			if err := direct.QueryRow(ctx, `SELECT count(*)::int FROM pg_locks WHERE granted
-				AND relation = 'mzproxy.gate'::regclass AND mode = 'RowShareLock'`).Scan(&gateHeld); err != nil || gateHeld != 1 {
+				AND relation = 'mzproxy.gate'::regclass AND mode = 'RowShareLock'`).Scan(&gateHeld); err != nil || gateHeld < 1 {
 				t.Fatalf("%s: the holder's block does not hold the gate (%d, %v)", what, gateHeld, err)
 			}
 			victim := connectCancelableMode(t, ctx, p.URL("postgres", db), sh.mode)
@@ -228,8 +228,8 @@ func TestOutside21TimeoutInGatedPin(t *testing.T) {
 	}
 }
 
-// whenGateWait polls pg_locks of database db until a backend waits for
-// mzproxy.gate in EXCLUSIVE mode (a pin) and then calls cancel if
+// whenGateWait polls pg_locks of database db until a client's backend
+// waits for mzproxy.gate in EXCLUSIVE mode (a pin) and then calls cancel if
 // cancelIt, for up to 20 s or until ctx ends; it reports whether it saw
 // the wait.
 func whenGateWait(ctx context.Context, db string, cancel context.CancelFunc, cancelIt bool) bool {
@@ -240,8 +240,11 @@ func whenGateWait(ctx context.Context, db string, cancel context.CancelFunc, can
 	defer conn.Close(context.Background())
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		var n int
-		if err := conn.QueryRow(ctx, `SELECT count(*)::int FROM pg_locks
-			WHERE NOT granted AND relation = 'mzproxy.gate'::regclass AND mode = 'ExclusiveLock'`).Scan(&n); err != nil {
+		// (mzproxy's own tick waits for the gate too, briefly, on a
+		// connection named proxy.InternalApplicationName: not counted.)
+		if err := conn.QueryRow(ctx, `SELECT count(*)::int FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+			WHERE NOT l.granted AND l.relation = 'mzproxy.gate'::regclass AND l.mode = 'ExclusiveLock'
+			  AND a.application_name IS DISTINCT FROM 'mzproxy internal'`).Scan(&n); err != nil {
 			return false
 		}
 		if n > 0 {
