@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 46, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 48, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -1626,6 +1626,18 @@ BEGIN
             RETURN;
         END IF;
     END IF;
+    -- (Version 48) An ALTER TABLE that drops only columns of its own
+    -- (DROP COLUMN without a cascade), which the loop below would pass
+    -- over: on_ddl_command_end reconciles them, or refuses them outside
+    -- mzproxy. One query instead of the loop's cursor, and only for an
+    -- ALTER TABLE (in one IF with the tag, the query's plan was set up
+    -- for every DROP too).
+    IF TG_TAG = 'ALTER TABLE' THEN
+        IF NOT EXISTS (SELECT 1 FROM pg_event_trigger_dropped_objects() o
+                        WHERE NOT (o.classid = 'pg_class'::regclass AND o.objsubid <> 0 AND o.original)) THEN
+            RETURN;
+        END IF;
+    END IF;
     FOR r IN SELECT * FROM pg_event_trigger_dropped_objects() LOOP
         IF r.object_type = 'trigger' AND r.original AND r.object_identity LIKE 'mzproxy\_history\_% on %' THEN
             RAISE EXCEPTION 'cannot drop trigger %: mzproxy records the table''s history with it', r.object_identity
@@ -2983,9 +2995,7 @@ CREATE TABLE mzproxy.catalog (
     dropped_ts bigint,
     revision bigint NOT NULL,
     shape text,
-    history_built boolean DEFAULT true NOT NULL,
-    CONSTRAINT catalog_check CHECK (((kind = 'table'::text) = (history IS NOT NULL))),
-    CONSTRAINT catalog_kind_check CHECK ((kind = ANY (ARRAY['table'::text, 'view'::text])))
+    history_built boolean DEFAULT true NOT NULL
 );
 
 
@@ -3139,8 +3149,7 @@ CREATE SEQUENCE mzproxy.catalog_id_seq
 
 CREATE TABLE mzproxy.catalog_revision (
     one boolean DEFAULT true NOT NULL,
-    revision bigint NOT NULL,
-    CONSTRAINT catalog_revision_one_check CHECK (one)
+    revision bigint NOT NULL
 );
 
 
@@ -3910,6 +3919,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('43', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('44', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('45', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('46', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('48', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
