@@ -529,5 +529,5 @@
 // reconciles or refuses them); a cascade from the ALTER (a view, an
 // index, another column) still takes the loop (TestDropColumnCascade).
 // Together about 6% of an ADD+DROP COLUMN pair's backend instructions
-// and 4% of a CREATE+DROP VIEW pair's (docs/ddl-cost.md, "Session 21").
+// and 3% of a CREATE+DROP VIEW pair's (docs/ddl-cost.md, "Session 21").
 package storage
