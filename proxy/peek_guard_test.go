@@ -24,7 +24,7 @@ import (
 // but pinned and catalog_revision (the writes are read by
 // pg_sequence_last_value: each relation a statement names costs a lock,
 // a rights check and a scan's start at every read; docs/read-cost.md
-// "Session 21"), and its test of P's age (pinFresh) agrees with the one
+// "Session 21"), and its test of P's age (storage.PinFresh) agrees with the one
 // settled_pin makes through now_ms() at the millisecond's bounds.
 func TestPeekGuardAnswers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -135,7 +135,7 @@ func TestPeekGuardAnswers(t *testing.T) {
 		t.Errorf("the guard scans %v, want %v:\n%s", scanned, want, plan)
 	}
 
-	// pinFresh against now_ms()'s own text, its clock replaced by a
+	// storage.PinFresh against now_ms()'s own text, its clock replaced by a
 	// fixed time: P fresh when it is at least now_ms() - 1000.
 	nowMS := must("SELECT prosrc FROM pg_catalog.pg_proc WHERE oid = '" + storage.Schema + ".now_ms()'::pg_catalog.regprocedure")[0]
 	if !strings.Contains(nowMS, "clock_timestamp()") {
@@ -143,13 +143,13 @@ func TestPeekGuardAnswers(t *testing.T) {
 	}
 	clock := "('epoch'::pg_catalog.timestamptz + ($2::int8)::float8 * '1 microsecond'::pg_catalog.interval)"
 	msAt := strings.TrimSpace(strings.Replace(nowMS, "clock_timestamp()", clock, 1))
-	check := "SELECT ((" + msAt + ") - 1000 <= p.last_value)::text || '/' || (" + pinFresh(clock) + ")::text" +
+	check := "SELECT ((" + msAt + ") - 1000 <= p.last_value)::text || '/' || (" + storage.PinFresh(clock) + ")::text" +
 		" FROM (SELECT $1::int8 AS last_value, true AS is_called) p"
 	const p = 1796341011307
 	for _, off := range []int64{-1000000, -1, 0, 1, 999, 1000, 999999, 1000000, 1000999, 1001000, 1001001, 1002000, 5000000} {
 		got := must(check, strconv.FormatInt(p, 10), strconv.FormatInt(p*1000+off, 10))[0]
 		if a, b, _ := strings.Cut(got, "/"); a != b {
-			t.Errorf("P %d at %d us past P: now_ms() says fresh %s, pinFresh %s", p, off, a, b)
+			t.Errorf("P %d at %d us past P: now_ms() says fresh %s, PinFresh %s", p, off, a, b)
 		}
 		if fresh := off < 1001000; got != strconv.FormatBool(fresh)+"/"+strconv.FormatBool(fresh) {
 			t.Errorf("P %d at %d us past P: %s, want fresh %v", p, off, got, fresh)

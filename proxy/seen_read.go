@@ -200,9 +200,9 @@ func peekGuardSQL(key guardKey) string {
 // a statement names costs a lock, a rights check and a scan's start at
 // every run, and each function or operator an initialisation, whether or
 // not its branch runs. So the writes are read by pg_sequence_last_value
-// (NULL before the sequence's first nextval, hence the coalesce), not by a
-// subquery's scan; pin() is named once; and P's age is compared as a time
-// (pinFresh), not through now_ms()'s numeric arithmetic. The reads keep
+// (storage.WritesCounted), not by a subquery's scan; pin() is named once;
+// and P's age is compared as a time (storage.PinFresh), not through
+// now_ms()'s numeric arithmetic. The reads keep
 // their order: P is the row the scan reads, the writes the first branch
 // of the OR after the CASE's first condition, evaluated left to right.
 func peekGuardAt(key guardKey, clock string) string {
@@ -210,25 +210,9 @@ func peekGuardAt(key guardKey, clock string) string {
 	// Not a constant (a setting): cast when it runs, not when planned.
 	refuse := "('" + staleMarker + "'" + opCat + "pg_catalog.current_setting('transaction_isolation'))" + toInt8
 	pin := setTSOf + storage.Schema + ".pin()::pg_catalog.text, true)" + opCat + "'/'"
-	writes := "coalesce(pg_catalog.pg_sequence_last_value('" + storage.Schema + ".writes'::pg_catalog.regclass), 0)"
 	return "SELECT CASE WHEN NOT (" + ok + ") THEN " + refuse +
-		" WHEN " + writes + opNe + "$1 OR NOT (" + pinFresh(clock) + ") THEN " + pin +
+		" WHEN " + storage.WritesCounted + opNe + "$1 OR NOT (" + storage.PinFresh(clock) + ") THEN " + pin +
 		" ELSE " + setTSOf + storage.PinGuardTS + "::pg_catalog.text, true) END" + storage.PinGuardFrom
-}
-
-// pinFresh holds when P (the row p of the sequence pinned) is set and
-// less than a second behind clock: what settled_pin asks with
-// "p.last_value >= now_ms() - 1000", whose now_ms() is
-// floor(extract(epoch FROM clock_timestamp()) * 1000) in numeric
-// arithmetic. For U, the clock in microseconds since 1970, and P an
-// integer, floor(U / 1000) - 1000 <= P exactly when U < (P + 1001) * 1000,
-// which is clock < 'epoch' + (P + 1001) ms: the product is exact in
-// float8 (below 2^53 until the year 287,000) and the sum an integer one
-// (interval '1 ms' has no day or month part, so no time zone enters).
-// TestPeekGuardAnswers checks the two against each other at the bounds.
-func pinFresh(clock string) string {
-	return "p.is_called AND " + clock + " OPERATOR(pg_catalog.<) ('epoch'::pg_catalog.timestamptz OPERATOR(pg_catalog.+) " +
-		"((" + storage.PinGuardTS + " OPERATOR(pg_catalog.+) 1001)::pg_catalog.float8 OPERATOR(pg_catalog.*) '1 ms'::pg_catalog.interval))"
 }
 
 // readPeek is what the read guards of a backend connection learned of the
