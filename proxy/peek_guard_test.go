@@ -25,7 +25,10 @@ import (
 // pg_sequence_last_value: each relation a statement names costs a lock,
 // a rights check and a scan's start at every read; docs/read-cost.md
 // "Session 21"), and its test of P's age (storage.PinFresh) agrees with the one
-// settled_pin makes through now_ms() at the millisecond's bounds.
+// settled_pin makes through now_ms() at the millisecond's bounds. The
+// learning guard (shapeLearn) answers P and the settled count when P is
+// fresh, pin()'s t when it is a second old, and refuses for another
+// catalog revision.
 func TestPeekGuardAnswers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -121,6 +124,28 @@ func TestPeekGuardAnswers(t *testing.T) {
 	refused("another catalog revision", err)
 	_, _, err = guard(key, pAged("0"), writes, "REPEATABLE READ")
 	refused("REPEATABLE READ", err)
+
+	// The learning guard (shapeLearn), once a pin settled every write
+	// counted: P and the count when P is fresh, pin()'s t ("t/") when not.
+	learn := key
+	learn.shape = shapeLearn
+	must(storage.ReadTSSQL)
+	for _, c := range []struct {
+		name, age string
+		pins      bool
+	}{{"learning, fresh", "500000", false}, {"learning, a second old", "1001000", true}} {
+		must("BEGIN")
+		answer := must(learnGuardAt(learn, pAged(c.age)))[0]
+		readTS := must("SELECT pg_catalog.current_setting('mzproxy.read_ts')")[0]
+		must("COMMIT")
+		ts, count, _ := strings.Cut(answer, "/")
+		if want := map[bool]string{false: writes, true: ""}[c.pins]; ts != readTS || count != want {
+			t.Errorf("%s: answer %q with mzproxy.read_ts %q, want t/%s", c.name, answer, readTS, want)
+		}
+	}
+	stale.shape = shapeLearn
+	_, err = exec(learnGuardAt(stale, pAged("0")))
+	refused("learning, another catalog revision", err)
 
 	// The relations it scans.
 	plan := strings.Join(must("EXPLAIN (VERBOSE, COSTS OFF) "+peekGuardSQL(key), writes), "\n")

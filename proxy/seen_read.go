@@ -172,11 +172,23 @@ func guardRevision(key guardKey) string {
 // with each branch that answers setting mzproxy.read_ts itself, so that
 // the answer can carry w.
 func learnGuardSQL(key guardKey) string {
+	return learnGuardAt(key, "pg_catalog.clock_timestamp()")
+}
+
+// learnGuardAt is learnGuardSQL with the clock read by the expression
+// clock (a test sets its own). Its reads are settled_pin's, in its order:
+// the writes counted (the row the statement scans), writes_seen, P (a
+// subquery's scan, in the CASE's last branch), the writes again (in P's
+// CASE, after P). As in peekGuardAt, writes_seen and the second read of
+// the writes are pg_sequence_last_value's (no relation to lock and scan:
+// writes_seen starts at 0 and is only ever set with is_called, so its
+// last value is the coalesce's), and P's age is storage.PinFresh's.
+func learnGuardAt(key guardKey, clock string) string {
 	sch := storage.Schema
 	settled := "CASE WHEN coalesce(pg_catalog.current_setting('mzproxy.write_ts', true), '')" + opNe + "'' THEN NULL" +
-		" WHEN (SELECT seen.last_value FROM " + sch + ".writes_seen seen)" + opNe + "counted.w THEN NULL" +
-		" ELSE (SELECT CASE WHEN NOT p.is_called OR p.last_value OPERATOR(pg_catalog.<) (" + sch + ".now_ms() OPERATOR(pg_catalog.-) 1000) THEN NULL" +
-		" WHEN (SELECT CASE WHEN again.is_called THEN again.last_value ELSE 0 END FROM " + sch + ".writes again)" + opEq + "counted.w" +
+		" WHEN coalesce(pg_catalog.pg_sequence_last_value('" + sch + ".writes_seen'::pg_catalog.regclass), 0)" + opNe + "counted.w THEN NULL" +
+		" ELSE (SELECT CASE WHEN NOT (" + storage.PinFresh(clock) + ") THEN NULL" +
+		" WHEN " + storage.WritesCounted + opEq + "counted.w" +
 		" THEN " + setTSOf + "p.last_value::pg_catalog.text, true)" + opCat + "'/'" + opCat + "counted.w::pg_catalog.text END" +
 		" FROM " + sch + ".pinned p) END"
 	return "SELECT CASE WHEN " + guardRevision(key) + " AND " + guardConditions(key) +
