@@ -172,11 +172,23 @@ func guardRevision(key guardKey) string {
 // with each branch that answers setting mzproxy.read_ts itself, so that
 // the answer can carry w.
 func learnGuardSQL(key guardKey) string {
+	return learnGuardAt(key, "pg_catalog.clock_timestamp()")
+}
+
+// learnGuardAt is learnGuardSQL with the clock read by the expression
+// clock (a test sets its own). Its reads are settled_pin's, in its order:
+// the writes counted (the row the statement scans), writes_seen, P (a
+// subquery's scan, in the CASE's last branch), the writes again (in P's
+// CASE, after P). As in peekGuardAt, writes_seen and the second read of
+// the writes are pg_sequence_last_value's (no relation to lock and scan:
+// writes_seen starts at 0 and is only ever set with is_called, so its
+// last value is the coalesce's), and P's age is storage.PinFresh's.
+func learnGuardAt(key guardKey, clock string) string {
 	sch := storage.Schema
 	settled := "CASE WHEN coalesce(pg_catalog.current_setting('mzproxy.write_ts', true), '')" + opNe + "'' THEN NULL" +
-		" WHEN (SELECT seen.last_value FROM " + sch + ".writes_seen seen)" + opNe + "counted.w THEN NULL" +
-		" ELSE (SELECT CASE WHEN NOT p.is_called OR p.last_value OPERATOR(pg_catalog.<) (" + sch + ".now_ms() OPERATOR(pg_catalog.-) 1000) THEN NULL" +
-		" WHEN (SELECT CASE WHEN again.is_called THEN again.last_value ELSE 0 END FROM " + sch + ".writes again)" + opEq + "counted.w" +
+		" WHEN coalesce(pg_catalog.pg_sequence_last_value('" + sch + ".writes_seen'::pg_catalog.regclass), 0)" + opNe + "counted.w THEN NULL" +
+		" ELSE (SELECT CASE WHEN NOT (" + storage.PinFresh(clock) + ") THEN NULL" +
+		" WHEN " + storage.WritesCounted + opEq + "counted.w" +
 		" THEN " + setTSOf + "p.last_value::pg_catalog.text, true)" + opCat + "'/'" + opCat + "counted.w::pg_catalog.text END" +
 		" FROM " + sch + ".pinned p) END"
 	return "SELECT CASE WHEN " + guardRevision(key) + " AND " + guardConditions(key) +
@@ -191,16 +203,28 @@ func learnGuardSQL(key guardKey) string {
 // but the writes are still $1, it pins with pin(), as the view's shape
 // does, and answers "t/" (the session learns again).
 func peekGuardSQL(key guardKey) string {
+	return peekGuardAt(key, "pg_catalog.clock_timestamp()")
+}
+
+// peekGuardAt is peekGuardSQL with the clock read by the expression clock
+// (a test sets its own). It is written for the backend's cost of running
+// it (bench/tsguardcost.sh, docs/read-cost.md "Session 21"): each relation
+// a statement names costs a lock, a rights check and a scan's start at
+// every run, and each function or operator an initialisation, whether or
+// not its branch runs. So the writes are read by pg_sequence_last_value
+// (storage.WritesCounted), not by a subquery's scan; pin() is named once;
+// and P's age is compared as a time (storage.PinFresh), not through
+// now_ms()'s numeric arithmetic. The reads keep
+// their order: P is the row the scan reads, the writes the first branch
+// of the OR after the CASE's first condition, evaluated left to right.
+func peekGuardAt(key guardKey, clock string) string {
 	ok := guardRevision(key) + " AND " + guardConditions(key)
-	// Not a constant (P): cast when it runs, not when planned.
-	refuse := "('" + staleMarker + "'" + opCat + storage.PinGuardTS + ")" + toInt8
+	// Not a constant (a setting): cast when it runs, not when planned.
+	refuse := "('" + staleMarker + "'" + opCat + "pg_catalog.current_setting('transaction_isolation'))" + toInt8
 	pin := setTSOf + storage.Schema + ".pin()::pg_catalog.text, true)" + opCat + "'/'"
-	// P is the row the scan reads, before the writes' subquery runs.
 	return "SELECT CASE WHEN NOT (" + ok + ") THEN " + refuse +
-		" WHEN (SELECT CASE WHEN w.is_called THEN w.last_value ELSE 0 END FROM " + storage.Schema + ".writes w)" + opNe + "$1 THEN " + pin +
-		" WHEN p.is_called AND p.last_value OPERATOR(pg_catalog.>=) (" + storage.Schema + ".now_ms() OPERATOR(pg_catalog.-) 1000)" +
-		" THEN " + setTSOf + storage.PinGuardTS + "::pg_catalog.text, true)" +
-		" ELSE " + pin + " END" + storage.PinGuardFrom
+		" WHEN " + storage.WritesCounted + opNe + "$1 OR NOT (" + storage.PinFresh(clock) + ") THEN " + pin +
+		" ELSE " + setTSOf + storage.PinGuardTS + "::pg_catalog.text, true) END" + storage.PinGuardFrom
 }
 
 // readPeek is what the read guards of a backend connection learned of the

@@ -92,21 +92,44 @@ func PinCheckFunctionSQL(peek string) string {
 // the statement that takes the snapshot, when pin_check(peek) would answer
 // P, and PinGuardTS is then P, the transaction's timestamp. It asks what
 // pin_state asks, in its order: P (the sequence pinned) is set and less
-// than a second behind the clock, then, read after P (a subquery in the
-// last branch of an AND the scan's row comes before), the writes counted
-// are peek. The operators are named with their schema: a role's
-// search_path cannot put its own in their place (OPERATOR() binds as any
-// operator not built into the grammar, left to right: hence the
-// parentheses).
+// than a second behind the clock (PinFresh), then, read after P (the last
+// branch of an AND the scan's row comes before, evaluated left to right),
+// the writes counted are peek (WritesCounted). The operators are named
+// with their schema: a role's search_path cannot put its own in their
+// place (OPERATOR() binds as any operator not built into the grammar, left
+// to right: hence the parentheses).
 const (
 	PinGuardFrom = " FROM " + Schema + ".pinned p"
 	PinGuardTS   = "p.last_value"
 )
 
+// WritesCounted is the count of writes (the sequence writes' last value, 0
+// before its first) as an expression: pg_sequence_last_value reads it
+// without a relation in the statement's range table, which would cost the
+// backend a lock, a rights check and a scan's start at every run of the
+// statement (docs/read-cost.md "Session 21"). It needs what the scan
+// needed: SELECT on writes, which PUBLIC has.
+const WritesCounted = "coalesce(pg_catalog.pg_sequence_last_value('" + Schema + ".writes'::pg_catalog.regclass), 0)"
+
 // PinGuardCheck: see PinGuardFrom.
 func PinGuardCheck(peek string) string {
-	return "p.is_called AND p.last_value OPERATOR(pg_catalog.>=) (" + Schema + ".now_ms() OPERATOR(pg_catalog.-) 1000)" +
-		" AND (SELECT CASE WHEN w.is_called THEN w.last_value ELSE 0 END FROM " + Schema + ".writes w) OPERATOR(pg_catalog.=) " + peek
+	return PinFresh("pg_catalog.clock_timestamp()") + " AND " + WritesCounted + " OPERATOR(pg_catalog.=) " + peek
+}
+
+// PinFresh holds when P (the row p of PinGuardFrom) is set and less than a
+// second behind clock: what pin_state and settled_pin ask with
+// "p.last_value >= now_ms() - 1000", whose now_ms() is
+// floor(extract(epoch FROM clock_timestamp()) * 1000) in numeric
+// arithmetic, without it. For U, the clock in microseconds since 1970, and
+// P an integer, floor(U / 1000) - 1000 <= P exactly when U < (P + 1001) *
+// 1000, which is clock < 'epoch' + (P + 1001) ms: the product is exact in
+// float8 (below 2^53 until the year 287,000) and the sum an integer one
+// (interval '1 ms' has no day or month part, so no time zone enters).
+// TestPeekGuardAnswers (proxy) checks the two against each other at the
+// bounds.
+func PinFresh(clock string) string {
+	return "p.is_called AND " + clock + " OPERATOR(pg_catalog.<) ('epoch'::pg_catalog.timestamptz OPERATOR(pg_catalog.+) " +
+		"((" + PinGuardTS + " OPERATOR(pg_catalog.+) 1001)::pg_catalog.float8 OPERATOR(pg_catalog.*) '1 ms'::pg_catalog.interval))"
 }
 
 // PinSnapshotSQL, run in order as the first statements of a REPEATABLE READ
