@@ -23,7 +23,7 @@
 // lazy_history.sql 37 to 38, ddl_cols.sql 38 to 39,
 // ddl_view.sql 39 to 40, ddl_lazy_cols.sql 40 to 41, slot_pending.sql 41
 // to 42, quote_idents.sql 42 to 43, trig_fold.sql 43 to 44, read_peek.sql
-// 44 to 45, ddl_lazy_ts.sql 45 to 46 (a database at an older
+// 44 to 45, ddl_lazy_ts.sql 45 to 46, restamp_fold.sql 46 to 51 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
