@@ -56,17 +56,17 @@ LANGUAGE plpgsql VOLATILE SET enable_seqscan = off SET jit = off SET plan_cache_
 AS $$
 DECLARE
     closed bigint;
+    f bigint;
 BEGIN
     -- _restamp's UPDATE, returning the newest start of a version the
     -- block closed (now ending at t; a version it wrote is current).
-    WITH u AS (
-        UPDATE %1$s h SET mz_to = CASE WHEN h.mz_to = p THEN t ELSE h.mz_to END,
-                          mz_from = CASE WHEN h.mz_from = p THEN t ELSE h.mz_from END
-         WHERE (h.mz_to = p AND h.mz_to < 0)
-            OR (h.mz_to = 9223372036854775807 AND h.mz_from = p AND h.mz_from < 0)
-        RETURNING h.mz_from, h.mz_to
-    )
-    SELECT max(u.mz_from) FILTER (WHERE u.mz_to < 9223372036854775807) INTO closed FROM u;
+    FOR f IN UPDATE %1$s h SET mz_to = CASE WHEN h.mz_to = p THEN t ELSE h.mz_to END,
+                               mz_from = CASE WHEN h.mz_from = p THEN t ELSE h.mz_from END
+              WHERE (h.mz_to = p AND h.mz_to < 0)
+                 OR (h.mz_to = 9223372036854775807 AND h.mz_from = p AND h.mz_from < 0)
+             RETURNING CASE WHEN h.mz_to < 9223372036854775807 THEN h.mz_from END LOOP
+        closed := GREATEST(closed, f);
+    END LOOP;
     RETURN closed;
 END
 $$;
