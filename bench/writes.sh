@@ -34,6 +34,8 @@
 #                 these flags (target "variant", on database managed too), in
 #                 sections 1-4: what a flag would change, in the same run
 #        SRC=tree (build the working tree instead of the last commit)
+#        ORDER=reverse (with BASELINE: each workload runs on direct, then
+#                 BASELINE's proxy, then this tree's)
 set -euo pipefail
 
 DURATION=${DURATION:-12}
@@ -80,6 +82,9 @@ start_proxies() {
 		bench_mzproxy "$t" "$work/mzproxy-baseline" -- --backend "${backend/\/postgres\?//baseline?}"
 	done
 	targets="$targets base"
+	# ORDER=reverse: the proxies in the other order (direct, then baseline
+	# before this tree), to alternate which one runs first.
+	if [ "${ORDER:-}" = reverse ]; then targets="direct base mz${VARIANT_FLAGS:+ variant}"; fi
 }
 
 # load_tables: the same tables on every target (through the proxies, so

@@ -24,7 +24,8 @@
 // ddl_view.sql 39 to 40, ddl_lazy_cols.sql 40 to 41, slot_pending.sql 41
 // to 42, quote_idents.sql 42 to 43, trig_fold.sql 43 to 44, read_peek.sql
 // 44 to 45, ddl_lazy_ts.sql 45 to 46, slot_checked.sql 46 to 47,
-// ddl_no_checks.sql 47 to 48 (a database at an older
+// ddl_no_checks.sql 47 to 48,
+// restamp_fold.sql 48 to 49 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -293,7 +294,8 @@
 //     T is first needed) chooses T and restamps each table through its
 //     functions <history>_closed and <history>_restamp (static SQL, made
 //     by gen_restamp from gen_triggers; since version 34 the restamp finds
-//     the versions the block wrote by (mz_to, mz_from), restamp.sql).
+//     the versions the block wrote by (mz_to, mz_from), restamp.sql;
+//     since version 49 one <history>_fix per table, below).
 //     Since version 35 (block_lean.sql) each history trigger records its
 //     table in the row itself (one UPDATE that matches only at the
 //     table's first write in the block; stamp_ts only when that and a
@@ -538,4 +540,22 @@
 // index, another column) still takes the loop (TestDropColumnCascade).
 // Together about 6% of an ADD+DROP COLUMN pair's backend instructions
 // and 3% of a CREATE+DROP VIEW pair's (docs/ddl-cost.md, "Session 21").
+// # A block's restamp in one call per table (version 49)
+//
+// Since version 49 (restamp_fold.sql, session 21) fix_write restamps each
+// table a block wrote with <history>_fix(p, T), _restamp's one UPDATE
+// that also returns the newest mz_from among the versions it closed, in
+// one statement for all tables, instead of GREATEST(<history>_closed(p),
+// ...) and then the _restamp calls: since version 37 both are planned at
+// every call (plan_cache_mode = force_custom_plan), and _closed's max()
+// cost a TPC-B block about 1.1M of its 4.2M backend instructions. When a
+// closed version starts after T (a clock that stepped back; a version
+// written by hand), restamp_raise moves the block's versions from T to
+// that start: those closed at T and the current ones at T whose xmin is
+// that of the version closed below its own start, which only this
+// transaction's uncommitted restamp makes; other transactions' versions
+// at T stay. T is then as _closed made it before: the newest closed
+// version's start when that is above the oracle's choice. _fix and
+// restamp_raise are the owner's alone. docs/write-cost.md ("Session 21")
+// has the figures.
 package storage

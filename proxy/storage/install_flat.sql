@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 48, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 51, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -597,8 +597,7 @@ DECLARE
     may_write bool;
     rels oid[];
     hist text[];
-    closed_sql text;
-    restamp_sql text;
+    fix_sql text;
     static bool;
     closed bigint;
     counted bigint;
@@ -653,13 +652,12 @@ BEGIN
                  FROM mzproxy.incarnations i WHERE i.id = slot_inc), false),
            GREATEST(mzproxy.now_ms(), CASE WHEN s.is_called THEN s.last_value ELSE mzproxy.pinned_ts() END + 1),
            nextval('mzproxy.writes'),
-           c.hist, c.closed_sql, c.restamp_sql, c.static
-      INTO may_write, t, counted, hist, closed_sql, restamp_sql, static
+           c.hist, c.fix_sql, c.static
+      INTO may_write, t, counted, hist, fix_sql, static
       FROM mzproxy.pinned s,
            (SELECT array_agg(k.history) AS hist,
-                   string_agg(k.history || '_closed($1)', ', ') AS closed_sql,
-                   string_agg(k.history || '_restamp($1, $2)', ', ') AS restamp_sql,
-                   bool_and(to_regproc(k.history || '_restamp') IS NOT NULL) AS static
+                   string_agg(k.history || '_fix($1, $2)', ', ') AS fix_sql,
+                   bool_and(to_regproc(k.history || '_fix') IS NOT NULL) AS static
               FROM mzproxy.catalog k WHERE k.oid = ANY (coalesce(rels, '{}'))) c;
     IF NOT may_write THEN
         PERFORM mzproxy.raise_fenced(slot_inc);
@@ -673,12 +671,15 @@ BEGIN
     IF hist IS NULL THEN
         NULL;
     ELSIF static THEN
-        -- One statement for all tables, one more to restamp them all.
-        -- (Measured: one statement with the first as its subquery costs
-        -- as much to plan as the two, docs/write-cost.md.)
-        EXECUTE 'SELECT GREATEST(' || closed_sql || ')' INTO closed USING p;
-        t := GREATEST(t, closed);
-        EXECUTE 'SELECT ' || restamp_sql USING p, t;
+        -- (Version 51.) One statement restamps every table at T and
+        -- returns the newest start of a version the block closed. Above
+        -- T (a clock that stepped back, a T written by hand) the block's
+        -- versions move on to it: T is raised as _closed raised it
+        -- before, without a query per table at every COMMIT.
+        EXECUTE 'SELECT GREATEST(' || fix_sql || ')' INTO closed USING p, t;
+        IF closed > t THEN
+            t := mzproxy.restamp_raise(hist, t, closed);
+        END IF;
     ELSE
         t := mzproxy.restamp_dynamic(hist, p, t);
     END IF;
@@ -711,7 +712,7 @@ DECLARE
     h text := (SELECT k.history FROM mzproxy.catalog k WHERE k.id = p_id);
 BEGIN
     PERFORM mzproxy.make_marker((SELECT k.oid FROM mzproxy.catalog k WHERE k.id = p_id AND k.kind = 'table'));
-    IF h IS NULL OR to_regprocedure(h || '_restamp(bigint, bigint)') IS NOT NULL THEN
+    IF h IS NULL OR to_regprocedure(h || '_fix(bigint, bigint)') IS NOT NULL THEN
         RETURN;
     END IF;
     EXECUTE mzproxy.restamp_functions(h);
@@ -1626,18 +1627,6 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    -- (Version 48) An ALTER TABLE that drops only columns of its own
-    -- (DROP COLUMN without a cascade), which the loop below would pass
-    -- over: on_ddl_command_end reconciles them, or refuses them outside
-    -- mzproxy. One query instead of the loop's cursor, and only for an
-    -- ALTER TABLE (in one IF with the tag, the query's plan was set up
-    -- for every DROP too).
-    IF TG_TAG = 'ALTER TABLE' THEN
-        IF NOT EXISTS (SELECT 1 FROM pg_event_trigger_dropped_objects() o
-                        WHERE NOT (o.classid = 'pg_class'::regclass AND o.objsubid <> 0 AND o.original)) THEN
-            RETURN;
-        END IF;
-    END IF;
     FOR r IN SELECT * FROM pg_event_trigger_dropped_objects() LOOP
         IF r.object_type = 'trigger' AND r.original AND r.object_identity LIKE 'mzproxy\_history\_% on %' THEN
             RAISE EXCEPTION 'cannot drop trigger %: mzproxy records the table''s history with it', r.object_identity
@@ -2334,7 +2323,56 @@ BEGIN
         OR (h.mz_to = 9223372036854775807 AND h.mz_from = p AND h.mz_from < 0);
 END
 $$;
-REVOKE ALL ON FUNCTION %1$s_closed(bigint), %1$s_restamp(bigint, bigint) FROM PUBLIC;$f$, h)
+CREATE OR REPLACE FUNCTION %1$s_fix(p bigint, t bigint) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SET enable_seqscan = off SET jit = off SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+    closed bigint;
+    f bigint;
+BEGIN
+    -- _restamp's UPDATE, returning the newest start of a version the
+    -- block closed (now ending at t; a version it wrote is current).
+    FOR f IN UPDATE %1$s h SET mz_to = CASE WHEN h.mz_to = p THEN t ELSE h.mz_to END,
+                               mz_from = CASE WHEN h.mz_from = p THEN t ELSE h.mz_from END
+              WHERE (h.mz_to = p AND h.mz_to < 0)
+                 OR (h.mz_to = 9223372036854775807 AND h.mz_from = p AND h.mz_from < 0)
+             RETURNING CASE WHEN h.mz_to < 9223372036854775807 THEN h.mz_from END LOOP
+        closed := GREATEST(closed, f);
+    END LOOP;
+    RETURN closed;
+END
+$$;
+REVOKE ALL ON FUNCTION %1$s_closed(bigint), %1$s_restamp(bigint, bigint), %1$s_fix(bigint, bigint) FROM PUBLIC;$f$, h)
+$_$;
+
+
+
+CREATE FUNCTION mzproxy.restamp_raise(p_hist text[], p_t bigint, p_new bigint) RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    SET jit TO 'off'
+    AS $_$
+DECLARE
+    h text;
+    x xid;
+BEGIN
+    FOREACH h IN ARRAY p_hist LOOP
+        EXECUTE format('SELECT h.xmin FROM %s h WHERE h.mz_to = $1 AND h.mz_from > $1 LIMIT 1', h) INTO x USING p_t;
+        EXIT WHEN x IS NOT NULL;
+    END LOOP;
+    IF x IS NULL THEN
+        RAISE EXCEPTION 'mzproxy: no version closed at % above it', p_t USING ERRCODE = 'XX000';
+    END IF;
+    FOREACH h IN ARRAY p_hist LOOP
+        EXECUTE format($u$
+            UPDATE %s h SET mz_to = CASE WHEN h.mz_to = $1 THEN $2 ELSE h.mz_to END,
+                            mz_from = CASE WHEN h.mz_to = 9223372036854775807 THEN $2 ELSE h.mz_from END
+             WHERE (h.mz_to = $1 OR (h.mz_to = 9223372036854775807 AND h.mz_from = $1)) AND h.xmin = $3$u$, h)
+          USING p_t, p_new, x;
+    END LOOP;
+    RETURN p_new;
+END
 $_$;
 
 
@@ -2995,7 +3033,9 @@ CREATE TABLE mzproxy.catalog (
     dropped_ts bigint,
     revision bigint NOT NULL,
     shape text,
-    history_built boolean DEFAULT true NOT NULL
+    history_built boolean DEFAULT true NOT NULL,
+    CONSTRAINT catalog_check CHECK (((kind = 'table'::text) = (history IS NOT NULL))),
+    CONSTRAINT catalog_kind_check CHECK ((kind = ANY (ARRAY['table'::text, 'view'::text])))
 );
 
 
@@ -3149,7 +3189,8 @@ CREATE SEQUENCE mzproxy.catalog_id_seq
 
 CREATE TABLE mzproxy.catalog_revision (
     one boolean DEFAULT true NOT NULL,
-    revision bigint NOT NULL
+    revision bigint NOT NULL,
+    CONSTRAINT catalog_revision_one_check CHECK (one)
 );
 
 
@@ -3673,6 +3714,10 @@ REVOKE ALL ON FUNCTION mzproxy.restamp_functions(h text) FROM PUBLIC;
 
 
 
+REVOKE ALL ON FUNCTION mzproxy.restamp_raise(p_hist text[], p_t bigint, p_new bigint) FROM PUBLIC;
+
+
+
 REVOKE ALL ON FUNCTION mzproxy.resync(p_id bigint, p_ts bigint) FROM PUBLIC;
 
 
@@ -3919,7 +3964,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('43', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('44', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('45', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('46', now());
-INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('48', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('51', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
