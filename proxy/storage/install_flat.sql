@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 51, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 49, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -671,7 +671,7 @@ BEGIN
     IF hist IS NULL THEN
         NULL;
     ELSIF static THEN
-        -- (Version 51.) One statement restamps every table at T and
+        -- (Version 49.) One statement restamps every table at T and
         -- returns the newest start of a version the block closed. Above
         -- T (a clock that stepped back, a T written by hand) the block's
         -- versions move on to it: T is raised as _closed raised it
@@ -1627,6 +1627,18 @@ BEGIN
             RETURN;
         END IF;
     END IF;
+    -- (Version 48) An ALTER TABLE that drops only columns of its own
+    -- (DROP COLUMN without a cascade), which the loop below would pass
+    -- over: on_ddl_command_end reconciles them, or refuses them outside
+    -- mzproxy. One query instead of the loop's cursor, and only for an
+    -- ALTER TABLE (in one IF with the tag, the query's plan was set up
+    -- for every DROP too).
+    IF TG_TAG = 'ALTER TABLE' THEN
+        IF NOT EXISTS (SELECT 1 FROM pg_event_trigger_dropped_objects() o
+                        WHERE NOT (o.classid = 'pg_class'::regclass AND o.objsubid <> 0 AND o.original)) THEN
+            RETURN;
+        END IF;
+    END IF;
     FOR r IN SELECT * FROM pg_event_trigger_dropped_objects() LOOP
         IF r.object_type = 'trigger' AND r.original AND r.object_identity LIKE 'mzproxy\_history\_% on %' THEN
             RAISE EXCEPTION 'cannot drop trigger %: mzproxy records the table''s history with it', r.object_identity
@@ -1768,14 +1780,28 @@ BEGIN
     IF coalesce(current_setting('mzproxy.write_ts', true), '') <> '' OR pg_current_xact_id_if_assigned() IS NOT NULL THEN
         cur := (SELECT s.t FROM mzproxy.write_slot() s);
     END IF;
-    IF cur >= 0 THEN
-        -- A slot whose T is chosen or pending (fix_write ran, or a
-        -- begin_write): nothing is left to check against a pin.
+    IF cur > 0 THEN
+        -- T chosen. By fix_write (a block's DDL, a read of its own
+        -- writes): its reads were checked then, nothing is left to check.
+        -- By anything else (begin_write(), begin_write_at, commit_write
+        -- after a pending slot), in a block that read: they can no longer be
+        -- (version 47).
+        IF p_read_writes IS NOT NULL AND NOT EXISTS (
+                SELECT FROM mzproxy.deferred_slots d
+                 WHERE d.xid = pg_current_xact_id_if_assigned()::text::bigint AND d.fixed_t = cur) THEN
+            RAISE EXCEPTION 'transaction chose its write timestamp % before its reads were checked', cur
+                USING ERRCODE = '25000',
+                      DETAIL = 'A transaction block that read at its timestamp and then writes is checked against what it read when mzproxy chooses its write timestamp.',
+                      HINT = 'Do not call mzproxy''s write-slot functions in a transaction block; ROLLBACK and run it again.';
+        END IF;
         RETURN 0;
     END IF;
-    IF cur IS NULL THEN
-        -- Fenced now or at fix_write, which checks again with the gate
-        -- held (check_incarnation's condition).
+    IF cur IS NULL OR cur = 0 THEN
+        -- No slot, or a pending one (begin_write_occ, the request set by
+        -- hand: nothing is written under it yet, since the
+        -- first history row chooses T), which becomes the block's
+        -- deferred slot (version 47). Fenced now or at fix_write, which
+        -- checks again with the gate held (check_incarnation's condition).
         IF p_inc IS NOT NULL AND NOT coalesce((
                 SELECT i.retired_at IS NULL
                        AND i.heartbeat_at >= clock_timestamp() - i.grace_ms * interval '1 millisecond'
@@ -3033,9 +3059,7 @@ CREATE TABLE mzproxy.catalog (
     dropped_ts bigint,
     revision bigint NOT NULL,
     shape text,
-    history_built boolean DEFAULT true NOT NULL,
-    CONSTRAINT catalog_check CHECK (((kind = 'table'::text) = (history IS NOT NULL))),
-    CONSTRAINT catalog_kind_check CHECK ((kind = ANY (ARRAY['table'::text, 'view'::text])))
+    history_built boolean DEFAULT true NOT NULL
 );
 
 
@@ -3189,8 +3213,7 @@ CREATE SEQUENCE mzproxy.catalog_id_seq
 
 CREATE TABLE mzproxy.catalog_revision (
     one boolean DEFAULT true NOT NULL,
-    revision bigint NOT NULL,
-    CONSTRAINT catalog_revision_one_check CHECK (one)
+    revision bigint NOT NULL
 );
 
 
@@ -3964,7 +3987,9 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('43', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('44', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('45', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('46', now());
-INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('51', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('47', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('48', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('49', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
