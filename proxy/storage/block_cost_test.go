@@ -49,7 +49,7 @@ func TestBlockWriteCalls(t *testing.T) {
 	if callCount(many, "touched") != 0 {
 		t.Errorf("the tagged list of written tables is still kept: %v", many)
 	}
-	// Since version 51 (restamp_fold.sql) one _fix per table, which
+	// Since version 49 (restamp_fold.sql) one _fix per table, which
 	// returns what _closed did.
 	for _, fn := range []string{ha + "_fix", hb + "_fix"} {
 		if got := callCount(many, fn); got != 1 {
