@@ -118,12 +118,19 @@ func (s *Session) Admit(batch []byte) ([]byte, bool) {
 	var ok bool
 	if s.proxy != nil && s.proxy.cfg.HistoryReads { // (the tests' bare sessions have none)
 		// In history mode no read is forwarded as it is: the loop serves
-		// only a read sent as the unnamed statement's Parse, planned with
-		// the catalog seen last behind the read guard (loop_parse.go),
-		// which spares the Parse its round trip on the database's catalog
-		// connection. Everything else is the goroutine's, as before.
+		// only a plain read, planned with the catalog seen last behind
+		// the read guard, sent as a Query (loop_read.go) or as the
+		// unnamed statement's Parse (loop_parse.go, which spares the
+		// Parse a round trip of its own on the database's catalog
+		// connection). Everything else is the goroutine's, as before (a
+		// Query that is no plain read may be a setting the proxy
+		// answers: sessionSetting).
 		if s.tx == txIdle {
-			send, ok = s.admitParsedRead(batch)
+			if sql, plain, query := s.queryText(batch); !query {
+				send, ok = s.admitParsedRead(batch)
+			} else if plain {
+				send, ok = s.admitGuarded(sql)
+			}
 		}
 	} else {
 		send, ok = s.admitBatch(batch)
@@ -164,7 +171,7 @@ func (s *Session) admitBatch(batch []byte) ([]byte, bool) {
 		}
 		return nil, true
 	}
-	if sql, query := s.queryText(batch); query {
+	if sql, _, query := s.queryText(batch); query {
 		// A read-only transaction's statement (loop_txn.go) or a
 		// timestamped read, guarded (loop_read.go).
 		return s.admitQuery(sql, batch)
@@ -183,17 +190,18 @@ func (s *Session) admitBatch(batch []byte) ([]byte, bool) {
 	return s.admitTxnBind(batch)
 }
 
-// queryText is the text of a batch that is one Query (plainText's string).
-func (s *Session) queryText(batch []byte) (string, bool) {
+// queryText is the text of a batch that is one Query, and whether it is a
+// plain read (plainText's answers).
+func (s *Session) queryText(batch []byte) (sql string, plain, query bool) {
 	if batch[0] != 'Q' || 1+int(binary.BigEndian.Uint32(batch[1:])) != len(batch) {
-		return "", false
+		return "", false, false
 	}
 	m, ok := readPlain(batch)
 	if !ok {
-		return "", false
+		return "", false, false
 	}
-	sql, _ := s.plainText(m.name)
-	return sql, true
+	sql, plain = s.plainText(m.name)
+	return sql, plain, true
 }
 
 // loopScratch is what Admit reuses from one batch to the next, so that a
