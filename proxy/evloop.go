@@ -36,7 +36,7 @@ func (b *backend) detachable() {
 func (s *Session) LoopBackend() *evloop.Conn {
 	lc, ok := s.be.nc.(*evloop.Conn)
 	switch {
-	case !ok, s.proxy.cfg.HistoryReads, s.dump:
+	case !ok, s.dump:
 		return nil
 	case (s.tx != txIdle || s.txn.phase != txnNone) && !s.loopFollowsTxn():
 		// A read-only transaction the loop follows (loop_txn.go) may be
@@ -114,35 +114,26 @@ func (s *Session) Admit(batch []byte) ([]byte, bool) {
 		return nil, false
 	}
 	began := !s.obs.Active()
-	var msgs []plainMsg
-	ok := false
-	if s.tx != txBlock {
-		// (In a transaction a plain read is checked against its
-		// timedomain: admitQuery.)
-		msgs, ok = s.plainBatch(batch)
-	}
 	var send []byte
-	if ok {
-		for i := range msgs {
-			s.admitted(&msgs[i])
-		}
-	} else if sql, query := s.queryText(batch); query {
-		// A read-only transaction's statement (loop_txn.go) or a
-		// timestamped read, guarded (loop_read.go).
-		send, ok = s.admitQuery(sql, batch)
-	} else {
-		// A prepared timestamped read, or one sent as the unnamed
-		// statement's Parse, guarded (loop_read.go, loop_parse.go), or a
-		// prepared statement of a read-only transaction (loop_txn.go).
+	var ok bool
+	if s.proxy != nil && s.proxy.cfg.HistoryReads { // (the tests' bare sessions have none)
+		// In history mode no read is forwarded as it is: the loop serves
+		// only a plain read, planned with the catalog seen last behind
+		// the read guard, sent as a Query (loop_read.go) or as the
+		// unnamed statement's Parse (loop_parse.go, which spares the
+		// Parse a round trip of its own on the database's catalog
+		// connection). Everything else is the goroutine's, as before (a
+		// Query that is no plain read may be a setting the proxy
+		// answers: sessionSetting).
 		if s.tx == txIdle {
-			send, ok = s.admitBoundRead(batch)
-			if !ok {
+			if sql, plain, query := s.queryText(batch); !query {
 				send, ok = s.admitParsedRead(batch)
+			} else if plain {
+				send, ok = s.admitGuarded(sql)
 			}
 		}
-		if !ok {
-			send, ok = s.admitTxnBind(batch)
-		}
+	} else {
+		send, ok = s.admitBatch(batch)
 	}
 	if !ok {
 		return nil, false
@@ -164,17 +155,53 @@ func (s *Session) Admit(batch []byte) ([]byte, bool) {
 	return send, true
 }
 
-// queryText is the text of a batch that is one Query (plainText's string).
-func (s *Session) queryText(batch []byte) (string, bool) {
+// admitBatch is Admit's choice outside history mode: a batch of plain
+// reads forwarded as it is, or one of the guarded paths.
+func (s *Session) admitBatch(batch []byte) ([]byte, bool) {
+	var msgs []plainMsg
+	ok := false
+	if s.tx != txBlock {
+		// (In a transaction a plain read is checked against its
+		// timedomain: admitQuery.)
+		msgs, ok = s.plainBatch(batch)
+	}
+	if ok {
+		for i := range msgs {
+			s.admitted(&msgs[i])
+		}
+		return nil, true
+	}
+	if sql, _, query := s.queryText(batch); query {
+		// A read-only transaction's statement (loop_txn.go) or a
+		// timestamped read, guarded (loop_read.go).
+		return s.admitQuery(sql, batch)
+	}
+	// A prepared timestamped read, or one sent as the unnamed statement's
+	// Parse, guarded (loop_read.go, loop_parse.go), or a prepared
+	// statement of a read-only transaction (loop_txn.go).
+	if s.tx == txIdle {
+		if send, ok := s.admitBoundRead(batch); ok {
+			return send, true
+		}
+		if send, ok := s.admitParsedRead(batch); ok {
+			return send, true
+		}
+	}
+	return s.admitTxnBind(batch)
+}
+
+// queryText is the text of a batch that is one Query, and whether it is a
+// plain read (plainText's answers).
+func (s *Session) queryText(batch []byte) (sql string, plain, query bool) {
 	if batch[0] != 'Q' || 1+int(binary.BigEndian.Uint32(batch[1:])) != len(batch) {
-		return "", false
+		return "", false, false
 	}
 	m, ok := readPlain(batch)
 	if !ok {
-		return "", false
+		return "", false, false
 	}
-	sql, _ := s.plainText(m.name)
-	return sql, true
+	sql, plain = s.plainText(m.name)
+	return sql, plain, true
 }
 
 // loopScratch is what Admit reuses from one batch to the next, so that a

@@ -131,7 +131,8 @@ func (s *Session) admitParsedRead(batch []byte) ([]byte, bool) {
 		return nil, false
 	}
 	sql, plain := s.plainText(parse.stmt)
-	if plain || s.isolation != strictSerializable || s.known.searchPath == nil || s.db.seen.Load() == nil ||
+	// (In history mode a plain read is rewritten too: planExplicit.)
+	if plain && !s.proxy.cfg.HistoryReads || s.isolation != strictSerializable || s.known.searchPath == nil || s.db.seen.Load() == nil ||
 		s.tempSeen { // planning asks for its temporary relations (temps.go)
 		return nil, false
 	}

@@ -46,6 +46,12 @@ type loopClient struct {
 func newLoopClient(tb testing.TB, ctx context.Context) *loopClient {
 	tb.Helper()
 	s, client := openSession(tb, ctx, Config{EventLoop: true})
+	return wrapLoopClient(tb, s, client)
+}
+
+// wrapLoopClient puts the session s on a socket pair the loop can drive.
+func wrapLoopClient(tb testing.TB, s *Session, client *clientBuffer) *loopClient {
+	tb.Helper()
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		tb.Fatal(err)
