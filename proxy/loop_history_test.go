@@ -108,15 +108,7 @@ func TestHistoryQueryInLoop(t *testing.T) {
 	if got, inLoop := c.turn(t, ctx, "SHOW transaction_isolation"); inLoop || got != want {
 		t.Fatalf("SHOW in the loop %v: %q, want %q", inLoop, got, want)
 	}
-	for _, sql := range []string{
-		"DROP TABLE " + table,
-		"CREATE TABLE " + table + " (aid int PRIMARY KEY, abalance int NOT NULL, extra text)",
-		"INSERT INTO " + table + " VALUES (2, 777, 'new')",
-	} {
-		if out := query(t, ctx, other, otherClient, sql); strings.Contains(out, "ERROR") {
-			t.Fatalf("%s: %s", sql, out)
-		}
-	}
+	replaceTable(t, ctx, other, otherClient, table)
 	answer, inLoop := c.turn(t, ctx, read(2))
 	if inLoop {
 		t.Fatal("a read planned with a stale catalog was served in the loop")
@@ -139,6 +131,22 @@ func TestHistoryQueryInLoop(t *testing.T) {
 // goroutine, which plans it again with the current catalog; the client
 // sees the new table's row and columns only, never the old history's.
 // The read after it is the loop's again.
+// replaceTable drops table through another session and creates it again
+// with a column more and another row 2 (aid 2, abalance 777, extra 'new'),
+// so a plan of the old table is stale.
+func replaceTable(t *testing.T, ctx context.Context, other *Session, otherClient *clientBuffer, table string) {
+	t.Helper()
+	for _, sql := range []string{
+		"DROP TABLE " + table,
+		"CREATE TABLE " + table + " (aid int PRIMARY KEY, abalance int NOT NULL, extra text)",
+		"INSERT INTO " + table + " VALUES (2, 777, 'new')",
+	} {
+		if out := query(t, ctx, other, otherClient, sql); strings.Contains(out, "ERROR") {
+			t.Fatalf("%s: %s", sql, out)
+		}
+	}
+}
+
 func TestHistoryParsedReadInLoopStale(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -152,15 +160,7 @@ func TestHistoryParsedReadInLoopStale(t *testing.T) {
 	} else if strings.Contains(answer, "extra\x00") {
 		t.Fatalf("the old table has no column extra: %q", answer)
 	}
-	for _, sql := range []string{
-		"DROP TABLE " + table,
-		"CREATE TABLE " + table + " (aid int PRIMARY KEY, abalance int NOT NULL, extra text)",
-		"INSERT INTO " + table + " VALUES (2, 777, 'new')",
-	} {
-		if out := query(t, ctx, other, otherClient, sql); strings.Contains(out, "ERROR") {
-			t.Fatalf("%s: %s", sql, out)
-		}
-	}
+	replaceTable(t, ctx, other, otherClient, table)
 	answer, inLoop := c.turnBatch(t, ctx, parsedBatch(t, read, nil, true, "2"))
 	if inLoop {
 		t.Fatal("a read planned with a stale catalog was served in the loop")
