@@ -116,10 +116,7 @@ func TestUpgradeToVersion24(t *testing.T) {
 	cs := newDB(t)
 	ctx := context.Background()
 	conn := connect(t, cs)
-	v23 := strings.ReplaceAll(strings.Join(migrations[:23], "\n"), "@SCHEMA@", Schema)
-	if _, err := conn.PgConn().Exec(ctx, "BEGIN; SET LOCAL check_function_bodies = off; "+v23+"; COMMIT").ReadAll(); err != nil {
-		t.Fatal(err)
-	}
+	installVersion(t, conn, 23)
 	inWrite(t, conn, "CREATE TABLE old (k int PRIMARY KEY, v int)", "INSERT INTO old VALUES (1, 0)")
 	// Only to 24: a later upgrade that makes every table's trigger
 	// functions again (27) records the shape itself.

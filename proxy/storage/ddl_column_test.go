@@ -182,10 +182,7 @@ func TestUpgradeToVersion29(t *testing.T) {
 	cs := newDB(t)
 	ctx := context.Background()
 	conn := connect(t, cs)
-	v28 := strings.ReplaceAll(strings.Join(migrations[:28], "\n"), "@SCHEMA@", Schema)
-	if _, err := conn.PgConn().Exec(ctx, "BEGIN; SET LOCAL check_function_bodies = off; "+v28+"; COMMIT").ReadAll(); err != nil {
-		t.Fatal(err)
-	}
+	installVersion(t, conn, 28)
 	inWrite(t, conn, "CREATE TABLE old (k int PRIMARY KEY, v int)", "INSERT INTO old VALUES (1, 0)")
 	inWrite(t, conn, "ALTER TABLE old ADD COLUMN w int")
 	before := inWrite(t, conn, "UPDATE old SET w = 5")

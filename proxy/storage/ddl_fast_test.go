@@ -3,7 +3,6 @@ package storage
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 )
 
@@ -110,10 +109,7 @@ func TestUpgradeFromVersion15(t *testing.T) {
 	cs := newDB(t)
 	ctx := context.Background()
 	conn := connect(t, cs)
-	v15 := strings.ReplaceAll(strings.Join(migrations[:15], "\n"), "@SCHEMA@", Schema)
-	if _, err := conn.PgConn().Exec(ctx, "BEGIN; SET LOCAL check_function_bodies = off; "+v15+"; COMMIT").ReadAll(); err != nil {
-		t.Fatal(err)
-	}
+	installVersion(t, conn, 15)
 	inWrite(t, conn, "CREATE TABLE k (a int PRIMARY KEY, b text)", "INSERT INTO k VALUES (1, 'x'), (2, 'y')",
 		"CREATE TABLE dk (a int PRIMARY KEY DEFERRABLE, b text)", "INSERT INTO dk VALUES (1, 'x'), (2, 'y')",
 		"CREATE TABLE signed (a int PRIMARY KEY, b text)", "ALTER TABLE signed ADD COLUMN c int")

@@ -133,10 +133,7 @@ func TestUpgradeToVersion41(t *testing.T) {
 	cs := newDB(t)
 	ctx := context.Background()
 	conn := connect(t, cs)
-	prev := strings.ReplaceAll(strings.Join(migrations[:40], "\n"), "@SCHEMA@", Schema)
-	if _, err := conn.PgConn().Exec(ctx, "BEGIN; SET LOCAL check_function_bodies = off; "+prev+"; COMMIT").ReadAll(); err != nil {
-		t.Fatal(err)
-	}
+	installVersion(t, conn, 40)
 	inWrite(t, conn, "CREATE TABLE old (k int PRIMARY KEY, v text)", "INSERT INTO old VALUES (1, 'a')")
 	if err := slotWrite(t, conn, "CREATE TABLE lazy (k int PRIMARY KEY, v text)"); err != nil {
 		t.Fatal(err)

@@ -89,12 +89,7 @@ func TestHostileDDLWithoutT(t *testing.T) {
 	cs, conn := installedDB(t)
 	ctx := context.Background()
 	db := conn.Config().Database
-	if _, err := conn.Exec(ctx, "DROP ROLE IF EXISTS mzlazytshostile; CREATE ROLE mzlazytshostile LOGIN"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Exec(ctx, "DROP OWNED BY mzlazytshostile CASCADE; DROP ROLE mzlazytshostile") //nolint:errcheck // cleanup
-	})
+	loginRole(t, conn, "mzlazytshostile")
 	// (writeCalls builds no history: ht is never written.)
 	writeCalls(t, cs, -1, "CREATE TABLE ht (a int PRIMARY KEY, b text)", "ALTER TABLE ht OWNER TO mzlazytshostile",
 		"CREATE VIEW hv AS SELECT a FROM ht", "ALTER VIEW hv OWNER TO mzlazytshostile",
@@ -153,10 +148,7 @@ func TestUpgradeToVersion46(t *testing.T) {
 	cs := newDB(t)
 	ctx := context.Background()
 	conn := connect(t, cs)
-	prev := strings.ReplaceAll(strings.Join(migrations[:45], "\n"), "@SCHEMA@", Schema)
-	if _, err := conn.PgConn().Exec(ctx, "BEGIN; SET LOCAL check_function_bodies = off; "+prev+"; COMMIT").ReadAll(); err != nil {
-		t.Fatal(err)
-	}
+	installVersion(t, conn, 45)
 	inWrite(t, conn, "CREATE TABLE old (k int PRIMARY KEY, v text)", "INSERT INTO old VALUES (1, 'a')",
 		"CREATE VIEW old_v AS SELECT k, v FROM old")
 	writeCalls(t, cs, -1, "CREATE TABLE lazy (k int PRIMARY KEY)")

@@ -173,10 +173,7 @@ func TestUpgradeFromVersion17(t *testing.T) {
 	ctx := context.Background()
 	conn := connect(t, cs)
 	other := connect(t, cs)
-	v17 := strings.ReplaceAll(strings.Join(migrations[:17], "\n"), "@SCHEMA@", Schema)
-	if _, err := conn.PgConn().Exec(ctx, "BEGIN; SET LOCAL check_function_bodies = off; "+v17+"; COMMIT").ReadAll(); err != nil {
-		t.Fatal(err)
-	}
+	installVersion(t, conn, 17)
 	inWrite(t, conn, "CREATE TABLE k (k int PRIMARY KEY, v int)", "INSERT INTO k VALUES (1, 0), (2, 0)",
 		"CREATE TABLE gone (k int PRIMARY KEY, v int)", "INSERT INTO gone VALUES (1, 0)")
 	setMarkers(t, conn, "k")

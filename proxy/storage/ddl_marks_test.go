@@ -3,7 +3,6 @@ package storage
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -127,10 +126,7 @@ func TestUpgradeFromVersion19(t *testing.T) {
 	ctx := context.Background()
 	conn := connect(t, cs)
 	other := connect(t, cs)
-	v19 := strings.ReplaceAll(strings.Join(migrations[:19], "\n"), "@SCHEMA@", Schema)
-	if _, err := conn.PgConn().Exec(ctx, "BEGIN; SET LOCAL check_function_bodies = off; "+v19+"; COMMIT").ReadAll(); err != nil {
-		t.Fatal(err)
-	}
+	installVersion(t, conn, 19)
 	inWrite(t, conn, "CREATE TABLE old (k int PRIMARY KEY, v int)", "INSERT INTO old VALUES (1, 0)",
 		"CREATE TABLE gone (k int PRIMARY KEY, v int)")
 	setMarkers(t, conn, "old")

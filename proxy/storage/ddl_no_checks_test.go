@@ -91,12 +91,7 @@ func TestHostileCatalogWrites(t *testing.T) {
 	cs, conn := installedDB(t)
 	ctx := context.Background()
 	db := conn.Config().Database
-	if _, err := conn.Exec(ctx, "DROP ROLE IF EXISTS mznochecks; CREATE ROLE mznochecks LOGIN"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Exec(ctx, "DROP OWNED BY mznochecks CASCADE; DROP ROLE mznochecks") //nolint:errcheck // cleanup
-	})
+	loginRole(t, conn, "mznochecks")
 	writeCalls(t, cs, -1, "CREATE TABLE ht (a int PRIMARY KEY, b text)", "ALTER TABLE ht OWNER TO mznochecks",
 		"CREATE VIEW hv AS SELECT a, b FROM ht", "ALTER VIEW hv OWNER TO mznochecks")
 	hostile := connect(t, server.ConnString("mznochecks", db))
@@ -147,10 +142,7 @@ func TestUpgradeToVersion48(t *testing.T) {
 	cs := newDB(t)
 	ctx := context.Background()
 	conn := connect(t, cs)
-	prev := strings.ReplaceAll(strings.Join(migrations[:46], "\n"), "@SCHEMA@", Schema)
-	if _, err := conn.PgConn().Exec(ctx, "BEGIN; SET LOCAL check_function_bodies = off; "+prev+"; COMMIT").ReadAll(); err != nil {
-		t.Fatal(err)
-	}
+	installVersion(t, conn, 46)
 	if n := catalogChecks(t, conn); n != 3 {
 		t.Fatalf("version 46 has %d CHECK constraints on catalog and catalog_revision, want 3", n)
 	}

@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -102,10 +101,7 @@ func TestUpgradeToVersion28(t *testing.T) {
 	cs := newDB(t)
 	ctx := context.Background()
 	conn := connect(t, cs)
-	v24 := strings.ReplaceAll(strings.Join(migrations[:24], "\n"), "@SCHEMA@", Schema)
-	if _, err := conn.PgConn().Exec(ctx, "BEGIN; SET LOCAL check_function_bodies = off; "+v24+"; COMMIT").ReadAll(); err != nil {
-		t.Fatal(err)
-	}
+	installVersion(t, conn, 24)
 	inWrite(t, conn, "CREATE TABLE old (k int PRIMARY KEY, v int)", "INSERT INTO old VALUES (1, 0)",
 		"CREATE TABLE gone (k int PRIMARY KEY)")
 	inWrite(t, conn, "DROP TABLE gone")

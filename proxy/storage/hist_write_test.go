@@ -161,10 +161,7 @@ func TestUpgradeToVersion31(t *testing.T) {
 	cs := newDB(t)
 	ctx := context.Background()
 	conn := connect(t, cs)
-	prev := strings.ReplaceAll(strings.Join(migrations[:30], "\n"), "@SCHEMA@", Schema)
-	if _, err := conn.PgConn().Exec(ctx, "BEGIN; SET LOCAL check_function_bodies = off; "+prev+"; COMMIT").ReadAll(); err != nil {
-		t.Fatal(err)
-	}
+	installVersion(t, conn, 30)
 	inWrite(t, conn, "CREATE TABLE old (k int PRIMARY KEY, v text)", "CREATE TABLE log (a int, b text)",
 		"INSERT INTO old VALUES (1, 'a'), (2, 'b')", "INSERT INTO log VALUES (1, 'a'), (1, 'a')")
 	if got := writeCalls(t, cs, -1, "INSERT INTO log VALUES (2, 'b')"); callCount(got, "stamp_ts") != 1 {

@@ -194,10 +194,7 @@ func TestUpgradeFromVersion21(t *testing.T) {
 	cs := newDB(t)
 	ctx := context.Background()
 	conn := connect(t, cs)
-	v21 := strings.ReplaceAll(strings.Join(migrations[:21], "\n"), "@SCHEMA@", Schema)
-	if _, err := conn.PgConn().Exec(ctx, "BEGIN; SET LOCAL check_function_bodies = off; "+v21+"; COMMIT").ReadAll(); err != nil {
-		t.Fatal(err)
-	}
+	installVersion(t, conn, 21)
 	inWrite(t, conn, "CREATE TABLE k (k int PRIMARY KEY, v int)", "CREATE TABLE b (k int PRIMARY KEY, v int)",
 		"INSERT INTO k VALUES (1, 0)", "INSERT INTO b VALUES (1, 0)")
 	if err := Install(ctx, conn); err != nil {

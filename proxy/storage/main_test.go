@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -53,6 +54,32 @@ func installedDB(t testing.TB) (string, *pgx.Conn) {
 		t.Fatal(err)
 	}
 	return cs, conn
+}
+
+// installVersion installs the migration chain up to version n (as a proxy
+// of that version left the database) on conn's database, in one
+// transaction with function bodies unchecked, as Install runs the chain:
+// the upgrade tests start from it.
+func installVersion(t testing.TB, conn *pgx.Conn, n int) {
+	t.Helper()
+	chain := strings.ReplaceAll(strings.Join(migrations[:n], "\n"), "@SCHEMA@", Schema)
+	if _, err := conn.PgConn().Exec(context.Background(), "BEGIN; SET LOCAL check_function_bodies = off; "+chain+"; COMMIT").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// loginRole creates role, an ordinary role that may log in (dropped first
+// if an earlier run left it), and drops it and what it owns when the test
+// ends: the hostile-role tests connect as it.
+func loginRole(t testing.TB, conn *pgx.Conn, role string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, "DROP ROLE IF EXISTS "+role+"; CREATE ROLE "+role+" LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Exec(ctx, "DROP OWNED BY "+role+" CASCADE; DROP ROLE "+role) //nolint:errcheck // cleanup
+	})
 }
 
 // slotSQL is the slot mzproxy takes for an autocommit write (OpenWriteFor)

@@ -16,10 +16,7 @@ func TestUpgradeToVersion43(t *testing.T) {
 	cs := newDB(t)
 	ctx := context.Background()
 	conn := connect(t, cs)
-	prev := strings.ReplaceAll(strings.Join(migrations[:41], "\n"), "@SCHEMA@", Schema)
-	if _, err := conn.PgConn().Exec(ctx, "BEGIN; SET LOCAL check_function_bodies = off; "+prev+"; COMMIT").ReadAll(); err != nil {
-		t.Fatal(err)
-	}
+	installVersion(t, conn, 41)
 	if _, err := conn.Exec(ctx, "SET quote_all_identifiers = on"); err != nil {
 		t.Fatal(err)
 	}

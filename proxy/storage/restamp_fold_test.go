@@ -93,12 +93,7 @@ func TestRestampFoldByHostileRole(t *testing.T) {
 	_, conn := installedDB(t)
 	ctx := context.Background()
 	db := conn.Config().Database
-	if _, err := conn.Exec(ctx, "DROP ROLE IF EXISTS mzfoldhostile; CREATE ROLE mzfoldhostile LOGIN"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Exec(ctx, "DROP OWNED BY mzfoldhostile CASCADE; DROP ROLE mzfoldhostile") //nolint:errcheck // cleanup
-	})
+	loginRole(t, conn, "mzfoldhostile")
 	inWrite(t, conn, "CREATE TABLE k (id int PRIMARY KEY, v int)", "INSERT INTO k VALUES (1, 0), (2, 0)",
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON k TO mzfoldhostile")
 	hist := queryText(t, conn, "SELECT history FROM "+Schema+".catalog WHERE oid = 'k'::regclass")
@@ -163,10 +158,7 @@ func TestUpgradeToVersion49(t *testing.T) {
 	cs := newDB(t)
 	ctx := context.Background()
 	conn := connect(t, cs)
-	prev := strings.ReplaceAll(strings.Join(migrations[:46], "\n"), "@SCHEMA@", Schema)
-	if _, err := conn.PgConn().Exec(ctx, "BEGIN; SET LOCAL check_function_bodies = off; "+prev+"; COMMIT").ReadAll(); err != nil {
-		t.Fatal(err)
-	}
+	installVersion(t, conn, 46)
 	inWrite(t, conn, "CREATE TABLE a (id int PRIMARY KEY, v int)", "CREATE TABLE n (id int, v int)",
 		"INSERT INTO a SELECT g, 0 FROM generate_series(1, 10) g", "INSERT INTO n VALUES (1, 1)")
 	blockCalls(t, cs, -1, "UPDATE a SET v = 1 WHERE id = 1", "UPDATE n SET v = 2")

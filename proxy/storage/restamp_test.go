@@ -72,10 +72,7 @@ func TestUpgradeToVersion34(t *testing.T) {
 	cs := newDB(t)
 	ctx := context.Background()
 	conn := connect(t, cs)
-	prev := strings.ReplaceAll(strings.Join(migrations[:33], "\n"), "@SCHEMA@", Schema)
-	if _, err := conn.PgConn().Exec(ctx, "BEGIN; SET LOCAL check_function_bodies = off; "+prev+"; COMMIT").ReadAll(); err != nil {
-		t.Fatal(err)
-	}
+	installVersion(t, conn, 33)
 	inWrite(t, conn, "CREATE TABLE a (id int PRIMARY KEY, v int)", "INSERT INTO a SELECT g, 0 FROM generate_series(1, 20000) g")
 	restamp := "SELECT p.prosrc FROM pg_proc p, " + Schema + ".catalog k WHERE p.proname = 'h' || k.id || '_restamp' AND k.oid = 'a'::regclass"
 	if src := queryText(t, conn, restamp); strings.Contains(src, "9223372036854775807") {

@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -121,10 +120,7 @@ func TestUpgradeToVersion47(t *testing.T) {
 	cs := newDB(t)
 	ctx := context.Background()
 	conn := connect(t, cs)
-	prev := strings.ReplaceAll(strings.Join(migrations[:46], "\n"), "@SCHEMA@", Schema)
-	if _, err := conn.PgConn().Exec(ctx, "BEGIN; SET LOCAL check_function_bodies = off; "+prev+"; COMMIT").ReadAll(); err != nil {
-		t.Fatal(err)
-	}
+	installVersion(t, conn, 46)
 	inWrite(t, conn, "CREATE TABLE a (k int PRIMARY KEY, v int)", "INSERT INTO a VALUES (1, 100), (2, 100)")
 	other := connect(t, cs)
 	concurrent := func() { autocommitWrite(t, other, "UPDATE a SET v = v - 150 WHERE k = 2") }

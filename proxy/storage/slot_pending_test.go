@@ -25,12 +25,7 @@ func TestPendingSlotByHostileRole(t *testing.T) {
 	_, conn := installedDB(t)
 	ctx := context.Background()
 	db := conn.Config().Database
-	if _, err := conn.Exec(ctx, "DROP ROLE IF EXISTS mzslothostile; CREATE ROLE mzslothostile LOGIN"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Exec(ctx, "DROP OWNED BY mzslothostile CASCADE; DROP ROLE mzslothostile") //nolint:errcheck // cleanup
-	})
+	loginRole(t, conn, "mzslothostile")
 	inWrite(t, conn, "CREATE TABLE k (id int PRIMARY KEY, v int)", "INSERT INTO k VALUES (1, 0)",
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON k TO mzslothostile")
 	hist := queryText(t, conn, "SELECT history FROM "+Schema+".catalog WHERE oid = 'k'::regclass")
@@ -182,10 +177,7 @@ func TestUpgradeToVersion42(t *testing.T) {
 	cs := newDB(t)
 	ctx := context.Background()
 	conn := connect(t, cs)
-	prev := strings.ReplaceAll(strings.Join(migrations[:41], "\n"), "@SCHEMA@", Schema)
-	if _, err := conn.PgConn().Exec(ctx, "BEGIN; SET LOCAL check_function_bodies = off; "+prev+"; COMMIT").ReadAll(); err != nil {
-		t.Fatal(err)
-	}
+	installVersion(t, conn, 41)
 	inWrite(t, conn, "CREATE TABLE old (k int PRIMARY KEY, v text)", "INSERT INTO old VALUES (1, 'a'), (2, 'b')",
 		"CREATE TABLE old_nk (v text)", "INSERT INTO old_nk VALUES ('a')")
 	// A slot of version 41's form, tagged, as a transaction that began

@@ -22,12 +22,7 @@ func TestFlatSlotByHostileRole(t *testing.T) {
 	_, conn := installedDB(t)
 	ctx := context.Background()
 	db := conn.Config().Database
-	if _, err := conn.Exec(ctx, "DROP ROLE IF EXISTS mzflathostile; CREATE ROLE mzflathostile LOGIN"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Exec(ctx, "DROP OWNED BY mzflathostile CASCADE; DROP ROLE mzflathostile") //nolint:errcheck // cleanup
-	})
+	loginRole(t, conn, "mzflathostile")
 	inWrite(t, conn, "CREATE TABLE k (id int PRIMARY KEY, v int)", "INSERT INTO k VALUES (1, 0)",
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON k TO mzflathostile")
 	hist := queryText(t, conn, "SELECT history FROM "+Schema+".catalog WHERE oid = 'k'::regclass")
@@ -137,10 +132,7 @@ func TestUpgradeToVersion44(t *testing.T) {
 	cs := newDB(t)
 	ctx := context.Background()
 	conn := connect(t, cs)
-	prev := strings.ReplaceAll(strings.Join(migrations[:43], "\n"), "@SCHEMA@", Schema)
-	if _, err := conn.PgConn().Exec(ctx, "BEGIN; SET LOCAL check_function_bodies = off; "+prev+"; COMMIT").ReadAll(); err != nil {
-		t.Fatal(err)
-	}
+	installVersion(t, conn, 43)
 	inWrite(t, conn, "CREATE TABLE old (k int PRIMARY KEY, v text)", "INSERT INTO old VALUES (1, 'a'), (2, 'b')",
 		"CREATE TABLE old_nk (v text)", "INSERT INTO old_nk VALUES ('a')")
 	if err := Install(ctx, conn); err != nil {

@@ -15,10 +15,7 @@ func TestUpgradeToVersion27(t *testing.T) {
 	cs := newDB(t)
 	ctx := context.Background()
 	conn := connect(t, cs)
-	prev := strings.ReplaceAll(strings.Join(migrations[:26], "\n"), "@SCHEMA@", Schema)
-	if _, err := conn.PgConn().Exec(ctx, "BEGIN; SET LOCAL check_function_bodies = off; "+prev+"; COMMIT").ReadAll(); err != nil {
-		t.Fatal(err)
-	}
+	installVersion(t, conn, 26)
 	inWrite(t, conn, "CREATE TABLE old (k int PRIMARY KEY, v text)", "INSERT INTO old VALUES (1, 'a'), (2, 'b')")
 	hist := queryText(t, conn, "SELECT history FROM "+Schema+".catalog WHERE oid = 'old'::regclass")
 	fn := strings.TrimPrefix(hist, Schema+".")
