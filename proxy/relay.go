@@ -398,6 +398,20 @@ func (s *Session) handleParse(ctx context.Context, m *pgproto3.Parse, frame []by
 		return s.failExtended(ctx, r.refused)
 	}
 	s.defineStatement(m.Name, &preparedStmt{sql: m.Query, route: r, effect: s.effectOf(m.Query)})
+	if r.write && s.tx == txBlock && !s.skipping {
+		// In a block the histories the write needs are built before its
+		// Parse, not at its Execute: the Parse's analysis takes the
+		// table's ROW EXCLUSIVE lock until the block ends, and a build
+		// after it asks for SHARE ROW EXCLUSIVE, an upgrade that two
+		// blocks parsing first writes of one table cannot both make
+		// (40P01, TestOutside21FirstWritesDeadlockRetry). Built first,
+		// the second block's build waits for the first block to end and
+		// then finds the history there. The Execute builds nothing more
+		// (noteBlockBuilt).
+		if err := s.buildExtended(m.Query); err != nil {
+			return s.failExtended(ctx, err)
+		}
+	}
 	return s.request(ctx, frame, unit{kind: uParse}, false)
 }
 
@@ -1105,9 +1119,9 @@ func (s *Session) injectExtended(name, sql string, prepared *int64, inc int64) e
 	return nil
 }
 
-// buildExtended queues, after the write slot and before the client's
-// Execute of a write, the build of the histories sql's writes need
-// (nothing in the common case).
+// buildExtended queues, before a block's Parse of a write and after the
+// write slot before the client's Execute of a write, the build of the
+// histories sql's writes need (nothing in the common case).
 func (s *Session) buildExtended(sql string) error {
 	b := s.historyBuildsFor(sql)
 	if b.empty() {
