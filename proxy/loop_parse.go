@@ -279,8 +279,9 @@ func asOfValueNow(st *planner.Statement, m *pgproto3.Bind) (*planner.Statement, 
 // all at the backend with their Sync, are answered without more sent.
 func (s *Session) resumeLoopParse(ctx context.Context, m *pgproto3.Parse, frame []byte) error {
 	lr := &s.loopRead
-	g, rec, behind, ps := lr.g, lr.rec, lr.behind, lr.stmt
+	g, rec, behind, ps, gone := lr.g, lr.rec, lr.behind, lr.stmt, lr.gone
 	lr.active, lr.resume, lr.parsed, lr.rec, lr.stmt = false, false, false, nil, parsedStmt{}
+	lr.heldParse, lr.gone = false, false
 	// A cancel from now on is the statement's (handleStatement): the
 	// loop's is over.
 	s.loopFlight.Store(false)
@@ -288,6 +289,21 @@ func (s *Session) resumeLoopParse(ctx context.Context, m *pgproto3.Parse, frame 
 	s.be.clientBatch = true // the backend skips to the client's Sync after an error
 	value, err := s.be.readGuard()
 	s.be.clientBatch = clientBatch
+	if err == nil && gone {
+		// The Bind of the proxy's statement failed with 26000 behind the
+		// client's ParseComplete, which the loop held: nothing of the
+		// answer reached the client, nothing of the read ran. The
+		// statement is forgotten (prepared again at the text's next
+		// uses), the answers up to the batch's ReadyForQuery dropped, and
+		// the batch served as if the loop had never had it, once: the
+		// goroutine binds no statement of the proxy's.
+		s.release(g.hold)
+		s.be.reads.cache().Remove(ps.key)
+		if err := s.dropQueryAnswers(); err != nil {
+			return err
+		}
+		return s.handleParse(ctx, m, frame)
+	}
 	if err == nil {
 		if g.guard.pin {
 			if err := g.c.pinnedBy(s.be.pinValue(value)); err != nil {

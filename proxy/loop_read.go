@@ -10,6 +10,7 @@ import (
 
 	"github.com/mzproxy/mzproxy/frontend"
 	"github.com/mzproxy/mzproxy/frontend/evloop"
+	"github.com/mzproxy/mzproxy/frontend/wire"
 	"github.com/mzproxy/mzproxy/planner"
 	"github.com/mzproxy/mzproxy/proxy/storage"
 	"github.com/mzproxy/mzproxy/timeouts"
@@ -71,7 +72,13 @@ type loopRead struct {
 	// stmt is the statement of the proxy's a parsed read bound
 	// (loop_parse.go).
 	stmt parsedStmt
-	ts   []byte // an AS OF read's timestamp parameter, reused
+	// heldParse: the client's ParseComplete of a parsed read that binds
+	// the proxy's statement without preparing it is held (evloop.Hold)
+	// until the Bind's answer; gone: that answer was the statement's
+	// 26000 (a function of the client's dropped it, unseen), and the
+	// session's goroutine serves the read again (resumeLoopParse).
+	heldParse, gone bool
+	ts              []byte // an AS OF read's timestamp parameter, reused
 	// own are the types of the answers to the proxy's own messages, in
 	// the order they come (ownAnswers), got how many of them came.
 	own    []byte
@@ -376,6 +383,19 @@ func (s *Session) loopAnswer(typ byte, frame []byte) evloop.Verdict {
 			firstValue(frame, &lr.value, &lr.gotRow)
 		}
 		return evloop.Drop
+	}
+	if ps := &lr.stmt; lr.parsed && ps.named && !ps.made {
+		// Bound, not prepared here: the client's ParseComplete (of the
+		// empty statement) waits for the Bind's answer, which shows
+		// whether the statement was still there.
+		if !lr.heldParse && typ == '1' {
+			lr.heldParse = true
+			return evloop.Hold
+		}
+		if lr.heldParse && typ == 'E' && readStatementGone(wire.Body(frame)) {
+			lr.resume, lr.gone = true, true
+			return evloop.Back
+		}
 	}
 	g := &lr.g
 	if g.guard.pin {

@@ -18,7 +18,10 @@
 // not relayed, and the session may take its sockets back at any of them
 // (Verdict Back), before anything of the answer reached the client, with
 // the answer read so far (Peer.Unread) and the client's batch
-// (Result.Leftover).
+// (Result.Leftover). A frame of the client's may be held too (Verdict
+// Hold), relayed with the next frame relayed, or given back at a Back
+// (a parsed read's ParseComplete until its Bind's answer shows that the
+// proxy's statement was there).
 //
 // Anything else gives the sockets back to the session's goroutine (Run
 // returns) with the client bytes read and not forwarded, and the normal

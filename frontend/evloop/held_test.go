@@ -26,6 +26,11 @@ type heldPeer struct {
 	send   []byte
 	own    int
 	backAt byte
+	// hold: the frames after the own ones that the peer holds (Verdict
+	// Hold); backAfterHold: the type of the frame after them at which it
+	// says Back (0: never).
+	hold          int
+	backAfterHold byte
 
 	hmu      sync.Mutex
 	seen     int    // frames of this answer so far
@@ -54,6 +59,14 @@ func (p *heldPeer) Answer(typ byte, frame []byte) Verdict {
 			return Back
 		}
 		return Drop
+	}
+	if p.seen <= p.own+p.hold {
+		p.held = append(p.held, typ)
+		return Hold
+	}
+	if p.hold > 0 && p.seen == p.own+p.hold+1 && typ == p.backAfterHold {
+		p.held = append(p.held, typ)
+		return Back
 	}
 	return p.fakePeer.Answer(typ, frame)
 }
@@ -177,6 +190,110 @@ func TestHeldAnswerBack(t *testing.T) {
 			}
 		}
 		// Nothing reached the client.
+		_ = s.client.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		if n, _ := s.client.Read(make([]byte, 1)); n != 0 {
+			t.Fatalf("round %d: the client got bytes of the answer", round)
+		}
+	}
+}
+
+// TestHeldAnswerHoldsClientFrame: a frame of the client's that the peer
+// holds (a parsed read's ParseComplete) reaches the client with the
+// frames after it, in order, cut anywhere by the backend's writes; the
+// peer's own frames before it are dropped, and a Drop after it is held
+// as it is (the client gets it).
+func TestHeldAnswerHoldsClientFrame(t *testing.T) {
+	send := encode(t, &pgproto3.Bind{PreparedStatement: "guard"}, &pgproto3.Execute{},
+		&pgproto3.Parse{}, &pgproto3.Bind{PreparedStatement: "mine"}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	p := &heldPeer{send: send, own: 3, hold: 2}
+	s := startHeldSession(t, p)
+	for round := range 40 {
+		own := encode(t, &pgproto3.BindComplete{}, &pgproto3.DataRow{Values: [][]byte{[]byte("42")}},
+			&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")})
+		relayed := encode(t, &pgproto3.ParseComplete{}, &pgproto3.BindComplete{},
+			&pgproto3.DataRow{Values: [][]byte{[]byte("1")}},
+			&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
+		batch := encode(t, &pgproto3.Parse{Query: "SELECT $1"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
+		backendErr := make(chan error, 1)
+		go func() {
+			backendErr <- playBackend(s.backend, send, append(own, relayed...), rand.New(rand.NewSource(int64(round))))
+		}()
+		if _, err := s.client.Write(batch); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(relayed))
+		if _, err := io.ReadFull(s.client, got); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if err := <-backendErr; err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if !bytes.Equal(got, relayed) {
+			t.Fatalf("round %d: the client got %q, want %q", round, got, relayed)
+		}
+	}
+	p.hmu.Lock()
+	held := string(p.held)
+	p.hmu.Unlock()
+	if want := string(bytes.Repeat([]byte("2DC12"), 40)); held != want {
+		t.Fatalf("the peer saw %q while holding, want %q", held, want)
+	}
+	_ = s.loopClient.Close()
+	if r := s.waitReturn(t, "a close"); r.res.Forwarded != 40 {
+		t.Fatalf("Run: %+v; want 40 forwarded", r.res)
+	}
+}
+
+// TestHeldAnswerBackAfterHold: the peer takes the session back at the
+// frame after one of the client's it held (the Bind's 26000 behind the
+// ParseComplete): nothing reaches the client, not the held frame either,
+// the client's batch is the leftover, and every byte the loop read of the
+// answer goes back to the peer.
+func TestHeldAnswerBackAfterHold(t *testing.T) {
+	rng := rand.New(rand.NewSource(5))
+	send := encode(t, &pgproto3.Bind{PreparedStatement: "guard"}, &pgproto3.Execute{},
+		&pgproto3.Parse{}, &pgproto3.Bind{PreparedStatement: "mine"}, &pgproto3.Execute{}, &pgproto3.Sync{})
+	for round := range 20 {
+		p := &heldPeer{send: send, own: 2, hold: 1, backAfterHold: 'E'}
+		s := startHeldSession(t, p)
+		batch := encode(t, &pgproto3.Parse{Query: "SELECT $1"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
+		gone := encode(t, &pgproto3.BindComplete{}, &pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")},
+			&pgproto3.ParseComplete{},
+			&pgproto3.ErrorResponse{Severity: "ERROR", Code: "26000", Message: "prepared statement \"mine\" does not exist"})
+		answer := append(bytes.Clone(gone), encode(t, &pgproto3.ReadyForQuery{TxStatus: 'I'})...)
+		pieces := [][]byte{answer}
+		if round%2 == 1 {
+			pieces = randomSplit(rng, answer)
+		}
+		if _, err := s.client.Write(batch); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(send))
+		if _, err := io.ReadFull(s.backend, got); err != nil || !bytes.Equal(got, send) {
+			t.Fatalf("the backend got %q, %v", got, err)
+		}
+		for _, piece := range pieces {
+			if _, err := s.backend.Write(piece); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := s.waitReturn(t, "a Back")
+		if r.err != nil || r.res.Over != nil || !bytes.Equal(r.res.Leftover, batch) || r.res.Forwarded != 1 {
+			t.Fatalf("round %d: Run %+v, %v; want the batch back", round, r.res, r.err)
+		}
+		p.hmu.Lock()
+		unread, ok := p.unread, p.unreadOK
+		p.hmu.Unlock()
+		rest := answer[len(unread):]
+		if !ok || !bytes.HasPrefix(answer, unread) || len(unread) < len(gone) {
+			t.Fatalf("round %d: the peer got back %q of %q", round, unread, answer)
+		}
+		if len(rest) > 0 {
+			buf := make([]byte, len(rest))
+			if _, err := io.ReadFull(s.loopBackend, buf); err != nil || !bytes.Equal(buf, rest) {
+				t.Fatalf("round %d: the backend socket kept %q, %v; want %q", round, buf, err, rest)
+			}
+		}
 		_ = s.client.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
 		if n, _ := s.client.Read(make([]byte, 1)); n != 0 {
 			t.Fatalf("round %d: the client got bytes of the answer", round)

@@ -34,6 +34,9 @@ type member struct {
 	holding bool
 	held    []byte
 	dropped int
+	// kept: a frame of the held answer is the client's (Verdict Hold):
+	// no frame after it is dropped.
+	kept bool
 
 	inFlight  bool // a batch is with the backend, its ReadyForQuery not relayed
 	answered  bool // its ReadyForQuery has been read
@@ -167,7 +170,7 @@ func (l *Loop) readClient(m *member) {
 	m.toBackend = m.in
 	if send != nil {
 		m.toBackend = send
-		m.holding, m.held, m.dropped = true, m.held[:0], 0
+		m.holding, m.held, m.dropped, m.kept = true, m.held[:0], 0, false
 		m.scan.keepRows = true
 	}
 	m.inFlight = true
@@ -221,17 +224,20 @@ func (l *Loop) readBackend(m *member) {
 	ok := m.scan.feed(m.buf[:n], func(typ byte, frame []byte) bool {
 		v := m.peer.Answer(typ, frame)
 		if m.holding {
-			switch v {
-			case Drop:
+			switch {
+			case v == Drop && !m.kept:
 				m.dropped += len(frame)
 				return true
-			case Back:
+			case v == Drop || v == Hold:
+				m.kept = true
+				return true
+			case v == Back:
 				back = true
 				return false
 			}
 			l.release(m)
 		}
-		if v != Relay && v != Drop {
+		if v != Relay && v != Drop && v != Hold {
 			m.stopAfter = true
 		}
 		if typ == 'Z' {

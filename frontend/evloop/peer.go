@@ -69,6 +69,13 @@ const (
 	// the session (Unread), the client's batch to the connection
 	// (Result.Leftover). After a relayed frame it is a RelayThenBack.
 	Back
+	// Hold: the frame is the client's, but not relayed yet: while the
+	// answer is held (Admit's send), it stays held with the frames before
+	// it, and is relayed with the next frame the peer relays, or given
+	// back with the answer at a Back (nothing of it reached the client).
+	// A Drop after a Hold is a Hold (the dropped frames are the answer's
+	// first). Outside a held answer it is a Relay.
+	Hold
 )
 
 // Result is how a session left the loop.
