@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -201,4 +202,123 @@ func TestOutside22FirstWriteBesideDDL(t *testing.T) {
 		}
 	}
 	p.awaitHolds(t, 0, "after the blocks")
+}
+
+// TestOutside22HostileRestamp: session 21's restamp at COMMIT (a table's
+// h<id>_fix, restamp_raise; storage 49) and the slot's new branches
+// (open_write_deferred, storage 47), probed by an ordinary role through
+// mzproxy and directly: every call of the restamp's functions, outside a
+// block and in one against its own placeholders, fails with 42501; a
+// slot call with a forged count leaves mzproxy's check as it was (the
+// role's block that read a total and writes after another write of it
+// fails at COMMIT with 40001); the history is as it was, and the proxy
+// goes on.
+func TestOutside22HostileRestamp(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	role := ordinaryRole(t, ctx)
+	admin := connectTo(t, ctx, p.URL("postgres", db))
+	direct := connectTo(t, ctx, directURL("postgres", db))
+	tb := tableName(t)
+	mustExec(t, ctx, admin, "CREATE TABLE "+tb+" (k int PRIMARY KEY, v int)",
+		"INSERT INTO "+tb+" VALUES (1, 100), (2, 100)",
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON "+tb+" TO "+role)
+	var hist string
+	var id int64
+	if err := direct.QueryRow(ctx, "SELECT history, id FROM mzproxy.catalog WHERE oid = $1::regclass", tb).Scan(&hist, &id); err != nil {
+		t.Fatal(err)
+	}
+	historyOf := func() string {
+		var s string
+		if err := direct.QueryRow(ctx, "SELECT count(*) || ' ' || coalesce(sum(mz_from)::text, '') || ' ' || coalesce(sum(mz_to)::text, '') FROM "+hist).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	before := historyOf()
+	calls := []string{
+		"SELECT " + hist + "_fix(-1, 1)",
+		"SELECT " + hist + "_fix(9223372036854775807, 1)",
+		"SELECT " + hist + "_restamp(-1, 1)",
+		"SELECT " + hist + "_closed(-1)",
+		"SELECT mzproxy.restamp_raise(ARRAY['" + hist + "'], 1, 2)",
+		"SELECT mzproxy.restamp_functions('" + hist + "')",
+		fmt.Sprintf("SELECT mzproxy.gen_restamp(%d)", id),
+		"SELECT mzproxy.fix_write()",
+		"SELECT mzproxy.fix_write(true)",
+	}
+	for _, via := range []struct {
+		name string
+		url  string
+	}{{"mzproxy", p.URL(role, db)}, {"directly", directURL(role, db)}} {
+		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+			conn := connectTo(t, ctx, via.url)
+			for _, c := range calls {
+				_, err := conn.Exec(ctx, c, mode)
+				if sqlState(err) != "42501" {
+					t.Errorf("%s, %v: %s: %v, want 42501", via.name, mode, c, err)
+				}
+			}
+			// In its own block, against its own placeholders.
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if via.name == "directly" {
+				if _, err := tx.Exec(ctx, "SELECT mzproxy.open_write_deferred(NULL)", mode); err != nil {
+					t.Fatalf("%s: the slot: %v", via.name, err)
+				}
+			}
+			if _, err := tx.Exec(ctx, "UPDATE "+tb+" SET v = v + 1 WHERE k = 1", mode); err != nil {
+				t.Fatalf("%s, %v: UPDATE: %v", via.name, mode, err)
+			}
+			_, err = tx.Exec(ctx, "SELECT "+hist+"_fix(-pg_current_xact_id()::text::bigint, 1)", mode)
+			if sqlState(err) != "42501" {
+				t.Errorf("%s, %v: the role's _fix of its own block: %v, want 42501", via.name, mode, err)
+			}
+			tx.Rollback(ctx) //nolint:errcheck // failed
+			conn.Close(ctx)
+		}
+	}
+	if got := historyOf(); got != before {
+		t.Errorf("history after the refused calls: %s, was %s", got, before)
+	}
+
+	// A forged count in the role's block through mzproxy: after its read
+	// at its timestamp, before its write (mzproxy's slot comes with the
+	// write and keeps the smaller count), and after it.
+	for _, forged := range []string{
+		"SELECT mzproxy.open_write_deferred(NULL, 9223372036854775807)",
+		"SELECT mzproxy.open_write_deferred(NULL, NULL)",
+	} {
+		for _, after := range []bool{false, true} {
+			conn := connectTo(t, ctx, p.URL(role, db))
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sum int
+			if err := tx.QueryRow(ctx, "SELECT sum(v)::int FROM "+tb).Scan(&sum); err != nil {
+				t.Fatal(err)
+			}
+			steps := []string{forged, "UPDATE " + tb + " SET v = v - 1 WHERE k = 1"}
+			if after {
+				steps[0], steps[1] = steps[1], steps[0]
+			}
+			for _, s := range steps {
+				if _, err := tx.Exec(ctx, s); err != nil {
+					t.Fatalf("%s: %v", s, err)
+				}
+			}
+			mustExec(t, ctx, admin, "UPDATE "+tb+" SET v = v + 1 WHERE k = 2")
+			err = tx.Commit(ctx)
+			if sqlState(err) != "40001" {
+				t.Errorf("%s (after the write: %v): COMMIT: %v, want 40001", forged, after, err)
+			}
+			conn.Close(ctx)
+		}
+	}
+	p.mustAlive(t, ctx)
 }
