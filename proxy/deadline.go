@@ -83,6 +83,10 @@ func (s *Session) handleStatement(ctx context.Context, msg pgproto3.FrontendMess
 	if endsStatement(msg) && s.copy == copyNone {
 		s.budget = nil
 		s.inStatement.Store(false)
+		// A batch the event loop sent and gave back to this goroutine
+		// is answered (its ReadyForQuery read): a Cancel from now on
+		// has nothing at the backend to stop.
+		s.loopFlight.Store(false)
 		s.executeQueued.Store(false)
 		s.batchCanceled.Store(false)
 		if s.stmt != nil && !s.stmt.deadline.IsZero() {

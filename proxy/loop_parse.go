@@ -282,9 +282,11 @@ func (s *Session) resumeLoopParse(ctx context.Context, m *pgproto3.Parse, frame 
 	g, rec, behind, ps, gone := lr.g, lr.rec, lr.behind, lr.stmt, lr.gone
 	lr.active, lr.resume, lr.parsed, lr.rec, lr.stmt = false, false, false, nil, parsedStmt{}
 	lr.heldParse, lr.gone = false, false
-	// A cancel from now on is the statement's (handleStatement): the
-	// loop's is over.
-	s.loopFlight.Store(false)
+	// The backend runs the batch the loop sent until its ReadyForQuery:
+	// loopFlight stays set (handleStatement clears it at the end of the
+	// statement), so that a Cancel between the messages this goroutine
+	// takes over, when no message's context is there to end, still
+	// reaches the backend (session 21's third lost-cancel window).
 	clientBatch := s.be.clientBatch
 	s.be.clientBatch = true // the backend skips to the client's Sync after an error
 	value, err := s.be.readGuard()

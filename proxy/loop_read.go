@@ -300,8 +300,11 @@ func (s *Session) resumeLoopBind(m *pgproto3.Bind) error {
 	lr := &s.loopRead
 	g := lr.g
 	lr.active, lr.resume, lr.sent = false, false, lr.behind
-	// A cancel from now on is the statement's (handleStatement).
-	s.loopFlight.Store(false)
+	// The backend runs the batch the loop sent until its ReadyForQuery:
+	// loopFlight stays set (handleStatement clears it at the end of the
+	// statement), so that a Cancel between the messages this goroutine
+	// takes over, when no message's context is there to end, still
+	// reaches the backend (session 21's third lost-cancel window).
 	p := s.definePortal(m.DestinationPortal, m.PreparedStatement)
 	s.portalHolds = append(s.portalHolds, g.hold)
 	s.units.push(unit{kind: uBind})
@@ -434,9 +437,11 @@ func (s *Session) resumeLoopRead(ctx context.Context) error {
 	lr := &s.loopRead
 	g, sql := lr.g, lr.sql
 	lr.active, lr.resume = false, false
-	// A cancel from now on is the statement's (handleStatement): the
-	// loop's is over.
-	s.loopFlight.Store(false)
+	// The backend runs the batch the loop sent until its ReadyForQuery:
+	// loopFlight stays set (handleStatement clears it at the end of the
+	// statement), so that a Cancel between the messages this goroutine
+	// takes over, when no message's context is there to end, still
+	// reaches the backend (session 21's third lost-cancel window).
 	stale, err := s.guardedAnswers(ctx, &g, nil)
 	if !stale {
 		return err

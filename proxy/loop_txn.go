@@ -451,9 +451,11 @@ func (s *Session) resumeLoopTxn(ctx context.Context, frame []byte) error {
 	lt := &s.loopTxn
 	g, sql, noted := lt.g, lt.sql, lt.noted
 	lt.g, lt.resume, lt.active, lt.noted = nil, false, false, false
-	// A cancel from now on is the statement's (handleStatement): the
-	// loop's is over.
-	s.loopFlight.Store(false)
+	// The backend runs the batch the loop sent until its ReadyForQuery:
+	// loopFlight stays set (handleStatement clears it at the end of the
+	// statement), so that a Cancel between the messages this goroutine
+	// takes over, when no message's context is there to end, still
+	// reaches the backend (session 21's third lost-cancel window).
 	return s.guardAnswers(ctx, sql, frame, g, noted)
 }
 
@@ -503,9 +505,11 @@ func (s *Session) takeLoopTxn(sent int) {
 	lt := &s.loopTxn
 	g := lt.g
 	lt.g, lt.resume, lt.active, lt.noted = nil, false, false, false
-	// A cancel from now on is the statement's (handleStatement): the
-	// loop's is over.
-	s.loopFlight.Store(false)
+	// The backend runs the batch the loop sent until its ReadyForQuery:
+	// loopFlight stays set (handleStatement clears it at the end of the
+	// statement), so that a Cancel between the messages this goroutine
+	// takes over, when no message's context is there to end, still
+	// reaches the backend (session 21's third lost-cancel window).
 	g.extended, g.sql, g.frames = true, lt.sql, nil
 	s.txn.guard = g
 	s.loopRead.sent = sent
