@@ -322,3 +322,47 @@ func TestOutside22HostileRestamp(t *testing.T) {
 	}
 	p.mustAlive(t, ctx)
 }
+
+// TestOutside22FirstWriteNoRights: a role with no right on a
+// never-written table prepares and runs a write of it in a block through
+// mzproxy: 42501 (at its Parse now, the build's check; PostgreSQL
+// refuses at the Execute), the block aborts (25P02) until ROLLBACK, the
+// history is not built, and the session goes on.
+func TestOutside22FirstWriteNoRights(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t)
+	role := ordinaryRole(t, ctx)
+	admin := connectTo(t, ctx, p.URL("postgres", db))
+	direct := connectTo(t, ctx, directURL("postgres", db))
+	tb := tableName(t)
+	mustExec(t, ctx, admin, "CREATE TABLE "+tb+" (k int PRIMARY KEY, v int)")
+	conn := connectMode(t, ctx, p.URL(role, db), pgx.QueryExecModeCacheStatement)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.Prepare(ctx, "ins", "INSERT INTO "+tb+" VALUES ($1, 0)")
+	if err == nil {
+		_, err = tx.Exec(ctx, "ins", 1)
+	}
+	if sqlState(err) != "42501" {
+		t.Errorf("the write: %v, want 42501", err)
+	}
+	_, err = tx.Exec(ctx, "SELECT 1")
+	if sqlState(err) != "25P02" {
+		t.Errorf("after the refusal: %v, want 25P02", err)
+	}
+	tx.Rollback(ctx) //nolint:errcheck // failed
+	var built bool
+	if err := direct.QueryRow(ctx, "SELECT history_built FROM mzproxy.catalog WHERE oid = $1::regclass", tb).Scan(&built); err != nil {
+		t.Fatal(err)
+	}
+	if built {
+		t.Error("the history was built by a role without rights")
+	}
+	if n := count(t, ctx, conn, "SELECT 1", pgx.QueryExecModeSimpleProtocol); n != 1 {
+		t.Errorf("the session after ROLLBACK: %d", n)
+	}
+}
