@@ -24,8 +24,17 @@ type token struct {
 	unreserved bool // an unreserved keyword (usable as a plain name)
 }
 
-// scanTokens tokenizes sql, dropping comments.
+// scanTokens tokenizes sql, dropping comments: by the Go scanner
+// (scan.go) where it can, else by pg_query's.
 func scanTokens(sql string) ([]token, error) {
+	if toks, ok := scanGo(sql); ok {
+		return toks, nil
+	}
+	return pgScanTokens(sql)
+}
+
+// pgScanTokens is scanTokens by pg_query's scanner.
+func pgScanTokens(sql string) ([]token, error) {
 	res, err := pg.Scan(sql)
 	if err != nil {
 		return nil, err
