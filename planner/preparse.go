@@ -3,6 +3,7 @@ package planner
 import (
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -33,8 +34,12 @@ func scanTokens(sql string) ([]token, error) {
 	return pgScanTokens(sql)
 }
 
+// pgScans counts pgScanTokens' calls (for tests).
+var pgScans atomic.Uint64
+
 // pgScanTokens is scanTokens by pg_query's scanner.
 func pgScanTokens(sql string) ([]token, error) {
+	pgScans.Add(1)
 	res, err := pg.Scan(sql)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -143,6 +144,36 @@ func corpusTexts(t *testing.T, dir string) []string {
 		}
 	}
 	return out
+}
+
+// TestNewReadsScannedInGo: planning reads of new texts, as the corpus
+// sends them under --history-reads, asks pg_query's scanner nothing; a
+// text the Go scanner leaves to it does.
+func TestNewReadsScannedInGo(t *testing.T) {
+	cat := newFakeCatalog()
+	cat.addTable("public", "t1", "a", "b", "c", "d", "e")
+	opts := Options{SearchPath: []string{"public"}, ExplicitTimestamp: true}
+	p := New(100)
+	before := pgScans.Load()
+	// Twenty shapes (texts differing only in literals would share a plan).
+	cols, ops := []string{"a", "b", "c", "d", "e"}, []string{"+", "*", "-", "/"}
+	for i := range 20 {
+		x, op := cols[i%5], ops[i/5]
+		sql := fmt.Sprintf("SELECT %s%sb*2, CASE WHEN c>(SELECT avg(c) FROM t1) THEN a*2 ELSE b*10 END FROM t1 WHERE d<>%s ORDER BY 1", x, op, x)
+		stmts, err := p.Plan(sql, cat, opts)
+		if err != nil || len(stmts) != 1 || stmts[0].Template == nil {
+			t.Fatalf("%s: %v, %v", sql, stmts, err)
+		}
+	}
+	if n := pgScans.Load() - before; n != 0 {
+		t.Errorf("20 new reads: pg_query's scanner called %d times, want 0", n)
+	}
+	if _, err := p.Plan("SELECT a FROM t1 WHERE b = E'x'", cat, opts); err != nil {
+		t.Fatal(err)
+	}
+	if n := pgScans.Load() - before; n == 0 {
+		t.Errorf("E'x': pg_query's scanner not called")
+	}
 }
 
 // TestKeywordsComplete: every keyword token of pg_query's enum is in the
