@@ -97,7 +97,9 @@ func scanGo(sql string) ([]token, bool) {
 	if kw == nil {
 		return nil, false
 	}
-	s := &goScanner{sql: sql, kw: kw, toks: make([]token, 0, len(sql)/4+1)}
+	// About a token per four bytes of a query, bounded: a long literal is
+	// one token.
+	s := &goScanner{sql: sql, kw: kw, toks: make([]token, 0, min(len(sql)/4+1, 256))}
 	for i := 0; i < len(sql); {
 		j, ok := s.next(i)
 		if !ok {
