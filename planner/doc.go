@@ -10,9 +10,13 @@
 //     than maxNestingLevels gets PostgreSQL's 54001 "stack depth limit
 //     exceeded". Long lists, AND/OR chains, VALUES rows and many
 //     statements cost nothing; chains of operators and nested brackets do.
-//  1. Split. The string is tokenized with PostgreSQL's own scanner
-//     (pg_query's Scan) and cut at top-level semicolons (not inside
-//     parentheses or a BEGIN ATOMIC body). Empty statements vanish.
+//  1. Split. The string is tokenized into PostgreSQL's scanner's tokens
+//     and cut at top-level semicolons (not inside parentheses or a BEGIN
+//     ATOMIC body). Empty statements vanish. A scanner in Go (scan.go)
+//     gives the tokens for common texts; anything it does not handle
+//     plainly (E'...', dollar quotes, junk after a number, an unterminated
+//     quote, ...) goes to PostgreSQL's own scanner (pg_query's Scan), so
+//     errors are its own.
 //  2. Materialize syntax. Still on tokens, so literals, dollar quotes,
 //     quoted identifiers and comments are never mistaken for syntax:
 //     a trailing `AS OF [AT LEAST] <expr>` of a query is cut off (the

@@ -313,7 +313,7 @@ func checkParamTokens(t *testing.T, sql, want string) {
 	if !ok {
 		return
 	}
-	toks, err := scanTokens(sql)
+	toks, err := pgScanTokens(sql)
 	if err != nil {
 		return
 	}

@@ -3,6 +3,7 @@ package planner
 import (
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -24,8 +25,21 @@ type token struct {
 	unreserved bool // an unreserved keyword (usable as a plain name)
 }
 
-// scanTokens tokenizes sql, dropping comments.
+// scanTokens tokenizes sql, dropping comments: by the Go scanner
+// (scan.go) where it can, else by pg_query's.
 func scanTokens(sql string) ([]token, error) {
+	if toks, ok := scanGo(sql); ok {
+		return toks, nil
+	}
+	return pgScanTokens(sql)
+}
+
+// pgScans counts pgScanTokens' calls (for tests).
+var pgScans atomic.Uint64
+
+// pgScanTokens is scanTokens by pg_query's scanner.
+func pgScanTokens(sql string) ([]token, error) {
+	pgScans.Add(1)
 	res, err := pg.Scan(sql)
 	if err != nil {
 		return nil, err
