@@ -81,7 +81,7 @@ func TestBlockWrittenTables(t *testing.T) {
 		"INSERT INTO a VALUES (1, 0)", "INSERT INTO b VALUES (1, 0)")
 	ha := queryText(t, conn, "SELECT history FROM "+Schema+".catalog WHERE oid = 'a'::regclass")
 	hb := queryText(t, conn, "SELECT history FROM "+Schema+".catalog WHERE oid = 'b'::regclass")
-	if _, err := conn.Exec(ctx, fmt.Sprintf("DROP FUNCTION %[1]s_closed(bigint), %[1]s_restamp(bigint, bigint), %[1]s_fix(bigint, bigint)", hb)); err != nil {
+	if _, err := conn.Exec(ctx, fmt.Sprintf("DROP FUNCTION %[1]s_fix(bigint, bigint)", hb)); err != nil {
 		t.Fatal(err)
 	}
 	placeholders := func() int64 {
