@@ -295,7 +295,7 @@
 //     functions <history>_closed and <history>_restamp (static SQL, made
 //     by gen_restamp from gen_triggers; since version 34 the restamp finds
 //     the versions the block wrote by (mz_to, mz_from), restamp.sql;
-//     since version 49 one <history>_fix per table, and since version 51
+//     since version 49 one <history>_fix per table, and since version 50
 //     only that one, below).
 //     Since version 35 (block_lean.sql) each history trigger records its
 //     table in the row itself (one UPDATE that matches only at the
@@ -560,9 +560,9 @@
 // restamp_raise are the owner's alone. docs/write-cost.md ("Session 21")
 // has the figures.
 //
-// # Only _fix (version 51)
+// # Only _fix (version 50)
 //
-// Version 51 (restamp_lean.sql, session 22) has a table's first write
+// Version 50 (restamp_lean.sql, session 22) has a table's first write
 // (the history's build, gen_restamp) make its <history>_fix alone: no
 // <history>_closed or <history>_restamp, which nothing has called since
 // version 49. The upgrade drops them for every table, also those of

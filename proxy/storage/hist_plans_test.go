@@ -213,7 +213,7 @@ func TestUpgradeToVersion37(t *testing.T) {
 		t.Fatalf("functions with enable_seqscan = off and JIT after the upgrade: %v %v", bad, err)
 	}
 	// The keyless table's triggers plan as before (hist_plans.sql). Since
-	// version 49 each table's restamp is _fix, and since 51 _closed and
+	// version 49 each table's restamp is _fix, and since 50 _closed and
 	// _restamp are gone (restamp_lean.sql); _fix has the settings too.
 	if after := strings.Join(settings(), ","); after != "h1_del true,h1_fix true,h1_ins true,h1_upd true,"+
 		"h2_del false,h2_fix true,h2_ins false,h2_upd false" {

@@ -1,6 +1,6 @@
--- mzproxy backend state, version 49 to 51 (session 22, tpcb22; version
--- 50 is another branch's): a table's restamp is h<id>_fix alone (issue
--- 14). docs/write-cost.md has the figures.
+-- mzproxy backend state, version 49 to 50 (session 22, tpcb22): a
+-- table's restamp is h<id>_fix alone (issue 14). docs/write-cost.md has
+-- the figures.
 --
 -- Since version 49 fix_write restamps every table a block wrote with
 -- h<id>_fix; nothing calls h<id>_closed or h<id>_restamp (restamp_dynamic,
@@ -63,4 +63,4 @@ BEGIN
 END
 $drop$;
 
-INSERT INTO @SCHEMA@.schema_version (version) VALUES (51);
+INSERT INTO @SCHEMA@.schema_version (version) VALUES (50);

@@ -27,7 +27,7 @@ func tableFunctions(t *testing.T, conn *pgx.Conn, table string) string {
 const restampLeftovers = `SELECT count(*) FROM pg_proc p WHERE p.pronamespace = '` + Schema + `'::regnamespace
 	AND (p.proname ~ '^h[0-9]+_closed$' OR p.proname ~ '^h[0-9]+_restamp$')`
 
-// Version 51 (restamp_lean.sql): a table's first write makes its restamp
+// Version 50 (restamp_lean.sql): a table's first write makes its restamp
 // function _fix and no _closed or _restamp; its blocks commit through it.
 func TestFirstWriteMakesOnlyFix(t *testing.T) {
 	cs, conn := installedDB(t)
@@ -55,7 +55,7 @@ func TestFirstWriteMakesOnlyFix(t *testing.T) {
 // table's too, whose history is kept) and keeps _fix, not PUBLIC's; blocks
 // and autocommit writes after it keep history exact; a table made after
 // it gets _fix alone.
-func TestUpgradeToVersion51(t *testing.T) {
+func TestUpgradeToVersion50(t *testing.T) {
 	cs := newDB(t)
 	ctx := context.Background()
 	conn := connect(t, cs)

@@ -84,7 +84,7 @@ func TestUpgradeToVersion34(t *testing.T) {
 	if got := queryInt(t, conn, "SELECT max(version) FROM "+Schema+".schema_version"); got != SchemaVersion {
 		t.Fatalf("version %d after the upgrade, want %d", got, SchemaVersion)
 	}
-	// Since version 51 the table's restamp is _fix alone (_restamp dropped).
+	// Since version 50 the table's restamp is _fix alone (_restamp dropped).
 	fix := strings.Replace(restamp, "'_restamp'", "'_fix'", 1)
 	if src := queryText(t, conn, fix); !strings.Contains(src, "h.mz_to = 9223372036854775807 AND h.mz_from = p") {
 		t.Fatalf("after the upgrade the restamp is %s", src)
