@@ -12,12 +12,12 @@
 -- (storage.PinGuardCheck) read writes_seen and the second count of the
 -- writes by pg_sequence_last_value and compare P's age as a time; the
 -- views are who still read them as tables: pin() (ReadTSSQL: EXPLAIN
--- TIMESTAMP, reads in a transaction block, AS OF mz_now(), and a steady
--- read guard's pin once the writes moved) reads settled_pin; the read
--- guard's first shape (shapeView in proxy/seen_read.go) reads it and calls
--- pin() only when it answers NULL; and PinPeekSQL (before the BEGIN of a
--- read-only transaction whose session has no settled count) reads
--- settled_writes.
+-- TIMESTAMP, reads in a transaction block, AS OF mz_now(), and a read
+-- guard's pin once the writes moved or P aged) reads settled_pin, and
+-- PinPeekSQL (before the BEGIN of a read-only transaction whose session
+-- has no settled count) reads settled_writes. (The read guards of this
+-- proxy no longer read settled_pin themselves; those of proxies before
+-- version 45 do.)
 --
 -- The reads and their order are the views' as before (pin_cheap.sql and
 -- pin_views.sql give the argument): the first, the count of writes w, is
