@@ -19,10 +19,14 @@
 # SCRIPT=tsread (session 20) counts bench/managed.sh's tsread instead: a
 # timestamped point read (SELECT abalance, mz_now() ... WHERE aid = :aid)
 # through each mzproxy, the plain point read directly; per read.
+# SCRIPT=explain (session 22): EXPLAIN TIMESTAMP FOR that point read
+# through each mzproxy (each one calls pin(), which reads the view
+# settled_pin), the plain point read directly; per statement. Simple
+# protocol only.
 #
 # usage: bench/rotxnwire.sh
 #   env: REVS="main tree" (git revisions, or tree for the working tree)
-#        MODES="simple extended prepared" N=220 SCRIPT=rotxn
+#        MODES="simple extended prepared" N=220 SCRIPT=rotxn|tsread|explain
 set -euo pipefail
 
 REVS=${REVS:-"main tree"}
@@ -82,6 +86,10 @@ EOF
 cp "$work/rotxn.sql" "$work/direct.sql"
 if [ "$SCRIPT" = tsread ]; then
 	printf '%s\n' '\set aid random(1, 100000)' 'SELECT abalance, mz_now() FROM pgbench_accounts WHERE aid = :aid;' >"$work/rotxn.sql"
+	printf '%s\n' '\set aid random(1, 100000)' 'SELECT abalance FROM pgbench_accounts WHERE aid = :aid;' >"$work/direct.sql"
+fi
+if [ "$SCRIPT" = explain ]; then
+	printf '%s\n' '\set aid random(1, 100000)' 'EXPLAIN TIMESTAMP FOR SELECT abalance FROM pgbench_accounts WHERE aid = :aid;' >"$work/rotxn.sql"
 	printf '%s\n' '\set aid random(1, 100000)' 'SELECT abalance FROM pgbench_accounts WHERE aid = :aid;' >"$work/direct.sql"
 fi
 

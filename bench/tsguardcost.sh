@@ -11,8 +11,9 @@
 # The guards are this tree's, each by its last execution in the log (its
 # text and parameters: the learning guard, then the one that reads
 # through the learned count with the catalog revision, then without),
-# beside 126767b's (the view settled_pin) and none at all (the timestamp
-# set by a constant set_config). P is set an hour ahead before the server
+# beside 126767b's (the view settled_pin), pin() alone, none at all (the
+# timestamp set by a constant set_config) and none reading the view
+# settled_writes (peek). P is set an hour ahead before the server
 # stops (nothing ticks in a single-user run). Each figure is (instructions at N - at 20) / (N - 20);
 # instruction counts do not move with the machine's load. A single-user
 # EXECUTE evaluates each parameter as an expression (a few thousand
@@ -61,6 +62,13 @@ s=mzproxy
 declare -A form params
 form[none]="SELECT pg_catalog.set_config('mzproxy.read_ts', '$p', true)"
 form[126767b]="SELECT pg_catalog.set_config('mzproxy.read_ts', (CASE WHEN (SELECT revision FROM $s.catalog_revision) = $rev AND pg_catalog.current_setting('transaction_isolation') IN ('read committed', 'read uncommitted') THEN coalesce((SELECT t FROM $s.settled_pin), $s.pin())::text ELSE 'mzproxy: plan of a changed catalog' END)::int8::text, true)"
+# pin(): the timestamp of EXPLAIN TIMESTAMP, a read in a transaction
+# block, AS OF mz_now(), and a steady guard's once the writes moved; on
+# this path (every write settled, P fresh) it answers through settled_pin.
+form[pin]="SELECT pg_catalog.set_config('mzproxy.read_ts', $s.pin()::text, true)"
+# peek: none's statement reading the view settled_writes too (PinPeekSQL,
+# before a read-only transaction's BEGIN in a session with no settled count).
+form[peek]="SELECT pg_catalog.set_config('mzproxy.read_ts', '$p', true), w FROM $s.settled_writes"
 names=()
 for name in $(grep -o 'execute [^:]*read_guard[^:]*:' "$work/log" | awk '!seen[$0]++' | sed 's/execute \(.*\):/\1/'); do
 	line=$(grep -n "execute $name: " "$work/log" | tail -1 | cut -d: -f1)
@@ -70,7 +78,7 @@ for name in $(grep -o 'execute [^:]*read_guard[^:]*:' "$work/log" | awk '!seen[$
 	case $detail in *"DETAIL:  parameters:"*) params[$label]=$(echo "$detail" | sed 's/.*DETAIL:  parameters: //; s/\$[0-9]* = //g') ;; esac
 	names+=("$label")
 done
-FORMS=${FORMS:-"none 126767b ${names[*]}"}
+FORMS=${FORMS:-"none 126767b pin peek ${names[*]}"}
 
 instructions() { # db n guard read params
 	local x=$1 n=$2 guard=$3 read=$4 args=${5:+($5)} i out=$work/cg.out

@@ -25,7 +25,8 @@
 // to 42, quote_idents.sql 42 to 43, trig_fold.sql 43 to 44, read_peek.sql
 // 44 to 45, ddl_lazy_ts.sql 45 to 46, slot_checked.sql 46 to 47,
 // ddl_no_checks.sql 47 to 48,
-// restamp_fold.sql 48 to 49 (a database at an older
+// restamp_fold.sql 48 to 49, restamp_lean.sql 49 to 50,
+// pin_last_value.sql 50 to 51 (a database at an older
 // version gets only the upgrades; a function a later version replaces is
 // defined again in full there); a database already
 // at the version is left alone. It needs a superuser because it creates
@@ -185,6 +186,11 @@
 //     may read it: it tells no more than settled_writes), and answers the
 //     settled count of writes with its pin, so that the session's next
 //     guards read only P and the writes (readGuardSQL in package proxy).
+//     Since version 51 (pin_last_value.sql) settled_pin and settled_writes
+//     read every sequence after their first (the count of writes, the
+//     row they scan) by pg_sequence_last_value, as the guards do, not as
+//     a relation to lock and scan (P stays settled_pin's subquery's scan),
+//     and settled_pin compares P's age as a time (PinFresh).
 //   - tick(wait_ms): a pin that gives up (NULL) after wait_ms of waiting for
 //     writers, and records the upper in txns_durable.
 //   - register, heartbeat, deregister, acquire_hold, compact,
