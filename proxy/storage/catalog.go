@@ -59,7 +59,10 @@ type Object struct {
 	ViewSQL string
 	// CreatedTS is the timestamp of the DDL that created the object.
 	CreatedTS uint64
-	// Revision is the catalog revision of the object's last change.
+	// Revision is the catalog revision of the object's row's last change:
+	// its creation, rename or move, a view's new text, its drop (since
+	// version 52 not a column change, which moves only the catalog's
+	// Revision).
 	Revision int64
 	// RowSecurity: row-level security is enabled on the table
 	// (pg_class.relrowsecurity), which its history does not apply.
