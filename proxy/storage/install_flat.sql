@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 53, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 52, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -1423,7 +1423,7 @@ BEGIN
         -- table brings it into inheritance; a view whose text may name
         -- it). A table without history needs nothing else; one with
         -- history is reconciled.
-        -- (Version 53) A SELECT, not an UPDATE that returned the same:
+        -- (Version 52) A SELECT, not an UPDATE that returned the same:
         -- the row is written only when the table was renamed or moved
         -- (its name and schema followed, with the revision), not at every
         -- column change (a non-HOT UPDATE of the catalog, with its indexes
@@ -1704,7 +1704,7 @@ BEGIN
             END IF;
             CONTINUE;
         END IF;
-        -- (Version 53) A view that a DROP VIEW drops under a pending slot
+        -- (Version 52) A view that a DROP VIEW drops under a pending slot
         -- (the proxy's autocommit DDL): its row marked dropped at
         -- view_ts() in one statement, without reading it first. The
         -- revision moves here even when the view is not managed (a
@@ -2363,22 +2363,6 @@ CREATE FUNCTION mzproxy.restamp_functions(h text) RETURNS text
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
 SELECT format($f$
-CREATE OR REPLACE FUNCTION %1$s_closed(p bigint) RETURNS bigint
-LANGUAGE plpgsql VOLATILE SET enable_seqscan = off SET jit = off SET plan_cache_mode = force_custom_plan
-AS $$ BEGIN RETURN (SELECT max(h.mz_from) FROM %1$s h WHERE h.mz_to = p AND h.mz_to < 0); END $$;
-CREATE OR REPLACE FUNCTION %1$s_restamp(p bigint, t bigint) RETURNS void
-LANGUAGE plpgsql VOLATILE SET enable_seqscan = off SET jit = off SET plan_cache_mode = force_custom_plan
-AS $$
-BEGIN
-    -- One statement (two index conditions OR-ed): the versions the block
-    -- closed, and those it wrote, which are current (one it closed again
-    -- was deleted by the trigger). restamp.sql says why mz_to is named.
-    UPDATE %1$s h SET mz_to = CASE WHEN h.mz_to = p THEN t ELSE h.mz_to END,
-                      mz_from = CASE WHEN h.mz_from = p THEN t ELSE h.mz_from END
-     WHERE (h.mz_to = p AND h.mz_to < 0)
-        OR (h.mz_to = 9223372036854775807 AND h.mz_from = p AND h.mz_from < 0);
-END
-$$;
 CREATE OR REPLACE FUNCTION %1$s_fix(p bigint, t bigint) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SET enable_seqscan = off SET jit = off SET plan_cache_mode = force_custom_plan
 AS $$
@@ -2386,8 +2370,12 @@ DECLARE
     closed bigint;
     f bigint;
 BEGIN
-    -- _restamp's UPDATE, returning the newest start of a version the
-    -- block closed (now ending at t; a version it wrote is current).
+    -- One statement (two index conditions OR-ed): the versions the block
+    -- closed, and those it wrote, which are current (one it closed again
+    -- was deleted by the trigger); restamp.sql says why mz_to is named.
+    -- It returns the newest start of a version the block closed (now
+    -- ending at t; a version it wrote is current), which fix_write
+    -- raises T to when it is above t.
     FOR f IN UPDATE %1$s h SET mz_to = CASE WHEN h.mz_to = p THEN t ELSE h.mz_to END,
                                mz_from = CASE WHEN h.mz_from = p THEN t ELSE h.mz_from END
               WHERE (h.mz_to = p AND h.mz_to < 0)
@@ -2398,7 +2386,7 @@ BEGIN
     RETURN closed;
 END
 $$;
-REVOKE ALL ON FUNCTION %1$s_closed(bigint), %1$s_restamp(bigint, bigint), %1$s_fix(bigint, bigint) FROM PUBLIC;$f$, h)
+REVOKE ALL ON FUNCTION %1$s_fix(bigint, bigint) FROM PUBLIC;$f$, h)
 $_$;
 
 
@@ -3383,17 +3371,11 @@ CREATE VIEW mzproxy.settled_pin AS
  SELECT
         CASE
             WHEN (COALESCE(current_setting('mzproxy.write_ts'::text, true), ''::text) <> ''::text) THEN NULL::bigint
-            WHEN (( SELECT seen.last_value
-               FROM mzproxy.writes_seen seen) <> counted.w) THEN NULL::bigint
+            WHEN (COALESCE(pg_sequence_last_value('mzproxy.writes_seen'::regclass), (0)::bigint) <> counted.w) THEN NULL::bigint
             ELSE ( SELECT
                     CASE
-                        WHEN ((NOT p.is_called) OR (p.last_value < (mzproxy.now_ms() - 1000))) THEN NULL::bigint
-                        WHEN (( SELECT
-                                CASE
-                                    WHEN again.is_called THEN again.last_value
-                                    ELSE (0)::bigint
-                                END AS "case"
-                           FROM mzproxy.writes again) = counted.w) THEN p.last_value
+                        WHEN (NOT (p.is_called AND (clock_timestamp() < ('1970-01-01 00:00:00+00'::timestamp with time zone + (((p.last_value + 1001))::double precision * '00:00:00.001'::interval))))) THEN NULL::bigint
+                        WHEN (COALESCE(pg_sequence_last_value('mzproxy.writes'::regclass), (0)::bigint) = counted.w) THEN p.last_value
                         ELSE NULL::bigint
                     END AS "case"
                FROM mzproxy.pinned p)
@@ -3410,10 +3392,8 @@ CREATE VIEW mzproxy.settled_pin AS
 CREATE VIEW mzproxy.settled_writes AS
  SELECT
         CASE
-            WHEN (( SELECT seen.last_value
-               FROM mzproxy.writes_seen seen) <> counted.w) THEN NULL::bigint
-            WHEN ( SELECT p.is_called
-               FROM mzproxy.pinned p) THEN counted.w
+            WHEN (COALESCE(pg_sequence_last_value('mzproxy.writes_seen'::regclass), (0)::bigint) <> counted.w) THEN NULL::bigint
+            WHEN (pg_sequence_last_value('mzproxy.pinned'::regclass) IS NOT NULL) THEN counted.w
             ELSE NULL::bigint
         END AS w
    FROM ( SELECT
@@ -4020,7 +4000,9 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('46', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('47', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('48', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('49', now());
-INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('53', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('50', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('51', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('52', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
