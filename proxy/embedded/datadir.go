@@ -155,6 +155,13 @@ func searchable(mode os.FileMode, uid, gid int, id identity) bool {
 	}
 }
 
+// lockRetry and lockPatience bound lockDataDir's wait for a lock that is
+// being released.
+const (
+	lockRetry    = 50 * time.Millisecond
+	lockPatience = time.Second
+)
+
 // lockDataDir takes the flock that says this process manages dataDir. The
 // kernel drops it when the process dies, however it dies.
 func lockDataDir(dataDir string) (*os.File, error) {
@@ -163,7 +170,18 @@ func lockDataDir(dataDir string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	// A lock closed a moment ago can still be held: a child this process
+	// forks keeps a copy of every descriptor until its exec closes the
+	// close-on-exec ones, and the flock lives until the last copy goes. So
+	// a refusal is tried again for a short while before it counts.
+	for wait := time.Duration(0); ; wait += lockRetry {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EWOULDBLOCK) || wait >= lockPatience {
+			break
+		}
+		time.Sleep(lockRetry)
+	}
+	if err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, fmt.Errorf("%w: %s is locked", ErrDataDirInUse, path)
