@@ -271,10 +271,26 @@ func (f *fingerprinter) dollar(i int) (int, bool) {
 	return end, true
 }
 
-// number consumes a decimal number: digits [. digits] [e [+-] digits], or
-// . digits [e ...]. Anything else that starts with a digit gives up.
+// number consumes a decimal number (decimalEnd); anything else that starts
+// with a digit gives up.
 func (f *fingerprinter) number(i int) (int, bool) {
-	sql := f.sql
+	j, small, ok := decimalEnd(f.sql, i)
+	if !ok {
+		return 0, false
+	}
+	class := litNumeric
+	if small {
+		class = litInteger
+	}
+	f.literal(i, j, class)
+	return j, true
+}
+
+// decimalEnd is the end of the decimal number at sql[i] (digits [. digits]
+// [e [+-] digits], or . digits [e ...]), and whether it is an integer that
+// fits in 32 bits (PostgreSQL's ICONST); not ok when a letter, digit, '.'
+// or '$' follows it, which PostgreSQL's scanner reads otherwise.
+func decimalEnd(sql string, i int) (end int, small, ok bool) {
 	j := digitsEnd(sql, i)
 	integer := true
 	if j < len(sql) && sql[j] == '.' {
@@ -291,14 +307,10 @@ func (f *fingerprinter) number(i int) (int, bool) {
 		}
 	}
 	if j < len(sql) && (isIdentStart(sql[j]) || isDigit(sql[j]) || sql[j] == '.' || sql[j] == '$') {
-		return 0, false
+		return 0, false, false
 	}
-	class := litNumeric
-	if _, err := strconv.ParseInt(sql[i:j], 10, 32); integer && err == nil {
-		class = litInteger
-	}
-	f.literal(i, j, class)
-	return j, true
+	_, err := strconv.ParseInt(sql[i:j], 10, 32)
+	return j, integer && err == nil, true
 }
 
 func digitsEnd(sql string, i int) int {

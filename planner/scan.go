@@ -1,7 +1,6 @@
 package planner
 
 import (
-	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -222,30 +221,15 @@ func (s *goScanner) param(i int) (int, bool) {
 	return j, true
 }
 
-// number consumes a decimal number, as fingerprinter.number does: ICONST
-// when it is an integer that fits in 32 bits, else FCONST.
+// number consumes a decimal number (decimalEnd): ICONST when it is an
+// integer that fits in 32 bits, else FCONST.
 func (s *goScanner) number(i int) (int, bool) {
-	sql := s.sql
-	j := digitsEnd(sql, i)
-	integer := true
-	if j < len(sql) && sql[j] == '.' {
-		integer = false
-		j = digitsEnd(sql, j+1)
-	}
-	if j < len(sql) && (sql[j] == 'e' || sql[j] == 'E') {
-		k := j + 1
-		if k < len(sql) && (sql[k] == '+' || sql[k] == '-') {
-			k++
-		}
-		if e := digitsEnd(sql, k); e > k {
-			integer, j = false, e
-		}
-	}
-	if j < len(sql) && (isIdentStart(sql[j]) || isDigit(sql[j]) || sql[j] == '.' || sql[j] == '$') {
+	j, small, ok := decimalEnd(s.sql, i)
+	if !ok {
 		return 0, false
 	}
 	tok := pg.Token_FCONST
-	if _, err := strconv.ParseInt(sql[i:j], 10, 32); integer && err == nil {
+	if small {
 		tok = pg.Token_ICONST
 	}
 	s.add(i, j, tok)
