@@ -159,41 +159,52 @@ func TestHeldAnswerBack(t *testing.T) {
 		if round%2 == 1 {
 			pieces = randomSplit(rng, answer)
 		}
-		if _, err := s.client.Write(batch); err != nil {
+		s.expectBack(t, p, round, send, batch, pieces, len(refusal))
+	}
+}
+
+// expectBack sends the client's batch, checks that the backend got send,
+// answers with pieces (the whole answer, in writes of those sizes) and
+// checks that the loop gave the batch back (Back) with at least minUnread
+// bytes of the answer given back to the peer, the rest still in the
+// backend's socket, and nothing relayed to the client.
+func (s *session) expectBack(t *testing.T, p *heldPeer, round int, send, batch []byte, pieces [][]byte, minUnread int) {
+	t.Helper()
+	answer := bytes.Join(pieces, nil)
+	if _, err := s.client.Write(batch); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(send))
+	if _, err := io.ReadFull(s.backend, got); err != nil || !bytes.Equal(got, send) {
+		t.Fatalf("the backend got %q, %v", got, err)
+	}
+	for _, piece := range pieces {
+		if _, err := s.backend.Write(piece); err != nil {
 			t.Fatal(err)
 		}
-		got := make([]byte, len(send))
-		if _, err := io.ReadFull(s.backend, got); err != nil || !bytes.Equal(got, send) {
-			t.Fatalf("the backend got %q, %v", got, err)
+	}
+	r := s.waitReturn(t, "a Back")
+	if r.err != nil || r.res.Over != nil || !bytes.Equal(r.res.Leftover, batch) || r.res.Forwarded != 1 {
+		t.Fatalf("round %d: Run %+v, %v; want the batch back", round, r.res, r.err)
+	}
+	p.hmu.Lock()
+	unread, ok := p.unread, p.unreadOK
+	p.hmu.Unlock()
+	// What the loop did not read is still in the backend's socket.
+	rest := answer[len(unread):]
+	if !ok || !bytes.HasPrefix(answer, unread) || len(unread) < minUnread {
+		t.Fatalf("round %d: the peer got back %q of %q", round, unread, answer)
+	}
+	if len(rest) > 0 {
+		buf := make([]byte, len(rest))
+		if _, err := io.ReadFull(s.loopBackend, buf); err != nil || !bytes.Equal(buf, rest) {
+			t.Fatalf("round %d: the backend socket kept %q, %v; want %q", round, buf, err, rest)
 		}
-		for _, piece := range pieces {
-			if _, err := s.backend.Write(piece); err != nil {
-				t.Fatal(err)
-			}
-		}
-		r := s.waitReturn(t, "a Back")
-		if r.err != nil || r.res.Over != nil || !bytes.Equal(r.res.Leftover, batch) || r.res.Forwarded != 1 {
-			t.Fatalf("round %d: Run %+v, %v; want the batch back", round, r.res, r.err)
-		}
-		p.hmu.Lock()
-		unread, ok := p.unread, p.unreadOK
-		p.hmu.Unlock()
-		// What the loop did not read is still in the backend's socket.
-		rest := answer[len(unread):]
-		if !ok || !bytes.HasPrefix(answer, unread) || len(unread) < len(refusal) {
-			t.Fatalf("round %d: the peer got back %q of %q", round, unread, answer)
-		}
-		if len(rest) > 0 {
-			buf := make([]byte, len(rest))
-			if _, err := io.ReadFull(s.loopBackend, buf); err != nil || !bytes.Equal(buf, rest) {
-				t.Fatalf("round %d: the backend socket kept %q, %v; want %q", round, buf, err, rest)
-			}
-		}
-		// Nothing reached the client.
-		_ = s.client.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
-		if n, _ := s.client.Read(make([]byte, 1)); n != 0 {
-			t.Fatalf("round %d: the client got bytes of the answer", round)
-		}
+	}
+	// Nothing reached the client.
+	_ = s.client.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if n, _ := s.client.Read(make([]byte, 1)); n != 0 {
+		t.Fatalf("round %d: the client got bytes of the answer", round)
 	}
 }
 
@@ -265,38 +276,6 @@ func TestHeldAnswerBackAfterHold(t *testing.T) {
 		if round%2 == 1 {
 			pieces = randomSplit(rng, answer)
 		}
-		if _, err := s.client.Write(batch); err != nil {
-			t.Fatal(err)
-		}
-		got := make([]byte, len(send))
-		if _, err := io.ReadFull(s.backend, got); err != nil || !bytes.Equal(got, send) {
-			t.Fatalf("the backend got %q, %v", got, err)
-		}
-		for _, piece := range pieces {
-			if _, err := s.backend.Write(piece); err != nil {
-				t.Fatal(err)
-			}
-		}
-		r := s.waitReturn(t, "a Back")
-		if r.err != nil || r.res.Over != nil || !bytes.Equal(r.res.Leftover, batch) || r.res.Forwarded != 1 {
-			t.Fatalf("round %d: Run %+v, %v; want the batch back", round, r.res, r.err)
-		}
-		p.hmu.Lock()
-		unread, ok := p.unread, p.unreadOK
-		p.hmu.Unlock()
-		rest := answer[len(unread):]
-		if !ok || !bytes.HasPrefix(answer, unread) || len(unread) < len(gone) {
-			t.Fatalf("round %d: the peer got back %q of %q", round, unread, answer)
-		}
-		if len(rest) > 0 {
-			buf := make([]byte, len(rest))
-			if _, err := io.ReadFull(s.loopBackend, buf); err != nil || !bytes.Equal(buf, rest) {
-				t.Fatalf("round %d: the backend socket kept %q, %v; want %q", round, buf, err, rest)
-			}
-		}
-		_ = s.client.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
-		if n, _ := s.client.Read(make([]byte, 1)); n != 0 {
-			t.Fatalf("round %d: the client got bytes of the answer", round)
-		}
+		s.expectBack(t, p, round, send, batch, pieces, len(gone))
 	}
 }
