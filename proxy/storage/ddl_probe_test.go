@@ -3,6 +3,8 @@ package storage
 import (
 	"context"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestColumnChangeKeepsCatalogRow: since version 52 an ALTER TABLE of a
@@ -18,9 +20,6 @@ func TestColumnChangeKeepsCatalogRow(t *testing.T) {
 	cs, conn := installedDB(t)
 	ctx := context.Background()
 	revision := func() int64 { return queryInt(t, conn, "SELECT revision FROM "+Schema+".catalog_revision") }
-	row := func(oid string) string {
-		return queryText(t, conn, "SELECT concat_ws(' ', xmin, schema_name, name, revision) FROM "+Schema+".catalog WHERE oid = $1::regclass AND dropped_ts IS NULL", oid)
-	}
 	inWrite(t, conn, "CREATE TABLE written (a int PRIMARY KEY, b text)", "INSERT INTO written VALUES (1, 'x')")
 	writeCalls(t, cs, -1, "CREATE TABLE lazy (a int PRIMARY KEY, b text)")
 
@@ -29,14 +28,7 @@ func TestColumnChangeKeepsCatalogRow(t *testing.T) {
 		{"written", "ALTER TABLE written ADD COLUMN c int"}, {"written", "ALTER TABLE written DROP COLUMN c"},
 		{"lazy", "ALTER TABLE lazy ADD COLUMN mz_more int"}, {"lazy", "ALTER TABLE lazy RENAME COLUMN mz_more TO mz_g"},
 	} {
-		before, rev := row(c.table), revision()
-		writeCalls(t, cs, -1, c.stmt)
-		if got := row(c.table); got != before {
-			t.Errorf("%s: catalog row (xmin, schema, name, revision) %q -> %q, want it left alone", c.stmt, before, got)
-		}
-		if got := revision(); got != rev+1 {
-			t.Errorf("%s: revision %d -> %d, want +1", c.stmt, rev, got)
-		}
+		expectRowKept(t, cs, conn, c.table, c.stmt)
 	}
 	historyMatches(t, conn, "written", inWrite(t, conn, "UPDATE written SET b = 'y'", "INSERT INTO written VALUES (2, 'z')"), "writes after the column changes")
 
@@ -169,20 +161,10 @@ func TestUpgradeToVersion52(t *testing.T) {
 		t.Fatalf("version %d after the upgrade, want %d", got, SchemaVersion)
 	}
 	revision := func() int64 { return queryInt(t, conn, "SELECT revision FROM "+Schema+".catalog_revision") }
-	row := func(oid string) string {
-		return queryText(t, conn, "SELECT concat_ws(' ', xmin, name, revision) FROM "+Schema+".catalog WHERE oid = $1::regclass AND dropped_ts IS NULL", oid)
-	}
 	for _, c := range []struct{ table, stmt string }{
 		{"lazy", "ALTER TABLE lazy ADD COLUMN d int"}, {"old", "ALTER TABLE old ADD COLUMN d int"},
 	} {
-		before, rev := row(c.table), revision()
-		writeCalls(t, cs, -1, c.stmt)
-		if got := row(c.table); got != before {
-			t.Errorf("%s after the upgrade: catalog row %q -> %q, want it left alone", c.stmt, before, got)
-		}
-		if got := revision(); got != rev+1 {
-			t.Errorf("%s after the upgrade: revision %d -> %d, want +1", c.stmt, rev, got)
-		}
+		expectRowKept(t, cs, conn, c.table, c.stmt)
 	}
 	_, err := conn.Exec(ctx, "BEGIN; "+OpenWriteFor(-1)+"; ALTER TABLE lazy ADD COLUMN mz_hash int")
 	wantCode(t, err, "42939", "ALTER TABLE lazy ADD COLUMN mz_hash after the upgrade")
@@ -204,4 +186,26 @@ func TestUpgradeToVersion52(t *testing.T) {
 		t.Errorf("lazy renamed to lazier after the upgrade: catalog name %q", got)
 	}
 	historyMatches(t, conn, "old", inWrite(t, conn, "UPDATE old SET v = 'b'", "INSERT INTO old VALUES (2, 'c', 3)"), "writes after the upgrade")
+}
+
+// catalogRowOf is a live table's catalog row as "xmin schema name
+// revision": its xmin tells a rewritten row from the same one.
+func catalogRowOf(t *testing.T, conn *pgx.Conn, oid string) string {
+	t.Helper()
+	return queryText(t, conn, "SELECT concat_ws(' ', xmin, schema_name, name, revision) FROM "+Schema+".catalog WHERE oid = $1::regclass AND dropped_ts IS NULL", oid)
+}
+
+// expectRowKept runs stmt through mzproxy's slot and checks that table's
+// catalog row was left as it was while the catalog revision moved once.
+func expectRowKept(t *testing.T, cs string, conn *pgx.Conn, table, stmt string) {
+	t.Helper()
+	const revisionSQL = "SELECT revision FROM " + Schema + ".catalog_revision"
+	before, rev := catalogRowOf(t, conn, table), queryInt(t, conn, revisionSQL)
+	writeCalls(t, cs, -1, stmt)
+	if got := catalogRowOf(t, conn, table); got != before {
+		t.Errorf("%s: catalog row (xmin, schema, name, revision) %q -> %q, want it left alone", stmt, before, got)
+	}
+	if got := queryInt(t, conn, revisionSQL); got != rev+1 {
+		t.Errorf("%s: revision %d -> %d, want +1", stmt, rev, got)
+	}
 }
