@@ -26,10 +26,10 @@
 // 44 to 45, ddl_lazy_ts.sql 45 to 46, slot_checked.sql 46 to 47,
 // ddl_no_checks.sql 47 to 48,
 // restamp_fold.sql 48 to 49, restamp_lean.sql 49 to 50,
-// pin_last_value.sql 50 to 51, ddl_probe.sql 51 to 52 (a database at an
-// older version gets only the upgrades; a function a later version replaces is
-// defined again in full there); a database already
-// at the version is left alone. It needs a superuser because it creates
+// pin_last_value.sql 50 to 51, ddl_probe.sql 51 to 52, compact_fix.sql 52
+// to 53 (a database at an older version gets only the upgrades; a function
+// a later version replaces is defined again in full there, or edited in
+// place); a database already at the version is left alone. It needs a superuser because it creates
 // event triggers.
 //
 // A fresh install (no schema yet) does not run the chain but
@@ -592,4 +592,11 @@
 // on_ddl_command_end moved before). About 5.6% of an ADD+DROP COLUMN
 // pair's backend instructions and 1.6% of a CREATE+DROP VIEW pair's
 // (docs/ddl-cost.md, "Session 22").
+//
+// # A removed table's _fix (version 53)
+//
+// Since version 53 (compact_fix.sql) compaction drops a removed table's
+// h<id>_fix with its history table and trigger functions; before, each
+// dropped table left its _fix behind for good. The upgrade drops the _fix
+// of every table removed before it (no catalog row of its id).
 package storage

@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 52, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 53, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -393,6 +393,10 @@ BEGIN
         IF to_regprocedure(format('mzproxy.%I()', 'h' || d.id || '_ins')) IS NOT NULL THEN
             EXECUTE format('DROP FUNCTION IF EXISTS mzproxy.%I(), mzproxy.%I(), mzproxy.%I(), mzproxy.%I()',
                            'h' || d.id || '_ins', 'h' || d.id || '_upd', 'h' || d.id || '_del', 'h' || d.id || '_trunc');
+        END IF;
+        -- (Version 53) The restamp function made at the first write.
+        IF to_regprocedure(format('mzproxy.%I(bigint, bigint)', 'h' || d.id || '_fix')) IS NOT NULL THEN
+            EXECUTE format('DROP FUNCTION mzproxy.%I(bigint, bigint)', 'h' || d.id || '_fix');
         END IF;
         PERFORM set_config('mzproxy.in_ddl', '', true);
         DELETE FROM mzproxy.read_holds h WHERE h.collection = d.id;
@@ -4003,6 +4007,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('49', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('50', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('51', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('52', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('53', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
