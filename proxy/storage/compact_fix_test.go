@@ -12,16 +12,22 @@ import (
 const fixFunctions = `SELECT count(*) FROM pg_proc p WHERE p.pronamespace = '` + Schema + `'::regnamespace
 	AND p.proname ~ '^h[0-9]+_fix$'`
 
-// compactAway drops table and runs ticks and compaction until its catalog
-// row is gone (compaction removed it), at most 20 s.
+// compactAway drops table and compacts until compaction removed it.
 func compactAway(t *testing.T, conn *pgx.Conn, table string) {
 	t.Helper()
 	id := queryInt(t, conn, "SELECT id FROM "+Schema+".catalog WHERE oid = $1::regclass AND dropped_ts IS NULL", table)
 	inWrite(t, conn, "DROP TABLE "+table)
+	compactUntilRemoved(t, conn, id, table)
+}
+
+// compactUntilRemoved runs ticks and compaction until the catalog row of
+// id (the dropped table name) is gone, at most 20 s.
+func compactUntilRemoved(t *testing.T, conn *pgx.Conn, id int64, name string) {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for queryInt(t, conn, "SELECT count(*) FROM "+Schema+".catalog WHERE id = $1", id) > 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("compaction did not remove the dropped %s in 20 s", table)
+			t.Fatalf("compaction did not remove the dropped %s in 20 s", name)
 		}
 		queryInt(t, conn, "SELECT count(*) FROM "+Schema+".tick(1)") // the upper past the drop
 		queryInt(t, conn, "SELECT count(*) FROM "+Schema+".compact(0, NULL)")
@@ -66,6 +72,7 @@ func TestUpgradeToVersion53(t *testing.T) {
 	if n := queryInt(t, conn, fixFunctions); n != 3 {
 		t.Fatalf("%d _fix functions at version 52 after compaction removed a table, want 3 (its own left behind)", n)
 	}
+	laterID := queryInt(t, conn, "SELECT id FROM "+Schema+".catalog WHERE oid = 'later'::regclass")
 	inWrite(t, conn, "DROP TABLE later")
 	if err := Install(ctx, conn); err != nil {
 		t.Fatal(err)
@@ -78,15 +85,7 @@ func TestUpgradeToVersion53(t *testing.T) {
 	}
 	inWrite(t, conn, "CREATE TABLE again (k int PRIMARY KEY)", "INSERT INTO again VALUES (1)")
 	compactAway(t, conn, "again")
-	deadline := time.Now().Add(20 * time.Second)
-	for queryInt(t, conn, "SELECT count(*) FROM "+Schema+".catalog WHERE name = 'later'") > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("compaction did not remove the dropped later in 20 s")
-		}
-		queryInt(t, conn, "SELECT count(*) FROM "+Schema+".tick(1)")
-		queryInt(t, conn, "SELECT count(*) FROM "+Schema+".compact(0, NULL)")
-		time.Sleep(10 * time.Millisecond)
-	}
+	compactUntilRemoved(t, conn, laterID, "later")
 	if got := tableFunctions(t, conn, "kept"); got != "del,fix,ins,trunc,upd" {
 		t.Errorf("the live table's functions after the upgrade: %s, want del,fix,ins,trunc,upd", got)
 	}

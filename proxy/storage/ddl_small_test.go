@@ -79,15 +79,7 @@ func TestSmallDDLTriggerWork(t *testing.T) {
 	if n := triggerFuncs(); n != 4 {
 		t.Errorf("%d trigger functions of the dropped k before compaction, want 4 (left to compaction)", n)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for queryInt(t, conn, "SELECT count(*) FROM "+Schema+".catalog WHERE id = $1", id) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("compaction did not remove the dropped k in 20 s")
-		}
-		queryInt(t, conn, "SELECT count(*) FROM "+Schema+".tick(1)") // the upper past the drop
-		queryInt(t, conn, "SELECT count(*) FROM "+Schema+".compact(0, NULL)")
-		time.Sleep(10 * time.Millisecond)
-	}
+	compactUntilRemoved(t, conn, id, "k")
 	if n := triggerFuncs(); n != 0 {
 		t.Errorf("%d trigger functions of k after compaction removed its history, want 0", n)
 	}
