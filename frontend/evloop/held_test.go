@@ -109,23 +109,7 @@ func TestHeldAnswerDropsOwnFrames(t *testing.T) {
 			&pgproto3.DataRow{Values: [][]byte{[]byte("1")}},
 			&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
 		batch := encode(t, &pgproto3.Query{String: "SELECT abalance, mz_now() FROM t"})
-		backendErr := make(chan error, 1)
-		go func() {
-			backendErr <- playBackend(s.backend, send, append(own, relayed...), rand.New(rand.NewSource(int64(round))))
-		}()
-		if _, err := s.client.Write(batch); err != nil {
-			t.Fatal(err)
-		}
-		got := make([]byte, len(relayed))
-		if _, err := io.ReadFull(s.client, got); err != nil {
-			t.Fatalf("round %d: %v", round, err)
-		}
-		if err := <-backendErr; err != nil {
-			t.Fatalf("round %d: %v", round, err)
-		}
-		if !bytes.Equal(got, relayed) {
-			t.Fatalf("round %d: the client got %q, want %q", round, got, relayed)
-		}
+		s.expectRelayed(t, round, send, batch, append(own, relayed...), relayed)
 	}
 	p.hmu.Lock()
 	held := string(p.held)
@@ -160,6 +144,30 @@ func TestHeldAnswerBack(t *testing.T) {
 			pieces = randomSplit(rng, answer)
 		}
 		s.expectBack(t, p, round, send, batch, pieces, len(refusal))
+	}
+}
+
+// expectRelayed has the backend expect send and answer with answer (cut
+// by a generator seeded with round), sends the client's batch, and checks
+// that the client got exactly relayed.
+func (s *session) expectRelayed(t *testing.T, round int, send, batch, answer, relayed []byte) {
+	t.Helper()
+	backendErr := make(chan error, 1)
+	go func() {
+		backendErr <- playBackend(s.backend, send, answer, rand.New(rand.NewSource(int64(round))))
+	}()
+	if _, err := s.client.Write(batch); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(relayed))
+	if _, err := io.ReadFull(s.client, got); err != nil {
+		t.Fatalf("round %d: %v", round, err)
+	}
+	if err := <-backendErr; err != nil {
+		t.Fatalf("round %d: %v", round, err)
+	}
+	if !bytes.Equal(got, relayed) {
+		t.Fatalf("round %d: the client got %q, want %q", round, got, relayed)
 	}
 }
 
@@ -225,23 +233,7 @@ func TestHeldAnswerHoldsClientFrame(t *testing.T) {
 			&pgproto3.DataRow{Values: [][]byte{[]byte("1")}},
 			&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
 		batch := encode(t, &pgproto3.Parse{Query: "SELECT $1"}, &pgproto3.Bind{}, &pgproto3.Execute{}, &pgproto3.Sync{})
-		backendErr := make(chan error, 1)
-		go func() {
-			backendErr <- playBackend(s.backend, send, append(own, relayed...), rand.New(rand.NewSource(int64(round))))
-		}()
-		if _, err := s.client.Write(batch); err != nil {
-			t.Fatal(err)
-		}
-		got := make([]byte, len(relayed))
-		if _, err := io.ReadFull(s.client, got); err != nil {
-			t.Fatalf("round %d: %v", round, err)
-		}
-		if err := <-backendErr; err != nil {
-			t.Fatalf("round %d: %v", round, err)
-		}
-		if !bytes.Equal(got, relayed) {
-			t.Fatalf("round %d: the client got %q, want %q", round, got, relayed)
-		}
+		s.expectRelayed(t, round, send, batch, append(own, relayed...), relayed)
 	}
 	p.hmu.Lock()
 	held := string(p.held)
