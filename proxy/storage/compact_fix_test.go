@@ -12,11 +12,12 @@ import (
 const fixFunctions = `SELECT count(*) FROM pg_proc p WHERE p.pronamespace = '` + Schema + `'::regnamespace
 	AND p.proname ~ '^h[0-9]+_fix$'`
 
-// compactAway drops table and compacts until compaction removed it.
-func compactAway(t *testing.T, conn *pgx.Conn, table string) {
+// compactAway drops table as the proxy does (writeCalls: inWrite would
+// build its history first) and compacts until compaction removed it.
+func compactAway(t *testing.T, cs string, conn *pgx.Conn, table string) {
 	t.Helper()
 	id := queryInt(t, conn, "SELECT id FROM "+Schema+".catalog WHERE oid = $1::regclass AND dropped_ts IS NULL", table)
-	inWrite(t, conn, "DROP TABLE "+table)
+	writeCalls(t, cs, -1, "DROP TABLE "+table)
 	compactUntilRemoved(t, conn, id, table)
 }
 
@@ -46,8 +47,8 @@ func TestCompactionDropsFix(t *testing.T) {
 	if n := queryInt(t, conn, fixFunctions); n != 2 {
 		t.Fatalf("%d _fix functions after two tables' first writes, want 2", n)
 	}
-	compactAway(t, conn, "gone")
-	compactAway(t, conn, "unwritten")
+	compactAway(t, cs, conn, "gone")
+	compactAway(t, cs, conn, "unwritten")
 	if got := tableFunctions(t, conn, "kept"); got != "del,fix,ins,trunc,upd" {
 		t.Errorf("the live table's functions after compaction: %s, want del,fix,ins,trunc,upd", got)
 	}
@@ -68,7 +69,7 @@ func TestUpgradeToVersion53(t *testing.T) {
 	inWrite(t, conn, "CREATE TABLE kept (k int PRIMARY KEY)", "CREATE TABLE removed (k int PRIMARY KEY)",
 		"CREATE TABLE later (k int PRIMARY KEY)", "INSERT INTO kept VALUES (1)", "INSERT INTO removed VALUES (1)",
 		"INSERT INTO later VALUES (1)")
-	compactAway(t, conn, "removed")
+	compactAway(t, cs, conn, "removed")
 	if n := queryInt(t, conn, fixFunctions); n != 3 {
 		t.Fatalf("%d _fix functions at version 52 after compaction removed a table, want 3 (its own left behind)", n)
 	}
@@ -84,7 +85,7 @@ func TestUpgradeToVersion53(t *testing.T) {
 		t.Errorf("%d _fix functions after the upgrade, want 2 (kept's and the dropped later's)", n)
 	}
 	inWrite(t, conn, "CREATE TABLE again (k int PRIMARY KEY)", "INSERT INTO again VALUES (1)")
-	compactAway(t, conn, "again")
+	compactAway(t, cs, conn, "again")
 	compactUntilRemoved(t, conn, laterID, "later")
 	if got := tableFunctions(t, conn, "kept"); got != "del,fix,ins,trunc,upd" {
 		t.Errorf("the live table's functions after the upgrade: %s, want del,fix,ins,trunc,upd", got)
