@@ -438,6 +438,13 @@ func TestOrphanedBackend(t *testing.T) {
 	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend); err != nil {
 		t.Fatal(err)
 	}
+	// If the test fails before the next Start stops it, the busy backend
+	// would spin on a core until someone kills it.
+	t.Cleanup(func() {
+		if !processGone(backend) {
+			_ = syscall.Kill(backend, syscall.SIGKILL)
+		}
+	})
 	busy := make(chan error, 1)
 	go func() {
 		_, err := conn.Exec(ctx, "DO $$BEGIN LOOP END LOOP; END$$")
