@@ -27,7 +27,7 @@
 // ddl_no_checks.sql 47 to 48,
 // restamp_fold.sql 48 to 49, restamp_lean.sql 49 to 50,
 // pin_last_value.sql 50 to 51, ddl_probe.sql 51 to 52, compact_fix.sql 52
-// to 53 (a database at an older version gets only the upgrades; a function
+// to 53, restamp_generic.sql 53 to 54 (a database at an older version gets only the upgrades; a function
 // a later version replaces is defined again in full there, or edited in
 // place); a database already at the version is left alone. It needs a superuser because it creates
 // event triggers.
@@ -599,4 +599,20 @@
 // h<id>_fix with its history table and trigger functions; before, each
 // dropped table left its _fix behind for good. The upgrade drops the _fix
 // of every table removed before it (no catalog row of its id).
+//
+// # A restamp planned once per session (version 54)
+//
+// Since version 54 (restamp_generic.sql, session 23) a table's h<id>_fix
+// finds the versions a block stamped with its placeholder p by one
+// expression, CASE WHEN mz_to = Infinity THEN mz_from ELSE mz_to END = p
+// (the same versions as the two conditions before), through a partial
+// index on it, h<id>_pending (the expression below 0: only versions not
+// yet restamped), which restamp_functions makes with _fix. No column
+// index can take that condition, so the plan made at any statistics is
+// that index, and _fix runs with plan_cache_mode = force_generic_plan:
+// planned once per session, not at every COMMIT (version 37 had forced a
+// custom plan, because a generic one made at one-row statistics scanned
+// the key's mirror). The upgrade makes the index and _fix again for every
+// table that has a _fix. docs/write-cost.md ("Session 23") has the
+// figures.
 package storage

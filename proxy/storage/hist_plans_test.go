@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -126,25 +127,23 @@ func historyPlansStayFlat(t *testing.T, c, table string, keyed bool) {
 	}
 }
 
-// jitWatched connects to cs with auto_explain loaded in the session, every
-// statement's plan (nested ones too: the triggers' and functions') sent as
-// a notice; jitted returns the first plan that was JIT-compiled, "" if
-// none was. enable_seqscan = off adds disable_cost (1e10) to any plan that
-// still has a sequential scan, far past jit_above_cost: a function with
-// the setting must run with jit = off too.
-func jitWatched(t *testing.T, cs string) (conn *pgx.Conn, jitted func() string) {
+// explainWatched connects to cs with auto_explain loaded in the session,
+// every statement's plan (nested ones too: the triggers' and functions')
+// sent as a notice; plans returns the plans sent so far, in order, each
+// with its statement's text ("Query Text: ...").
+func explainWatched(t *testing.T, cs string) (conn *pgx.Conn, plans func() []string) {
 	t.Helper()
 	cfg, err := pgx.ParseConfig(cs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	var first string
+	var seen []string
 	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
 		mu.Lock()
 		defer mu.Unlock()
-		if first == "" && strings.Contains(n.Message, "JIT:") {
-			first = n.Message
+		if strings.Contains(n.Message, "Query Text:") {
+			seen = append(seen, n.Message)
 		}
 	}
 	ctx := context.Background()
@@ -153,11 +152,30 @@ func jitWatched(t *testing.T, cs string) (conn *pgx.Conn, jitted func() string) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
-	// The server's defaults for JIT, whatever the cluster's are.
 	for _, s := range []string{"LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
-		"SET auto_explain.log_nested_statements = on", "SET auto_explain.log_level = notice",
-		"SET jit = on", "RESET jit_above_cost", "RESET jit_optimize_above_cost", "RESET jit_inline_above_cost"} {
+		"SET auto_explain.log_nested_statements = on", "SET auto_explain.log_level = notice"} {
 		if _, err := conn.Exec(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	return conn, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
+}
+
+// jitWatched is explainWatched with the server's defaults for JIT,
+// whatever the cluster's are; jitted returns the first plan that was
+// JIT-compiled, "" if none was. enable_seqscan = off adds disable_cost
+// (1e10) to any plan that still has a sequential scan, far past
+// jit_above_cost: a function with the setting must run with jit = off
+// too.
+func jitWatched(t *testing.T, cs string) (conn *pgx.Conn, jitted func() string) {
+	t.Helper()
+	conn, plans := explainWatched(t, cs)
+	for _, s := range []string{"SET jit = on", "RESET jit_above_cost", "RESET jit_optimize_above_cost", "RESET jit_inline_above_cost"} {
+		if _, err := conn.Exec(context.Background(), s); err != nil {
 			t.Fatalf("%s: %v", s, err)
 		}
 	}
@@ -165,9 +183,12 @@ func jitWatched(t *testing.T, cs string) (conn *pgx.Conn, jitted func() string) 
 		t.Log("JIT is not available in this server: the check for JIT-compiled plans checks nothing")
 	}
 	return conn, func() string {
-		mu.Lock()
-		defer mu.Unlock()
-		return first
+		for _, p := range plans() {
+			if strings.Contains(p, "JIT:") {
+				return p
+			}
+		}
+		return ""
 	}
 }
 

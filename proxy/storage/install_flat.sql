@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 53, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 54, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -2366,24 +2366,32 @@ CREATE FUNCTION mzproxy.restamp_functions(h text) RETURNS text
     LANGUAGE sql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
-SELECT format($f$
+SELECT CASE WHEN to_regclass(h || '_pending') IS NULL
+            THEN format($i$
+CREATE INDEX %2$I ON %1$s ((CASE WHEN mz_to = 9223372036854775807 THEN mz_from ELSE mz_to END))
+ WHERE (CASE WHEN mz_to = 9223372036854775807 THEN mz_from ELSE mz_to END) < 0;$i$,
+                        h, (parse_ident(h))[2] || '_pending')
+            ELSE '' END
+    || format($f$
 CREATE OR REPLACE FUNCTION %1$s_fix(p bigint, t bigint) RETURNS bigint
-LANGUAGE plpgsql VOLATILE SET enable_seqscan = off SET jit = off SET plan_cache_mode = force_custom_plan
+LANGUAGE plpgsql VOLATILE SET enable_seqscan = off SET jit = off SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     closed bigint;
     f bigint;
 BEGIN
-    -- One statement (two index conditions OR-ed): the versions the block
-    -- closed, and those it wrote, which are current (one it closed again
-    -- was deleted by the trigger); restamp.sql says why mz_to is named.
+    -- The versions the block closed (mz_to = p) and those it wrote, which
+    -- are current (one it closed again was deleted by the trigger), found
+    -- by the placeholder they carry, through the partial index on it
+    -- (restamp_generic.sql: the only index path, so the plan kept for the
+    -- session is that one, whatever the statistics were when it was made).
     -- It returns the newest start of a version the block closed (now
     -- ending at t; a version it wrote is current), which fix_write
     -- raises T to when it is above t.
     FOR f IN UPDATE %1$s h SET mz_to = CASE WHEN h.mz_to = p THEN t ELSE h.mz_to END,
                                mz_from = CASE WHEN h.mz_from = p THEN t ELSE h.mz_from END
-              WHERE (h.mz_to = p AND h.mz_to < 0)
-                 OR (h.mz_to = 9223372036854775807 AND h.mz_from = p AND h.mz_from < 0)
+              WHERE (CASE WHEN h.mz_to = 9223372036854775807 THEN h.mz_from ELSE h.mz_to END) = p
+                AND (CASE WHEN h.mz_to = 9223372036854775807 THEN h.mz_from ELSE h.mz_to END) < 0
              RETURNING CASE WHEN h.mz_to < 9223372036854775807 THEN h.mz_from END LOOP
         closed := GREATEST(closed, f);
     END LOOP;
@@ -4008,6 +4016,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('50', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('51', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('52', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('53', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('54', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
