@@ -97,24 +97,29 @@ func TestFoldedRead(t *testing.T) {
 		t.Fatal("a read of a replaced view was served in the loop with the plan of its old text")
 	}
 	checkAnswer(t, answer, "T", "107")
-	// A read that fails on its own: its error once, from the read run
-	// again the ordinary way, and the text is not folded again.
-	fold(read, "T", "7")
+	// A read that fails on its own: its error once, relayed from the
+	// folded read (not run again: a read's functions may have effects).
 	bad := "SELECT 1 / (v - 7), mz_now() FROM " + table + " WHERE k = %d"
-	attempts := 0
-	for i := range 6 {
+	for i := 0; ; i++ {
+		if i == 50 {
+			t.Fatal("no failing read folded in 50")
+		}
 		run("SELECT mz_now()")
 		c.s.be.reads.scratch.key = readStatementKey{}
-		answer, _ := c.turn(t, ctx, key(bad))
-		if n := strings.Count(answer, "22012"); n != 1 || !strings.HasPrefix(frameTypes(answer), "TE") && !strings.HasPrefix(frameTypes(answer), "E") {
+		answer, inLoop := c.turn(t, ctx, key(bad))
+		if n := strings.Count(answer, "22012"); n != 1 || frameTypes(answer) != "TEZ" && frameTypes(answer) != "EZ" {
 			t.Fatalf("failing read %d: frames %q, 22012 %d times: %q", i, frameTypes(answer), n, answer)
 		}
-		if folded() {
-			attempts++
+		if inLoop && folded() {
+			break
 		}
 	}
-	if attempts != 1 {
-		t.Fatalf("a failing read was folded %d times, want once (then not again)", attempts)
+	// Columns of the same name, and an ORDER BY of the read's own.
+	run("INSERT INTO " + table + " VALUES (4, 8), (5, 9)")
+	fold("SELECT v, v, mz_now() FROM "+table+" WHERE k = %d", "T", "7")
+	answer = fold("SELECT v, mz_now() FROM "+table+" WHERE k > %d ORDER BY v DESC", "T", "")
+	if got := firstValueOf(t, answer); got != "9" || !strings.HasPrefix(frameTypes(answer), "TDD") {
+		t.Fatalf("ordered read: frames %q, first %q", frameTypes(answer), got)
 	}
 	if n := len(c.s.proxy.Holds()); n != 0 {
 		t.Fatalf("%d holds after the reads", n)
@@ -131,11 +136,12 @@ func frameTypes(answer string) string {
 	return string(types)
 }
 
-// checkFrames checks that answer is a read's with first its first
-// frame's type: one DataRow, or none when want is "".
+// checkFrames checks that answer is a read's rows with first its first
+// frame's type.
 func checkFrames(tb testing.TB, answer, first string) {
 	tb.Helper()
-	if got := frameTypes(answer); got != first+"DCZ" && got != first+"CZ" {
+	got := frameTypes(answer)
+	if rows := strings.TrimRight(strings.TrimPrefix(strings.TrimSuffix(got, "CZ"), first), "D"); rows != "" || !strings.HasSuffix(got, "CZ") {
 		tb.Fatalf("answer's frames %q: %q", got, answer)
 	}
 }

@@ -448,16 +448,17 @@ func (s *Session) loopAnswer(typ byte, frame []byte) evloop.Verdict {
 	g := &lr.g
 	switch {
 	case lr.fold:
-		switch typ {
-		case 'T':
+		// The folded read's RowDescription waits for what its guard
+		// answered: its refusal gives the read, which did not run, to the
+		// goroutine (foldFailed); anything else is the read's own (its
+		// rows, its error, a notice of its functions), the guard having
+		// passed (foldedText: the guard's row comes first). The read's t
+		// is in its rows only (mz_now()), not read here: the proxy needs
+		// none of it (the hold is at the lease's floor).
+		if typ == 'T' {
 			return evloop.Hold
-		case 'D', 'C':
-			// The folded guard answered its row: the read runs. Its t is
-			// in the read's rows only (mz_now()), not read here: the
-			// proxy needs none of it (the hold is at the lease's floor).
-		default:
-			// The guard's refusal, or anything else before the first
-			// row: the read is the goroutine's (foldFailed).
+		}
+		if typ == 'E' && refusedBy(errorOf(frame), staleMarker) {
 			lr.resume = true
 			return evloop.Back
 		}
@@ -526,17 +527,17 @@ func (s *Session) resumeLoopRead(ctx context.Context) error {
 	return s.explicitQuery(ctx, st, fr)
 }
 
-// foldFailed follows a folded read g given back before its first row:
-// its guard refused (the catalog, search_path or level changed, the
-// writes moved, P aged), or the backend answered anything else first (an
-// error of the read's, a notice). The backend skipped the rest of the
-// batch up to its Sync; the answers are read to its ReadyForQuery and
-// dropped, and the read, which has no effect, is run again the ordinary
-// way, where the client sees its answers: the session's guards learn
-// again (no fold until they are steady), and a read that failed for any
-// other reason than the refusal is not folded again on this connection.
-// The read's statement is forgotten, as after a skipped Parse: closed and
-// prepared again at its next use, which is harmless if it was made.
+// foldFailed follows a folded read g given back before anything of it
+// ran: its guard refused (the catalog, search_path or level changed, the
+// writes moved, P aged), or its Parse or Bind failed (the loop's own
+// answers, ownAnswers). The backend skipped the rest of the batch up to
+// its Sync; the answers are read to its ReadyForQuery and dropped, and the
+// read is run again the ordinary way, where the client sees its answers:
+// the session's guards learn again (no fold until they are steady), and a
+// read whose statement failed otherwise than by the refusal is not folded
+// again on this connection. The read's statement is forgotten, as after a
+// skipped Parse: closed and prepared again at its next use, which is
+// harmless if it was made.
 func (s *Session) foldFailed(g *guardedSend) error {
 	defer s.release(g.hold)
 	b := s.be
@@ -550,9 +551,7 @@ func (s *Session) foldFailed(g *guardedSend) error {
 		}
 		switch typ {
 		case 'E':
-			var er pgproto3.ErrorResponse
-			_ = er.Decode(wire.Body(frame))
-			pe := backendError(&er)
+			pe := errorOf(frame)
 			switch {
 			case pe.IsFatal():
 				return pe
@@ -567,6 +566,13 @@ func (s *Session) foldFailed(g *guardedSend) error {
 			return failed
 		}
 	}
+}
+
+// errorOf is the backend's ErrorResponse frame as an error.
+func errorOf(frame []byte) *pgerr.Error {
+	var er pgproto3.ErrorResponse
+	_ = er.Decode(wire.Body(frame))
+	return backendError(&er)
 }
 
 // unreadReader reads the backend's answer the loop gave back, then the

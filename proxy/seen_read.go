@@ -249,9 +249,10 @@ func peekGuardAt(key guardKey, clock string) string {
 // for (writes it waits for would be missing from the read at their t).
 // So where the peek guard pins (the writes moved, P old), and where it
 // refuses (the catalog, the search_path, the level), the fold refuses:
-// the read fails before its first row, with the marker, and the loop gives
-// it to the session's goroutine (foldFailed), which runs it the ordinary
-// way, the session learning again.
+// the read fails before anything of it ran, with the marker, and the loop
+// gives it to the session's goroutine (foldFailed), which runs it the
+// ordinary way, the session learning again. Anything else the backend
+// answers after the read's BindComplete is the read's own, relayed.
 
 // foldAlias names the folded guard's row in the read: the process's own
 // (ownName), which no client's relation or alias in the read can shadow.
@@ -279,9 +280,16 @@ func foldGuardAt(key guardKey, n int, clock string) string {
 }
 
 // foldedText is the text of the read rendered (its holes foldTSExpr)
-// with the guard folded in, guard its text.
+// with the guard folded in, guard its text. The guard's row comes before
+// anything of the read runs, whatever the read: the read is a subquery
+// that names the guard's row (in a condition, whether or not its holes do)
+// and that the planner cannot pull up (OFFSET 0), so it is the inner side
+// of a nested loop whose outer side is the guard, evaluated per outer row.
+// A refusal is so raised before the read computes anything, and the read
+// never runs twice (foldFailed runs again only a read that did not run).
 func foldedText(read, guard string) string {
-	return "SELECT " + foldRead + ".* FROM (" + guard + ") " + foldAlias + ", LATERAL (" + read + ") " + foldRead
+	return "SELECT " + foldRead + ".* FROM (" + guard + ") " + foldAlias + ", LATERAL (SELECT * FROM (" + read + ") " + foldRead +
+		" WHERE " + foldTSExpr + " IS NOT NULL OFFSET 0) " + foldRead
 }
 
 // foldRead names the read's rows in a folded read.
