@@ -121,6 +121,26 @@ func TestFoldedRead(t *testing.T) {
 	if got := firstValueOf(t, answer); got != "9" || !strings.HasPrefix(frameTypes(answer), "TDD") {
 		t.Fatalf("ordered read: frames %q, first %q", frameTypes(answer), got)
 	}
+	// A refusal at the Execute of the batch that prepared the folded
+	// statement (a new text's second use, after a write): the statement
+	// stays known, not left on the backend unnamed to the proxy.
+	fresh := "SELECT v + 0, mz_now() FROM " + table + " WHERE k = %d"
+	fold(read, "T", "7")
+	for range 2 { // the skeleton's first text, then the folded text's first use
+		run("SELECT mz_now()")
+		c.turn(t, ctx, key(fresh))
+	}
+	if !c.s.be.peek.steady {
+		t.Fatal("the session is not steady before the write")
+	}
+	run("UPDATE " + table + " SET v = 7")
+	if answer, _ := c.turn(t, ctx, key(fresh)); !strings.Contains(answer, "SELECT 1") {
+		t.Fatalf("read after a write: %q", answer)
+	}
+	answer, _ = c.turn(t, ctx, "SELECT count(*) FROM pg_prepared_statements WHERE name ~ '^mzproxy_read_[0-9]+_'")
+	if got, want := firstValueOf(t, answer), fmt.Sprint(c.s.be.reads.cache().Len()); got != want {
+		t.Fatalf("%s of the proxy's read statements on the backend, %s known to the proxy", got, want)
+	}
 	if n := len(c.s.proxy.Holds()); n != 0 {
 		t.Fatalf("%d holds after the reads", n)
 	}

@@ -535,21 +535,23 @@ func (s *Session) resumeLoopRead(ctx context.Context) error {
 // read is run again the ordinary way, where the client sees its answers:
 // the session's guards learn again (no fold until they are steady), and a
 // read whose statement failed otherwise than by the refusal is not folded
-// again on this connection. The read's statement is forgotten, as after a
-// skipped Parse: closed and prepared again at its next use, which is
-// harmless if it was made.
+// again on this connection. The read's statement stays when the batch's
+// Parse made it (a refusal at its Execute), and is forgotten, as after a
+// skipped Parse, when that Parse failed.
 func (s *Session) foldFailed(g *guardedSend) error {
 	defer s.release(g.hold)
 	b := s.be
-	b.reads.skipped(g.br)
 	b.peek.steady = false
 	var failed error
+	made := false // the batch's Parse of the statement succeeded: it stays
 	for {
 		typ, frame, err := b.next()
 		if err != nil {
 			return s.lost(err)
 		}
 		switch typ {
+		case '1':
+			made = true
 		case 'E':
 			pe := errorOf(frame)
 			switch {
@@ -559,10 +561,18 @@ func (s *Session) foldFailed(g *guardedSend) error {
 				// The client's cancel: its read ends with it, as a
 				// guard's does (guardedAnswers).
 				failed = pe
+			case pe.Code == pgerr.InvalidSQLStatementName:
+				// The statement is gone (a function of the client's
+				// dropped it, unseen): prepared again at its next use.
+				b.reads.cache().Remove(g.br.key)
 			case !refusedBy(pe, staleMarker):
 				b.reads.noFold(g.br.tmpl)
 			}
 		case 'Z':
+			if !made {
+				// Nothing of the batch may have been prepared or closed.
+				b.reads.skipped(g.br)
+			}
 			return failed
 		}
 	}
