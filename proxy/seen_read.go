@@ -227,6 +227,74 @@ func peekGuardAt(key guardKey, clock string) string {
 		" ELSE " + setTSOf + storage.PinGuardTS + "::pg_catalog.text, true) END" + storage.PinGuardFrom
 }
 
+// The guard folded into the read (issue 15, docs/read-cost.md "Session
+// 23"): a steady session's read of the present, prepared on the backend
+// connection (a Bound), runs as one statement instead of the peek guard's
+// and its own, the second statement's fixed cost (about a third of the
+// read) saved:
+//
+//	SELECT <read>.* FROM (<foldGuardSQL>) <fold>, LATERAL (<read, its
+//	timestamp holes <fold>.t>) <read>
+//
+// The guard is the subquery the lateral read depends on, so its one row
+// is computed before any of the read's. It asks what the peek guard asks,
+// in its order (P the row its scan reads, then the writes, which must
+// still be the count w the session learned), in the statement that takes
+// the read's snapshot, which PinGuardCheck's argument (session 12) allows:
+// every write slot up to w had ended before the statement began (a guard
+// that returned before it learned w), so before the snapshot, and none
+// was counted since, so a write acknowledged before the read is at or
+// below P and in the snapshot. What it cannot do is pin: pin() takes the
+// gate, which a statement whose snapshot is already taken must not wait
+// for (writes it waits for would be missing from the read at their t).
+// So where the peek guard pins (the writes moved, P old), and where it
+// refuses (the catalog, the search_path, the level), the fold refuses:
+// the read fails before anything of it ran, with the marker, and the loop
+// gives it to the session's goroutine (foldFailed), which runs it the
+// ordinary way, the session learning again. Anything else the backend
+// answers after the read's BindComplete is the read's own, relayed.
+
+// foldAlias names the folded guard's row in the read: the process's own
+// (ownName), which no client's relation or alias in the read can shadow.
+var foldAlias = ownName("mzproxy_fold")
+
+// foldTSExpr is what a folded read has in its timestamp holes.
+var foldTSExpr = foldAlias + ".t"
+
+// foldGuardSQL is the guard a read folds in, for key (its revision and
+// search_path), $n being the count of writes the session learned.
+func foldGuardSQL(key guardKey, n int) string {
+	return foldGuardAt(key, n, "pg_catalog.clock_timestamp()")
+}
+
+// foldGuardAt is foldGuardSQL with the clock read by the expression clock
+// (a test sets its own): peekGuardAt's reads in their order, answering P
+// as t where the peek guard answers it, and refusing where it refuses or
+// pins.
+func foldGuardAt(key guardKey, n int, clock string) string {
+	// Not a constant (a setting): cast when it runs, not when planned.
+	refuse := "('" + staleMarker + "'" + opCat + "pg_catalog.current_setting('transaction_isolation'))::pg_catalog.int8"
+	return "SELECT CASE WHEN NOT (" + guardRevision(key) + " AND " + guardConditions(key) + ") THEN " + refuse +
+		" WHEN " + storage.WritesCounted + opNe + "$" + strconv.Itoa(n) + " OR NOT (" + storage.PinFresh(clock) + ") THEN " + refuse +
+		" ELSE " + storage.PinGuardTS + " END AS t" + storage.PinGuardFrom
+}
+
+// foldedText is the text of the read rendered (its holes foldTSExpr)
+// with the guard folded in, guard its text. The guard's row comes before
+// anything of the read runs, whatever the read: the read is a subquery
+// that names the guard's row (in a condition, whether or not its holes do)
+// and that the planner cannot pull up (OFFSET 0), so it is the inner side
+// of a nested loop whose outer side is the guard, evaluated per outer row.
+// A refusal is so raised before the read computes anything, and the read
+// never runs twice (foldFailed runs again only a read that did not run).
+func foldedText(read, guard string) string {
+	return "SELECT " + foldRead + ".* FROM (" + guard + ") " + foldAlias + ", LATERAL (SELECT * FROM (" + read + ") " + foldRead +
+		" WHERE " + foldTSExpr + " IS NOT NULL OFFSET 0) " + foldRead
+}
+
+// foldRead names the read's rows in a folded read.
+var foldRead = ownName("mzproxy_folded")
+
 // readPeek is what the read guards of a backend connection learned of the
 // database's writes (guardShape): a count w of write slots every one of
 // which had ended before the guard that answered it returned. The count
