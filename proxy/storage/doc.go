@@ -27,7 +27,7 @@
 // ddl_no_checks.sql 47 to 48,
 // restamp_fold.sql 48 to 49, restamp_lean.sql 49 to 50,
 // pin_last_value.sql 50 to 51, ddl_probe.sql 51 to 52, compact_fix.sql 52
-// to 53 (a database at an older version gets only the upgrades; a function
+// to 53, ddl_alter_fast.sql 53 to 54 (a database at an older version gets only the upgrades; a function
 // a later version replaces is defined again in full there, or edited in
 // place); a database already at the version is left alone. It needs a superuser because it creates
 // event triggers.
@@ -599,4 +599,16 @@
 // h<id>_fix with its history table and trigger functions; before, each
 // dropped table left its _fix behind for good. The upgrade drops the _fix
 // of every table removed before it (no catalog row of its id).
+//
+// # A plain ALTER TABLE in one statement (version 54)
+//
+// Since version 54 (ddl_alter_fast.sql) on_ddl_command_end, after the
+// catalog revision's move, answers in one statement over
+// pg_event_trigger_ddl_commands() whether an ALTER TABLE is plain: every
+// command an ALTER TABLE of a managed table without history, not renamed
+// or moved, with no reserved column name, no parent and no view over it.
+// Such an ALTER returns there; anything else takes the loop as before,
+// which checks again. The ADD and DROP COLUMN of a never-written table
+// skip the loop's cursor and its SELECT of the row (docs/ddl-cost.md,
+// "Session 23").
 package storage
