@@ -18,6 +18,8 @@
 # usage: bench/ddl.sh
 #   env: COUNTS=100,1000,10000 SAMPLES=30,30,12 FILL_BATCH=250
 #        SRC=tree (build the working tree instead of the last commit)
+#        PG_SETTINGS="-c synchronous_commit=off" (bench/lib.sh: the WAL
+#        flush out of each side's time, where the disk's is slow)
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 

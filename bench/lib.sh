@@ -90,7 +90,9 @@ EOF
 }
 
 # bench_postgres: the temporary directory, the mzproxy binary and a
-# PostgreSQL (shared_buffers $PG_SHARED_BUFFERS, default 256MB); sets $work,
+# PostgreSQL (shared_buffers $PG_SHARED_BUFFERS, default 256MB; more server
+# settings in $PG_SETTINGS, e.g. "-c synchronous_commit=off" to take the
+# WAL flush out of a latency where the disk's is slow); sets $work,
 # $bindir, $pg_port and $backend.
 bench_postgres() {
 	work=$(mktemp -d /tmp/mzbench.XXXXXX)
@@ -111,7 +113,7 @@ bench_postgres() {
 	(cd "$src" && go build -o "$work/mzproxy" ./cmd/mzproxy)
 	as_pg "$bindir/initdb" -D "$work/pg" -U postgres -A trust >/dev/null
 	as_pg "$bindir/pg_ctl" -D "$work/pg" -l "$work/pg.log" -w \
-		-o "-c listen_addresses=127.0.0.1 -c port=$pg_port -c unix_socket_directories=$work -c max_connections=200 -c shared_buffers=${PG_SHARED_BUFFERS:-256MB}" \
+		-o "-c listen_addresses=127.0.0.1 -c port=$pg_port -c unix_socket_directories=$work -c max_connections=200 -c shared_buffers=${PG_SHARED_BUFFERS:-256MB} ${PG_SETTINGS:-}" \
 		start >/dev/null
 	backend="postgres://postgres@/postgres?host=$work&port=$pg_port&sslmode=disable"
 }
