@@ -1,0 +1,235 @@
+package integration
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	_ "github.com/lib/pq"
+)
+
+// literalConds are WHERE conditions in pairs and runs that differ only in
+// their literals' spellings (what the Go scanner, the fingerprint and the
+// literal plans of a timestamped read must tell apart): 1e5 then 1e6, 'x'
+// then E'x', -1 then - 1, ...; U&'...' is one the Go scanner leaves to
+// pg_query.
+var literalConds = []string{
+	"a = 1e5", "a = 1e6", "a = 100000",
+	"b = 'x'", "b = E'x'", "b = E'x\\n'", "b = 'x\n'", "b = 'x' \n 'y'", "b = E'it\\'s'",
+	"a = -1", "a = - 1", "a = -2", "a = - -1",
+	"a = 00012", "a = 12.0", "a = .5", "a = 5.", "a = 1.5e-3", "a = 0.0015",
+	"b = 'it''s'", "b = $$it's$$", "b = $q$it's$q$", "b = U&'d\\0061t'", "b = 'dat'",
+	"a = 2147483648", "a = -2147483648", "a = -2147483649", "a > -1 AND a < 1e6", "a > - 1 AND a < 1e7",
+}
+
+// literalWrites are writes that differ only in their literals' spellings;
+// each is run through mzproxy on one table and directly on its twin.
+var literalWrites = []string{
+	"UPDATE %s SET b = E'w\\n1' WHERE a = 1e5",
+	"UPDATE %s SET b = 'w2' WHERE a = 1e6",
+	"UPDATE %s SET b = 'w''3' WHERE a = -1",
+	"UPDATE %s SET b = $$w4$$ WHERE a = - 2147483648",
+	"INSERT INTO %s VALUES (-7, E'q\\\\n'), (- 8, 'r'), (1.5e-3, $$s$$)",
+	"INSERT INTO %s VALUES (-9, 'q'), (- 10, E'r'), (2.5e-3, $t$s$t$)",
+	"DELETE FROM %s WHERE a = -7",
+	"DELETE FROM %s WHERE a = - 8",
+	"UPDATE %s SET a = a + 1e5 WHERE b = 'x'",
+	"UPDATE %s SET a = a + 1e6 WHERE b = E'x'",
+}
+
+// literalClient runs a statement and returns the rows' first two columns
+// (a::text and b) as text, sorted.
+type literalClient struct {
+	name string
+	rows func(ctx context.Context, q string) ([]string, error)
+	exec func(ctx context.Context, q string) error
+}
+
+func pgxLiteralClient(t *testing.T, ctx context.Context, url string, mode pgx.QueryExecMode) literalClient {
+	conn := connectMode(t, ctx, url, mode)
+	return literalClient{
+		name: mode.String(),
+		rows: func(ctx context.Context, q string) ([]string, error) {
+			rows, err := conn.Query(ctx, q)
+			if err != nil {
+				return nil, err
+			}
+			var out []string
+			for rows.Next() {
+				vals, err := rows.Values()
+				if err != nil {
+					rows.Close()
+					return nil, err
+				}
+				out = append(out, fmt.Sprintf("%v|%v", vals[0], vals[1]))
+			}
+			rows.Close()
+			slices.Sort(out)
+			return out, rows.Err()
+		},
+		exec: func(ctx context.Context, q string) error { _, err := conn.Exec(ctx, q); return err },
+	}
+}
+
+// libpqLiteralClient is lib/pq's Query, Exec or Prepare (how).
+func libpqLiteralClient(t *testing.T, url, how string) literalClient {
+	db, err := sql.Open("postgres", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(1)
+	query := func(ctx context.Context, q string) (*sql.Rows, error) {
+		if how != "prepare" {
+			return db.QueryContext(ctx, q)
+		}
+		st, err := db.PrepareContext(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		defer st.Close()
+		return st.QueryContext(ctx)
+	}
+	return literalClient{
+		name: "lib/pq " + how,
+		rows: func(ctx context.Context, q string) ([]string, error) {
+			rows, err := query(ctx, q)
+			if err != nil {
+				return nil, err
+			}
+			defer rows.Close()
+			cols, _ := rows.Columns()
+			var out []string
+			for rows.Next() {
+				vals := make([]any, len(cols))
+				ptrs := make([]any, len(cols))
+				for i := range vals {
+					ptrs[i] = &vals[i]
+				}
+				if err := rows.Scan(ptrs...); err != nil {
+					return nil, err
+				}
+				out = append(out, fmt.Sprintf("%s|%s", vals[0], vals[1]))
+			}
+			slices.Sort(out)
+			return out, rows.Err()
+		},
+		exec: func(ctx context.Context, q string) error {
+			if how != "prepare" {
+				_, err := db.ExecContext(ctx, q)
+				return err
+			}
+			st, err := db.PrepareContext(ctx, q)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			_, err = st.ExecContext(ctx)
+			return err
+		},
+	}
+}
+
+// TestOutside23LiteralSpellingsThroughProxy: texts that differ only in
+// their literals' spellings, one after the other on one session (so each
+// is planned from the cache the last left), through mzproxy with and
+// without --history-reads, in pgx's five modes and lib/pq's Query and
+// Prepare: reads at mz_now(), AS OF AT LEAST a timestamp and of the
+// present give the rows PostgreSQL gives directly for the same condition,
+// and writes of a managed table leave it as the same writes leave its
+// twin written directly.
+func TestOutside23LiteralSpellingsThroughProxy(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	for _, flags := range [][]string{{"--retain-history", "10m"}, {"--retain-history", "10m", "--history-reads"}} {
+		p := startProxy(t, flags...)
+		db := freshDatabase(t, ctx)
+		direct := connectTo(t, ctx, directURL("postgres", db))
+		var clients []literalClient
+		for _, mode := range pgxModes {
+			clients = append(clients, pgxLiteralClient(t, ctx, p.URL("postgres", db), mode))
+		}
+		for _, how := range []string{"query", "prepare"} {
+			clients = append(clients, libpqLiteralClient(t, p.URL("postgres", db), how))
+		}
+		for i, c := range clients {
+			t.Run(strings.Join(flags[2:], "")+"/"+c.name, func(t *testing.T) {
+				tp, td := fmt.Sprintf("lit%d", i), fmt.Sprintf("lit%d_direct", i)
+				setup := "CREATE TABLE %s (a numeric, b text); INSERT INTO %s VALUES " +
+					"(100000, 'x'), (1000000, 'x'), (-1, 'x'), (12, 'it''s'), (0.5, E'x\\n'), (5, 'xy'), " +
+					"(0.0015, 'dat'), (2147483648, 'big'), (-2147483648, 'small'), (-2147483649, 'smaller')"
+				if _, err := direct.Exec(ctx, fmt.Sprintf(setup, td, td)); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.exec(ctx, fmt.Sprintf("CREATE TABLE %s (a numeric, b text)", tp)); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.exec(ctx, fmt.Sprintf("INSERT INTO %s SELECT * FROM %s", tp, td)); err != nil {
+					t.Fatal(err)
+				}
+				check := func(step string) {
+					t.Helper()
+					var ts string
+					got, err := c.rows(ctx, "SELECT mz_now()::text, 1")
+					if err != nil || len(got) != 1 {
+						t.Fatalf("%s: mz_now(): %v %v", step, got, err)
+					}
+					ts, _, _ = strings.Cut(got[0], "|")
+					for _, cond := range literalConds {
+						want, err := pgxRows(ctx, direct, fmt.Sprintf("SELECT a::text, b FROM %s WHERE %s", td, cond))
+						if err != nil {
+							t.Fatalf("%s: directly: %s: %v", step, cond, err)
+						}
+						for _, q := range []string{
+							"SELECT a::text, b, mz_now() FROM %s WHERE %s",
+							"SELECT a::text, b FROM %s WHERE %s AS OF AT LEAST " + ts,
+							"SELECT a::text, b FROM %s WHERE %s",
+						} {
+							q = fmt.Sprintf(q, tp, cond)
+							got, err := c.rows(ctx, q)
+							if err != nil {
+								t.Errorf("%s: %q: %v (%s)", step, q, err, sqlState(err))
+							} else if !slices.Equal(got, want) {
+								t.Errorf("%s: %q: %q, want %q", step, q, got, want)
+							}
+						}
+					}
+				}
+				check("before the writes")
+				for _, w := range literalWrites {
+					if _, err := direct.Exec(ctx, fmt.Sprintf(w, td)); err != nil {
+						t.Fatalf("directly: %s: %v", w, err)
+					}
+					if err := c.exec(ctx, fmt.Sprintf(w, tp)); err != nil {
+						t.Fatalf("%s: %v (%s)", fmt.Sprintf(w, tp), err, sqlState(err))
+					}
+				}
+				check("after the writes")
+			})
+		}
+	}
+}
+
+// pgxRows is the first two columns of q's rows as text, sorted.
+func pgxRows(ctx context.Context, conn *pgx.Conn, q string) ([]string, error) {
+	rows, err := conn.Query(ctx, q, pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out = append(out, fmt.Sprintf("%v|%v", vals[0], vals[1]))
+	}
+	rows.Close()
+	slices.Sort(out)
+	return out, rows.Err()
+}
