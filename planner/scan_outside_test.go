@@ -34,6 +34,7 @@ var scanEdgeCases = []string{
 	"SELECT U&'d\\0061t'", "SELECT U&'d!0061t' UESCAPE '!'", "SELECT 'a' \n 'b'", "SELECT 'a'\n'b'",
 	"SELECT 'a' -- c\n 'b'", "SELECT 'a' /* c */ 'b'", "SELECT 'a' 'b'", "SELECT 'a'\r\n'b'",
 	"SELECT 'a'\n\"b\"", "SELECT 'a'\nE'b'", "SELECT 'a'\n$$b$$",
+	"SELECT B'1''0'", "SELECT X'1F''20'", "SELECT B''''", "SELECT N'a''b'", "SELECT E'a''b'",
 	// Comments: nested, unterminated, '--' at the end without a newline.
 	"SELECT /* /* */ */ 1", "SELECT /* /* */ 1", "SELECT 1 --", "SELECT 1 -- x", "SELECT --1\n1",
 	"SELECT 1 /* a */ + /**/ 2", "SELECT 1-/**/1", "SELECT a+/**/b", "SELECT a*/**/b", "/* x */",
@@ -139,6 +140,13 @@ var literalPairs = [][2]string{
 	{"UPDATE t SET b = 'x' WHERE a = 1e5", "UPDATE t SET b = E'x' WHERE a = 1e6"},
 	{"INSERT INTO t VALUES (-1, 'x')", "INSERT INTO t VALUES (- 1, E'x\\n')"},
 	{"DELETE FROM t WHERE a = 1.5e-3", "DELETE FROM t WHERE a = 2147483648"},
+	// A bit or hex string ends at its next quote ('' is not a quote in
+	// it): the second text is B'1' and '0', a syntax error, which the
+	// fingerprint took for one literal until session 23: a hit of the
+	// first text's plan.
+	{"SELECT a FROM t WHERE b = B'1'", "SELECT a FROM t WHERE b = B'1''0'"},
+	{"SELECT a FROM t WHERE b = X'1F'", "SELECT a FROM t WHERE b = x'1F''20'"},
+	{"SELECT a, mz_now() FROM t WHERE b = B'1'", "SELECT a, mz_now() FROM t WHERE b = B'1''0'"},
 }
 
 // TestLiteralPairsPlanAsFresh: literalPairs, each second text planned
