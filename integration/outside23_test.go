@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/lib/pq"
@@ -310,4 +311,117 @@ func TestOutside23AlterIndexRenamesManaged(t *testing.T) {
 		}
 	}
 	mustExec(t, ctx, own, "DROP VIEW aiv_in", "DROP TABLE ai_in")
+}
+
+// TestOutside23HostileStorage51to53: an ordinary role against what
+// storage 51-53 changed (the views settled_pin and settled_writes reading
+// the sequences writes, pinned and writes_seen by pg_sequence_last_value;
+// compaction dropping h<id>_fix; on_ddl_command_end's probe), directly and
+// through mzproxy. It may read the views and the sequences' values (as
+// before), and nothing more: no setval or nextval of them, no call of
+// compaction, no function of its own in the schema, no write of a
+// history; while it holds the views, the sequences and a read of the
+// catalog in an open transaction, another session's reads at mz_now(),
+// AS OF and of the present, its writes in and out of blocks and its DDL
+// (a rename and a drop of a written table, with a view) finish with the
+// right answers; the proxy stays up.
+func TestOutside23HostileStorage51to53(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t, "--retain-history", "10m")
+	role := ordinaryRole(t, ctx)
+	admin := connectTo(t, ctx, p.URL("postgres", db))
+	direct := connectTo(t, ctx, directURL("postgres", db))
+	tb := tableName(t)
+	mustExec(t, ctx, admin, "CREATE TABLE "+tb+" (k int PRIMARY KEY, v int)",
+		"INSERT INTO "+tb+" VALUES (1, 100), (2, 100)", "GRANT SELECT ON "+tb+" TO "+role)
+	var hist string
+	var id int64
+	if err := direct.QueryRow(ctx, "SELECT history, id FROM mzproxy.catalog WHERE oid = $1::regclass", tb).Scan(&hist, &id); err != nil {
+		t.Fatal(err)
+	}
+	reads := []string{
+		"SELECT t FROM mzproxy.settled_pin", "SELECT w FROM mzproxy.settled_writes",
+		"SELECT pg_sequence_last_value('mzproxy.writes'), pg_sequence_last_value('mzproxy.pinned'), pg_sequence_last_value('mzproxy.writes_seen')",
+	}
+	refused := map[string]string{
+		"SELECT setval('mzproxy.writes', 1)": "42501", "SELECT nextval('mzproxy.writes')": "42501",
+		"SELECT setval('mzproxy.pinned', 9999999999999)": "42501", "SELECT nextval('mzproxy.pinned')": "42501",
+		"SELECT setval('mzproxy.writes_seen', 0)": "42501", "SELECT nextval('mzproxy.writes_seen')": "42501",
+		"SELECT mzproxy.compact(0, 0)": "42501", "SELECT mzproxy.compact_batch(" + fmt.Sprint(id) + ", 10)": "42501",
+		"CREATE FUNCTION mzproxy.h999999_fix(bigint, bigint) RETURNS void LANGUAGE sql AS ''": "42501",
+		"CREATE VIEW mzproxy.settled_pin2 AS SELECT 1":                                        "42501",
+		"CREATE OR REPLACE VIEW mzproxy.settled_pin AS SELECT NULL::bigint AS t":              "42501",
+		"ALTER VIEW mzproxy.settled_pin RENAME TO x":                                          "42501",
+		"INSERT INTO " + hist + " SELECT * FROM " + hist:                                      "42501",
+		"UPDATE " + hist + " SET mz_to = 0":                                                   "42501",
+		"SELECT " + hist + "_fix(-1, 1)":                                                      "42501",
+	}
+	for _, via := range []struct{ name, url string }{{"mzproxy", p.URL(role, db)}, {"directly", directURL(role, db)}} {
+		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+			conn := connectTo(t, ctx, via.url)
+			for _, q := range reads {
+				if _, err := conn.Exec(ctx, q, mode); err != nil {
+					t.Errorf("%s, %v: %s: %v", via.name, mode, q, err)
+				}
+			}
+			for q, code := range refused {
+				if _, err := conn.Exec(ctx, q, mode); sqlState(err) != code {
+					t.Errorf("%s, %v: %s: %v, want %s", via.name, mode, q, err, code)
+				}
+			}
+		}
+	}
+
+	// The role holds the views, the sequences and a catalog read open, in
+	// a block of its own, while another session works.
+	for round, url := range []string{directURL(role, db), p.URL(role, db)} {
+		holder := connectTo(t, ctx, url)
+		tx, err := holder.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range append(reads, "LOCK TABLE mzproxy.settled_pin, mzproxy.settled_writes IN ACCESS SHARE MODE",
+			"SELECT count(*) FROM mzproxy.writes, mzproxy.pinned, mzproxy.writes_seen") {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				t.Fatalf("holder: %s: %v", q, err)
+			}
+		}
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		before := readTS(t, wctx, admin)
+		v := tableName(t)
+		for _, q := range []string{
+			"UPDATE " + tb + " SET v = v - 10 WHERE k = 1",
+			"BEGIN", "SELECT sum(v) FROM " + tb, "UPDATE " + tb + " SET v = v + 10 WHERE k = 2", "COMMIT",
+			"CREATE VIEW " + v + " AS SELECT k, v FROM " + tb,
+			"ALTER TABLE " + tb + " ADD COLUMN w int",
+			"ALTER TABLE " + tb + " DROP COLUMN w",
+		} {
+			if _, err := admin.Exec(wctx, q, pgx.QueryExecModeSimpleProtocol); err != nil {
+				t.Errorf("beside the holder: %s: %v (%s)", q, err, sqlState(err))
+			}
+		}
+		for q, want := range map[string]int{
+			"SELECT sum(v)::int FROM " + tb:                                       200,
+			"SELECT sum(v)::int FROM " + v + " AS OF AT LEAST mz_now()":           200,
+			fmt.Sprintf("SELECT sum(v)::int FROM %s AS OF %d", tb, before):        200,
+			fmt.Sprintf("SELECT v::int FROM %s WHERE k = 1 AS OF %d", tb, before): 100 - 10*round,
+			"SELECT v::int FROM " + tb + " WHERE k = 1":                           90 - 10*round,
+		} {
+			if n := count(t, wctx, admin, q, pgx.QueryExecModeSimpleProtocol); n != want {
+				t.Errorf("beside the holder: %s: %d, want %d", q, n, want)
+			}
+		}
+		var sumNow int
+		if err := admin.QueryRow(wctx, "SELECT sum(v)::int, mz_now() FROM "+tb).Scan(&sumNow, new(any)); err != nil || sumNow != 200 {
+			t.Errorf("beside the holder: mz_now() read: %d, %v", sumNow, err)
+		}
+		mustExec(t, wctx, admin, "DROP VIEW "+v)
+		cancel()
+		if err := tx.Rollback(ctx); err != nil {
+			t.Errorf("holder: rollback: %v", err)
+		}
+	}
+	p.mustAlive(t, ctx)
 }
