@@ -425,3 +425,145 @@ func TestOutside23HostileStorage51to53(t *testing.T) {
 	}
 	p.mustAlive(t, ctx)
 }
+
+// blockWriter is a driver's call mode running one block's statements with
+// arguments.
+type blockWriter struct {
+	name  string
+	begin func(ctx context.Context) (exec func(q string, args ...any) error, commit func() error, err error)
+}
+
+func pgxBlockWriter(t *testing.T, ctx context.Context, url string, mode pgx.QueryExecMode) blockWriter {
+	conn := connectMode(t, ctx, url, mode)
+	return blockWriter{name: mode.String(), begin: func(ctx context.Context) (func(string, ...any) error, func() error, error) {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(q string, args ...any) error { _, err := tx.Exec(ctx, q, args...); return err },
+			func() error { return tx.Commit(ctx) }, nil
+	}}
+}
+
+// libpqBlockWriter is lib/pq's Tx with Exec (args: the unnamed statement)
+// or Prepare.
+func libpqBlockWriter(t *testing.T, url string, prepare bool) blockWriter {
+	db, err := sql.Open("postgres", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(1)
+	name := "lib/pq tx exec"
+	if prepare {
+		name = "lib/pq tx prepare"
+	}
+	return blockWriter{name: name, begin: func(ctx context.Context) (func(string, ...any) error, func() error, error) {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		exec := func(q string, args ...any) error {
+			if !prepare {
+				_, err := tx.ExecContext(ctx, q, args...)
+				return err
+			}
+			st, err := tx.PrepareContext(ctx, q)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			_, err = st.ExecContext(ctx, args...)
+			return err
+		}
+		return exec, tx.Commit, nil
+	}}
+}
+
+// TestOutside23FirstWritesEveryCallMode: session 22 builds a block's
+// first write's history in front of the write's Parse (61888be). Two
+// blocks' first writes of one never-written table, with arguments, in
+// each of pgx's five modes and lib/pq's Tx with Exec and with Prepare:
+// block A writes and stays open, block B writes (it waits for A), A reads
+// its own write and commits, B commits. No error (no 40P01), both rows
+// once, and a read AS OF after both sees them; a read AS OF before the
+// first write sees none.
+func TestOutside23FirstWritesEveryCallMode(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t, "--retain-history", "10m")
+	admin := connectTo(t, ctx, p.URL("postgres", db))
+	direct := connectTo(t, ctx, directURL("postgres", db))
+	var pairs [][2]blockWriter
+	for _, mode := range pgxModes {
+		pairs = append(pairs, [2]blockWriter{pgxBlockWriter(t, ctx, p.URL("postgres", db), mode), pgxBlockWriter(t, ctx, p.URL("postgres", db), mode)})
+	}
+	for _, prepare := range []bool{false, true} {
+		pairs = append(pairs, [2]blockWriter{libpqBlockWriter(t, p.URL("postgres", db), prepare), libpqBlockWriter(t, p.URL("postgres", db), prepare)})
+	}
+	for i, pair := range pairs {
+		t.Run(pair[0].name, func(t *testing.T) {
+			tb := fmt.Sprintf("fw%d", i)
+			mustExec(t, ctx, admin, "CREATE TABLE "+tb+" (k int PRIMARY KEY, v text)")
+			before := readTS(t, ctx, admin)
+			ins := "INSERT INTO " + tb + " VALUES ($1, $2)"
+			execA, commitA, err := pair[0].begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := execA(ins, 1, "a"); err != nil {
+				t.Fatalf("block A: %v (%s)", err, driverCode(err))
+			}
+			second := make(chan error, 1)
+			go func() {
+				second <- func() error {
+					execB, commitB, err := pair[1].begin(ctx)
+					if err != nil {
+						return err
+					}
+					if err := execB(ins, 2, "b"); err != nil {
+						return err
+					}
+					return commitB()
+				}()
+			}()
+			// B waits for A's lock (the history A built), or is done.
+			var doneB error
+			finished := false
+			eventually(t, 20*time.Second, "block B waiting or done", func() bool {
+				select {
+				case doneB = <-second:
+					finished = true
+					return true
+				default:
+				}
+				var n int
+				err := direct.QueryRow(ctx, "SELECT count(*)::int FROM pg_locks WHERE NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())").Scan(&n)
+				return err == nil && n > 0
+			})
+			if err := execA("UPDATE "+tb+" SET v = v || '!' WHERE k = $1", 1); err != nil {
+				t.Fatalf("block A: update: %v (%s)", err, driverCode(err))
+			}
+			if err := commitA(); err != nil {
+				t.Fatalf("block A: commit: %v (%s)", err, driverCode(err))
+			}
+			if !finished {
+				doneB = <-second
+			}
+			if doneB != nil {
+				t.Fatalf("block B: %v (%s)", doneB, driverCode(doneB))
+			}
+			for q, want := range map[string]int{
+				"SELECT count(*)::int FROM " + tb:                                2,
+				"SELECT count(*)::int FROM " + tb + " WHERE v = 'a!'":            1,
+				"SELECT count(*)::int FROM " + tb + " AS OF AT LEAST mz_now()":   2,
+				fmt.Sprintf("SELECT count(*)::int FROM %s AS OF %d", tb, before): 0,
+			} {
+				if n := count(t, ctx, admin, q, pgx.QueryExecModeSimpleProtocol); n != want {
+					t.Errorf("%s: %d, want %d", q, n, want)
+				}
+			}
+		})
+	}
+}
