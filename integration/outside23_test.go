@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -566,4 +567,26 @@ func TestOutside23FirstWritesEveryCallMode(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOutside23PsycopgPipeline: testdata/python/psycopg_pipeline23.py
+// through mzproxy: a block's first write of a table with arguments in one
+// pipeline (built in front of its Parse since session 22), and reads at
+// mz_now() in one pipeline whose texts differ only in their literals'
+// spellings.
+func TestOutside23PsycopgPipeline(t *testing.T) {
+	t.Parallel()
+	command, err := pythonModule("psycopg")()
+	requireDriver(t, err, "apt-get install -y python3-psycopg")
+	ctx := testContext(t)
+	p := startProxy(t)
+	host, port := p.hostPort()
+	results := runDriverProgram(t, filepath.Join("testdata", "python"), nil, command[0], "psycopg_pipeline23.py",
+		libpqURL(host, port, freshDatabase(t, ctx)), tableName(t))
+	for _, name := range []string{"first_write", "literals"} {
+		if failure, ran := results[name]; !ran || failure != "" {
+			t.Errorf("%s: ran %v: %s", name, ran, failure)
+		}
+	}
+	p.mustAlive(t, ctx)
 }
