@@ -590,3 +590,87 @@ func TestOutside23PsycopgPipeline(t *testing.T) {
 	}
 	p.mustAlive(t, ctx)
 }
+
+// TestOutside23CancelInBlockBatchEveryMode: a block's batch of its first
+// read (the pin at the block's timestamp), a 30-second sleep and another
+// read, sent as one pgx batch in each of pgx's five modes (one Query
+// string in simple_protocol) and, a statement at a time, by lib/pq's
+// ExecContext: the context's end (a CancelRequest to mzproxy) ends the
+// sleep at the backend well before its 30 seconds (pgx then closes its
+// connection, as it does directly), no read hold is left, and the
+// session (or a new one) goes on.
+func TestOutside23CancelInBlockBatchEveryMode(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	db := freshDatabase(t, ctx)
+	p := startProxy(t, "--metrics-listen", "127.0.0.1:0")
+	admin := connectTo(t, ctx, p.URL("postgres", db))
+	direct := connectTo(t, ctx, directURL("postgres", db))
+	tb := tableName(t)
+	mustExec(t, ctx, admin, "CREATE TABLE "+tb+" (k int PRIMARY KEY, v int)", "INSERT INTO "+tb+" VALUES (1, 10)")
+	read := "SELECT v FROM " + tb + " WHERE k = $1"
+	check := func(t *testing.T, err error, marker string, after func() error) {
+		t.Helper()
+		if err == nil {
+			t.Errorf("the batch: no error, want 57014 or the context's end")
+		}
+		eventually(t, 15*time.Second, "the sleep ended at the backend", func() bool {
+			return activeQueries(t, ctx, direct, marker) == 0
+		})
+		if err := after(); err != nil {
+			t.Errorf("after the cancel: %v", err)
+		}
+	}
+	for _, mode := range pgxModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			conn := connectMode(t, ctx, p.URL("postgres", db), mode)
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+			defer cancel()
+			marker := "cancel23_" + mode.String()
+			b := &pgx.Batch{}
+			b.Queue(read, 1)
+			b.Queue("SELECT pg_sleep(30) /*" + marker + "*/")
+			b.Queue(read, 1)
+			err = tx.SendBatch(cctx, b).Close()
+			check(t, err, marker, func() error {
+				_ = tx.Rollback(ctx)
+				var v int
+				if conn.IsClosed() {
+					conn = connectMode(t, ctx, p.URL("postgres", db), mode)
+				}
+				return conn.QueryRow(ctx, read, 1).Scan(&v)
+			})
+		})
+	}
+	t.Run("lib/pq", func(t *testing.T) {
+		sdb, err := sql.Open("postgres", p.URL("postgres", db))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sdb.Close()
+		sdb.SetMaxOpenConns(1)
+		tx, err := sdb.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.ExecContext(ctx, read, 1); err != nil {
+			t.Fatal(err)
+		}
+		cctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+		defer cancel()
+		_, err = tx.ExecContext(cctx, "SELECT pg_sleep(30) /*cancel23_pq*/, v FROM "+tb+" WHERE k = $1", 1)
+		if code := driverCode(err); code != "57014" {
+			t.Errorf("lib/pq: %v (%s), want 57014", err, code)
+		}
+		check(t, err, "cancel23_pq", func() error {
+			_ = tx.Rollback()
+			var v int
+			return sdb.QueryRowContext(ctx, read, 1).Scan(&v)
+		})
+	})
+	p.awaitHolds(t, 0, "after the cancels")
+}
