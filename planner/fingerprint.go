@@ -221,6 +221,12 @@ func (f *fingerprinter) quoted(start, body int, class string) (int, bool) {
 	if !ok || escapes && !plainEscapes(f.sql[body:end-1]) {
 		return 0, false
 	}
+	// A bit or hex string ends at its next quote: PostgreSQL's scanner
+	// reads '' there as the end and another string (B'1''0' is B'1' and
+	// '0'), not as a quote in the text.
+	if (class == litBits || class == litHex) && strings.IndexByte(f.sql[body:end-1], '\'') >= 0 {
+		return 0, false
+	}
 	f.literal(start, end, class)
 	return end, true
 }

@@ -27,7 +27,7 @@
 // ddl_no_checks.sql 47 to 48,
 // restamp_fold.sql 48 to 49, restamp_lean.sql 49 to 50,
 // pin_last_value.sql 50 to 51, ddl_probe.sql 51 to 52, compact_fix.sql 52
-// to 53, restamp_generic.sql 53 to 54 (a database at an older version gets only the upgrades; a function
+// to 53, restamp_generic.sql 53 to 54, alter_index_guard.sql 54 to 55 (a database at an older version gets only the upgrades; a function
 // a later version replaces is defined again in full there, or edited in
 // place); a database already at the version is left alone. It needs a superuser because it creates
 // event triggers.
@@ -615,4 +615,14 @@
 // the key's mirror). The upgrade makes the index and _fix again for every
 // table that has a _fix. docs/write-cost.md ("Session 23") has the
 // figures.
+//
+// # ALTER INDEX of a managed table or view outside mzproxy (version 55)
+//
+// PostgreSQL's ALTER INDEX ... RENAME TO renames a table or a view too,
+// with the command tag ALTER INDEX. Since version 55
+// (alter_index_guard.sql, session 23) on_ddl_command_end no longer exempts
+// that tag outside mzproxy: such a rename of a managed relation is refused
+// (MZ003) as ALTER TABLE's is; before, it renamed the relation behind the
+// catalog's back. An ALTER INDEX of an index names the index, never a
+// catalog row, and is allowed as before.
 package storage
