@@ -11,7 +11,6 @@ import (
 	"github.com/mzproxy/mzproxy/frontend"
 	"github.com/mzproxy/mzproxy/frontend/evloop"
 	"github.com/mzproxy/mzproxy/frontend/wire"
-	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
 	"github.com/mzproxy/mzproxy/proxy/storage"
 	"github.com/mzproxy/mzproxy/timeouts"
@@ -80,11 +79,6 @@ type loopRead struct {
 	// session's goroutine serves the read again (resumeLoopParse).
 	heldParse, gone bool
 	ts              []byte // an AS OF read's timestamp parameter, reused
-	// fold: the read has its guard folded in (foldedRead) and has not
-	// answered its first row or CommandComplete yet: its RowDescription is
-	// held until then, and anything else gives the read back
-	// (foldFailed).
-	fold bool
 	// own are the types of the answers to the proxy's own messages, in
 	// the order they come (ownAnswers), got how many of them came.
 	own    []byte
@@ -129,52 +123,13 @@ func (s *Session) admitGuarded(sql string) ([]byte, bool) {
 	}
 	s.forgetStatement("")
 	s.forgetPortal("")
-	lr := &s.loopRead
-	if g, ok := s.foldedRead(ctx, st, c, hold, seen.revision); ok {
-		if !s.encodeLoopRead(&g, func() error { return s.sendMessages(g.br.msgs) }) {
-			return nil, false
-		}
-		*lr = loopRead{active: true, g: g, sql: sql, own: ownAnswers(lr.own[:0], lr.send.b), send: lr.send, ts: lr.ts, fold: true}
-		return lr.send.b, true
-	}
 	g, msgs := s.guardedRead(ctx, st, c, hold, seen.revision)
+	lr := &s.loopRead
 	if !s.encodeLoopRead(&g, func() error { return s.sendGuarded(g.guard, msgs) }) {
 		return nil, false
 	}
 	*lr = loopRead{active: true, g: g, sql: sql, own: ownAnswers(lr.own[:0], lr.send.b), send: lr.send, ts: lr.ts}
 	return lr.send.b, true
-}
-
-// foldedRead is st's read of the present with the guard folded in
-// (foldGuardSQL), at choice c under hold, planned at catalog revision
-// rev, when the session's guards are steady (the fold asks the peek
-// guard's question) and the read is prepared on the connection (a
-// Bound; not at its text's first use); false otherwise, with nothing
-// sent or held: the caller guards it the ordinary way.
-func (s *Session) foldedRead(ctx context.Context, st *planner.Statement, c *choice, hold heldRead, rev int64) (guardedSend, bool) {
-	b := s.be
-	if st.AsOf != nil || st.Bound == nil || st.Template == nil || !b.peek.steady || b.viewsRestricted ||
-		b.reads.unfoldable[st.Bound.Template] {
-		return guardedSend{}, false
-	}
-	g := guardedSend{c: c, hold: hold, guard: guardKey{rev: rev, path: s.known.searchPathShown, pin: true, shape: shapePeek}}
-	g.br = b.reads.foldedReadOf(st.Bound, g.guard, uint64(b.peek.count))
-	if g.br == nil {
-		return guardedSend{}, false
-	}
-	g.units = g.br.units
-	s.timestampPhase(ctx, true)
-	return g, true
-}
-
-// sendMessages queues msgs on the backend connection, unflushed.
-func (s *Session) sendMessages(msgs []pgproto3.FrontendMessage) error {
-	for _, m := range msgs {
-		if err := s.be.w.Send(m); err != nil {
-			return s.lost(err)
-		}
-	}
-	return nil
 }
 
 // encodeLoopRead has send write the guarded read g into the batch the
@@ -446,38 +401,16 @@ func (s *Session) loopAnswer(typ byte, frame []byte) evloop.Verdict {
 		}
 	}
 	g := &lr.g
-	switch {
-	case lr.fold:
-		// The folded read's RowDescription waits for what its guard
-		// answered: its refusal gives the read, which did not run, to the
-		// goroutine (foldFailed); anything else is the read's own (its
-		// rows, its error, a notice of its functions), the guard having
-		// passed (foldedText: the guard's row comes first). The read's t
-		// is in its rows only (mz_now()), not read here: the proxy needs
-		// none of it (the hold is at the lease's floor).
-		if typ == 'T' {
-			return evloop.Hold
-		}
-		if typ == 'E' && refusedBy(errorOf(frame), staleMarker) {
-			lr.resume = true
-			return evloop.Back
-		}
-		lr.fold = false
-	case g.guard.pin:
+	if g.guard.pin {
 		if err := g.c.pinnedBy(s.be.pinValue(lr.value)); err != nil {
 			lr.resume = true
 			return evloop.Back
 		}
-		s.obs.Timestamp(g.c.ts)
-	default:
-		s.obs.Timestamp(g.c.ts)
 	}
 	lr.own = lr.own[:0]
 	lr.got = 0
+	s.obs.Timestamp(g.c.ts)
 	s.enter(timeouts.PhaseExecute)
-	if typ == 'D' {
-		return evloop.Relay
-	}
 	return s.plainAnswer(typ, frame)
 }
 
@@ -502,22 +435,15 @@ func (s *Session) Unread(answer []byte) {
 // again.
 func (s *Session) resumeLoopRead(ctx context.Context) error {
 	lr := &s.loopRead
-	g, sql, fold := lr.g, lr.sql, lr.fold
-	lr.active, lr.resume, lr.fold = false, false, false
+	g, sql := lr.g, lr.sql
+	lr.active, lr.resume = false, false
 	// The backend runs the batch the loop sent until its ReadyForQuery:
 	// loopFlight stays set (handleStatement clears it at the end of the
 	// statement), so that a Cancel between the messages this goroutine
 	// takes over, when no message's context is there to end, still
 	// reaches the backend (session 21's third lost-cancel window).
-	var stale bool
-	var err error
-	if fold {
-		err = s.foldFailed(&g)
-		stale = err == nil
-	} else {
-		stale, err = s.guardedAnswers(ctx, &g, nil)
-	}
-	if err != nil || !stale {
+	stale, err := s.guardedAnswers(ctx, &g, nil)
+	if !stale {
 		return err
 	}
 	st, fr, err := s.planAgain(ctx, sql)
@@ -525,64 +451,6 @@ func (s *Session) resumeLoopRead(ctx context.Context) error {
 		return err
 	}
 	return s.explicitQuery(ctx, st, fr)
-}
-
-// foldFailed follows a folded read g given back before anything of it
-// ran: its guard refused (the catalog, search_path or level changed, the
-// writes moved, P aged), or its Parse or Bind failed (the loop's own
-// answers, ownAnswers). The backend skipped the rest of the batch up to
-// its Sync; the answers are read to its ReadyForQuery and dropped, and the
-// read is run again the ordinary way, where the client sees its answers:
-// the session's guards learn again (no fold until they are steady), and a
-// read whose statement failed otherwise than by the refusal is not folded
-// again on this connection. The read's statement stays when the batch's
-// Parse made it (a refusal at its Execute), and is forgotten, as after a
-// skipped Parse, when that Parse failed.
-func (s *Session) foldFailed(g *guardedSend) error {
-	defer s.release(g.hold)
-	b := s.be
-	b.peek.steady = false
-	var failed error
-	made := false // the batch's Parse of the statement succeeded: it stays
-	for {
-		typ, frame, err := b.next()
-		if err != nil {
-			return s.lost(err)
-		}
-		switch typ {
-		case '1':
-			made = true
-		case 'E':
-			pe := errorOf(frame)
-			switch {
-			case pe.IsFatal():
-				return pe
-			case pe.Code == pgerr.QueryCanceled:
-				// The client's cancel: its read ends with it, as a
-				// guard's does (guardedAnswers).
-				failed = pe
-			case pe.Code == pgerr.InvalidSQLStatementName:
-				// The statement is gone (a function of the client's
-				// dropped it, unseen): prepared again at its next use.
-				b.reads.cache().Remove(g.br.key)
-			case !refusedBy(pe, staleMarker):
-				b.reads.noFold(g.br.tmpl)
-			}
-		case 'Z':
-			if !made {
-				// Nothing of the batch may have been prepared or closed.
-				b.reads.skipped(g.br)
-			}
-			return failed
-		}
-	}
-}
-
-// errorOf is the backend's ErrorResponse frame as an error.
-func errorOf(frame []byte) *pgerr.Error {
-	var er pgproto3.ErrorResponse
-	_ = er.Decode(wire.Body(frame))
-	return backendError(&er)
 }
 
 // unreadReader reads the backend's answer the loop gave back, then the

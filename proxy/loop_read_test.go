@@ -384,7 +384,7 @@ func loopReadCases(tb testing.TB) []timestampedReadCase {
 	if be == nil {
 		tb.Fatal("the session is not one the loop can drive")
 	}
-	var batch, hdr, body, given []byte
+	var batch, hdr, body []byte
 	hdr = make([]byte, 5)
 	aid := 0
 	// A Query of the text format with the next key, or (stmt not empty)
@@ -417,8 +417,6 @@ func loopReadCases(tb testing.TB) []timestampedReadCase {
 			tb.Fatal(err)
 		}
 		held, rows := true, 0
-		given = given[:0]
-	answer:
 		for {
 			if _, err = io.ReadFull(be, hdr); err != nil {
 				tb.Fatal(err)
@@ -432,31 +430,11 @@ func loopReadCases(tb testing.TB) []timestampedReadCase {
 				rows++ // the loop does not show the client's rows
 				continue
 			}
-			if held {
-				given = append(given, body...)
-			}
-			v := s.Answer(hdr[0], body)
-			if v == evloop.Back && s.loopRead.fold {
-				// A folded read refused (P aged: the test's ticks came
-				// late): served on the session's path, as the loop's
-				// goroutine would.
-				s.Unread(given)
-				if err := s.resumeLoopRead(ctx); err != nil {
-					tb.Fatal(err)
-				}
-				client.take()
-				rows = 1
-				break answer
-			}
-			if hdr[0] == 'D' && v != evloop.Drop {
-				rows++ // a folded read's first, with its held RowDescription
-			}
-			switch v {
+			switch v := s.Answer(hdr[0], body); v {
 			case evloop.Drop:
 			case evloop.Hold:
-				// (A parsed read's ParseComplete, until its Bind's answer;
-				// a folded read's RowDescription, until its first row.)
-				if hdr[0] != '1' && hdr[0] != 'T' {
+				// (A parsed read's ParseComplete, until its Bind's answer.)
+				if hdr[0] != '1' {
 					tb.Fatalf("answer %c held", hdr[0])
 				}
 			case evloop.Relay:

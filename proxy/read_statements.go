@@ -48,10 +48,6 @@ type readStatements struct {
 	lost bool
 	// rendered is the last Bound's text (renderedText).
 	rendered renderedBound
-	// unfoldable are the templates whose folded read (foldedRead) failed
-	// other than by its guard's refusal: run the ordinary way from then
-	// on.
-	unfoldable map[*planner.Template]bool
 	// scratch is the storage of the read boundReadOf returns, reused from
 	// one read to the next: a read's messages are encoded as they are
 	// sent, and nothing of it is kept past its answers.
@@ -97,8 +93,7 @@ type boundRead struct {
 	// if the backend skips them (the guard failed).
 	closing []string
 	key     readStatementKey
-	parsed  bool              // msgs prepare the statement
-	tmpl    *planner.Template // the Bound's
+	parsed  bool // msgs prepare the statement
 	// The messages msgs point to, and the Bind's parameters (in buf).
 	close    pgproto3.Close
 	parse    pgproto3.Parse
@@ -114,27 +109,14 @@ type boundRead struct {
 // tsText when it is not empty, else as a parameter of value ts, for the
 // guard key g; nil at the text's first use.
 func (r *readStatements) boundReadOf(bd *planner.Bound, g guardKey, tsText string, ts uint64) *boundRead {
-	return r.boundReadFor(bd, g, tsText, ts, false)
-}
-
-// foldedReadOf is the read of bd with the guard of g folded in
-// (foldedText), its last parameter the count of writes w; nil at the
-// text's first use.
-func (r *readStatements) foldedReadOf(bd *planner.Bound, g guardKey, w uint64) *boundRead {
-	return r.boundReadFor(bd, g, foldTSExpr, w, true)
-}
-
-// boundReadFor is boundReadOf, or foldedReadOf when fold is set (ts is
-// then w).
-func (r *readStatements) boundReadFor(bd *planner.Bound, g guardKey, tsText string, ts uint64, fold bool) *boundRead {
 	br := &r.scratch
-	text, oids, values := br.params(r, bd, renderKey{tsText: tsText, fold: fold, rev: g.rev, path: g.path}, ts)
+	text, oids, values := br.params(r, bd, tsText, ts)
 	key := readStatementKey{text: text, rev: g.rev, path: g.path}
 	name, parsed, ok := r.statementFor(key)
 	if !ok {
 		return nil
 	}
-	br.key, br.parsed, br.tmpl = key, parsed, bd.Template
+	br.key, br.parsed = key, parsed
 	br.msgs, br.units = br.msgs[:0], br.units[:0]
 	br.closing, r.closing = r.closing, nil
 	for _, name := range br.closing {
@@ -179,9 +161,9 @@ func (r *readStatements) statementFor(key readStatementKey) (name string, made, 
 }
 
 // params are the text, parameter types and values of bd's statement,
-// rendered by how (renderedText), the last parameter's value ts when the
-// rendering has one after bd's. The values are in br's buffer, reused.
-func (br *boundRead) params(r *readStatements, bd *planner.Bound, how renderKey, ts uint64) (text string, oids []uint32, values [][]byte) {
+// with its timestamp holes rendered as tsText when it is not empty, else
+// as a last parameter of value ts. The values are in br's buffer, reused.
+func (br *boundRead) params(r *readStatements, bd *planner.Bound, tsText string, ts uint64) (text string, oids []uint32, values [][]byte) {
 	size := 20 // ts's digits at most
 	for _, v := range bd.Values {
 		size += len(v)
@@ -193,7 +175,7 @@ func (br *boundRead) params(r *readStatements, bd *planner.Bound, how renderKey,
 		buf = append(buf, v...)
 		values = append(values, buf[len(buf)-len(v):len(buf):len(buf)])
 	}
-	text, oids = r.renderedText(bd, how)
+	text, oids = r.renderedText(bd, tsText)
 	if len(oids) > len(values) {
 		start := len(buf)
 		buf = strconv.AppendUint(buf, ts, 10)
@@ -203,64 +185,39 @@ func (br *boundRead) params(r *readStatements, bd *planner.Bound, how renderKey,
 	return text, oids, values
 }
 
-// renderKey is how a Bound's Template is rendered: its timestamp holes
-// as tsText when it is not empty, else as a last parameter; with the
-// guard of revision rev and search_path path folded in when fold is set
-// (foldedText: tsText is then foldTSExpr, and the last parameter the
-// count of writes).
-type renderKey struct {
-	tsText string
-	fold   bool
-	rev    int64
-	path   string
-}
-
 // renderedBound is the text and parameter types a Bound's Template was
 // rendered to last.
 type renderedBound struct {
-	tmpl *planner.Template
-	how  renderKey
-	text string
-	oids []uint32
+	tmpl   *planner.Template
+	tsText string
+	text   string
+	oids   []uint32
 }
 
-// renderedText is the text of bd's statement rendered by how, and its
-// parameters' types (a last parameter, an int8 after bd's, for the
-// timestamp or the count of writes). The last rendering is
+// renderedText is the text of bd's statement, its timestamp holes
+// rendered as tsText when it is not empty, else as a last parameter (an
+// int8, after bd's), and its parameters' types. The last rendering is
 // remembered: the Bounds of a cached skeleton whose literals are all
 // parameters share their Template (issue 15: rendering it was the
 // largest allocation of a repeated read). Templates are never modified.
-func (r *readStatements) renderedText(bd *planner.Bound, how renderKey) (string, []uint32) {
-	if m := &r.rendered; m.tmpl == bd.Template && m.how == how {
+func (r *readStatements) renderedText(bd *planner.Bound, tsText string) (string, []uint32) {
+	if m := &r.rendered; m.tmpl == bd.Template && m.tsText == tsText {
 		return m.text, m.oids
 	}
 	text, oids := "", bd.OIDs
-	switch {
-	case how.fold:
-		guard := foldGuardSQL(guardKey{rev: how.rev, path: how.path, pin: true, shape: shapePeek}, bd.Template.Param())
-		text = foldedText(bd.Template.Render(how.tsText), guard)
-		oids = append(oids[:len(oids):len(oids)], int8OID)
-	case how.tsText != "" || bd.Template.Holes() == 0:
-		text = bd.Template.Render(how.tsText)
-	default:
+	if tsText != "" || bd.Template.Holes() == 0 {
+		text = bd.Template.Render(tsText)
+	} else {
 		text = bd.Template.Render("$" + strconv.Itoa(bd.Template.Param()) + "::int8")
 		oids = append(oids[:len(oids):len(oids)], int8OID)
 	}
-	r.rendered = renderedBound{tmpl: bd.Template, how: how, text: text, oids: oids}
+	r.rendered = renderedBound{tmpl: bd.Template, tsText: tsText, text: text, oids: oids}
 	return text, oids
 }
 
 func (br *boundRead) add(m pgproto3.FrontendMessage, u unit) {
 	br.msgs = append(br.msgs, m)
 	br.units = append(br.units, u)
-}
-
-// noFold marks t's reads not to be folded on this connection.
-func (r *readStatements) noFold(t *planner.Template) {
-	if r.unfoldable == nil {
-		r.unfoldable = map[*planner.Template]bool{}
-	}
-	r.unfoldable[t] = true
 }
 
 // forget returns what forgets key's statement when preparing or binding
