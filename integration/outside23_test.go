@@ -56,24 +56,7 @@ func pgxLiteralClient(t *testing.T, ctx context.Context, url string, mode pgx.Qu
 	conn := connectMode(t, ctx, url, mode)
 	return literalClient{
 		name: mode.String(),
-		rows: func(ctx context.Context, q string) ([]string, error) {
-			rows, err := conn.Query(ctx, q)
-			if err != nil {
-				return nil, err
-			}
-			var out []string
-			for rows.Next() {
-				vals, err := rows.Values()
-				if err != nil {
-					rows.Close()
-					return nil, err
-				}
-				out = append(out, fmt.Sprintf("%v|%v", vals[0], vals[1]))
-			}
-			rows.Close()
-			slices.Sort(out)
-			return out, rows.Err()
-		},
+		rows: func(ctx context.Context, q string) ([]string, error) { return firstTwoColumns(ctx, conn, q) },
 		exec: func(ctx context.Context, q string) error { _, err := conn.Exec(ctx, q); return err },
 	}
 }
@@ -237,9 +220,16 @@ func driverCode(err error) string {
 	return sqlState(err)
 }
 
-// pgxRows is the first two columns of q's rows as text, sorted.
+// pgxRows is the first two columns of q's rows as text, sorted, read in
+// the simple protocol.
 func pgxRows(ctx context.Context, conn *pgx.Conn, q string) ([]string, error) {
-	rows, err := conn.Query(ctx, q, pgx.QueryExecModeSimpleProtocol)
+	return firstTwoColumns(ctx, conn, q, pgx.QueryExecModeSimpleProtocol)
+}
+
+// firstTwoColumns is the first two columns of q's rows as text, sorted, in
+// the connection's exec mode unless args names another.
+func firstTwoColumns(ctx context.Context, conn *pgx.Conn, q string, args ...any) ([]string, error) {
+	rows, err := conn.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
