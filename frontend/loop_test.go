@@ -4,6 +4,7 @@ package frontend
 
 import (
 	"context"
+	"io"
 	"net"
 	"os"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/mzproxy/mzproxy/frontend/evloop"
 	"github.com/mzproxy/mzproxy/frontend/wire"
+	"github.com/mzproxy/mzproxy/pgerr"
 )
 
 // listeningHandler opens listeningSessions.
@@ -190,9 +192,96 @@ func TestLoopBacksOffASessionItCannotServe(t *testing.T) {
 	t.Logf("%d turns in the loop", turns)
 }
 
+// crashingHandler opens crashingSessions.
+type crashingHandler struct {
+	scriptedHandler
+	t       *testing.T
+	backend chan net.Conn // the far end of each session's backend socket
+}
+
+func (h *crashingHandler) Connect(ctx context.Context, start wire.Startup, relay wire.AuthRelay, w *wire.Writer) (Session, error) {
+	a, b, err := unixPair()
+	if err != nil {
+		return nil, err
+	}
+	h.t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+	h.backend <- b
+	return &crashingSession{scriptedSession: scriptedSession{w: w, h: &h.scriptedHandler, start: start}, backend: evloop.Wrap(a), far: b}, nil
+}
+
+// crashingSession's backend crashes while the loop follows its first
+// answer frame: from inside Answer, after the loop read that frame, the
+// far end writes a crashed PostgreSQL backend's last notice and closes,
+// so that the loop's next wait sees the notice and the end as one edge.
+type crashingSession struct {
+	scriptedSession
+	backend *evloop.Conn
+	far     net.Conn
+	once    sync.Once
+}
+
+func (s *crashingSession) Admit([]byte) ([]byte, bool) { return nil, true }
+func (s *crashingSession) Answer(byte, []byte) evloop.Verdict {
+	s.once.Do(func() {
+		_ = s.far.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		var b []byte
+		b, _ = (&pgproto3.NoticeResponse{Severity: "WARNING", Code: "57P01",
+			Message: "terminating connection due to immediate shutdown command"}).Encode(b)
+		_, _ = s.far.Write(b)
+		_ = s.far.Close()
+	})
+	return evloop.Relay
+}
+func (s *crashingSession) Unread([]byte)             {}
+func (s *crashingSession) Abandon()                  {}
+func (s *crashingSession) LoopBackend() *evloop.Conn { return s.backend }
+func (s *crashingSession) LoopLeft()                 {}
+
+// TestLoopEndsAStatementWhoseBackendCrashed: a client's read forwarded by
+// the loop whose backend crashes mid-answer (a notice, then the end of
+// the connection, as PostgreSQL's immediate shutdown or crash restart
+// has it) gets the notice and then 08006 at once, and its connection
+// ends. The loop once waited for that backend forever (session 24:
+// evloop's TestBackendEndAfterItsLastFrame), and the client with it.
+func TestLoopEndsAStatementWhoseBackendCrashed(t *testing.T) {
+	loop, err := evloop.New(64 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = loop.Close() })
+	h := &crashingHandler{t: t, backend: make(chan net.Conn, 1)}
+	ts := newTestServer(t, Config{EventLoop: loop, Handler: h})
+	c := dialRaw(t, ts.addr)
+	c.startup(nil)
+	far := <-h.backend
+	query := &pgproto3.Query{String: "SELECT sum(v) FROM acct"}
+	c.send(query)
+	batch, _ := query.Encode(nil)
+	_ = far.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(far, make([]byte, len(batch))); err != nil {
+		t.Fatalf("the backend did not get the read: %v", err)
+	}
+	first, _ := (&pgproto3.NoticeResponse{Severity: "NOTICE", Code: "00000", Message: "running"}).Encode(nil)
+	if _, err := far.Write(first); err != nil {
+		t.Fatal(err)
+	}
+	notices := 0
+	for notices < 2 {
+		switch m := c.receive().(type) {
+		case *pgproto3.NoticeResponse:
+			notices++
+		default:
+			t.Fatalf("before the backend's end: %#v, want its two notices", m)
+		}
+	}
+	c.expectError(pgerr.ConnectionFailure)
+	c.expectClosed()
+}
+
 // The test sessions are loop sessions: a session that is not would never
 // be offered the loop, and the tests would pass for nothing.
 var (
 	_ LoopSession = (*listeningSession)(nil)
 	_ LoopSession = (*refusingSession)(nil)
+	_ LoopSession = (*crashingSession)(nil)
 )

@@ -20,6 +20,9 @@ type member struct {
 	// socket for writability (Loop.waitWritable).
 	cwWatched, bwWatched bool
 	chup                 bool // the client hung up (or its socket failed)
+	// bhup: the backend hung up (or its socket failed): its socket stays
+	// readable until a read finds the end (readBackend).
+	bhup bool
 
 	in        []byte // client bytes not yet forwarded (a batch being read)
 	readable  int    // bytes at the start of in that Peer.Readable passed
@@ -60,6 +63,7 @@ func (m *member) note(fd int, events uint32) {
 	}
 	m.br = m.br || readable
 	m.bw = m.bw || writable
+	m.bhup = m.bhup || events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0
 }
 
 // progress moves a session on as far as its sockets' readiness allows.
@@ -212,7 +216,13 @@ func (l *Loop) readBackend(m *member) {
 		l.leave(m, ErrBackendGone)
 		return
 	}
-	if n < len(m.buf) {
+	if n < len(m.buf) && !m.bhup {
+		// A short read emptied the socket: the next edge says when more
+		// is there. Not after a hang-up, whose edge may have come with
+		// these bytes (a crashed backend's last notice and its exit):
+		// no edge follows it, and the end is still to be read, which
+		// gives the session back (ErrBackendGone) instead of leaving it,
+		// and its client, waiting for an answer that never comes.
 		m.br = false
 	}
 	m.out = m.buf[:n]
