@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 55, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 56, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -2369,7 +2369,7 @@ CREATE FUNCTION mzproxy.restamp_functions(h text) RETURNS text
 SELECT CASE WHEN to_regclass(h || '_pending') IS NULL
             THEN format($i$
 CREATE INDEX %2$I ON %1$s ((CASE WHEN mz_to = 9223372036854775807 THEN mz_from ELSE mz_to END))
- WHERE (CASE WHEN mz_to = 9223372036854775807 THEN mz_from ELSE mz_to END) < 0;$i$,
+ WHERE least(mz_to, mz_from) < 0;$i$,
                         h, (parse_ident(h))[2] || '_pending')
             ELSE '' END
     || format($f$
@@ -2384,14 +2384,16 @@ BEGIN
     -- are current (one it closed again was deleted by the trigger), found
     -- by the placeholder they carry, through the partial index on it
     -- (restamp_generic.sql: the only index path, so the plan kept for the
-    -- session is that one, whatever the statistics were when it was made).
-    -- It returns the newest start of a version the block closed (now
-    -- ending at t; a version it wrote is current), which fix_write
-    -- raises T to when it is above t.
+    -- session is that one, whatever the statistics were when it was made;
+    -- the least(...) condition is the index's predicate, pending_least.sql,
+    -- implied by the first two). It returns the newest start of a version
+    -- the block closed (now ending at t; a version it wrote is current),
+    -- which fix_write raises T to when it is above t.
     FOR f IN UPDATE %1$s h SET mz_to = CASE WHEN h.mz_to = p THEN t ELSE h.mz_to END,
                                mz_from = CASE WHEN h.mz_from = p THEN t ELSE h.mz_from END
               WHERE (CASE WHEN h.mz_to = 9223372036854775807 THEN h.mz_from ELSE h.mz_to END) = p
                 AND (CASE WHEN h.mz_to = 9223372036854775807 THEN h.mz_from ELSE h.mz_to END) < 0
+                AND least(h.mz_to, h.mz_from) < 0
              RETURNING CASE WHEN h.mz_to < 9223372036854775807 THEN h.mz_from END LOOP
         closed := GREATEST(closed, f);
     END LOOP;
@@ -4018,6 +4020,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('52', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('53', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('54', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('55', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('56', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
