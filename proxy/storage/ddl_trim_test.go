@@ -180,7 +180,7 @@ func TestHistoryIndexes(t *testing.T) {
 	want := []string{
 		fmt.Sprintf("CREATE INDEX %s_k<oid> ON %s USING btree (a, mz_to)", name, hist),
 		fmt.Sprintf("CREATE INDEX %s_mz_to ON %s USING btree (mz_to, mz_from)", name, hist),
-		// (Version 56: its predicate least(mz_to, mz_from) < 0; pending_least.sql.)
+		// (Version 56: its predicate least(mz_to, mz_from) < 0; hist_trim.sql.)
 		fmt.Sprintf("CREATE INDEX %s_pending ON %s USING btree (%s) WHERE (LEAST(mz_to, mz_from) < 0)", name, hist, pending),
 	}
 	if !slices.Equal(got, want) {

@@ -837,11 +837,11 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
     END IF;
     IF _t IS NULL THEN
         _t := mzproxy.stamp_ts(TG_RELID);
-    END IF;
-    IF _t IS NULL THEN
-        RAISE EXCEPTION 'cannot write to managed table %.% outside mzproxy', quote_ident(TG_TABLE_SCHEMA), quote_ident(TG_TABLE_NAME)
-            USING ERRCODE = 'MZ002',
-                  HINT = 'Connect through mzproxy: it runs every write in a transaction that records the table''s history.';
+        IF _t IS NULL THEN
+            RAISE EXCEPTION 'cannot write to managed table %.% outside mzproxy', quote_ident(TG_TABLE_SCHEMA), quote_ident(TG_TABLE_NAME)
+                USING ERRCODE = 'MZ002',
+                      HINT = 'Connect through mzproxy: it runs every write in a transaction that records the table''s history.';
+        END IF;
     END IF;$c$;
 
     insert_sql := format($i$
@@ -884,6 +884,14 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
                 OFFSET 0) x
          WHERE set_config('mzproxy.write_ts', x.t::text || ' - ' || mzproxy.key_tag(x.k, x.t::text || ' -'), true) IS NOT NULL;$r$;
 
+    retract_check := $r$
+    IF _k <> _n THEN
+        RAISE EXCEPTION 'mzproxy: history of %.% is out of step: % rows removed but % versions found', TG_TABLE_SCHEMA, TG_TABLE_NAME, _n, _k
+            USING ERRCODE = 'XX000';
+    END IF;
+    IF _m > _t AND _t > 0 THEN
+        PERFORM mzproxy.raise_overtaken(TG_RELID, _m, _t);
+    END IF;$r$;
     IF pk IS NOT NULL AND NOT pk_deferrable THEN
         settings := settings || ' SET enable_seqscan = off SET jit = off';
         SELECT string_agg(format('h.%I %s d.%I AND ', k, kop[i], k), '' ORDER BY i)
@@ -989,12 +997,12 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
          WHERE EXISTS (SELECT FROM mz_old d WHERE %5$s true);
         GET DIAGNOSTICS _d = ROW_COUNT;
         _k := _k + _z - _d;
-        _z := 0;
+        _z := 0;%7$s
     END IF;$r$, h, kjoin, insert_sql, replace(left(insert_sql, -1), E'\n    ', E'\n        '),
             (SELECT string_agg(format('n.%I %s d.%I AND ', k, kop[i], k), '' ORDER BY i) FROM unnest(pk) WITH ORDINALITY AS u(k, i)),
-            probe);
+            probe, replace(retract_check, E'\n    ', E'\n        '));
         upd_sql := E'\n    END IF;\n    IF _fresh THEN' || fresh_upd
-                   || E'\n    ELSE' || retract_cte || upd_insert || retract_select || upd_check || E'\n    END IF;' || retract_end;
+                   || E'\n    ELSE' || retract_cte || upd_insert || retract_select || upd_check || retract_end || retract_check || E'\n    END IF;';
         fresh_sql := $r$
     _fresh := coalesce(left(current_setting('mzproxy.write_ts', true), 4) = '0 - ', false);
     IF _fresh THEN$r$ || fresh_stamp || $r$
@@ -1042,16 +1050,8 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
       INTO _k, _n, _m;$r$,
             okeys, otext, ogroup, h, kjoin, htext, h, h);
     END IF;
-    retract_check := $r$
-    IF _k <> _n THEN
-        RAISE EXCEPTION 'mzproxy: history of %.% is out of step: % rows removed but % versions found', TG_TABLE_SCHEMA, TG_TABLE_NAME, _n, _k
-            USING ERRCODE = 'XX000';
-    END IF;
-    IF _m > _t AND _t > 0 THEN
-        PERFORM mzproxy.raise_overtaken(TG_RELID, _m, _t);
-    END IF;$r$;
     retract_sql := retract_sql || retract_check;
-    upd_sql := coalesce(upd_sql || retract_check, retract_sql || insert_sql);
+    upd_sql := coalesce(upd_sql, retract_sql || insert_sql);
 
     triggers_ok := (SELECT count(*) FROM pg_trigger t
                      WHERE t.tgrelid = c.oid AND t.tgenabled = 'A'
@@ -2385,7 +2385,7 @@ BEGIN
     -- by the placeholder they carry, through the partial index on it
     -- (restamp_generic.sql: the only index path, so the plan kept for the
     -- session is that one, whatever the statistics were when it was made;
-    -- the least(...) condition is the index's predicate, pending_least.sql,
+    -- the least(...) condition is the index's predicate, hist_trim.sql,
     -- implied by the first two). It returns the newest start of a version
     -- the block closed (now ending at t; a version it wrote is current),
     -- which fix_write raises T to when it is above t.

@@ -23,13 +23,15 @@ func pendingPredicates(t *testing.T, cs string, tables ...string) string {
 	return strings.Join(got, "; ")
 }
 
-// The upgrade from 55 builds the _pending index of every table that has a
+// The upgrade from 55 makes every table's trigger functions again with
+// fewer conditions per call (hist_trim.sql's edits of gen_triggers), and
+// builds the _pending index of every table that has a
 // _fix (a dropped table's too, whose history is kept) again with the
 // predicate least(mz_to, mz_from) < 0, and makes _fix again with that
 // condition, not PUBLIC's; blocks after it (and blocks of a table made
 // after it) restamp by the generic plan on the index and keep history
 // exact, with no placeholder left. Fails on version 55 (the predicate is
-// the placeholder expression below 0).
+// the placeholder expression below 0, the checks where they were).
 func TestUpgradeToVersion56(t *testing.T) {
 	cs := newDB(t)
 	ctx := context.Background()
@@ -51,6 +53,14 @@ func TestUpgradeToVersion56(t *testing.T) {
 	}
 	if got, want := pendingPredicates(t, cs, "a", "n", "d"), "a: "+least+"; d: "+least+"; n: "+least; got != want {
 		t.Errorf("_pending predicates after the upgrade: %s, want %s", got, want)
+	}
+	// The trigger functions made again (hist_trim.sql's edits of gen_triggers):
+	// the MZ002 check inside stamp_ts' branch, and a fresh UPDATE's step
+	// and overtaken checks inside its repair as well as in the general path.
+	upd := queryText(t, conn, "SELECT prosrc FROM pg_proc WHERE oid = to_regprocedure((SELECT history FROM "+Schema+".catalog WHERE oid = 'a'::regclass) || '_upd()')")
+	if strings.Count(upd, "is out of step") != 2 || strings.Count(upd, "raise_overtaken") != 2 ||
+		!strings.Contains(upd, "_t := "+Schema+".stamp_ts(TG_RELID);\n        IF _t IS NULL THEN") {
+		t.Errorf("a's UPDATE trigger after the upgrade:\n%s", upd)
 	}
 	fixes := "SELECT count(*) FROM pg_proc p WHERE p.pronamespace = '" + Schema + "'::regnamespace AND p.proname ~ '^h[0-9]+_fix$'" +
 		" AND p.prosrc LIKE '%AND least(h.mz_to, h.mz_from) < 0%' AND 'plan_cache_mode=force_generic_plan' = ANY (p.proconfig)"
