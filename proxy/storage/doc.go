@@ -27,7 +27,8 @@
 // ddl_no_checks.sql 47 to 48,
 // restamp_fold.sql 48 to 49, restamp_lean.sql 49 to 50,
 // pin_last_value.sql 50 to 51, ddl_probe.sql 51 to 52, compact_fix.sql 52
-// to 53, restamp_generic.sql 53 to 54, alter_index_guard.sql 54 to 55 (a database at an older version gets only the upgrades; a function
+// to 53, restamp_generic.sql 53 to 54, alter_index_guard.sql 54 to 55,
+// hist_trim.sql 55 to 56 (a database at an older version gets only the upgrades; a function
 // a later version replaces is defined again in full there, or edited in
 // place); a database already at the version is left alone. It needs a superuser because it creates
 // event triggers.
@@ -625,4 +626,21 @@
 // (MZ003) as ALTER TABLE's is; before, it renamed the relation behind the
 // catalog's back. An ALTER INDEX of an index names the index, never a
 // catalog row, and is allowed as before.
+//
+// # The _pending index's predicate, the triggers' conditions (version 56)
+//
+// Since version 56 (hist_trim.sql, session 24) a history's h<id>_pending
+// index is partial on least(mz_to, mz_from) < 0 instead of the placeholder
+// expression below 0: every statement that writes a history compiles the
+// predicate, and the smaller expression costs less there. The key stays
+// the placeholder, and _fix's UPDATE carries the predicate as a condition
+// (implied by its others, so the same rows), for the planner to prove the
+// index usable. The upgrade builds every such index again and makes its
+// _fix again. The history triggers evaluate fewer conditions per call
+// (PL/pgSQL compiles each again in every transaction): the MZ002 check
+// only after stamp_ts was asked for T, and an UPDATE whose trigger chose
+// T checks the history's step and an overtaken version only when its two
+// row counts differ, the only case where they can fail; the upgrade makes
+// every table's trigger functions again. docs/write-cost.md ("Session
+// 24") has the figures.
 package storage

@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 55, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 56, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -837,11 +837,11 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
     END IF;
     IF _t IS NULL THEN
         _t := mzproxy.stamp_ts(TG_RELID);
-    END IF;
-    IF _t IS NULL THEN
-        RAISE EXCEPTION 'cannot write to managed table %.% outside mzproxy', quote_ident(TG_TABLE_SCHEMA), quote_ident(TG_TABLE_NAME)
-            USING ERRCODE = 'MZ002',
-                  HINT = 'Connect through mzproxy: it runs every write in a transaction that records the table''s history.';
+        IF _t IS NULL THEN
+            RAISE EXCEPTION 'cannot write to managed table %.% outside mzproxy', quote_ident(TG_TABLE_SCHEMA), quote_ident(TG_TABLE_NAME)
+                USING ERRCODE = 'MZ002',
+                      HINT = 'Connect through mzproxy: it runs every write in a transaction that records the table''s history.';
+        END IF;
     END IF;$c$;
 
     insert_sql := format($i$
@@ -884,6 +884,14 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
                 OFFSET 0) x
          WHERE set_config('mzproxy.write_ts', x.t::text || ' - ' || mzproxy.key_tag(x.k, x.t::text || ' -'), true) IS NOT NULL;$r$;
 
+    retract_check := $r$
+    IF _k <> _n THEN
+        RAISE EXCEPTION 'mzproxy: history of %.% is out of step: % rows removed but % versions found', TG_TABLE_SCHEMA, TG_TABLE_NAME, _n, _k
+            USING ERRCODE = 'XX000';
+    END IF;
+    IF _m > _t AND _t > 0 THEN
+        PERFORM mzproxy.raise_overtaken(TG_RELID, _m, _t);
+    END IF;$r$;
     IF pk IS NOT NULL AND NOT pk_deferrable THEN
         settings := settings || ' SET enable_seqscan = off SET jit = off';
         SELECT string_agg(format('h.%I %s d.%I AND ', k, kop[i], k), '' ORDER BY i)
@@ -989,12 +997,12 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
          WHERE EXISTS (SELECT FROM mz_old d WHERE %5$s true);
         GET DIAGNOSTICS _d = ROW_COUNT;
         _k := _k + _z - _d;
-        _z := 0;
+        _z := 0;%7$s
     END IF;$r$, h, kjoin, insert_sql, replace(left(insert_sql, -1), E'\n    ', E'\n        '),
             (SELECT string_agg(format('n.%I %s d.%I AND ', k, kop[i], k), '' ORDER BY i) FROM unnest(pk) WITH ORDINALITY AS u(k, i)),
-            probe);
+            probe, replace(retract_check, E'\n    ', E'\n        '));
         upd_sql := E'\n    END IF;\n    IF _fresh THEN' || fresh_upd
-                   || E'\n    ELSE' || retract_cte || upd_insert || retract_select || upd_check || E'\n    END IF;' || retract_end;
+                   || E'\n    ELSE' || retract_cte || upd_insert || retract_select || upd_check || retract_end || retract_check || E'\n    END IF;';
         fresh_sql := $r$
     _fresh := coalesce(left(current_setting('mzproxy.write_ts', true), 4) = '0 - ', false);
     IF _fresh THEN$r$ || fresh_stamp || $r$
@@ -1042,16 +1050,8 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
       INTO _k, _n, _m;$r$,
             okeys, otext, ogroup, h, kjoin, htext, h, h);
     END IF;
-    retract_check := $r$
-    IF _k <> _n THEN
-        RAISE EXCEPTION 'mzproxy: history of %.% is out of step: % rows removed but % versions found', TG_TABLE_SCHEMA, TG_TABLE_NAME, _n, _k
-            USING ERRCODE = 'XX000';
-    END IF;
-    IF _m > _t AND _t > 0 THEN
-        PERFORM mzproxy.raise_overtaken(TG_RELID, _m, _t);
-    END IF;$r$;
     retract_sql := retract_sql || retract_check;
-    upd_sql := coalesce(upd_sql || retract_check, retract_sql || insert_sql);
+    upd_sql := coalesce(upd_sql, retract_sql || insert_sql);
 
     triggers_ok := (SELECT count(*) FROM pg_trigger t
                      WHERE t.tgrelid = c.oid AND t.tgenabled = 'A'
@@ -2369,7 +2369,7 @@ CREATE FUNCTION mzproxy.restamp_functions(h text) RETURNS text
 SELECT CASE WHEN to_regclass(h || '_pending') IS NULL
             THEN format($i$
 CREATE INDEX %2$I ON %1$s ((CASE WHEN mz_to = 9223372036854775807 THEN mz_from ELSE mz_to END))
- WHERE (CASE WHEN mz_to = 9223372036854775807 THEN mz_from ELSE mz_to END) < 0;$i$,
+ WHERE least(mz_to, mz_from) < 0;$i$,
                         h, (parse_ident(h))[2] || '_pending')
             ELSE '' END
     || format($f$
@@ -2384,14 +2384,16 @@ BEGIN
     -- are current (one it closed again was deleted by the trigger), found
     -- by the placeholder they carry, through the partial index on it
     -- (restamp_generic.sql: the only index path, so the plan kept for the
-    -- session is that one, whatever the statistics were when it was made).
-    -- It returns the newest start of a version the block closed (now
-    -- ending at t; a version it wrote is current), which fix_write
-    -- raises T to when it is above t.
+    -- session is that one, whatever the statistics were when it was made;
+    -- the least(...) condition is the index's predicate, hist_trim.sql,
+    -- implied by the first two). It returns the newest start of a version
+    -- the block closed (now ending at t; a version it wrote is current),
+    -- which fix_write raises T to when it is above t.
     FOR f IN UPDATE %1$s h SET mz_to = CASE WHEN h.mz_to = p THEN t ELSE h.mz_to END,
                                mz_from = CASE WHEN h.mz_from = p THEN t ELSE h.mz_from END
               WHERE (CASE WHEN h.mz_to = 9223372036854775807 THEN h.mz_from ELSE h.mz_to END) = p
                 AND (CASE WHEN h.mz_to = 9223372036854775807 THEN h.mz_from ELSE h.mz_to END) < 0
+                AND least(h.mz_to, h.mz_from) < 0
              RETURNING CASE WHEN h.mz_to < 9223372036854775807 THEN h.mz_from END LOOP
         closed := GREATEST(closed, f);
     END LOOP;
@@ -4018,6 +4020,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('52', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('53', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('54', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('55', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('56', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
