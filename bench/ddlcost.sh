@@ -38,6 +38,12 @@
 #                  <slot>", the statement and "COMMIT", as it sent one
 #                  before, the slot parsed each time). A revision may
 #                  name its own: REVS="126767b:three tree".
+#        SLOT=occ (the slot's statement in FORM=one: occ, "SELECT
+#                  mzproxy.begin_write_occ(NULL, 0)", as earlier sessions
+#                  measured; proxy, what this tree's mzproxy sends
+#                  (bench/slotsql: the flat statement of storage version
+#                  44 and later, without an incarnation), for every
+#                  revision)
 set -euo pipefail
 
 REVS=${REVS:-"main tree"}
@@ -45,6 +51,11 @@ N0=${N0:-5}
 N=${N:-45}
 PAIRS=${PAIRS:-"column table view index"}
 FORM=${FORM:-one}
+case ${SLOT:-occ} in
+occ) slot_sql="SELECT mzproxy.begin_write_occ(NULL, 0)" ;;
+proxy) slot_sql=$(cd "$(dirname "$0")/.." && go run ./bench/slotsql) ;;
+*) echo "unknown SLOT $SLOT" >&2; exit 1 ;;
+esac
 # rev_of SPEC, form_of SPEC: a REVS entry's revision and its FORM.
 rev_of() { echo "${1%%:*}"; }
 form_of() { case $1 in *:*) echo "${1#*:}" ;; *) echo "$FORM" ;; esac; }
@@ -122,7 +133,7 @@ instructions() {
 	fi
 	p=$({
 		echo 'SELECT pg_backend_pid();'
-		[ "$4" = yes ] && echo 'PREPARE mzproxy_slot AS SELECT mzproxy.begin_write_occ(NULL, 0);'
+		[ "$4" = yes ] && echo "PREPARE mzproxy_slot AS $slot_sql;"
 		for i in $(seq "$3"); do
 			pair "$2" | while read -r s; do
 				case $s in

@@ -28,7 +28,8 @@
 // restamp_fold.sql 48 to 49, restamp_lean.sql 49 to 50,
 // pin_last_value.sql 50 to 51, ddl_probe.sql 51 to 52, compact_fix.sql 52
 // to 53, restamp_generic.sql 53 to 54, alter_index_guard.sql 54 to 55,
-// hist_trim.sql 55 to 56 (a database at an older version gets only the upgrades; a function
+// hist_trim.sql 55 to 56,
+// ddl_alter_probe.sql 56 to 57 (a database at an older version gets only the upgrades; a function
 // a later version replaces is defined again in full there, or edited in
 // place); a database already at the version is left alone. It needs a superuser because it creates
 // event triggers.
@@ -643,4 +644,16 @@
 // row counts differ, the only case where they can fail; the upgrade makes
 // every table's trigger functions again. docs/write-cost.md ("Session
 // 24") has the figures.
+//
+// # An ALTER TABLE's rename and dependent views (version 57)
+//
+// Since version 57 (ddl_alter_probe.sql, session 24) on_ddl_command_end
+// reads an altered managed table's catalog row without pg_class: the
+// command's object_identity (the table's quoted, schema-qualified name
+// as it is now) against format('%I.%I') of the row's names tells a rename
+// or move. It looks for views over the table (pg_depend, at the loop's
+// end) only after a rename, a move or a command that reports a column
+// (objsubid <> 0: RENAME COLUMN), the ALTERs that can change a view's
+// text; before, every ALTER probed pg_depend. docs/ddl-cost.md
+// ("Session 24") has the figures.
 package storage
