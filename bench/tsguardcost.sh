@@ -19,7 +19,7 @@
 # EXECUTE evaluates each parameter as an expression (a few thousand
 # instructions), which a Bind does not.
 #
-# usage: bench/tsguardcost.sh   (env: N=220, FORMS="names...")
+# usage: bench/tsguardcost.sh   (env: N=220, FORMS="names...", HOLES=1)
 set -euo pipefail
 N=${N:-220}
 
@@ -81,13 +81,13 @@ done
 FORMS=${FORMS:-"none 126767b pin peek ${names[*]}"}
 
 instructions() { # db n guard read params
-	local x=$1 n=$2 guard=$3 read=$4 args=${5:+($5)} i out=$work/cg.out
+	local x=$1 n=$2 guard=$3 read=$4 args=${5:+($5)} ts=${READ_TS:-NULL} i out=$work/cg.out
 	{
 		[ -z "$guard" ] || echo "PREPARE g AS $(echo "$guard" | tr '\n' ' ')"
 		echo "PREPARE r AS $read"
 		for ((i = 0; i < n; i++)); do
 			aid=$(((i * 48271) % 99999 + 1))
-			if [ -z "$guard" ]; then echo "EXECUTE r($aid)"; else echo "EXECUTE g$args; EXECUTE r($aid, NULL)"; fi
+			if [ -z "$guard" ]; then echo "EXECUTE r($aid${READ_TS:+, $ts})"; else echo "EXECUTE g$args; EXECUTE r($aid, $ts)"; fi
 		done
 	} >"$work/in.sql"
 	as_pg valgrind --tool=callgrind --callgrind-out-file="$out" "$bindir/postgres" --single -D "$work/pg" \
@@ -108,3 +108,17 @@ per_read() { # label db guard read [params]
 printf '%-16s %12s\n' form per_read
 per_read direct-plain plain "" "SELECT abalance FROM pgbench_accounts WHERE aid = \$1"
 for f in $FORMS; do per_read "$f" "$d" "${form[$f]}" "$read_sql" "${params[$f]:-}"; done
+# HOLES=1 (session 24): the history read alone, no guard, bound with the
+# timestamp P as its parameter, in three forms of its timestamp holes: as a
+# prepared or extended read has them (tsParamSQL: coalesce of the
+# parameter and the setting the guard pins, through nullif), as the
+# parameter itself; and the plain read directly with the same two
+# parameters ($2 in its select list), to tell the holes' cost from the
+# history table's.
+if [ -n "${HOLES:-}" ]; then
+	holes="coalesce(\$2, nullif(pg_catalog.current_setting('mzproxy.read_ts', true), '')::int8)"
+	case $read_sql in *"$holes"*) ;; *) echo "the read has no holes of the form $holes" >&2; exit 1 ;; esac
+	READ_TS=$p per_read holes-prepared "$d" "" "$read_sql"
+	READ_TS=$p per_read holes-param "$d" "" "${read_sql//"$holes"/\$2}"
+	READ_TS=$p per_read plain-param plain "" "SELECT abalance, \$2::int8 FROM pgbench_accounts WHERE aid = \$1"
+fi

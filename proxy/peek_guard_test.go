@@ -21,7 +21,8 @@ import (
 // pins with pin() and answers "t/" when the writes moved or P is a second
 // old (the bound to the microsecond), and refuses with the marker for
 // another catalog revision and under REPEATABLE READ. It scans no relation
-// but pinned and catalog_revision (the writes are read by
+// but pinned and catalog_revision, the latter a relation of its FROM, not
+// a subquery (the writes are read by
 // pg_sequence_last_value: each relation a statement names costs a lock,
 // a rights check and a scan's start at every read; docs/read-cost.md
 // "Session 21"), and its test of P's age (storage.PinFresh) agrees with the one
@@ -158,6 +159,11 @@ func TestPeekGuardAnswers(t *testing.T) {
 	if want := []string{storage.Schema + ".pinned", storage.Schema + ".catalog_revision"}; len(scanned) != 2 ||
 		!strings.Contains(strings.Join(scanned, " "), want[0]) || !strings.Contains(strings.Join(scanned, " "), want[1]) {
 		t.Errorf("the guard scans %v, want %v:\n%s", scanned, want, plan)
+	}
+	// The revision is a relation of its FROM, not a subquery: no subplan
+	// to start and run at every guard (docs/read-cost.md "Session 24").
+	if strings.Contains(plan, "InitPlan") || strings.Contains(plan, "SubPlan") {
+		t.Errorf("the guard has a subplan:\n%s", plan)
 	}
 
 	// storage.PinFresh against now_ms()'s own text, its clock replaced by a
