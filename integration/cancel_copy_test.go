@@ -214,16 +214,10 @@ func (r *blockingReader) Read(p []byte) (int, error) {
 // its BEGIN and history build on).
 func waitCopyWantsData(t testing.TB, ctx context.Context, direct *pgx.Conn, app string, rows int) {
 	t.Helper()
-	eventually(t, 30*time.Second, fmt.Sprintf("%s's COPY waiting for data after %d rows", app, rows), func() bool {
-		var n int
-		err := direct.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity a JOIN pg_stat_progress_copy c USING (pid)
+	waitOneRow(t, ctx, direct, fmt.Sprintf("%s's COPY waiting for data after %d rows", app, rows),
+		`SELECT count(*) FROM pg_stat_activity a JOIN pg_stat_progress_copy c USING (pid)
 			WHERE a.application_name = $1 AND a.state = 'active' AND a.wait_event = 'ClientRead' AND c.tuples_processed = $2`,
-			app, rows).Scan(&n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n == 1
-	})
+		app, rows)
 }
 
 // withApp sets application_name in a connection URL.

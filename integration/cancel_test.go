@@ -12,11 +12,17 @@ import (
 // app is running a statement, seen directly in pg_stat_activity.
 func waitActive(t testing.TB, ctx context.Context, direct *pgx.Conn, app string) {
 	t.Helper()
-	eventually(t, 30*time.Second, app+" active in pg_stat_activity", func() bool {
+	waitOneRow(t, ctx, direct, app+" active in pg_stat_activity",
+		"SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'", app)
+}
+
+// waitOneRow waits (30 s at most) until countSQL, a count(*) of what the
+// test waits for, counts exactly one.
+func waitOneRow(t testing.TB, ctx context.Context, direct *pgx.Conn, what, countSQL string, args ...any) {
+	t.Helper()
+	eventually(t, 30*time.Second, what, func() bool {
 		var n int
-		err := direct.QueryRow(ctx,
-			"SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'", app).Scan(&n)
-		if err != nil {
+		if err := direct.QueryRow(ctx, countSQL, args...).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n == 1
