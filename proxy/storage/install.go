@@ -429,8 +429,15 @@ var histTrimSQL string
 //go:embed ddl_alter_probe.sql
 var ddlAlterProbeSQL string
 
+// histRecordSQL upgrades version 57 to 58 (session 25): a keyed table's
+// UPDATE and DELETE triggers test for a block's deferred slot first,
+// three PL/pgSQL conditions fewer per call in a transaction block.
+//
+//go:embed hist_record.sql
+var histRecordSQL string
+
 // migrations[v] upgrades a database at version v to v+1.
-var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL, 9: ddlCostSQL, 10: blockCostSQL, 11: writeTrimSQL, 12: ddlTrimSQL, 13: pinTrimSQL, 14: pinFastSQL, 15: ddlFastSQL, 16: rwCheckSQL, 17: pinCheapSQL, 18: ddlLeanSQL, 19: ddlMarksSQL, 20: rwCheckGateSQL, 21: insGapSQL, 22: slotStateSQL, 23: ddlAlterSQL, 24: viewSafeSQL, 25: pinViewsSQL, 26: writeLeanSQL, 27: ddlSmallSQL, 28: ddlColumnSQL, 29: bypassCodeSQL, 30: histWriteSQL, 31: pinSeqSQL, 32: ddlScansSQL, 33: restampSQL, 34: blockLeanSQL, 35: ddlCreateSQL, 36: histPlansSQL, 37: lazyHistorySQL, 38: ddlColsSQL, 39: ddlViewSQL, 40: ddlLazyColsSQL, 41: slotPendingSQL, 42: quoteIdentsSQL, 43: trigFoldSQL, 44: readPeekSQL, 45: ddlLazyTsSQL, 46: slotCheckedSQL, 47: ddlNoChecksSQL, 48: restampFoldSQL, 49: restampLeanSQL, 50: pinLastValueSQL, 51: ddlProbeSQL, 52: compactFixSQL, 53: restampGenericSQL, 54: alterIndexGuardSQL, 55: histTrimSQL, 56: ddlAlterProbeSQL}
+var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL, 9: ddlCostSQL, 10: blockCostSQL, 11: writeTrimSQL, 12: ddlTrimSQL, 13: pinTrimSQL, 14: pinFastSQL, 15: ddlFastSQL, 16: rwCheckSQL, 17: pinCheapSQL, 18: ddlLeanSQL, 19: ddlMarksSQL, 20: rwCheckGateSQL, 21: insGapSQL, 22: slotStateSQL, 23: ddlAlterSQL, 24: viewSafeSQL, 25: pinViewsSQL, 26: writeLeanSQL, 27: ddlSmallSQL, 28: ddlColumnSQL, 29: bypassCodeSQL, 30: histWriteSQL, 31: pinSeqSQL, 32: ddlScansSQL, 33: restampSQL, 34: blockLeanSQL, 35: ddlCreateSQL, 36: histPlansSQL, 37: lazyHistorySQL, 38: ddlColsSQL, 39: ddlViewSQL, 40: ddlLazyColsSQL, 41: slotPendingSQL, 42: quoteIdentsSQL, 43: trigFoldSQL, 44: readPeekSQL, 45: ddlLazyTsSQL, 46: slotCheckedSQL, 47: ddlNoChecksSQL, 48: restampFoldSQL, 49: restampLeanSQL, 50: pinLastValueSQL, 51: ddlProbeSQL, 52: compactFixSQL, 53: restampGenericSQL, 54: alterIndexGuardSQL, 55: histTrimSQL, 56: ddlAlterProbeSQL, 57: histRecordSQL}
 
 // flatInstallSQL is what the migration chain installs on an empty
 // database, as one script without the chain's superseded definitions and

@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 57, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 58, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -769,6 +769,7 @@ DECLARE
     fresh_stamp text;
     fresh_upd text;
     probe text;
+    keyed_head text;
 BEGIN
     SELECT * INTO c FROM mzproxy.catalog WHERE id = p_id;
     h := c.history;
@@ -1052,6 +1053,23 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
     END IF;
     retract_sql := retract_sql || retract_check;
     upd_sql := coalesce(upd_sql, retract_sql || insert_sql);
+    keyed_head := fresh_sql || check_sql;
+    IF fresh_upd IS NOT NULL THEN
+        -- (Version 58, see hist_record.sql.) A keyed table's _upd and
+        -- _del: the block's deferred slot tested first, the pending slot
+        -- as its ELSIF; no _fresh branch around the record and stamp_ts,
+        -- so the bodies after it lose the END IF that closed it.
+        IF strpos(check_sql, E'\n    END IF;\n    IF _t IS NULL THEN') = 0
+           OR left(upd_sql, 12) <> E'\n    END IF;' OR left(retract_sql, 12) <> E'\n    END IF;' THEN
+            RAISE EXCEPTION 'mzproxy: gen_triggers: the slot part of %.% is not as version 57 made it', c.schema_name, c.name
+                USING ERRCODE = 'XX000';
+        END IF;
+        keyed_head := replace(check_sql, E'\n    END IF;\n    IF _t IS NULL THEN',
+                              E'\n    ELSIF left(current_setting(''mzproxy.write_ts'', true), 4) = ''0 - '' THEN' || fresh_stamp
+                              || E'\n        _fresh := _t IS NOT NULL;\n    END IF;\n    IF _t IS NULL THEN');
+        upd_sql := substr(upd_sql, 13);
+        retract_sql := substr(retract_sql, 13);
+    END IF;
 
     triggers_ok := (SELECT count(*) FROM pg_trigger t
                      WHERE t.tgrelid = c.oid AND t.tgenabled = 'A'
@@ -1070,7 +1088,7 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
             SELECT 1 FROM pg_proc p
              WHERE p.oid = to_regprocedure(fn || '_upd()')
                AND p.prosrc = format(E'\nDECLARE _t bigint; _k bigint; _n bigint; _m bigint; _z bigint; _fresh bool; _d bigint;\nBEGIN%s%s%s\n    RETURN NULL;\nEND\n',
-                                     fresh_sql || check_sql, upd_sql, '')) THEN
+                                     keyed_head, upd_sql, '')) THEN
         RETURN;
     END IF;
 
@@ -1085,7 +1103,7 @@ DECLARE _t bigint; _k bigint; _n bigint; _m bigint; _z bigint; _fresh bool;
 BEGIN%s%s
     RETURN NULL;
 END
-$body$$f$, fn || '_del', settings || join_settings, fresh_sql || check_sql, retract_sql);
+$body$$f$, fn || '_del', settings || join_settings, keyed_head, retract_sql);
 
     EXECUTE format($f$
 CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER %s
@@ -1094,7 +1112,7 @@ DECLARE _t bigint; _k bigint; _n bigint; _m bigint; _z bigint; _fresh bool; _d b
 BEGIN%s%s%s
     RETURN NULL;
 END
-$body$$f$, fn || '_upd', settings || join_settings, fresh_sql || check_sql, upd_sql, '');
+$body$$f$, fn || '_upd', settings || join_settings, keyed_head, upd_sql, '');
 
     EXECUTE format($f$
 CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -4023,6 +4041,7 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('54', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('55', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('56', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('57', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('58', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
