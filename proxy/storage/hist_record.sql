@@ -1,13 +1,13 @@
 -- mzproxy backend state, version 57 to 58 (session 25, writes25): the
--- UPDATE and DELETE triggers of a keyed table test for a block's deferred
--- slot first, three PL/pgSQL conditions fewer per call in a transaction
--- block (issue 14). docs/write-cost.md ("Session 25") has the figures,
--- and what was measured and not kept for the block's record of its
--- tables (its UPDATE of deferred_slots folded into the history's first
--- close; the triggers planned without bitmap scans).
+-- UPDATE and DELETE triggers of a keyed table evaluate fewer PL/pgSQL
+-- conditions per call: two fewer in a transaction block, one fewer in
+-- autocommit (issue 14). docs/write-cost.md ("Session 25") has the
+-- figures, and what was measured and not kept for the block's record of
+-- its tables (its UPDATE of deferred_slots folded into the history's
+-- first close; the triggers planned without bitmap scans).
 --
 -- PL/pgSQL compiles each simple expression (a condition, an assignment)
--- again in every transaction, about 2k backend instructions each here,
+-- again in every transaction, about 2k-3k backend instructions each here,
 -- and a trigger call is its transaction's only one (hist_trim.sql). The
 -- slot part of a keyed table's _upd and _del was
 --
@@ -20,21 +20,25 @@
 --     IF _fresh THEN ...
 --
 -- eight conditions and assignments before the history's first statement
--- in a block, five in autocommit. It is now
+-- in a block, six in autocommit (with the pending test of the branch that
+-- chooses T). It is now
 --
---     IF left(write_ts, 3) = '-1 ' THEN <the block's record>
---     ELSIF left(write_ts, 4) = '0 - ' THEN <T chosen here> _fresh := _t IS NOT NULL;
+--     IF left(write_ts, 4) = '0 - ' THEN <T chosen here> _fresh := _t IS NOT NULL;
+--     ELSIF left(write_ts, 3) = '-1 ' THEN <the block's record>
 --     END IF;
 --     IF _t IS NULL THEN <stamp_ts> END IF;
 --     IF _fresh THEN ...
 --
--- five in a block, five in autocommit. The branches are the same: the two
--- prefixes exclude each other; the record's own branch is unchanged (its
--- UPDATE of deferred_slots, _fresh from its result, the row's placeholder
--- otherwise); a T not chosen in either (a value that only looks pending,
--- a block whose T was chosen, no slot) goes to stamp_ts as before, which
--- then was tested only with _fresh false, and _t is NULL exactly then. A
--- _fresh left NULL (no branch set it) takes the general path, as false did.
+-- six in a block, five in autocommit. The branches are the same: the two
+-- prefixes exclude each other; each branch's body is unchanged (the
+-- record's UPDATE of deferred_slots, _fresh from its result, the row's
+-- placeholder otherwise); a T not chosen in either (a value that only
+-- looks pending, a block whose T was chosen, no slot) goes to stamp_ts as
+-- before, which then was reached only with _fresh false, and _t is NULL
+-- exactly then. A _fresh no branch set is NULL and takes the general
+-- path, as false did. (The block's test first would save one more
+-- condition in a block and cost autocommit one more current_setting call:
+-- measured, +3.3k an autocommit UPDATE.)
 --
 -- Edits to gen_triggers as version 57 left it; each must apply as many
 -- times as given.
@@ -54,17 +58,17 @@ $$, $$
     keyed_head := fresh_sql || check_sql;
     IF fresh_upd IS NOT NULL THEN
         -- (Version 58, see hist_record.sql.) A keyed table's _upd and
-        -- _del: the block's deferred slot tested first, the pending slot
-        -- as its ELSIF; no _fresh branch around the record and stamp_ts,
+        -- _del: the pending slot and the block's deferred slot as one IF
+        -- and its ELSIF; no _fresh branch around the record and stamp_ts,
         -- so the bodies after it lose the END IF that closed it.
-        IF strpos(check_sql, E'\n    END IF;\n    IF _t IS NULL THEN') = 0
+        IF NOT starts_with(check_sql, E'\n    IF left(current_setting(''mzproxy.write_ts'', true), 3) = ''-1 '' THEN')
            OR left(upd_sql, 12) <> E'\n    END IF;' OR left(retract_sql, 12) <> E'\n    END IF;' THEN
             RAISE EXCEPTION 'mzproxy: gen_triggers: the slot part of %.% is not as version 57 made it', c.schema_name, c.name
                 USING ERRCODE = 'XX000';
         END IF;
-        keyed_head := replace(check_sql, E'\n    END IF;\n    IF _t IS NULL THEN',
-                              E'\n    ELSIF left(current_setting(''mzproxy.write_ts'', true), 4) = ''0 - '' THEN' || fresh_stamp
-                              || E'\n        _fresh := _t IS NOT NULL;\n    END IF;\n    IF _t IS NULL THEN');
+        keyed_head := E'\n    IF left(current_setting(''mzproxy.write_ts'', true), 4) = ''0 - '' THEN' || fresh_stamp
+                      || E'\n        _fresh := _t IS NOT NULL;\n    ELSIF left(current_setting(''mzproxy.write_ts'', true), 3) = ''-1 '' THEN'
+                      || substr(check_sql, length(E'\n    IF left(current_setting(''mzproxy.write_ts'', true), 3) = ''-1 '' THEN') + 1);
         upd_sql := substr(upd_sql, 13);
         retract_sql := substr(retract_sql, 13);
     END IF;

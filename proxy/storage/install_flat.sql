@@ -1056,17 +1056,17 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
     keyed_head := fresh_sql || check_sql;
     IF fresh_upd IS NOT NULL THEN
         -- (Version 58, see hist_record.sql.) A keyed table's _upd and
-        -- _del: the block's deferred slot tested first, the pending slot
-        -- as its ELSIF; no _fresh branch around the record and stamp_ts,
+        -- _del: the pending slot and the block's deferred slot as one IF
+        -- and its ELSIF; no _fresh branch around the record and stamp_ts,
         -- so the bodies after it lose the END IF that closed it.
-        IF strpos(check_sql, E'\n    END IF;\n    IF _t IS NULL THEN') = 0
+        IF NOT starts_with(check_sql, E'\n    IF left(current_setting(''mzproxy.write_ts'', true), 3) = ''-1 '' THEN')
            OR left(upd_sql, 12) <> E'\n    END IF;' OR left(retract_sql, 12) <> E'\n    END IF;' THEN
             RAISE EXCEPTION 'mzproxy: gen_triggers: the slot part of %.% is not as version 57 made it', c.schema_name, c.name
                 USING ERRCODE = 'XX000';
         END IF;
-        keyed_head := replace(check_sql, E'\n    END IF;\n    IF _t IS NULL THEN',
-                              E'\n    ELSIF left(current_setting(''mzproxy.write_ts'', true), 4) = ''0 - '' THEN' || fresh_stamp
-                              || E'\n        _fresh := _t IS NOT NULL;\n    END IF;\n    IF _t IS NULL THEN');
+        keyed_head := E'\n    IF left(current_setting(''mzproxy.write_ts'', true), 4) = ''0 - '' THEN' || fresh_stamp
+                      || E'\n        _fresh := _t IS NOT NULL;\n    ELSIF left(current_setting(''mzproxy.write_ts'', true), 3) = ''-1 '' THEN'
+                      || substr(check_sql, length(E'\n    IF left(current_setting(''mzproxy.write_ts'', true), 3) = ''-1 '' THEN') + 1);
         upd_sql := substr(upd_sql, 13);
         retract_sql := substr(retract_sql, 13);
     END IF;
