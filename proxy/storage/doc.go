@@ -657,16 +657,16 @@
 // text; before, every ALTER probed pg_depend. docs/ddl-cost.md
 // ("Session 24") has the figures.
 //
-// # The block's slot tested first in a keyed table's triggers (version 58)
+// # The two slots as one IF in a keyed table's triggers (version 58)
 //
 // Since version 58 (hist_record.sql, session 25) a keyed table's _upd and
-// _del test for a block's deferred slot first ('-1 ': the table recorded
-// in the block's row of deferred_slots, _fresh from that UPDATE's
-// result), with the pending slot (autocommit: T chosen here) as its
-// ELSIF, and no _fresh branch around the record and stamp_ts: five
+// _del test the pending slot (autocommit: T chosen here) and the block's
+// deferred slot ('-1 ': the table recorded in the block's row of
+// deferred_slots, _fresh from that UPDATE's result) as one IF and its
+// ELSIF, with no _fresh branch around the record and stamp_ts: six
 // PL/pgSQL conditions and assignments before the history's first
-// statement in a block instead of eight (each compiled again in every
-// transaction), the same five in autocommit. docs/write-cost.md
-// ("Session 25") has the figures, and the cheaper records of the written
-// tables that were measured and not kept.
+// statement in a block instead of eight, five in autocommit instead of
+// six (each compiled again in every transaction). The record is
+// unchanged. docs/write-cost.md ("Session 25") has the figures, and the
+// cheaper records of the written tables that were measured and not kept.
 package storage

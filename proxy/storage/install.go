@@ -430,8 +430,9 @@ var histTrimSQL string
 var ddlAlterProbeSQL string
 
 // histRecordSQL upgrades version 57 to 58 (session 25): a keyed table's
-// UPDATE and DELETE triggers test for a block's deferred slot first,
-// three PL/pgSQL conditions fewer per call in a transaction block.
+// UPDATE and DELETE triggers test the pending slot and the block's
+// deferred slot as one IF and its ELSIF, two PL/pgSQL conditions fewer
+// per call in a transaction block and one in autocommit.
 //
 //go:embed hist_record.sql
 var histRecordSQL string
