@@ -7,7 +7,7 @@ import (
 // TestBlockRecordSavepointClient: an ordinary role, through the proxy,
 // writes its own table in blocks, each of which records the table in its
 // row of deferred_slots at its first write (the record fix_write restamps
-// from at COMMIT; storage 58's triggers test for the block's slot first).
+// from at COMMIT; storage 58 changed the conditions around it, not it).
 // A savepoint rolled back takes the table's write out with its history; a
 // write after it records the table again. In a block that wrote the table
 // the role cannot reach the block's record (deferred_slots: read, emptied,
