@@ -20,7 +20,8 @@ import (
 // P when the writes are the learned count and P is less than a second old,
 // pins with pin() and answers "t/" when the writes moved or P is a second
 // old (the bound to the microsecond), and refuses with the marker for
-// another catalog revision and under REPEATABLE READ. It scans no relation
+// another catalog revision and under REPEATABLE READ and SERIALIZABLE (not
+// under READ UNCOMMITTED, which is READ COMMITTED). It scans no relation
 // but pinned and catalog_revision, the latter a relation of its FROM, not
 // a subquery (the writes are read by
 // pg_sequence_last_value: each relation a statement names costs a lock,
@@ -123,8 +124,13 @@ func TestPeekGuardAnswers(t *testing.T) {
 	stale.rev--
 	_, _, err = guard(stale, pAged("0"), writes, "READ COMMITTED")
 	refused("another catalog revision", err)
-	_, _, err = guard(key, pAged("0"), writes, "REPEATABLE READ")
-	refused("REPEATABLE READ", err)
+	for _, level := range []string{"REPEATABLE READ", "SERIALIZABLE"} {
+		_, _, err = guard(key, pAged("0"), writes, level)
+		refused(level, err)
+	}
+	if _, _, err := guard(key, pAged("500000"), writes, "READ UNCOMMITTED"); err != nil {
+		t.Errorf("READ UNCOMMITTED: %v, want P", err)
+	}
 
 	// The learning guard (shapeLearn), once a pin settled every write
 	// counted: P and the count when P is fresh, pin()'s t ("t/") when not.
