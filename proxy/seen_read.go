@@ -475,11 +475,12 @@ func restrictedView(pe *pgerr.Error) bool {
 }
 
 // refusedBy reports whether pe is a guard's deliberate refusal: its read
-// of the setting marker names (refusal; readGuardSQL, pinGuardSQL). A
-// client's own error that says the same is told apart by which statement
-// failed: the guard's answers come before the read's.
+// of the setting marker names (refusal; readGuardSQL, pinGuardSQL), whose
+// message quotes the name in any lc_messages. A client's own error that
+// says the same is told apart by which statement failed: the guard's
+// answers come before the read's (TestHostile10ForgedRefusals).
 func refusedBy(pe *pgerr.Error, marker string) bool {
-	return pe.Code == pgerr.UndefinedObject && pe.Message == `unrecognized configuration parameter "`+marker+`"`
+	return pe.Code == pgerr.UndefinedObject && strings.Contains(pe.Message, `"`+marker+`"`)
 }
 
 // ignoreStale is err, nil when it is the guard's refusal.
