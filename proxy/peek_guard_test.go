@@ -30,7 +30,8 @@ import (
 // settled_pin makes through now_ms() at the millisecond's bounds. The
 // learning guard (shapeLearn) answers P and the settled count when P is
 // fresh, pin()'s t when it is a second old, and refuses for another
-// catalog revision.
+// catalog revision; so does an AS OF read's guard (the view shape), which
+// reads the revision as a relation of its FROM too.
 func TestPeekGuardAnswers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -153,6 +154,19 @@ func TestPeekGuardAnswers(t *testing.T) {
 	stale.shape = shapeLearn
 	_, err = exec(learnGuardAt(stale, pAged("0")))
 	refused("learning, another catalog revision", err)
+
+	// An AS OF read's guard (the view shape, pinning nothing): "0" at the
+	// revision, refused at another, the revision a relation of its FROM.
+	asOf := guardKey{rev: rev}
+	if got := must(readGuardSQL(asOf)); len(got) != 1 || got[0] != "0" {
+		t.Errorf("the AS OF guard answers %q, want one row \"0\"", got)
+	}
+	asOf.rev--
+	_, err = exec(readGuardSQL(asOf))
+	refused("AS OF, another catalog revision", err)
+	if plan := strings.Join(must("EXPLAIN "+readGuardSQL(asOf)), "\n"); strings.Contains(plan, "InitPlan") || strings.Contains(plan, "SubPlan") {
+		t.Errorf("the AS OF guard has a subplan:\n%s", plan)
+	}
 
 	// The relations it scans.
 	plan := strings.Join(must("EXPLAIN (VERBOSE, COSTS OFF) "+peekGuardSQL(key), writes), "\n")

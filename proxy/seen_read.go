@@ -95,7 +95,7 @@ func readGuardSQL(key guardKey) string {
 	case shapePeek:
 		return peekGuardSQL(key)
 	}
-	ok := "(SELECT revision FROM " + storage.Schema + ".catalog_revision) = " + strconv.FormatInt(key.rev, 10)
+	ok := joinedRevision(key)
 	if key.path != "" {
 		ok += " AND pg_catalog.current_setting('search_path') = " + quoteLiteral(key.path)
 	}
@@ -116,9 +116,9 @@ func readGuardSQL(key guardKey) string {
 	}
 	guarded := "CASE WHEN " + ok + " THEN " + value + " ELSE " + refusal(staleMarker) + " END"
 	if !key.pin {
-		return "SELECT " + guarded
+		return "SELECT " + guarded + revisionOnlyFrom
 	}
-	return "SELECT pg_catalog.set_config('mzproxy.read_ts', " + guarded + ", true)"
+	return "SELECT pg_catalog.set_config('mzproxy.read_ts', " + guarded + ", true)" + revisionOnlyFrom
 }
 
 // guardShape is how a read guard of the present pins; sendGuard chooses
@@ -202,8 +202,15 @@ func joinedRevision(key guardKey) string {
 }
 
 // revisionFrom joins catalog_revision as r into a guard's FROM, for
-// joinedRevision.
-const revisionFrom = ", " + storage.Schema + ".catalog_revision r"
+// joinedRevision; revisionOnlyFrom is the FROM of a guard that reads no
+// other relation (the view shape's: an AS OF read's guard, and a session's
+// that restricts views), where the join saves the backend the subplan as
+// in the steady guard (about 3k per guard, docs/read-cost.md "Session
+// 25").
+const (
+	revisionFrom     = ", " + storage.Schema + ".catalog_revision r"
+	revisionOnlyFrom = " FROM " + storage.Schema + ".catalog_revision r"
+)
 
 // learnGuardSQL is shapeLearn's text: settled_pin's CASE (pin_cheap.sql)
 // with each branch that answers setting mzproxy.read_ts itself, so that
