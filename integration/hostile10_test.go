@@ -28,6 +28,10 @@ var forgedErrors = []struct{ code, message string }{
 	{"26000", `prepared statement "NAME" does not exist`},
 	{"22P02", `invalid input syntax for type bigint: "mzproxy: plan of a changed catalog"`},
 	{"22P02", `invalid input syntax for type bigint: "mzproxy: pin refused"`},
+	// The steady and learning guards' and the pin guard's refusals since
+	// session 25 (refusal: a setting the marker names, which cannot exist).
+	{"42704", `unrecognized configuration parameter "mzproxy: plan of a changed catalog"`},
+	{"42704", `unrecognized configuration parameter "mzproxy: pin refused"`},
 }
 
 // forgingRole makes an ordinary role that owns, in db, a sequence runs
@@ -115,7 +119,7 @@ func readStatementName(t *testing.T, ctx context.Context, conn *pgx.Conn) string
 // takes as its own statements': a view refused under
 // restrict_nonsystem_relation_kind (55000), the read's prepared statement
 // gone (26000, with the proxy's real statement name), the guards' markers
-// (22P02). Each statement runs its function exactly as often as the same
+// (22P02, 42704). Each statement runs its function exactly as often as the same
 // statement run directly on PostgreSQL (counted by a sequence), and the
 // client sees the function's error: the proxy neither skips the statement
 // nor runs it again. The session reads right afterwards.

@@ -20,7 +20,8 @@ import (
 // P when the writes are the learned count and P is less than a second old,
 // pins with pin() and answers "t/" when the writes moved or P is a second
 // old (the bound to the microsecond), and refuses with the marker for
-// another catalog revision and under REPEATABLE READ. It scans no relation
+// another catalog revision and under REPEATABLE READ and SERIALIZABLE (not
+// under READ UNCOMMITTED, which is READ COMMITTED). It scans no relation
 // but pinned and catalog_revision, the latter a relation of its FROM, not
 // a subquery (the writes are read by
 // pg_sequence_last_value: each relation a statement names costs a lock,
@@ -29,7 +30,8 @@ import (
 // settled_pin makes through now_ms() at the millisecond's bounds. The
 // learning guard (shapeLearn) answers P and the settled count when P is
 // fresh, pin()'s t when it is a second old, and refuses for another
-// catalog revision.
+// catalog revision; so does an AS OF read's guard (the view shape), which
+// reads the revision as a relation of its FROM too.
 func TestPeekGuardAnswers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -123,8 +125,13 @@ func TestPeekGuardAnswers(t *testing.T) {
 	stale.rev--
 	_, _, err = guard(stale, pAged("0"), writes, "READ COMMITTED")
 	refused("another catalog revision", err)
-	_, _, err = guard(key, pAged("0"), writes, "REPEATABLE READ")
-	refused("REPEATABLE READ", err)
+	for _, level := range []string{"REPEATABLE READ", "SERIALIZABLE"} {
+		_, _, err = guard(key, pAged("0"), writes, level)
+		refused(level, err)
+	}
+	if _, _, err := guard(key, pAged("500000"), writes, "READ UNCOMMITTED"); err != nil {
+		t.Errorf("READ UNCOMMITTED: %v, want P", err)
+	}
 
 	// The learning guard (shapeLearn), once a pin settled every write
 	// counted: P and the count when P is fresh, pin()'s t ("t/") when not.
@@ -147,6 +154,19 @@ func TestPeekGuardAnswers(t *testing.T) {
 	stale.shape = shapeLearn
 	_, err = exec(learnGuardAt(stale, pAged("0")))
 	refused("learning, another catalog revision", err)
+
+	// An AS OF read's guard (the view shape, pinning nothing): "0" at the
+	// revision, refused at another, the revision a relation of its FROM.
+	asOf := guardKey{rev: rev}
+	if got := must(readGuardSQL(asOf)); len(got) != 1 || got[0] != "0" {
+		t.Errorf("the AS OF guard answers %q, want one row \"0\"", got)
+	}
+	asOf.rev--
+	_, err = exec(readGuardSQL(asOf))
+	refused("AS OF, another catalog revision", err)
+	if plan := strings.Join(must("EXPLAIN "+readGuardSQL(asOf)), "\n"); strings.Contains(plan, "InitPlan") || strings.Contains(plan, "SubPlan") {
+		t.Errorf("the AS OF guard has a subplan:\n%s", plan)
+	}
 
 	// The relations it scans.
 	plan := strings.Join(must("EXPLAIN (VERBOSE, COSTS OFF) "+peekGuardSQL(key), writes), "\n")

@@ -68,7 +68,8 @@ var (
 	pinGuardRevStatement = ownName("mzproxy_pin_guard_rev")
 )
 
-// pinRefusedMarker is the text the guard casts to bigint when it refuses.
+// pinRefusedMarker is the name of the setting the guard reads when it
+// refuses (refusal).
 const pinRefusedMarker = "mzproxy: pin refused"
 
 // pinGuardSQL pins for pin_peek's answer ($1) and answers the
@@ -96,7 +97,7 @@ func pinGuardSQL(checkRevision bool) string {
 	if checkRevision {
 		q += " AND " + catalogRevisionSubquery + " OPERATOR(pg_catalog.=) $3"
 	}
-	return q + " THEN " + storage.PinGuardTS + "::text ELSE '" + pinRefusedMarker + "' END)::int8" + storage.PinGuardFrom
+	return q + " THEN " + storage.PinGuardTS + " ELSE " + refusal(pinRefusedMarker) + "::pg_catalog.int8 END)" + storage.PinGuardFrom
 }
 
 // pinGuard is a pin sent in front of the transaction's first read, whose

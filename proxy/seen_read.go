@@ -62,17 +62,32 @@ type seenPlan struct {
 // holes: the oracle's read timestamp the guard pinned.
 const readTSExpr = "(pg_catalog.current_setting('mzproxy.read_ts')::int8)"
 
-// staleMarker is the text of the guard's refusal: it cannot be read as a
-// bigint, so the guard fails with 22P02 and this text in its message.
+// staleMarker names the setting the read guard reads when it refuses
+// (refusal): its message carries it.
 const staleMarker = "mzproxy: plan of a changed catalog"
+
+// refusal is how a guard (a plain SQL statement: no function of the
+// proxy's may be added for it) fails on a condition: an expression of type
+// text that fails, when it is evaluated, with 42704 and marker in its
+// message (refusedBy). It reads a setting named marker, which cannot
+// exist: a name without a dot is a built-in's or an extension's, and a
+// role can make only placeholders, whose names have one. current_setting
+// is stable, so the planner does not evaluate it when it plans, not even
+// a custom plan that folds the statement's parameters into constants: only
+// the branch that runs reads it. Until session 25 a guard cast its marker
+// to bigint (22P02), kept from being a constant by a concatenation with a
+// value it read: three or four functions and casts where this is one, and
+// each function of a statement is started at every execution, whether or
+// not its branch runs (about 3k backend instructions per steady read
+// guard, docs/read-cost.md "Session 25").
+func refusal(marker string) string {
+	return "pg_catalog.current_setting(" + quoteLiteral(marker) + ")"
+}
 
 // readGuardSQL is the guard of a read planned at catalog revision key.rev
 // with search_path key.path (as SHOW spells it; "" when not known), which
 // pins the oracle when key.pin is set, in the shape key.shape (see
-// guardShape). A failing cast is the only way a plain SQL statement can
-// fail on a condition (no function of the proxy's may be added for it);
-// the CASE is not constant (it reads a table), so it is evaluated when the
-// statement runs, not when it is planned.
+// guardShape). It refuses by refusal.
 func readGuardSQL(key guardKey) string {
 	switch key.shape {
 	case shapeLearn:
@@ -80,7 +95,7 @@ func readGuardSQL(key guardKey) string {
 	case shapePeek:
 		return peekGuardSQL(key)
 	}
-	ok := "(SELECT revision FROM " + storage.Schema + ".catalog_revision) = " + strconv.FormatInt(key.rev, 10)
+	ok := joinedRevision(key)
 	if key.path != "" {
 		ok += " AND pg_catalog.current_setting('search_path') = " + quoteLiteral(key.path)
 	}
@@ -99,11 +114,11 @@ func readGuardSQL(key guardKey) string {
 	if key.pin {
 		ok += " AND pg_catalog.current_setting('transaction_isolation') IN ('read committed', 'read uncommitted')"
 	}
-	guarded := "(CASE WHEN " + ok + " THEN " + value + " ELSE '" + staleMarker + "' END)::int8::text"
+	guarded := "CASE WHEN " + ok + " THEN " + value + " ELSE " + refusal(staleMarker) + " END"
 	if !key.pin {
-		return "SELECT " + guarded
+		return "SELECT " + guarded + revisionOnlyFrom
 	}
-	return "SELECT pg_catalog.set_config('mzproxy.read_ts', " + guarded + ", true)"
+	return "SELECT pg_catalog.set_config('mzproxy.read_ts', " + guarded + ", true)" + revisionOnlyFrom
 }
 
 // guardShape is how a read guard of the present pins; sendGuard chooses
@@ -148,15 +163,18 @@ const (
 	opEq    = " OPERATOR(pg_catalog.=) "
 	opNe    = " OPERATOR(pg_catalog.<>) "
 	opCat   = " OPERATOR(pg_catalog.||) "
-	toInt8  = "::pg_catalog.int8::pg_catalog.text"
 	setTSOf = "pg_catalog.set_config('mzproxy.read_ts', "
 )
 
 // guardConditions is what every shape of a pinning guard checks of the
 // session: the search_path its names were resolved with (when known) and
-// a level whose next statement takes a snapshot of its own.
+// a level whose next statement takes a snapshot of its own: read
+// committed or read uncommitted, the two of the four levels whose names
+// begin with "read " (a LIKE: one function to start at every execution
+// where = ANY of an array was about 0.5k backend instructions more,
+// docs/read-cost.md "Session 25").
 func guardConditions(key guardKey) string {
-	ok := "pg_catalog.current_setting('transaction_isolation')" + opEq + "ANY ('{read committed,read uncommitted}'::pg_catalog.text[])"
+	ok := "pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.~~) 'read %'"
 	if key.path != "" {
 		ok = "pg_catalog.current_setting('search_path')" + opEq + quoteLiteral(key.path) + " AND " + ok
 	}
@@ -184,8 +202,15 @@ func joinedRevision(key guardKey) string {
 }
 
 // revisionFrom joins catalog_revision as r into a guard's FROM, for
-// joinedRevision.
-const revisionFrom = ", " + storage.Schema + ".catalog_revision r"
+// joinedRevision; revisionOnlyFrom is the FROM of a guard that reads no
+// other relation (the view shape's: an AS OF read's guard, and a session's
+// that restricts views), where the join saves the backend the subplan as
+// in the steady guard (about 3k per guard, docs/read-cost.md "Session
+// 25").
+const (
+	revisionFrom     = ", " + storage.Schema + ".catalog_revision r"
+	revisionOnlyFrom = " FROM " + storage.Schema + ".catalog_revision r"
+)
 
 // learnGuardSQL is shapeLearn's text: settled_pin's CASE (pin_cheap.sql)
 // with each branch that answers setting mzproxy.read_ts itself, so that
@@ -212,8 +237,7 @@ func learnGuardAt(key guardKey, clock string) string {
 		" FROM " + sch + ".pinned p) END"
 	return "SELECT CASE WHEN " + guardRevision(key) + " AND " + guardConditions(key) +
 		" THEN coalesce(" + settled + ", " + setTSOf + sch + ".pin()::pg_catalog.text, true)" + opCat + "'/')" +
-		// Not a constant (counted.w): cast when it runs, not when planned.
-		" ELSE ('" + staleMarker + "'" + opCat + "counted.w)" + toInt8 + " END" +
+		" ELSE " + refusal(staleMarker) + " END" +
 		" FROM (SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END AS w FROM " + sch + ".writes s) counted"
 }
 
@@ -238,10 +262,8 @@ func peekGuardSQL(key guardKey) string {
 // of the OR after the CASE's first condition, evaluated left to right.
 func peekGuardAt(key guardKey, clock string) string {
 	ok := joinedRevision(key) + " AND " + guardConditions(key)
-	// Not a constant (a setting): cast when it runs, not when planned.
-	refuse := "('" + staleMarker + "'" + opCat + "pg_catalog.current_setting('transaction_isolation'))" + toInt8
 	pin := setTSOf + storage.Schema + ".pin()::pg_catalog.text, true)" + opCat + "'/'"
-	return "SELECT CASE WHEN NOT (" + ok + ") THEN " + refuse +
+	return "SELECT CASE WHEN NOT (" + ok + ") THEN " + refusal(staleMarker) +
 		" WHEN " + storage.WritesCounted + opNe + "$1 OR NOT (" + storage.PinFresh(clock) + ") THEN " + pin +
 		" ELSE " + setTSOf + storage.PinGuardTS + "::pg_catalog.text, true) END" + storage.PinGuardFrom + revisionFrom
 }
@@ -459,10 +481,13 @@ func restrictedView(pe *pgerr.Error) bool {
 		strings.HasPrefix(pe.Message, "access to non-system view ") && strings.HasSuffix(pe.Message, " is restricted")
 }
 
-// refusedBy reports whether pe is a guard's deliberate refusal: the cast
-// of its marker text to bigint failing (readGuardSQL, pinGuardSQL).
+// refusedBy reports whether pe is a guard's deliberate refusal: its read
+// of the setting marker names (refusal; readGuardSQL, pinGuardSQL), whose
+// message quotes the name in any lc_messages. A client's own error that
+// says the same is told apart by which statement failed: the guard's
+// answers come before the read's (TestHostile10ForgedRefusals).
 func refusedBy(pe *pgerr.Error, marker string) bool {
-	return pe.Code == "22P02" && strings.Contains(pe.Message, marker)
+	return pe.Code == pgerr.UndefinedObject && strings.Contains(pe.Message, `"`+marker+`"`)
 }
 
 // ignoreStale is err, nil when it is the guard's refusal.
