@@ -2827,7 +2827,8 @@ BEGIN
         -- (Version 36: gen_triggers' row version, as in table_shape,
         -- not md5 of its text, which is read out of line and decompressed.)
         SELECT g.xmin || ' ' || g.ctid || ' ' || EXISTS (SELECT 1 FROM mzproxy.columns cc WHERE cc.id = p_id) || ' ' ||
-               mzproxy.row_text_fixed(rel) || ' ' ||
+               CASE WHEN EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = rel AND x.indisprimary)
+                    THEN 'key' ELSE mzproxy.row_text_fixed(rel)::text END || ' ' ||
                coalesce((SELECT x.indclass::text || ' ' || coalesce(con.condeferrable, false) || ' ' ||
                                 (SELECT string_agg(quote_ident(a.attname), ',' ORDER BY k.ord)
                                    FROM unnest(x.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
@@ -2878,7 +2879,8 @@ BEGIN
     -- FULL only makes each table sync once more.)
     RETURN (SELECT g.xmin || ' ' || g.ctid FROM pg_proc g WHERE g.oid = 'mzproxy.gen_triggers(bigint)'::regprocedure)
         || ' ' || EXISTS (SELECT 1 FROM mzproxy.columns cc WHERE cc.id = p_id)
-        || ' ' || mzproxy.row_text_fixed(rel)
+        || ' ' || CASE WHEN EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = rel AND x.indisprimary)
+                       THEN 'key' ELSE mzproxy.row_text_fixed(rel)::text END
         || ' ' || coalesce((
             SELECT string_agg(concat_ws(' ', x.indexrelid, x.indisprimary, x.indisunique, x.indpred IS NULL,
                                         x.indexprs IS NULL, x.indkey::text, x.indclass::text, con.condeferrable,

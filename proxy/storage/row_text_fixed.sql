@@ -50,7 +50,10 @@ $$;
 REVOKE ALL ON FUNCTION @SCHEMA@.row_text_fixed(oid) FROM PUBLIC;
 
 -- Edits of gen_triggers, sync_triggers and table_shape as version 57 left
--- them; each must apply exactly once.
+-- them; each must apply exactly once. The signature and the shape record
+-- 'key' for a table with a primary key (whose triggers never set the
+-- output settings), else the flag: a keyed table's DDL pays a probe of
+-- pg_index, not a call of row_text_fixed.
 DO $edit$
 DECLARE
     edits text[][] := ARRAY[
@@ -77,12 +80,14 @@ $$],
         ['sync_triggers(bigint)', $$
         SELECT g.xmin || ' ' || g.ctid || ' ' || EXISTS (SELECT 1 FROM @SCHEMA@.columns cc WHERE cc.id = p_id) || ' ' ||$$, $$
         SELECT g.xmin || ' ' || g.ctid || ' ' || EXISTS (SELECT 1 FROM @SCHEMA@.columns cc WHERE cc.id = p_id) || ' ' ||
-               @SCHEMA@.row_text_fixed(rel) || ' ' ||$$],
+               CASE WHEN EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = rel AND x.indisprimary)
+                    THEN 'key' ELSE @SCHEMA@.row_text_fixed(rel)::text END || ' ' ||$$],
         -- table_shape: the flag in the table's shape.
         ['table_shape(bigint)', $$
         || ' ' || EXISTS (SELECT 1 FROM @SCHEMA@.columns cc WHERE cc.id = p_id)$$, $$
         || ' ' || EXISTS (SELECT 1 FROM @SCHEMA@.columns cc WHERE cc.id = p_id)
-        || ' ' || @SCHEMA@.row_text_fixed(rel)$$]
+        || ' ' || CASE WHEN EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = rel AND x.indisprimary)
+                       THEN 'key' ELSE @SCHEMA@.row_text_fixed(rel)::text END$$]
     ];
     i int;
     fn text;
