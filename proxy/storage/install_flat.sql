@@ -2538,23 +2538,26 @@ CREATE FUNCTION mzproxy.row_text(p_id bigint, p_alias text) RETURNS text
 
 
 CREATE FUNCTION mzproxy.row_text_fixed(p_oid oid) RETURNS boolean
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-    WITH RECURSIVE t(typ) AS (
-        SELECT a.atttypid FROM pg_attribute a
-         WHERE a.attrelid = p_oid AND a.attnum > 0 AND NOT a.attisdropped
-        UNION
-        -- A domain's base type, an array's element type.
-        SELECT CASE WHEN y.typtype = 'd' THEN y.typbasetype ELSE y.typelem END
-          FROM t JOIN pg_type y ON y.oid = t.typ
-         WHERE y.typtype = 'd' OR (y.typcategory = 'A' AND y.typelem <> 0)
-    )
-    SELECT NOT EXISTS (
+BEGIN
+    RETURN NOT EXISTS (
+        WITH RECURSIVE t(typ) AS (
+            SELECT a.atttypid FROM pg_attribute a
+             WHERE a.attrelid = p_oid AND a.attnum > 0 AND NOT a.attisdropped
+            UNION
+            -- A domain's base type, an array's element type.
+            SELECT CASE WHEN y.typtype = 'd' THEN y.typbasetype ELSE y.typelem END
+              FROM t JOIN pg_type y ON y.oid = t.typ
+             WHERE y.typtype = 'd' OR (y.typcategory = 'A' AND y.typelem <> 0)
+        )
         SELECT 1 FROM t JOIN pg_type y ON y.oid = t.typ
          WHERE NOT (y.typtype = 'd' OR (y.typcategory = 'A' AND y.typelem <> 0))
-           AND NOT t.typ = ANY (ARRAY['bool', '"char"', 'name', 'int2', 'int4', 'int8', 'oid', 'text', 'varchar', 'bpchar',
-                                     'numeric', 'uuid']::regtype[]::oid[]))
+           -- bool, "char", name, int8, int2, int4, text, oid, bpchar,
+           -- varchar, numeric, uuid
+           AND NOT t.typ = ANY ('{16,18,19,20,21,23,25,26,1042,1043,1700,2950}'::oid[]));
+END
 $$;
 
 

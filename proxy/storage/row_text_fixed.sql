@@ -28,24 +28,31 @@
 -- triggers), and gen_triggers makes the functions again when their SET
 -- clauses do not match it.
 
+-- (PL/pgSQL, not SQL: a SQL function's query is planned again at every
+-- call, a PL/pgSQL one's once per session. The types by their oids,
+-- fixed in PostgreSQL's catalog: a regtype literal would be parsed at
+-- every call.)
 CREATE FUNCTION @SCHEMA@.row_text_fixed(p_oid oid) RETURNS boolean
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
 AS $$
-    WITH RECURSIVE t(typ) AS (
-        SELECT a.atttypid FROM pg_attribute a
-         WHERE a.attrelid = p_oid AND a.attnum > 0 AND NOT a.attisdropped
-        UNION
-        -- A domain's base type, an array's element type.
-        SELECT CASE WHEN y.typtype = 'd' THEN y.typbasetype ELSE y.typelem END
-          FROM t JOIN pg_type y ON y.oid = t.typ
-         WHERE y.typtype = 'd' OR (y.typcategory = 'A' AND y.typelem <> 0)
-    )
-    SELECT NOT EXISTS (
+BEGIN
+    RETURN NOT EXISTS (
+        WITH RECURSIVE t(typ) AS (
+            SELECT a.atttypid FROM pg_attribute a
+             WHERE a.attrelid = p_oid AND a.attnum > 0 AND NOT a.attisdropped
+            UNION
+            -- A domain's base type, an array's element type.
+            SELECT CASE WHEN y.typtype = 'd' THEN y.typbasetype ELSE y.typelem END
+              FROM t JOIN pg_type y ON y.oid = t.typ
+             WHERE y.typtype = 'd' OR (y.typcategory = 'A' AND y.typelem <> 0)
+        )
         SELECT 1 FROM t JOIN pg_type y ON y.oid = t.typ
          WHERE NOT (y.typtype = 'd' OR (y.typcategory = 'A' AND y.typelem <> 0))
-           AND NOT t.typ = ANY (ARRAY['bool', '"char"', 'name', 'int2', 'int4', 'int8', 'oid', 'text', 'varchar', 'bpchar',
-                                     'numeric', 'uuid']::regtype[]::oid[]))
+           -- bool, "char", name, int8, int2, int4, text, oid, bpchar,
+           -- varchar, numeric, uuid
+           AND NOT t.typ = ANY ('{16,18,19,20,21,23,25,26,1042,1043,1700,2950}'::oid[]));
+END
 $$;
 REVOKE ALL ON FUNCTION @SCHEMA@.row_text_fixed(oid) FROM PUBLIC;
 
