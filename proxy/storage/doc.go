@@ -29,8 +29,7 @@
 // pin_last_value.sql 50 to 51, ddl_probe.sql 51 to 52, compact_fix.sql 52
 // to 53, restamp_generic.sql 53 to 54, alter_index_guard.sql 54 to 55,
 // hist_trim.sql 55 to 56,
-// ddl_alter_probe.sql 56 to 57, (version 58: another session-25
-// branch's) row_text_fixed.sql 58 to 59 (a database at an older version gets only the upgrades; a function
+// ddl_alter_probe.sql 56 to 57 (a database at an older version gets only the upgrades; a function
 // a later version replaces is defined again in full there, or edited in
 // place); a database already at the version is left alone. It needs a superuser because it creates
 // event triggers.
@@ -657,18 +656,4 @@
 // (objsubid <> 0: RENAME COLUMN), the ALTERs that can change a view's
 // text; before, every ALTER probed pg_depend. docs/ddl-cost.md
 // ("Session 24") has the figures.
-//
-// # History triggers without the output settings (version 59)
-//
-// A table without a primary key finds the versions a write retracts by
-// the hash of the whole row's text, which must not depend on the writing
-// session's settings: its history triggers set DateStyle, IntervalStyle,
-// TimeZone, extra_float_digits, bytea_output and lc_monetary at every
-// call. Since version 59 (row_text_fixed.sql, session 25) they do so only
-// when some column's type (through domains and array elements) is not
-// one whose text no setting changes (row_text_fixed: bool, "char", name,
-// the integers, oid, text, varchar, bpchar, numeric, uuid). The flag is in
-// the trigger functions' signature and the table's shape, so a column
-// change that flips it makes them again. docs/corpus-cost.md ("Session
-// 25") has the figures.
 package storage

@@ -429,21 +429,8 @@ var histTrimSQL string
 //go:embed ddl_alter_probe.sql
 var ddlAlterProbeSQL string
 
-// version58SQL stands for version 58, another session-25 branch's
-// migration (the task numbered this branch's 59): the merge puts that
-// branch's file here, or renumbers row_text_fixed.sql to 58 and drops
-// this line.
-const version58SQL = "INSERT INTO @SCHEMA@.schema_version (version) VALUES (58);"
-
-// rowTextFixedSQL upgrades version 58 to 59 (session 25): the history
-// triggers of a table without a primary key whose columns' text no
-// setting changes run without the six output settings' SET clauses.
-//
-//go:embed row_text_fixed.sql
-var rowTextFixedSQL string
-
 // migrations[v] upgrades a database at version v to v+1.
-var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL, 9: ddlCostSQL, 10: blockCostSQL, 11: writeTrimSQL, 12: ddlTrimSQL, 13: pinTrimSQL, 14: pinFastSQL, 15: ddlFastSQL, 16: rwCheckSQL, 17: pinCheapSQL, 18: ddlLeanSQL, 19: ddlMarksSQL, 20: rwCheckGateSQL, 21: insGapSQL, 22: slotStateSQL, 23: ddlAlterSQL, 24: viewSafeSQL, 25: pinViewsSQL, 26: writeLeanSQL, 27: ddlSmallSQL, 28: ddlColumnSQL, 29: bypassCodeSQL, 30: histWriteSQL, 31: pinSeqSQL, 32: ddlScansSQL, 33: restampSQL, 34: blockLeanSQL, 35: ddlCreateSQL, 36: histPlansSQL, 37: lazyHistorySQL, 38: ddlColsSQL, 39: ddlViewSQL, 40: ddlLazyColsSQL, 41: slotPendingSQL, 42: quoteIdentsSQL, 43: trigFoldSQL, 44: readPeekSQL, 45: ddlLazyTsSQL, 46: slotCheckedSQL, 47: ddlNoChecksSQL, 48: restampFoldSQL, 49: restampLeanSQL, 50: pinLastValueSQL, 51: ddlProbeSQL, 52: compactFixSQL, 53: restampGenericSQL, 54: alterIndexGuardSQL, 55: histTrimSQL, 56: ddlAlterProbeSQL, 57: version58SQL, 58: rowTextFixedSQL}
+var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL, 9: ddlCostSQL, 10: blockCostSQL, 11: writeTrimSQL, 12: ddlTrimSQL, 13: pinTrimSQL, 14: pinFastSQL, 15: ddlFastSQL, 16: rwCheckSQL, 17: pinCheapSQL, 18: ddlLeanSQL, 19: ddlMarksSQL, 20: rwCheckGateSQL, 21: insGapSQL, 22: slotStateSQL, 23: ddlAlterSQL, 24: viewSafeSQL, 25: pinViewsSQL, 26: writeLeanSQL, 27: ddlSmallSQL, 28: ddlColumnSQL, 29: bypassCodeSQL, 30: histWriteSQL, 31: pinSeqSQL, 32: ddlScansSQL, 33: restampSQL, 34: blockLeanSQL, 35: ddlCreateSQL, 36: histPlansSQL, 37: lazyHistorySQL, 38: ddlColsSQL, 39: ddlViewSQL, 40: ddlLazyColsSQL, 41: slotPendingSQL, 42: quoteIdentsSQL, 43: trigFoldSQL, 44: readPeekSQL, 45: ddlLazyTsSQL, 46: slotCheckedSQL, 47: ddlNoChecksSQL, 48: restampFoldSQL, 49: restampLeanSQL, 50: pinLastValueSQL, 51: ddlProbeSQL, 52: compactFixSQL, 53: restampGenericSQL, 54: alterIndexGuardSQL, 55: histTrimSQL, 56: ddlAlterProbeSQL}
 
 // flatInstallSQL is what the migration chain installs on an empty
 // database, as one script without the chain's superseded definitions and

@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 59, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 57, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -814,12 +814,10 @@ BEGIN
     -- statement's rows whatever the plan was made for (join_settings, for
     -- the functions that retract).
     settings := 'SET search_path = pg_catalog, pg_temp';
-    IF pk IS NULL AND NOT mzproxy.row_text_fixed(c.oid) THEN
+    IF pk IS NULL THEN
         settings := settings || $s$
 SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres' SET TimeZone = 'UTC'
 SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
-    END IF;
-    IF pk IS NULL THEN
         hash_expr := 'hashtext(' || ntext || ')';
     ELSE
         hash_expr := '0';  -- unused while the table has a key
@@ -1068,8 +1066,7 @@ SET extra_float_digits = 1 SET bytea_output = 'hex' SET lc_monetary = 'C'$s$;
             SELECT 1 FROM pg_proc p
              WHERE p.oid = to_regprocedure(fn || '_ins()') AND p.prosrc = ins_src
                AND coalesce(p.proconfig @> '{enable_seqscan=off,jit=off}', false)
-                   = coalesce(pk IS NOT NULL AND NOT pk_deferrable, false)
-               AND coalesce(p.proconfig @> '{TimeZone=UTC}', false) = (strpos(settings, 'TimeZone') > 0)) AND EXISTS (
+                   = coalesce(pk IS NOT NULL AND NOT pk_deferrable, false)) AND EXISTS (
             SELECT 1 FROM pg_proc p
              WHERE p.oid = to_regprocedure(fn || '_upd()')
                AND p.prosrc = format(E'\nDECLARE _t bigint; _k bigint; _n bigint; _m bigint; _z bigint; _fresh bool; _d bigint;\nBEGIN%s%s%s\n    RETURN NULL;\nEND\n',
@@ -2537,31 +2534,6 @@ CREATE FUNCTION mzproxy.row_text(p_id bigint, p_alias text) RETURNS text
 
 
 
-CREATE FUNCTION mzproxy.row_text_fixed(p_oid oid) RETURNS boolean
-    LANGUAGE plpgsql STABLE
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-BEGIN
-    RETURN NOT EXISTS (
-        WITH RECURSIVE t(typ) AS (
-            SELECT a.atttypid FROM pg_attribute a
-             WHERE a.attrelid = p_oid AND a.attnum > 0 AND NOT a.attisdropped
-            UNION
-            -- A domain's base type, an array's element type.
-            SELECT CASE WHEN y.typtype = 'd' THEN y.typbasetype ELSE y.typelem END
-              FROM t JOIN pg_type y ON y.oid = t.typ
-             WHERE y.typtype = 'd' OR (y.typcategory = 'A' AND y.typelem <> 0)
-        )
-        SELECT 1 FROM t JOIN pg_type y ON y.oid = t.typ
-         WHERE NOT (y.typtype = 'd' OR (y.typcategory = 'A' AND y.typelem <> 0))
-           -- bool, "char", name, int8, int2, int4, text, oid, bpchar,
-           -- varchar, numeric, uuid
-           AND NOT t.typ = ANY ('{16,18,19,20,21,23,25,26,1042,1043,1700,2950}'::oid[]));
-END
-$$;
-
-
-
 CREATE FUNCTION mzproxy.set_retention(p_rel regclass, p_ms bigint) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2830,8 +2802,6 @@ BEGIN
         -- (Version 36: gen_triggers' row version, as in table_shape,
         -- not md5 of its text, which is read out of line and decompressed.)
         SELECT g.xmin || ' ' || g.ctid || ' ' || EXISTS (SELECT 1 FROM mzproxy.columns cc WHERE cc.id = p_id) || ' ' ||
-               CASE WHEN EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = rel AND x.indisprimary)
-                    THEN 'key' ELSE mzproxy.row_text_fixed(rel)::text END || ' ' ||
                coalesce((SELECT x.indclass::text || ' ' || coalesce(con.condeferrable, false) || ' ' ||
                                 (SELECT string_agg(quote_ident(a.attname), ',' ORDER BY k.ord)
                                    FROM unnest(x.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
@@ -2882,8 +2852,6 @@ BEGIN
     -- FULL only makes each table sync once more.)
     RETURN (SELECT g.xmin || ' ' || g.ctid FROM pg_proc g WHERE g.oid = 'mzproxy.gen_triggers(bigint)'::regprocedure)
         || ' ' || EXISTS (SELECT 1 FROM mzproxy.columns cc WHERE cc.id = p_id)
-        || ' ' || CASE WHEN EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = rel AND x.indisprimary)
-                       THEN 'key' ELSE mzproxy.row_text_fixed(rel)::text END
         || ' ' || coalesce((
             SELECT string_agg(concat_ws(' ', x.indexrelid, x.indisprimary, x.indisunique, x.indpred IS NULL,
                                         x.indexprs IS NULL, x.indkey::text, x.indclass::text, con.condeferrable,
@@ -3810,10 +3778,6 @@ REVOKE ALL ON FUNCTION mzproxy.row_text(p_id bigint, p_alias text) FROM PUBLIC;
 
 
 
-REVOKE ALL ON FUNCTION mzproxy.row_text_fixed(p_oid oid) FROM PUBLIC;
-
-
-
 REVOKE ALL ON FUNCTION mzproxy.set_slot(p_t bigint, p_e bigint) FROM PUBLIC;
 
 
@@ -4059,8 +4023,6 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('54', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('55', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('56', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('57', now());
-INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('58', now());
-INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('59', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
