@@ -20,7 +20,8 @@
 #                  side the INSERT's transaction builds t2's history
 #                  first, as mzproxy sends it since storage 38
 #                  (ensure_history(oid[]) in the slot's transaction),
-#                  where the schema has ensure_history(oid[]))
+#                  where the schema has ensure_history(oid[]); firstkeyless:
+#                  the same with t2 (a int, b text), no primary key)
 #        CGSAVE=dir (keep each run's callgrind output there)
 #        PATCH=file.sql (run in each managed database before it is
 #                        measured: a part stubbed, to measure it by
@@ -113,6 +114,8 @@ pair() {
 	# BUILD runs, in the managed databases, after the slot and the
 	# build of t2's history (a no-op where the schema builds at CREATE).
 	first) printf '%s\n' 'CREATE TABLE t2 (a int PRIMARY KEY, b text)' "BUILD INSERT INTO t2 VALUES (1, 'x')" 'DROP TABLE t2' ;;
+	# The same for a table without a primary key.
+	firstkeyless) printf '%s\n' 'CREATE TABLE t2 (a int, b text)' "BUILD INSERT INTO t2 VALUES (1, 'x')" 'DROP TABLE t2' ;;
 	esac
 }
 
