@@ -155,9 +155,11 @@ func (l *Loop) run() {
 	lastYield := time.Now()
 	for {
 		n, err := syscall.EpollWait(l.epfd, events, -1)
-		if now := time.Now(); now.Sub(lastYield) >= yieldEvery {
+		// time.Since of a time.Now reads the monotonic clock alone (once
+		// per wake-up; time.Now reads the wall clock too).
+		if time.Since(lastYield) >= yieldEvery {
 			runtime.Gosched()
-			lastYield = now
+			lastYield = time.Now()
 		}
 		if err == syscall.EINTR {
 			continue
