@@ -222,7 +222,13 @@ func (s *Session) Prepared(name, kind, sql string) {
 	if s.prepared == nil {
 		s.prepared = map[string]preparedStatement{}
 	}
-	s.prepared[name] = preparedStatement{kind: kind, sql: sql}
+	p := preparedStatement{kind: kind, sql: sql}
+	if old, ok := s.prepared[name]; ok && old == p {
+		// An extended client's Parse of its unnamed statement, again: a
+		// look-up costs less than storing it anew, at every point read.
+		return
+	}
+	s.prepared[name] = p
 }
 
 func (s *Session) Unprepared(name string) { delete(s.prepared, name) }
