@@ -16,6 +16,9 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 # cpu_ticks pid: user+system CPU time of a process in clock ticks.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# user_ticks pid: its user CPU time alone (the rest is the kernel's, the
+# system calls' work).
+user_ticks() { awk '{print $14}' "/proc/$1/stat"; }
 # cluster_ticks: CPU ticks of the postmaster of bench_postgres's cluster
 # ($work/pg), its exited children and its live ones.
 cluster_ticks() {

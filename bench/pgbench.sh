@@ -32,7 +32,9 @@
 #                      calls (EAGAIN) per transaction for each system call
 #                      (strace slows the process; its counts, not its TPS,
 #                      are the point)
-# CPU is /proc/<pid>/stat utime+stime before and after each pgbench run;
+# CPU is /proc/<pid>/stat utime+stime before and after each pgbench run
+# (utime alone in parentheses: the process's own code, the rest being its
+# system calls' work in the kernel);
 # pgbench's own (bash's time) and the PostgreSQL cluster's (the postmaster,
 # its live children and the exited ones it reaped, read 0.5 s after the run
 # so that the run's backends have exited) are reported beside it, with the
@@ -213,9 +215,9 @@ for round in $(seq "$ROUNDS"); do
 	for mode in $MODES; do
 		for t in $targets; do
 			p=${pid[$t]:-}
-			c0=0 perfpid= vcs0=0 nvcs0=0
+			c0=0 u0=0 perfpid= vcs0=0 nvcs0=0
 			if [ -n "$p" ]; then
-				c0=$(cpu_ticks "$p")
+				c0=$(cpu_ticks "$p") u0=$(user_ticks "$p")
 				read -r vcs0 nvcs0 < <(ctx_switches "$p")
 				if [ -n "$perf_ok" ]; then
 					perf stat -x, -e raw_syscalls:sys_enter -o "$work/perf.out" -p "$p" &
@@ -233,9 +235,9 @@ for round in $(seq "$ROUNDS"); do
 			n=$(awk '/^number of transactions actually processed/{print $NF}' <<<"$out" | cut -d/ -f1)
 			cpu=- sys=- cs=- others=-
 			if [ -n "$p" ] && [ "${n:-0}" -gt 0 ]; then
-				c1=$(cpu_ticks "$p")
+				c1=$(cpu_ticks "$p") u1=$(user_ticks "$p")
 				read -r vcs1 nvcs1 < <(ctx_switches "$p")
-				cpu=$(python3 -c "print(f'{($c1 - $c0) / $hz / $n * 1e6:.1f}')")
+				cpu=$(python3 -c "print(f'{($c1 - $c0) / $hz / $n * 1e6:.1f}/{($u1 - $u0) / $hz / $n * 1e6:.1f}')")
 				cs=$(python3 -c "print(f'{($vcs1 - $vcs0) / $n:.2f}/{($nvcs1 - $nvcs0) / $n:.2f}')")
 				if [ -n "$perfpid" ]; then
 					kill -INT "$perfpid" 2>/dev/null || true
@@ -288,7 +290,7 @@ python3 - "$results" "$targets" "$MODES" "$ROUNDS" "$DURATION" "$CLIENTS" "$SCAL
 import statistics, sys
 path, targets, modes, rounds, duration, clients, scale = sys.argv[1:]
 targets, modes = targets.split(), modes.split()
-tps, cpu, sysc, vcs, nvcs, pgb, clu, flt = {}, {}, {}, {}, {}, {}, {}, {}
+tps, cpu, ucpu, sysc, vcs, nvcs, pgb, clu, flt = {}, {}, {}, {}, {}, {}, {}, {}, {}
 for line in open(path):
     t, m, v, c, s, cs, others = line.split()
     if others != "-":
@@ -298,7 +300,9 @@ for line in open(path):
         flt.setdefault((t, m), []).append(float(f))
     tps.setdefault((t, m), []).append(float(v))
     if c != "-":
+        c, u = c.split("/")
         cpu.setdefault((t, m), []).append(float(c))
+        ucpu.setdefault((t, m), []).append(float(u))
     if s != "-":
         sysc.setdefault((t, m), []).append(float(s))
     if cs != "-":
@@ -329,14 +333,14 @@ for m in modes:
     print(f"| {m} | " + " | ".join(cells) + " |")
 middle = [t for t in targets if t != "direct"]
 print()
-print("CPU time of the middle process per transaction (µs, median over rounds); system calls per transaction")
+print("CPU time of the middle process per transaction (µs, median over rounds; its user time alone in parentheses); system calls per transaction")
 print()
 print("| protocol | " + " | ".join(middle) + " |")
 print("|---|" + "---|" * len(middle))
 for m in modes:
     cells = []
     for t in middle:
-        c = f"{statistics.median(cpu[(t, m)]):.1f} µs" if (t, m) in cpu else "-"
+        c = f"{statistics.median(cpu[(t, m)]):.1f} µs ({statistics.median(ucpu[(t, m)]):.1f})" if (t, m) in cpu else "-"
         s = f"{statistics.median(sysc[(t, m)]):.1f} sc" if (t, m) in sysc else ""
         cells.append(f"{c} / {s}" if s else c)
     print(f"| {m} | " + " | ".join(cells) + " |")

@@ -44,7 +44,7 @@ func (c *conn) runLoop() bool {
 	if be == nil || c.w.Buffered() > 0 {
 		return true
 	}
-	res, err := loop.Run(client, be, loopPeer{ls, c.srv.cfg.MaxMessageSize})
+	res, err := loop.Run(client, be, newLoopPeer(ls, c.srv.cfg.MaxMessageSize))
 	if errors.Is(err, evloop.ErrDeadlineSet) || errors.Is(err, evloop.ErrClosed) && res.Over == nil {
 		// Not taken (a drain, or the loop was closed): the connection
 		// goes on by itself.
@@ -113,20 +113,33 @@ type loopPeer struct {
 	maxMessageSize int
 }
 
-func (p loopPeer) MaxMessageSize() int { return p.maxMessageSize }
-
-// Reply implements evloop.Replier for a session that answers some
-// batches itself (LoopReplier).
-func (p loopPeer) Reply() []byte {
-	if r, ok := p.LoopSession.(LoopReplier); ok {
-		return r.Reply()
-	}
-	return nil
+// replyingLoopPeer is the loopPeer of a session that answers some batches
+// itself (LoopReplier): the loop sees it as an evloop.Replier.
+type replyingLoopPeer struct {
+	*loopPeer
+	LoopReplier
 }
+
+// newLoopPeer is the session's evloop.Peer: a Replier when the session
+// is a LoopReplier. Decided here, once per turn in the loop, not by a
+// type assertion at each batch.
+func newLoopPeer(ls LoopSession, maxMessageSize int) evloop.Peer {
+	p := &loopPeer{ls, maxMessageSize}
+	if r, ok := ls.(LoopReplier); ok {
+		return replyingLoopPeer{p, r}
+	}
+	return p
+}
+
+func (p *loopPeer) MaxMessageSize() int { return p.maxMessageSize }
+
+// Follower implements evloop.Delegator: the loop calls the session's
+// Admit and Answer itself.
+func (p *loopPeer) Follower() evloop.Follower { return p.LoopSession }
 
 // Readable decodes whole frames as serve does: a message it would answer
 // with an error at once is not left waiting for the rest of its batch.
-func (p loopPeer) Readable(frames []byte) bool {
+func (p *loopPeer) Readable(frames []byte) bool {
 	for len(frames) > 0 {
 		n := 1 + int(binary.BigEndian.Uint32(frames[1:5]))
 		if _, err := decodeFrontend(frames[0], frames[:n]); err != nil {

@@ -479,7 +479,9 @@ func (s *Session) admitted(m *plainMsg) {
 		name := string(m.name)
 		s.noteStatementText(m.sql)
 		s.observeParse(name, m.sql)
-		s.defineStatement(name, s.plainStmtRecord(name, m.sql))
+		if st, same := s.plainStmtRecordOf(name, m.sql); !same {
+			s.defineStatement(name, st)
+		}
 	case 'B':
 		// The statement's name is looked up, not copied: a driver's names
 		// are often longer than a copy that costs no allocation (pgx's
@@ -503,10 +505,18 @@ func (s *Session) admitted(m *plainMsg) {
 // one serves as well as a copy, and a point read's Parse costs no
 // allocation.
 func (s *Session) plainStmtRecord(name, sql string) *preparedStmt {
+	st, _ := s.plainStmtRecordOf(name, sql)
+	return st
+}
+
+// plainStmtRecordOf is plainStmtRecord, and whether it is name's record
+// already (nothing to store: a map look-up costs less than a store, at
+// every extended point read).
+func (s *Session) plainStmtRecordOf(name, sql string) (st *preparedStmt, same bool) {
 	if st := s.stmts[name]; st != nil && *st == (preparedStmt{sql: sql}) {
-		return st
+		return st, true
 	}
-	return &preparedStmt{sql: sql}
+	return &preparedStmt{sql: sql}, false
 }
 
 // definePlainPortal records a Bind of the plain statement st to the

@@ -84,7 +84,12 @@ func (l *Loop) Close() error {
 // does not forward, the backend sends something unasked, either socket is
 // closed, or a deadline is set on either (a drain).
 func (l *Loop) Run(client, backend *Conn, peer Peer) (Result, error) {
-	m := &member{peer: peer, done: make(chan struct{}), client: -1, backend: -1}
+	m := &member{peer: peer, maxFrame: peer.MaxMessageSize(), done: make(chan struct{}), client: -1, backend: -1}
+	m.replier, _ = peer.(Replier)
+	m.follow = peer
+	if d, ok := peer.(Delegator); ok {
+		m.follow = d.Follower()
+	}
 	want := func(closing bool) { l.want(m, closing) }
 	var err error
 	if m.client, err = client.detach(want); err != nil {
@@ -155,9 +160,11 @@ func (l *Loop) run() {
 	lastYield := time.Now()
 	for {
 		n, err := syscall.EpollWait(l.epfd, events, -1)
-		if now := time.Now(); now.Sub(lastYield) >= yieldEvery {
+		// time.Since of a time.Now reads the monotonic clock alone (once
+		// per wake-up; time.Now reads the wall clock too).
+		if time.Since(lastYield) >= yieldEvery {
 			runtime.Gosched()
-			lastYield = now
+			lastYield = time.Now()
 		}
 		if err == syscall.EINTR {
 			continue

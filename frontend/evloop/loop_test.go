@@ -527,3 +527,70 @@ func TestLoopGoroutineIsNotLocked(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// delegatingPeer is a Peer wrapping a fakePeer as a Delegator: its own
+// Admit and Answer refuse, so a batch is forwarded and its answer relayed
+// only when the loop calls the follower's.
+type delegatingPeer struct {
+	*fakePeer
+	replies int // Reply calls
+}
+
+func (p *delegatingPeer) Follower() Follower { return p.fakePeer }
+
+func (p *delegatingPeer) Admit([]byte) ([]byte, bool) { return nil, false }
+
+func (p *delegatingPeer) Answer(byte, []byte) Verdict { return RelayThenBack }
+
+func (p *delegatingPeer) Reply() []byte { p.replies++; return nil }
+
+// TestDelegatorFollowerServes: a Delegator's Follower admits the batches
+// and follows the answers (the connection's Peer hands its session's
+// Admit and Answer to the loop, one indirect call each), while the Peer's
+// Replier is still asked after each batch admitted.
+func TestDelegatorFollowerServes(t *testing.T) {
+	lc, client := socketPair(t)
+	lb, backend := socketPair(t)
+	peer := &delegatingPeer{fakePeer: &fakePeer{}}
+	done := make(chan runResult, 1)
+	go func() {
+		res, err := sharedLoop(t).Run(lc, lb, peer)
+		done <- runResult{res, err}
+	}()
+	batch := encode(t, &pgproto3.Query{String: "SELECT 1"})
+	answer := encode(t, &pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{Name: []byte("x")}}},
+		&pgproto3.DataRow{Values: [][]byte{[]byte("1")}},
+		&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
+	const rounds = 3
+	for round := range rounds {
+		backendErr := make(chan error, 1)
+		go func() { backendErr <- playBackend(backend, batch, answer, rand.New(rand.NewSource(int64(round)))) }()
+		if _, err := client.Write(batch); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(answer))
+		_ = client.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(client, got); err != nil || !bytes.Equal(got, answer) {
+			t.Fatalf("round %d: answer %q, %v", round, got, err)
+		}
+		if err := <-backendErr; err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+	}
+	if _, err := client.Write(encode(t, &pgproto3.Terminate{})); err != nil {
+		t.Fatal(err)
+	}
+	var r runResult
+	select {
+	case r = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the loop kept the session after a Terminate")
+	}
+	peer.mu.Lock()
+	defer peer.mu.Unlock()
+	if r.err != nil || r.res.Over != nil || r.res.Forwarded != rounds || len(peer.admitted) != rounds ||
+		string(peer.answers) != strings.Repeat("TCZ", rounds) || peer.replies != rounds {
+		t.Fatalf("Run %+v, %v; follower admitted %d, answers %q, replies %d; want %d of each",
+			r.res, r.err, len(peer.admitted), peer.answers, peer.replies, rounds)
+	}
+}

@@ -11,7 +11,14 @@ import (
 // Go's netpoller), their readiness as the edge-triggered events told it,
 // and the bytes on their way.
 type member struct {
-	peer            Peer
+	peer Peer
+	// follow is the peer's Admit and Answer (its Follower when it is a
+	// Delegator).
+	follow Follower
+	// maxFrame and replier are the peer's MaxMessageSize and Replier,
+	// asked once when it joins rather than at each batch.
+	maxFrame        int
+	replier         Replier
 	client, backend int
 	done            chan struct{}
 
@@ -140,7 +147,7 @@ func (l *Loop) readClient(m *member) {
 		// still to be read (the next read returns 0).
 		m.cr = false
 	}
-	state, whole := judgeBatch(m.in, l.maxBatch, m.peer.MaxMessageSize())
+	state, whole := judgeBatch(m.in, l.maxBatch, m.maxFrame)
 	switch state {
 	case batchPartial:
 		if whole > m.readable {
@@ -155,13 +162,13 @@ func (l *Loop) readClient(m *member) {
 		l.leave(m, nil)
 		return
 	}
-	send, ok := m.peer.Admit(m.in)
+	send, ok := m.follow.Admit(m.in)
 	if !ok {
 		l.leave(m, nil)
 		return
 	}
-	if r, ok := m.peer.(Replier); ok {
-		if answer := r.Reply(); answer != nil {
+	if m.replier != nil {
+		if answer := m.replier.Reply(); answer != nil {
 			// Answered without the backend: the batch is done with.
 			m.out = answer
 			m.in, m.readable = m.in[:0], 0
@@ -232,7 +239,7 @@ func (l *Loop) readBackend(m *member) {
 	}
 	back := false
 	ok := m.scan.feed(m.buf[:n], func(typ byte, frame []byte) bool {
-		v := m.peer.Answer(typ, frame)
+		v := m.follow.Answer(typ, frame)
 		if m.holding {
 			switch {
 			case v == Drop && !m.kept:

@@ -29,7 +29,8 @@ type Peer interface {
 	// must touch only what that goroutine leaves as it is.
 	Abandon()
 	// MaxMessageSize is the longest client frame the connection reads:
-	// a longer one goes back to it at its header.
+	// a longer one goes back to it at its header. Asked once, when Run
+	// takes the session.
 	MaxMessageSize() int
 	// Readable reports whether whole client frames of a batch not yet
 	// ended decode as the connection's own path reads them. The loop
@@ -39,10 +40,26 @@ type Peer interface {
 	Readable(frames []byte) bool
 }
 
+// Delegator is a Peer whose Admit and Answer are another value's (a
+// connection's Peer wrapping its session): the loop calls that value's
+// directly, once per batch and once per frame of an answer, rather than
+// through the wrapper's promoted methods (a second indirect call each).
+type Delegator interface {
+	// Follower is the value whose Admit and Answer the Peer's are.
+	Follower() Follower
+}
+
+// Follower is the part of a Peer the loop calls on every batch and frame.
+type Follower interface {
+	Admit(batch []byte) (send []byte, ok bool)
+	Answer(typ byte, frame []byte) Verdict
+}
+
 // Replier is a Peer that may answer a batch it admitted itself, with
 // nothing sent to the backend: a statement whose answer it knows (a
 // read-only transaction's BEGIN, whose backend statement rides with the
-// transaction's first read). The loop asks it right after Admit said ok.
+// transaction's first read). The loop asks it right after Admit said ok
+// (whether the Peer is a Replier is looked at once, when Run takes it).
 type Replier interface {
 	// Reply is the whole answer to the batch Admit just admitted (its
 	// ReadyForQuery last), written to the client as it is; nil: the batch

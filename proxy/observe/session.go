@@ -33,7 +33,8 @@ type Session struct {
 	info SessionInfo
 	log  *logrus.Entry
 
-	// Read by other goroutines (Observer.Sessions).
+	// Read by other goroutines (Observer.Sessions). The times are
+	// clock()'s.
 	activeNow  atomic.Bool
 	txStatus   atomic.Uint32 // the last ReadyForQuery's status byte
 	phaseNow   atomic.Uint32
@@ -44,9 +45,9 @@ type Session struct {
 
 	// The statement, owned by the session's goroutine.
 	active    bool
-	start     time.Time
+	start     time.Duration // clock()'s
 	cur       Phase
-	curStart  time.Time
+	curStart  time.Duration
 	durations [numPhases]time.Duration
 	visited   [numPhases]bool
 	kind      string
@@ -82,7 +83,7 @@ func (o *Observer) OpenSession(info SessionInfo, log *logrus.Entry) *Session {
 		"application_name": info.ApplicationName,
 	})}
 	s.txStatus.Store('I')
-	s.stateSince.Store(time.Now().UnixNano())
+	s.stateSince.Store(int64(clock()))
 	o.mu.Lock()
 	o.sessions[info.ID] = s
 	o.mu.Unlock()
@@ -113,21 +114,22 @@ func (s *Session) Active() bool { return s.active }
 // Begin opens a statement of the given kind (a planner kind, a fixed set);
 // sql is its text, logged only if the statement turns out slow.
 func (s *Session) Begin(kind, sql string) {
-	now := time.Now()
+	now := clock()
 	s.active = true
 	s.start, s.curStart, s.cur = now, now, PhasePlan
 	s.durations = [numPhases]time.Duration{}
 	s.visited = [numPhases]bool{}
 	s.kind, s.sql, s.code, s.hasTS = kind, sql, "", false
 	if s.o.tracer != nil {
+		at := wallOf(now)
 		s.ctx, s.span = s.o.tracer.Start(context.Background(), "statement",
-			trace.WithTimestamp(now), trace.WithAttributes(attribute.String("mzproxy.statement.kind", kind)))
-		_, s.phaseSpan = s.o.tracer.Start(s.ctx, PhasePlan.String(), trace.WithTimestamp(now))
+			trace.WithTimestamp(at), trace.WithAttributes(attribute.String("mzproxy.statement.kind", kind)))
+		_, s.phaseSpan = s.o.tracer.Start(s.ctx, PhasePlan.String(), trace.WithTimestamp(at))
 	}
 	s.kindNow.Store(s.internKind(kind))
 	s.phaseNow.Store(uint32(PhasePlan))
-	s.sinceNano.Store(now.UnixNano())
-	s.phaseNano.Store(now.UnixNano())
+	s.sinceNano.Store(int64(now))
+	s.phaseNano.Store(int64(now))
 	s.activeNow.Store(true)
 }
 
@@ -149,7 +151,7 @@ func (s *Session) Phase(p Phase) {
 	if !s.active || p == s.cur {
 		return
 	}
-	s.phaseAt(p, time.Now())
+	s.phaseAt(p, clock())
 }
 
 // PhaseFromStart enters phase p as of the statement's start: the phase
@@ -162,21 +164,21 @@ func (s *Session) PhaseFromStart(p Phase) {
 	s.phaseAt(p, s.curStart)
 }
 
-func (s *Session) phaseAt(p Phase, now time.Time) {
+func (s *Session) phaseAt(p Phase, now time.Duration) {
 	s.closePhase(now)
 	s.cur, s.curStart = p, now
 	if s.span != nil {
-		_, s.phaseSpan = s.o.tracer.Start(s.ctx, p.String(), trace.WithTimestamp(now))
+		_, s.phaseSpan = s.o.tracer.Start(s.ctx, p.String(), trace.WithTimestamp(wallOf(now)))
 	}
 	s.phaseNow.Store(uint32(p))
-	s.phaseNano.Store(now.UnixNano())
+	s.phaseNano.Store(int64(now))
 }
 
-func (s *Session) closePhase(now time.Time) {
-	s.durations[s.cur] += now.Sub(s.curStart)
+func (s *Session) closePhase(now time.Duration) {
+	s.durations[s.cur] += now - s.curStart
 	s.visited[s.cur] = true
 	if s.phaseSpan != nil {
-		s.phaseSpan.End(trace.WithTimestamp(now))
+		s.phaseSpan.End(trace.WithTimestamp(wallOf(now)))
 		s.phaseSpan = nil
 	}
 }
@@ -220,7 +222,13 @@ func (s *Session) Prepared(name, kind, sql string) {
 	if s.prepared == nil {
 		s.prepared = map[string]preparedStatement{}
 	}
-	s.prepared[name] = preparedStatement{kind: kind, sql: sql}
+	p := preparedStatement{kind: kind, sql: sql}
+	if old, ok := s.prepared[name]; ok && old == p {
+		// An extended client's Parse of its unnamed statement, again: a
+		// look-up costs less than storing it anew, at every point read.
+		return
+	}
+	s.prepared[name] = p
 }
 
 func (s *Session) Unprepared(name string) { delete(s.prepared, name) }
@@ -271,14 +279,14 @@ func (s *Session) End(tx byte) {
 	if !s.active {
 		return
 	}
-	now := time.Now()
+	now := clock()
 	s.closePhase(now)
 	s.active = false
 	s.activeNow.Store(false)
 	s.phaseNow.Store(uint32(PhaseNone))
-	s.stateSince.Store(now.UnixNano())
+	s.stateSince.Store(int64(now))
 
-	total := now.Sub(s.start)
+	total := now - s.start
 	outcome := outcomeOf(s.code)
 	ctx := context.Background()
 	s.cacheKind()
@@ -300,7 +308,7 @@ func (s *Session) End(tx byte) {
 			s.span.SetAttributes(attribute.String("db.response.status_code", s.code))
 		}
 		traceID = s.span.SpanContext().TraceID().String()
-		s.span.End(trace.WithTimestamp(now))
+		s.span.End(trace.WithTimestamp(wallOf(now)))
 		s.span, s.ctx = nil, nil
 	}
 	if slow := s.o.slow.Load(); slow > 0 && total >= time.Duration(slow) {
@@ -385,11 +393,11 @@ func (s *Session) state() SessionState {
 	}
 	if s.activeNow.Load() {
 		st.State = "active"
-		st.Since = time.Unix(0, s.sinceNano.Load())
-		st.PhaseSince = time.Unix(0, s.phaseNano.Load())
+		st.Since = wallOf(time.Duration(s.sinceNano.Load()))
+		st.PhaseSince = wallOf(time.Duration(s.phaseNano.Load()))
 		return st
 	}
-	st.Since = time.Unix(0, s.stateSince.Load())
+	st.Since = wallOf(time.Duration(s.stateSince.Load()))
 	switch s.txStatus.Load() {
 	case 'T':
 		st.State = "idle in transaction"
@@ -412,6 +420,22 @@ func outcomeOf(code string) string {
 	}
 	return OutcomeError
 }
+
+// clockBase is the process's start on the monotonic clock: clock() is the
+// time since it.
+var clockBase = time.Now()
+
+// clock is the monotonic time now, as an offset from clockBase. A
+// statement reads it at its start and end (and at each phase): one read of
+// the monotonic clock each, where time.Now reads the wall clock too, which
+// costs as much again on a forwarded point read's path.
+func clock() time.Duration { return time.Since(clockBase) }
+
+// wallOf is the time.Time of a clock() reading: clockBase's wall time moved
+// on by the monotonic clock (so a step of the wall clock since the start
+// does not show), and with its monotonic reading, so that durations to
+// time.Now are measured on the monotonic clock, as before.
+func wallOf(t time.Duration) time.Time { return clockBase.Add(t) }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
