@@ -22,10 +22,7 @@ func TestBlockRecordSavepointClient(t *testing.T) {
 	admin := connectTo(t, ctx, directURL("postgres", db))
 	c := connectTo(t, ctx, p.URL(role, db))
 	mustExec(t, ctx, c, "CREATE TABLE rec (id int PRIMARY KEY, v int)", "INSERT INTO rec VALUES (1, 0), (2, 0)")
-	var hist string
-	if err := admin.QueryRow(ctx, "SELECT history FROM mzproxy.catalog WHERE oid = 'rec'::regclass").Scan(&hist); err != nil {
-		t.Fatal(err)
-	}
+	hist := historyOf(t, ctx, admin, "rec")
 	checkHistory := func(when string) {
 		t.Helper()
 		var bad, gaps, differ int
