@@ -81,16 +81,23 @@ func (s *listeningSession) Abandon()                           {}
 func (s *listeningSession) LoopBackend() *evloop.Conn          { return nil }
 func (s *listeningSession) LoopLeft()                          {}
 
-// TestLoopLeavesAListeningSessionsWriterAlone: between messages the
-// connection used to look at its writer's buffer before asking the
-// session whether the loop may have it, while the session's relay of
-// notifications wrote to that buffer: a data race (go test -race).
-func TestLoopLeavesAListeningSessionsWriterAlone(t *testing.T) {
+// newTestLoop is an event loop of the test's own, closed when it ends.
+func newTestLoop(t *testing.T) *evloop.Loop {
+	t.Helper()
 	loop, err := evloop.New(64 << 10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = loop.Close() })
+	return loop
+}
+
+// TestLoopLeavesAListeningSessionsWriterAlone: between messages the
+// connection used to look at its writer's buffer before asking the
+// session whether the loop may have it, while the session's relay of
+// notifications wrote to that buffer: a data race (go test -race).
+func TestLoopLeavesAListeningSessionsWriterAlone(t *testing.T) {
+	loop := newTestLoop(t)
 	ts := newTestServer(t, Config{EventLoop: loop, Handler: &listeningHandler{}})
 	c := dialRaw(t, ts.addr)
 	c.startup(nil)
@@ -165,11 +172,7 @@ func unixPair() (net.Conn, net.Conn, error) {
 // backoff, doubling up to 512 messages, allows 10 turns; at its former
 // bound (64) there were 22.
 func TestLoopBacksOffASessionItCannotServe(t *testing.T) {
-	loop, err := evloop.New(64 << 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = loop.Close() })
+	loop := newTestLoop(t)
 	h := &refusingHandler{t: t}
 	ts := newTestServer(t, Config{EventLoop: loop, Handler: h})
 	c := dialRaw(t, ts.addr)
@@ -244,11 +247,7 @@ func (s *crashingSession) LoopLeft()                 {}
 // ends. The loop once waited for that backend forever (session 24:
 // evloop's TestBackendEndAfterItsLastFrame), and the client with it.
 func TestLoopEndsAStatementWhoseBackendCrashed(t *testing.T) {
-	loop, err := evloop.New(64 << 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = loop.Close() })
+	loop := newTestLoop(t)
 	h := &crashingHandler{t: t, backend: make(chan net.Conn, 1)}
 	ts := newTestServer(t, Config{EventLoop: loop, Handler: h})
 	c := dialRaw(t, ts.addr)
