@@ -52,11 +52,7 @@ func TestBackendEndAfterItsLastFrame(t *testing.T) {
 	last := encode(t, &pgproto3.NoticeResponse{Severity: "WARNING", Code: "57P01",
 		Message: "terminating connection due to immediate shutdown command"})
 	peer := &crashingPeer{backend: backend, last: last}
-	done := make(chan runResult, 1)
-	go func() {
-		res, err := sharedLoop(t).Run(lc, lb, peer)
-		done <- runResult{res, err}
-	}()
+	done := runShared(t, lc, lb, peer)
 	batch := encode(t, &pgproto3.Query{String: "SELECT sum(v) FROM acct"})
 	if _, err := client.Write(batch); err != nil {
 		t.Fatal(err)

@@ -125,6 +125,17 @@ type runResult struct {
 	err error
 }
 
+// runShared runs peer's session in the shared loop; its result arrives on
+// the channel returned.
+func runShared(t *testing.T, client, backend *Conn, peer Peer) chan runResult {
+	done := make(chan runResult, 1)
+	go func() {
+		res, err := sharedLoop(t).Run(client, backend, peer)
+		done <- runResult{res, err}
+	}()
+	return done
+}
+
 func startSession(t *testing.T) *session {
 	t.Helper()
 	lc, client := socketPair(t)
@@ -361,11 +372,7 @@ func TestAbandonDoesNotStopTheLoop(t *testing.T) {
 	lb, backend := socketPair(t)
 	peer := &blockingPeer{abandoned: make(chan struct{}), release: make(chan struct{})}
 	defer close(peer.release)
-	done := make(chan runResult, 1)
-	go func() {
-		res, err := sharedLoop(t).Run(lc, lb, peer)
-		done <- runResult{res, err}
-	}()
+	done := runShared(t, lc, lb, peer)
 	batch := encode(t, &pgproto3.Query{String: "SELECT pg_sleep(60)"})
 	if _, err := client.Write(batch); err != nil {
 		t.Fatal(err)
@@ -433,11 +440,7 @@ func TestShortWritesWaitForWritability(t *testing.T) {
 	shrinkSendBuffer(t, lc)
 	shrinkSendBuffer(t, lb)
 	peer := &fakePeer{}
-	done := make(chan runResult, 1)
-	go func() {
-		res, err := sharedLoop(t).Run(lc, lb, peer)
-		done <- runResult{res, err}
-	}()
+	done := runShared(t, lc, lb, peer)
 	s := &session{client: client, backend: backend, loopClient: lc, peer: peer, done: done}
 	for round := range 3 {
 		// Frames no longer than the peer's MaxMessageSize.
@@ -552,11 +555,7 @@ func TestDelegatorFollowerServes(t *testing.T) {
 	lc, client := socketPair(t)
 	lb, backend := socketPair(t)
 	peer := &delegatingPeer{fakePeer: &fakePeer{}}
-	done := make(chan runResult, 1)
-	go func() {
-		res, err := sharedLoop(t).Run(lc, lb, peer)
-		done <- runResult{res, err}
-	}()
+	done := runShared(t, lc, lb, peer)
 	batch := encode(t, &pgproto3.Query{String: "SELECT 1"})
 	answer := encode(t, &pgproto3.RowDescription{Fields: []pgproto3.FieldDescription{{Name: []byte("x")}}},
 		&pgproto3.DataRow{Values: [][]byte{[]byte("1")}},
