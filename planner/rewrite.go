@@ -2,6 +2,7 @@ package planner
 
 import (
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -242,7 +243,12 @@ func ContainsAnyFold(s string, words ...string) bool {
 // once.
 type FoldWords struct {
 	words []string
-	first [256]bool
+	// starts has, for each byte, bit i%16 set when words[i] may begin
+	// with it (either case): at a byte of s, In compares only the words
+	// of its bits (words i, i+16, ...), not every word. Every simple
+	// Query's text is scanned for a dozen words (noteStatementText): a
+	// point read's text has a dozen bytes that begin one of them.
+	starts [256]uint16
 	// ascii: every word is ASCII, compared byte by byte.
 	ascii bool
 }
@@ -255,14 +261,15 @@ func NewFoldWords(words ...string) *FoldWords {
 
 func newFoldWords(words []string) FoldWords {
 	f := FoldWords{words: words, ascii: true}
-	for _, w := range words {
+	for i, w := range words {
 		for j := 0; j < len(w); j++ {
 			f.ascii = f.ascii && w[j] < utf8.RuneSelf
 		}
 		if w != "" {
-			f.first[w[0]] = true
+			bit := uint16(1) << (i % 16)
+			f.starts[w[0]] |= bit
 			if 'a' <= w[0] && w[0] <= 'z' {
-				f.first[w[0]-'a'+'A'] = true
+				f.starts[w[0]-'a'+'A'] |= bit
 			}
 		}
 	}
@@ -275,19 +282,26 @@ func newFoldWords(words []string) FoldWords {
 // sequence has fewer runes, which EqualFold does not match either.
 func (f *FoldWords) In(s string) bool {
 	for i := 0; i < len(s); i++ {
-		if !f.first[s[i]] {
-			continue
-		}
-		for _, w := range f.words {
-			if w == "" || len(s)-i < len(w) {
-				continue
-			}
-			if f.ascii && asciiEqualFoldLower(s[i:i+len(w)], w) || !f.ascii && strings.EqualFold(s[i:i+len(w)], w) {
-				return true
+		for m := f.starts[s[i]]; m != 0; m &= m - 1 {
+			for j := bits.TrailingZeros16(m); j < len(f.words); j += 16 {
+				if f.at(s[i:], f.words[j]) {
+					return true
+				}
 			}
 		}
 	}
 	return false
+}
+
+// at: w is spelled at the start of s (w not empty).
+func (f *FoldWords) at(s, w string) bool {
+	if w == "" || len(s) < len(w) {
+		return false
+	}
+	if f.ascii {
+		return asciiEqualFoldLower(s[:len(w)], w)
+	}
+	return strings.EqualFold(s[:len(w)], w)
 }
 
 // asciiEqualFoldLower: s is w with some ASCII letters in upper case (w's
