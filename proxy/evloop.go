@@ -551,6 +551,17 @@ func (s *Session) Answer(typ byte, frame []byte) evloop.Verdict {
 	return s.plainAnswer(typ, frame)
 }
 
+// QuietAnswer implements evloop.Quieter: the answer of the batch Admit
+// just admitted goes to plainAnswer (neither a guarded read's own
+// statements nor a read-only transaction's pin come first), which relays
+// a ParseComplete, BindComplete, RowDescription and the like without
+// looking at them: the loop need not call Answer for those (two or three
+// calls per extended point read). Nothing plainAnswer does changes which
+// of the three follows the rest of the answer.
+func (s *Session) QuietAnswer() bool {
+	return !(s.loopRead.active && len(s.loopRead.own) > 0) && s.loopTxn.g == nil
+}
+
 // plainAnswer follows an answer the client sees.
 func (s *Session) plainAnswer(typ byte, frame []byte) evloop.Verdict {
 	switch typ {

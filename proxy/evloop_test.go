@@ -195,7 +195,13 @@ func loopTransactionCases(tb testing.TB) []loopTransactionCase {
 				if _, ok := s.Admit(batch); !ok {
 					tb.Fatal("batch not admitted")
 				}
+				// As the loop: a quiet answer's ParseComplete,
+				// BindComplete and RowDescription are only relayed.
+				quiet := s.QuietAnswer()
 				for _, frame := range answer {
+					if quiet && evloop.QuietFrame(frame[0]) {
+						continue
+					}
 					if s.Answer(frame[0], frame) != evloop.Relay {
 						tb.Fatalf("answer %c ends the loop's turn", frame[0])
 					}
@@ -419,5 +425,35 @@ func TestAdmitReusesOnlyEqualRecords(t *testing.T) {
 	s.stmts[""] = &preparedStmt{sql: "SELECT 2", route: route{write: true}}
 	if st4, _ := run("SELECT 2"); st4.route.write {
 		t.Error("a plain read's Parse reused a write's record")
+	}
+}
+
+// TestQuietAnswerOnlyWhenPlainAnswerFollows: the loop relays an answer's
+// ParseComplete, BindComplete and RowDescription without Answer only when
+// plainAnswer follows the answer, which relays them unlooked at: not
+// while a guarded read's own statements are answered first (loopAnswer
+// drops those frames) nor at a read-only transaction's pin
+// (loopTxnAnswer).
+func TestQuietAnswerOnlyWhenPlainAnswerFollows(t *testing.T) {
+	obs, err := observe.New(observe.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Session{obs: obs.OpenSession(observe.SessionInfo{ID: 1}, logrus.NewEntry(logrus.New()))}
+	batch, err := (&pgproto3.Query{String: "SELECT 1"}).Encode(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Admit(batch); !ok || !s.QuietAnswer() {
+		t.Fatalf("a plain read: admitted %v, quiet %v; want both", ok, s.QuietAnswer())
+	}
+	s.loopRead.active, s.loopRead.own = true, []byte{'1'}
+	if s.QuietAnswer() {
+		t.Error("quiet while a guarded read's own statements are answered first")
+	}
+	s.loopRead.active, s.loopRead.own = false, nil
+	s.loopTxn.g = &pinGuard{}
+	if s.QuietAnswer() {
+		t.Error("quiet at a read-only transaction's pin")
 	}
 }

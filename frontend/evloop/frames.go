@@ -85,15 +85,17 @@ func partialOr(need, max int) batchState {
 
 // answerScanner follows the frames of the backend's answers as they
 // stream through, in pieces of any size: DataRows are only counted past
-// (unless keepRows), every other frame is kept whole for the session to
-// follow.
+// (unless keepRows), and so are the frames of QuietFrame while quiet;
+// every other frame is kept whole for the session to follow.
 type answerScanner struct {
 	keepRows bool // DataRows are kept and passed on too (a held answer)
-	hdr      [5]byte
-	nhdr     int
-	left     int    // bytes of the current frame's body still to come
-	keep     []byte // the current frame, if it is kept
-	typ      byte
+	// quiet: the peer need not see the frames of QuietFrame (Quieter).
+	quiet bool
+	hdr   [5]byte
+	nhdr  int
+	left  int    // bytes of the current frame's body still to come
+	keep  []byte // the current frame, if it is kept
+	typ   byte
 	// keeping: the current frame is kept (keepRows read at its header).
 	keeping bool
 }
@@ -115,7 +117,7 @@ func (s *answerScanner) feed(p []byte, frame func(typ byte, f []byte) bool) bool
 				return frame(0, nil) // malformed: the session decides
 			}
 			s.keep = s.keep[:0]
-			s.keeping = s.typ != 'D' || s.keepRows
+			s.keeping = s.keepRows || s.typ != 'D' && !(s.quiet && QuietFrame(s.typ))
 			if s.keeping {
 				s.keep = append(s.keep, s.hdr[:]...)
 			}

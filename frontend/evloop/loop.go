@@ -90,6 +90,7 @@ func (l *Loop) Run(client, backend *Conn, peer Peer) (Result, error) {
 	if d, ok := peer.(Delegator); ok {
 		m.follow = d.Follower()
 	}
+	m.quieter, _ = m.follow.(Quieter)
 	want := func(closing bool) { l.want(m, closing) }
 	var err error
 	if m.client, err = client.detach(want); err != nil {

@@ -17,8 +17,10 @@ type member struct {
 	follow Follower
 	// maxFrame and replier are the peer's MaxMessageSize and Replier,
 	// asked once when it joins rather than at each batch.
-	maxFrame        int
-	replier         Replier
+	maxFrame int
+	replier  Replier
+	// quieter is the follower's Quieter, if it is one.
+	quieter         Quieter
 	client, backend int
 	done            chan struct{}
 
@@ -179,6 +181,8 @@ func (l *Loop) readClient(m *member) {
 	// m.in stays the batch's buffer until the backend has it all (held:
 	// until its answer is relayed, as it may go back with it).
 	m.toBackend = m.in
+	// (A held answer is followed frame by frame, also after its release.)
+	m.scan.quiet = send == nil && m.quieter != nil && m.quieter.QuietAnswer()
 	if send != nil {
 		m.toBackend = send
 		m.holding, m.held, m.dropped, m.kept = true, m.held[:0], 0, false
@@ -259,6 +263,9 @@ func (l *Loop) readBackend(m *member) {
 		}
 		if typ == 'Z' {
 			m.answered = true
+			// Whatever comes after it is not this batch's answer: the
+			// next frame is looked at, whatever its type.
+			m.scan.quiet = false
 		} else if m.answered {
 			// Something after the ReadyForQuery: not an answer of this
 			// batch; the session's goroutine follows what comes next.

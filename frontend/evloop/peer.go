@@ -16,7 +16,8 @@ type Peer interface {
 	// the answer is relayed until Answer says Relay (see Verdict).
 	Admit(batch []byte) (send []byte, ok bool)
 	// Answer follows one frame of the backend's answer (never a DataRow,
-	// except while the answer is held; typ 0 for a malformed one).
+	// except while the answer is held, nor a frame a Quieter said it need
+	// not see; typ 0 for a malformed one).
 	Answer(typ byte, frame []byte) Verdict
 	// Unread takes back the backend's answer read so far, none of it
 	// relayed, when Answer said Back: the session's goroutine reads it
@@ -53,6 +54,33 @@ type Delegator interface {
 type Follower interface {
 	Admit(batch []byte) (send []byte, ok bool)
 	Answer(typ byte, frame []byte) Verdict
+}
+
+// Quieter is a Follower that may say, batch by batch, that the answer of
+// the batch it just admitted needs no Answer for its frames that carry no
+// state (QuietFrame: ParseComplete, BindComplete, CloseComplete,
+// RowDescription, NoData, ParameterDescription, PortalSuspended,
+// EmptyQueryResponse): the loop relays those as it does DataRows, without
+// a copy or a call. Every other frame (CommandComplete, ReadyForQuery, an
+// error, a notice, a ParameterStatus, COPY's) still goes to Answer, and
+// so does any frame after the answer's ReadyForQuery. Whether the
+// Follower is a Quieter is looked at once, when Run takes the session.
+type Quieter interface {
+	// QuietAnswer is asked right after Admit said ok without a send of
+	// its own (a held answer is always followed frame by frame): true
+	// when Answer would only relay the answer's frames of QuietFrame.
+	QuietAnswer() bool
+}
+
+// QuietFrame: a backend frame that changes nothing a session follows, its
+// answer to a Parse, Bind, Close or Describe, or an empty query's (the
+// frames a Quieter's quiet answer has relayed without an Answer).
+func QuietFrame(typ byte) bool {
+	switch typ {
+	case '1', '2', '3', 'T', 'n', 't', 's', 'I':
+		return true
+	}
+	return false
 }
 
 // Replier is a Peer that may answer a batch it admitted itself, with
