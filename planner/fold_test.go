@@ -47,12 +47,15 @@ func TestFoldWordsAsEqualFold(t *testing.T) {
 		// The proxy's noteSet: a dozen words, several with one first letter.
 		{"temp", "search_path", "set_config", "reset", "discard", "rollback", "abort",
 			"default_transaction", "characteristics", "restrict_nonsystem", "idle_in_transaction"},
+		// Words of one byte (a table named t), ASCII and not.
+		{"t", "ab", `u&"`},
+		{"x", "K"},
 		// More than 16 words: words i and i+16 share a bit of the table.
 		{"za", "zb", "zc", "zd", "ze", "zf", "zg", "zh", "zi", "zj", "zk", "zl", "zm", "zn", "zo", "zp",
 			"ks", "as", "et", "_x"},
 	}
 	pieces := []string{"s", "S", "k", "K", "\u212a", "\u017f", "a", "A", "_", "É", "é", "x", "X", "u&\"", "et", "ET",
-		"search_path", "SEARCH_PATH", "set_config", "Abort", "reseT", "z", "Z", "TEMP", "idle", "_in_transaction", "Default_"}
+		"search_path", "SEARCH_PATH", "set_config", "Abort", "reseT", "z", "Z", "t", "T", "b", "TEMP", "idle", "_in_transaction", "Default_"}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 20000 {
 		var b strings.Builder

@@ -249,6 +249,13 @@ type FoldWords struct {
 	// Query's text is scanned for a dozen words (noteStatementText): a
 	// point read's text has a dozen bytes that begin one of them.
 	starts [256]uint16
+	// seconds has, for each byte, the bits of the words whose second
+	// byte it may be (either case; every byte for a word of one byte, and
+	// for every word unless ascii), singles the bits of the words of one
+	// byte: a candidate that the next byte of s (or its end) rules out is
+	// not compared.
+	seconds [256]uint16
+	singles uint16
 	// ascii: every word is ASCII, compared byte by byte.
 	ascii bool
 }
@@ -267,13 +274,36 @@ func newFoldWords(words []string) FoldWords {
 		}
 		if w != "" {
 			bit := uint16(1) << (i % 16)
-			f.starts[w[0]] |= bit
-			if 'a' <= w[0] && w[0] <= 'z' {
-				f.starts[w[0]-'a'+'A'] |= bit
+			foldedBit(&f.starts, w[0], bit)
+			if len(w) == 1 {
+				f.singles |= bit
 			}
 		}
 	}
+	for i, w := range words {
+		bit := uint16(1) << (i % 16)
+		switch {
+		case w == "":
+		case len(w) == 1 || !f.ascii:
+			// (A word that is not ASCII may match bytes that differ
+			// from its own: strings.EqualFold.)
+			for b := range f.seconds {
+				f.seconds[b] |= bit
+			}
+		default:
+			foldedBit(&f.seconds, w[1], bit)
+		}
+	}
 	return f
+}
+
+// foldedBit sets bit in table at b, and at b's upper case when b is a
+// lower-case ASCII letter.
+func foldedBit(table *[256]uint16, b byte, bit uint16) {
+	table[b] |= bit
+	if 'a' <= b && b <= 'z' {
+		table[b-'a'+'A'] |= bit
+	}
 }
 
 // In reports whether s contains one of the words, case-insensitively.
@@ -282,7 +312,16 @@ func newFoldWords(words []string) FoldWords {
 // sequence has fewer runes, which EqualFold does not match either.
 func (f *FoldWords) In(s string) bool {
 	for i := 0; i < len(s); i++ {
-		for m := f.starts[s[i]]; m != 0; m &= m - 1 {
+		m := f.starts[s[i]]
+		if m == 0 {
+			continue
+		}
+		if i+1 < len(s) {
+			m &= f.seconds[s[i+1]]
+		} else {
+			m &= f.singles
+		}
+		for ; m != 0; m &= m - 1 {
 			for j := bits.TrailingZeros16(m); j < len(f.words); j += 16 {
 				if f.at(s[i:], f.words[j]) {
 					return true
