@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 58, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 60, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -1367,18 +1367,10 @@ BEGIN
             RETURN;  -- DDL that mzproxy itself runs below
         END IF;
     END IF;
-    -- (Version 40) A DROP whose sql_drop event took the timestamp and
-    -- moved the revision, in this transaction (xmin), to the revision that
-    -- is still there: nothing is left to do. (The setting is reset in an
-    -- assignment to renames, false either way before the loop.)
-    IF current_setting('mzproxy.drop_rev', true) <> '' THEN
-        IF TG_TAG LIKE 'DROP %' AND EXISTS (SELECT 1 FROM mzproxy.catalog_revision v
-                     WHERE v.revision::text = current_setting('mzproxy.drop_rev', true)
-                       AND v.xmin = pg_current_xact_id()::xid) THEN
-            renames := set_config('mzproxy.drop_rev', '', true) <> '';
-            RETURN;
-        END IF;
-        renames := set_config('mzproxy.drop_rev', '', true) <> '';
+    -- (Version 60) A DROP stashes no command: on_sql_drop moved the
+    -- revision for it (DROP OWNED stashes its revocations, a REVOKE).
+    IF TG_TAG LIKE 'DROP %' AND TG_TAG <> 'DROP OWNED' THEN
+        RETURN;
     END IF;
     -- (Version 46) A pending slot, the request begin_write_occ leaves (the
     -- proxy's autocommit DDL), is all the proof of the proxy that this
@@ -1496,17 +1488,18 @@ BEGIN
         END IF;
         -- (Version 40) A view created or replaced, in one statement: the
         -- conditions of a managed view below, and its row new or updated.
+        -- (Version 60) From the command alone: its schema_name ('pg_temp'
+        -- for any temporary schema) and the name in its object_identity.
         IF r.command_tag = 'CREATE VIEW' AND r.object_type = 'view' THEN
-            INSERT INTO mzproxy.catalog (id, kind, oid, schema_name, name, view_sql, created_ts, revision)
-            SELECT nextval('mzproxy.catalog_id_seq'), 'view', c.oid, n.nspname, c.relname,
-                   rtrim(btrim(pg_get_viewdef(c.oid)), ';'), CASE WHEN ts = 0 THEN mzproxy.view_ts() ELSE ts END, rev
-              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-             WHERE c.oid = r.objid AND c.relkind = 'v' AND c.relpersistence <> 't'
-               AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast', 'mzproxy')
-               AND n.nspname NOT LIKE 'pg\_temp\_%' AND n.nspname NOT LIKE 'pg\_toast\_temp\_%'
-            ON CONFLICT (oid) WHERE dropped_ts IS NULL DO UPDATE
-               SET schema_name = excluded.schema_name, name = excluded.name,
-                   view_sql = excluded.view_sql, revision = excluded.revision;
+            IF r.schema_name NOT IN ('pg_catalog', 'information_schema', 'pg_toast', 'mzproxy', 'pg_temp')
+               AND r.schema_name NOT LIKE 'pg\_temp\_%' AND r.schema_name NOT LIKE 'pg\_toast\_temp\_%' THEN
+                INSERT INTO mzproxy.catalog (id, kind, oid, schema_name, name, view_sql, created_ts, revision)
+                VALUES (nextval('mzproxy.catalog_id_seq'), 'view', r.objid, r.schema_name, (parse_ident(r.object_identity))[2],
+                        rtrim(btrim(pg_get_viewdef(r.objid)), ';'), CASE WHEN ts = 0 THEN mzproxy.view_ts() ELSE ts END, rev)
+                ON CONFLICT (oid) WHERE dropped_ts IS NULL DO UPDATE
+                   SET schema_name = excluded.schema_name, name = excluded.name,
+                       view_sql = excluded.view_sql, revision = excluded.revision;
+            END IF;
             CONTINUE;
         END IF;
         -- The relation the command is about (an index's table for CREATE INDEX).
@@ -1731,14 +1724,12 @@ BEGIN
         -- (the proxy's autocommit DDL): its row marked dropped at
         -- view_ts() in one statement, without reading it first. The
         -- revision moves here even when the view is not managed (a
-        -- temporary one): on_ddl_command_end would move it otherwise, and
-        -- now finds drop_rev and returns, as after any managed DROP. Views
+        -- temporary one), once, as for any DROP through mzproxy. Views
         -- after a T was chosen in this DROP (a cascade that reconciled a
         -- column) take the path below, and that T, as before.
         IF TG_TAG = 'DROP VIEW' AND r.object_type = 'view' AND current_setting('mzproxy.write_ts', true) = '0 - pending' THEN
             IF rev IS NULL THEN
                 UPDATE mzproxy.catalog_revision SET revision = revision + 1 RETURNING revision INTO rev;
-                marked := set_config('mzproxy.drop_rev', rev::text, true) <> '';
             END IF;
             vts := coalesce(vts, mzproxy.view_ts());
             UPDATE mzproxy.catalog SET dropped_ts = vts, revision = rev
@@ -1764,8 +1755,6 @@ BEGIN
         END IF;
         IF rev IS NULL THEN
             UPDATE mzproxy.catalog_revision SET revision = revision + 1 RETURNING revision INTO rev;
-            -- (Version 40) For on_ddl_command_end of this DROP.
-            marked := set_config('mzproxy.drop_rev', rev::text, true) <> '';
         END IF;
         -- The history table stays (compaction removes it once no read can
         -- reach it); the trigger functions go.
@@ -1778,6 +1767,18 @@ BEGIN
             marked := set_config('mzproxy.in_ddl', '', true) <> '';
         END IF;
     END LOOP;
+    -- (Version 60) The revision of a DROP through mzproxy moves here, once,
+    -- also when nothing managed went: on_ddl_command_end returns at once
+    -- for a DROP (it has no command). Not for DROP OWNED, which
+    -- on_ddl_command_end still runs, nor for another tag's drops (an
+    -- ALTER's), whose command on_ddl_command_end runs.
+    IF rev IS NULL AND TG_TAG LIKE 'DROP %' AND TG_TAG <> 'DROP OWNED' THEN
+        IF current_setting('mzproxy.write_ts', true) = '0 - pending' THEN
+            UPDATE mzproxy.catalog_revision SET revision = revision + 1;
+        ELSIF coalesce(ts, vts, mzproxy.ddl_ts()) IS NOT NULL THEN
+            UPDATE mzproxy.catalog_revision SET revision = revision + 1;
+        END IF;
+    END IF;
 END
 $$;
 
@@ -4042,6 +4043,8 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('55', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('56', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('57', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('58', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('59', now());
+INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('60', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
