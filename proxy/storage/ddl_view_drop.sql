@@ -1,4 +1,4 @@
--- mzproxy backend state, version 59 to 60 (session 26, ddl26): a view's
+-- mzproxy backend state, version 58 to 59 (session 26, ddl26): a view's
 -- CREATE records its row without a relation lookup, and a DROP's catalog
 -- revision moves in on_sql_drop alone (issue 16's CREATE and DROP VIEW).
 --
@@ -44,7 +44,7 @@ DECLARE
         renames := set_config('mzproxy.drop_rev', '', true) <> '';
     END IF;
 $$,
-         $$    -- (Version 60) A DROP stashes no command: on_sql_drop moved the
+         $$    -- (Version 59) A DROP stashes no command: on_sql_drop moved the
     -- revision for it (DROP OWNED stashes its revocations, a REVOKE).
     IF TG_TAG LIKE 'DROP %' AND TG_TAG <> 'DROP OWNED' THEN
         RETURN;
@@ -62,7 +62,7 @@ $$],
                SET schema_name = excluded.schema_name, name = excluded.name,
                    view_sql = excluded.view_sql, revision = excluded.revision;
             CONTINUE;$$,
-         $$        -- (Version 60) From the command alone: its schema_name ('pg_temp'
+         $$        -- (Version 59) From the command alone: its schema_name ('pg_temp'
         -- for any temporary schema) and the name in its object_identity.
         IF r.command_tag = 'CREATE VIEW' AND r.object_type = 'view' THEN
             IF r.schema_name NOT IN ('pg_catalog', 'information_schema', 'pg_toast', '@SCHEMA@', 'pg_temp')
@@ -101,7 +101,7 @@ $$,
             marked := set_config('mzproxy.in_ddl', '', true) <> '';
         END IF;
     END LOOP;
-    -- (Version 60) The revision of a DROP through mzproxy moves here, once,
+    -- (Version 59) The revision of a DROP through mzproxy moves here, once,
     -- also when nothing managed went: on_ddl_command_end returns at once
     -- for a DROP (it has no command). Not for DROP OWNED, which
     -- on_ddl_command_end still runs, nor for another tag's drops (an
@@ -135,4 +135,4 @@ BEGIN
 END
 $edit$;
 
-INSERT INTO @SCHEMA@.schema_version (version) VALUES (60);
+INSERT INTO @SCHEMA@.schema_version (version) VALUES (59);

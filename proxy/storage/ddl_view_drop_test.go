@@ -15,7 +15,7 @@ import (
 // block; DROP OWNED, whose revocations on_ddl_command_end syncs; and a
 // DROP outside mzproxy moves none, and of a managed view is refused.
 // savepointMoves is how far a DROP VIEW in a savepoint moves it: twice
-// before version 60 (on_sql_drop's hand-over was by the revision row's
+// before version 59 (on_sql_drop's hand-over was by the revision row's
 // xmin, the subtransaction's), once since.
 func dropRevisionMovesOnce(t *testing.T, cs string, conn *pgx.Conn, savepointMoves int64) {
 	t.Helper()
@@ -111,7 +111,7 @@ func createViewFromCommand(t *testing.T, cs string, conn *pgx.Conn) {
 	}
 }
 
-// TestDropRevisionMovesOnce: since version 60 on_sql_drop alone moves a
+// TestDropRevisionMovesOnce: since version 59 on_sql_drop alone moves a
 // DROP's revision; a DROP VIEW in a savepoint moves it once (twice
 // before).
 func TestDropRevisionMovesOnce(t *testing.T) {
@@ -119,23 +119,23 @@ func TestDropRevisionMovesOnce(t *testing.T) {
 	dropRevisionMovesOnce(t, cs, conn, 1)
 }
 
-// TestCreateViewFromCommand: version 60's row from the command keeps the
+// TestCreateViewFromCommand: version 59's row from the command keeps the
 // names, the replacement and the temporary view's absence.
 func TestCreateViewFromCommand(t *testing.T) {
 	cs, conn := installedDB(t)
 	createViewFromCommand(t, cs, conn)
 }
 
-// TestUpgradeToVersion60: a database at version 59 gets version 60's
+// TestUpgradeToVersion59: a database at version 58 gets version 59's
 // event trigger functions (before, on_ddl_command_end reads the
 // mzproxy.drop_rev hand-over), with the bounds above kept.
-func TestUpgradeToVersion60(t *testing.T) {
+func TestUpgradeToVersion59(t *testing.T) {
 	cs := newDB(t)
 	conn := connect(t, cs)
-	installVersion(t, conn, 59)
+	installVersion(t, conn, 58)
 	const readsDropRev = "SELECT (pg_get_functiondef('" + Schema + ".on_ddl_command_end()'::regprocedure) LIKE '%drop_rev%')::text"
 	if got := queryText(t, conn, readsDropRev); got != "true" {
-		t.Fatalf("version 59: on_ddl_command_end reads drop_rev: %s, want true", got)
+		t.Fatalf("version 58: on_ddl_command_end reads drop_rev: %s, want true", got)
 	}
 	if err := Install(context.Background(), conn); err != nil {
 		t.Fatal(err)

@@ -29,8 +29,8 @@
 // pin_last_value.sql 50 to 51, ddl_probe.sql 51 to 52, compact_fix.sql 52
 // to 53, restamp_generic.sql 53 to 54, alter_index_guard.sql 54 to 55,
 // hist_trim.sql 55 to 56,
-// ddl_alter_probe.sql 56 to 57, hist_record.sql 57 to 58, (59: another
-// session-26 branch's), ddl_view_drop.sql 59 to 60 (a database at an older version gets only the upgrades; a function
+// ddl_alter_probe.sql 56 to 57, hist_record.sql 57 to 58,
+// ddl_view_drop.sql 58 to 59 (a database at an older version gets only the upgrades; a function
 // a later version replaces is defined again in full there, or edited in
 // place); a database already at the version is left alone. It needs a superuser because it creates
 // event triggers.
@@ -671,9 +671,9 @@
 // unchanged. docs/write-cost.md ("Session 25") has the figures, and the
 // cheaper records of the written tables that were measured and not kept.
 //
-// # A view's row from its command, a DROP's revision in on_sql_drop (version 60)
+// # A view's row from its command, a DROP's revision in on_sql_drop (version 59)
 //
-// Since version 60 (ddl_view_drop.sql, session 26) on_ddl_command_end
+// Since version 59 (ddl_view_drop.sql, session 26) on_ddl_command_end
 // records a CREATE VIEW's row from the command alone: its schema_name
 // (PostgreSQL reports any temporary schema as 'pg_temp', which is not
 // recorded), the last part of its object_identity as the name, no

@@ -437,13 +437,7 @@ var ddlAlterProbeSQL string
 //go:embed hist_record.sql
 var histRecordSQL string
 
-// version59SQL stands for version 59, another session-26 branch's
-// migration (the task numbered this branch's 60): the merge puts that
-// branch's file here, or renumbers ddl_view_drop.sql to 59 and drops
-// this line.
-const version59SQL = "INSERT INTO @SCHEMA@.schema_version (version) VALUES (59);"
-
-// ddlViewDropSQL upgrades version 59 to 60 (session 26): a view's CREATE
+// ddlViewDropSQL upgrades version 58 to 59 (session 26): a view's CREATE
 // records its row from the command alone (no pg_class or pg_namespace
 // lookup), and a DROP's catalog revision moves in on_sql_drop alone
 // (on_ddl_command_end returns at once for a DROP, which stashes no
@@ -453,7 +447,7 @@ const version59SQL = "INSERT INTO @SCHEMA@.schema_version (version) VALUES (59);
 var ddlViewDropSQL string
 
 // migrations[v] upgrades a database at version v to v+1.
-var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL, 9: ddlCostSQL, 10: blockCostSQL, 11: writeTrimSQL, 12: ddlTrimSQL, 13: pinTrimSQL, 14: pinFastSQL, 15: ddlFastSQL, 16: rwCheckSQL, 17: pinCheapSQL, 18: ddlLeanSQL, 19: ddlMarksSQL, 20: rwCheckGateSQL, 21: insGapSQL, 22: slotStateSQL, 23: ddlAlterSQL, 24: viewSafeSQL, 25: pinViewsSQL, 26: writeLeanSQL, 27: ddlSmallSQL, 28: ddlColumnSQL, 29: bypassCodeSQL, 30: histWriteSQL, 31: pinSeqSQL, 32: ddlScansSQL, 33: restampSQL, 34: blockLeanSQL, 35: ddlCreateSQL, 36: histPlansSQL, 37: lazyHistorySQL, 38: ddlColsSQL, 39: ddlViewSQL, 40: ddlLazyColsSQL, 41: slotPendingSQL, 42: quoteIdentsSQL, 43: trigFoldSQL, 44: readPeekSQL, 45: ddlLazyTsSQL, 46: slotCheckedSQL, 47: ddlNoChecksSQL, 48: restampFoldSQL, 49: restampLeanSQL, 50: pinLastValueSQL, 51: ddlProbeSQL, 52: compactFixSQL, 53: restampGenericSQL, 54: alterIndexGuardSQL, 55: histTrimSQL, 56: ddlAlterProbeSQL, 57: histRecordSQL, 58: version59SQL, 59: ddlViewDropSQL}
+var migrations = []string{0: installSQL, 1: leaseSQL, 2: occSQL, 3: leaseHoldsSQL, 4: ddlSQL, 5: trustSQL, 6: frontierSQL, 7: ddlSpeedSQL, 8: writeCostSQL, 9: ddlCostSQL, 10: blockCostSQL, 11: writeTrimSQL, 12: ddlTrimSQL, 13: pinTrimSQL, 14: pinFastSQL, 15: ddlFastSQL, 16: rwCheckSQL, 17: pinCheapSQL, 18: ddlLeanSQL, 19: ddlMarksSQL, 20: rwCheckGateSQL, 21: insGapSQL, 22: slotStateSQL, 23: ddlAlterSQL, 24: viewSafeSQL, 25: pinViewsSQL, 26: writeLeanSQL, 27: ddlSmallSQL, 28: ddlColumnSQL, 29: bypassCodeSQL, 30: histWriteSQL, 31: pinSeqSQL, 32: ddlScansSQL, 33: restampSQL, 34: blockLeanSQL, 35: ddlCreateSQL, 36: histPlansSQL, 37: lazyHistorySQL, 38: ddlColsSQL, 39: ddlViewSQL, 40: ddlLazyColsSQL, 41: slotPendingSQL, 42: quoteIdentsSQL, 43: trigFoldSQL, 44: readPeekSQL, 45: ddlLazyTsSQL, 46: slotCheckedSQL, 47: ddlNoChecksSQL, 48: restampFoldSQL, 49: restampLeanSQL, 50: pinLastValueSQL, 51: ddlProbeSQL, 52: compactFixSQL, 53: restampGenericSQL, 54: alterIndexGuardSQL, 55: histTrimSQL, 56: ddlAlterProbeSQL, 57: histRecordSQL, 58: ddlViewDropSQL}
 
 // flatInstallSQL is what the migration chain installs on an empty
 // database, as one script without the chain's superseded definitions and

@@ -1,4 +1,4 @@
--- mzproxy backend state, schema version 60, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
+-- mzproxy backend state, schema version 59, generated from the migration chain by TestFlatInstall on PostgreSQL 15: do not edit.
 -- What the migration chain (install.sql and every upgrade) leaves on an
 -- empty database, as Install runs it there; upgrades run the chain.
 SELECT pg_catalog.set_config('search_path', '', true);
@@ -1367,7 +1367,7 @@ BEGIN
             RETURN;  -- DDL that mzproxy itself runs below
         END IF;
     END IF;
-    -- (Version 60) A DROP stashes no command: on_sql_drop moved the
+    -- (Version 59) A DROP stashes no command: on_sql_drop moved the
     -- revision for it (DROP OWNED stashes its revocations, a REVOKE).
     IF TG_TAG LIKE 'DROP %' AND TG_TAG <> 'DROP OWNED' THEN
         RETURN;
@@ -1488,7 +1488,7 @@ BEGIN
         END IF;
         -- (Version 40) A view created or replaced, in one statement: the
         -- conditions of a managed view below, and its row new or updated.
-        -- (Version 60) From the command alone: its schema_name ('pg_temp'
+        -- (Version 59) From the command alone: its schema_name ('pg_temp'
         -- for any temporary schema) and the name in its object_identity.
         IF r.command_tag = 'CREATE VIEW' AND r.object_type = 'view' THEN
             IF r.schema_name NOT IN ('pg_catalog', 'information_schema', 'pg_toast', 'mzproxy', 'pg_temp')
@@ -1767,7 +1767,7 @@ BEGIN
             marked := set_config('mzproxy.in_ddl', '', true) <> '';
         END IF;
     END LOOP;
-    -- (Version 60) The revision of a DROP through mzproxy moves here, once,
+    -- (Version 59) The revision of a DROP through mzproxy moves here, once,
     -- also when nothing managed went: on_ddl_command_end returns at once
     -- for a DROP (it has no command). Not for DROP OWNED, which
     -- on_ddl_command_end still runs, nor for another tag's drops (an
@@ -4044,7 +4044,6 @@ INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('56', now
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('57', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('58', now());
 INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('59', now());
-INSERT INTO mzproxy.schema_version ("version", "installed_at") VALUES ('60', now());
 INSERT INTO mzproxy.oracle ("timeline", "read_ts") VALUES ('EpochMilliseconds', mzproxy.now_ms());
 INSERT INTO mzproxy.oracle_write ("timeline", "write_ts") VALUES ('EpochMilliseconds', (SELECT o.read_ts FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
 INSERT INTO mzproxy.txns_durable ("one", "upper") VALUES ('true', (SELECT o.read_ts + 1 FROM mzproxy.oracle o WHERE o.timeline = 'EpochMilliseconds'));
