@@ -319,7 +319,7 @@ func SetRetentionQuery(rel string, d time.Duration, reset bool) string {
 	return "SELECT " + Schema + ".set_retention(" + quoteLiteral(rel) + "::regclass, " + ms + ")"
 }
 
-// quoteLiteral quotes s as an SQL string literal: an E'' string when s
+// quoteLiteral quotes s as an SQL string literal: an escape string (E'...') when s
 // holds a backslash, which then means s whatever standard_conforming_strings
 // says.
 func quoteLiteral(s string) string {
