@@ -19,7 +19,10 @@
 // A lease whose database was dropped is lost at its next dial, which the
 // server refuses with 3D000 (its loop then stops dialing). Register
 // installs or upgrades mzproxy's backend schema first, on the lease's
-// own connection (InstallError when that fails).
+// own connection (InstallError when that fails), and registers in the
+// install's last round trip (storage.InstallAndRegister): in a new
+// database (a fresh install, or a copy of the template database) inside
+// the install's transaction, one commit for both.
 //
 // # Read holds without a round trip
 //

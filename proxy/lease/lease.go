@@ -175,15 +175,19 @@ func Register(ctx context.Context, cfg Config) (*Lease, error) {
 	}
 	l.conn = internalconn.New(nil, cfg.Dial)
 	start := time.Now()
-	var gen, floor int64
-	// Registering twice would make two incarnations: run once.
+	var inc storage.Incarnation
+	// Registering twice would make two incarnations: run once. The
+	// registration rides with the install's last round trip (in a new
+	// database, in its transaction).
 	err := l.conn.Run(ctx, internalconn.Once, func(conn *pgx.Conn) error {
-		if err := storage.Install(ctx, conn); err != nil {
+		var err error
+		inc, err = storage.InstallAndRegister(ctx, conn, storage.Registration{
+			Generation: int64(min(cfg.Generation, math.MaxInt64)), GraceMS: cfg.Grace.Milliseconds(), Host: cfg.Host, PID: os.Getpid()})
+		var re *storage.RegisterError
+		if err != nil && !errors.As(err, &re) && !storage.IsFenced(err) {
 			return &InstallError{err}
 		}
-		// Once per connection: an unnamed statement, one round trip.
-		return conn.QueryRow(ctx, "SELECT r_id, r_generation, r_floor FROM "+storage.Schema+".register($1, $2, $3, $4)", pgx.QueryExecModeExec,
-			int64(min(cfg.Generation, math.MaxInt64)), cfg.Grace.Milliseconds(), cfg.Host, os.Getpid()).Scan(&l.id, &gen, &floor)
+		return err
 	})
 	if err != nil {
 		l.conn.Close()
@@ -196,8 +200,9 @@ func Register(ctx context.Context, cfg Config) (*Lease, error) {
 		}
 		return nil, fmt.Errorf("lease: register: %w", err)
 	}
-	l.gen = uint64(gen)
-	l.floor, l.published, l.candidate = uint64(floor), uint64(floor), uint64(floor)
+	l.id = inc.ID
+	l.gen = uint64(inc.Generation)
+	l.floor, l.published, l.candidate = uint64(inc.Floor), uint64(inc.Floor), uint64(inc.Floor)
 	l.deadline = start.Add(l.validity())
 	loopCtx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel

@@ -486,13 +486,73 @@ var ErrUntrustedSchema = errors.New("storage: a schema of mzproxy's name is not 
 // in one transaction under a lock only superusers can take. conn must be a superuser
 // connection; it must not be inside a transaction.
 func Install(ctx context.Context, conn *pgx.Conn) error {
+	_, err := install(ctx, conn, "")
+	return err
+}
+
+// Registration is what register() records of a new incarnation.
+type Registration struct {
+	// Generation to register with: 0 joins the newest; a lower one than
+	// the newest is fenced (IsFenced); a higher one fences every
+	// incarnation of a lower generation.
+	Generation int64
+	GraceMS    int64
+	Host       string
+	PID        int
+}
+
+// Incarnation is register()'s answer: the new incarnation's id, its
+// generation and its first floor.
+type Incarnation struct{ ID, Generation, Floor int64 }
+
+// RegisterError is InstallAndRegister's error when the install committed
+// (or had nothing to do) and the registration after it failed.
+type RegisterError struct{ Err error }
+
+func (e *RegisterError) Error() string { return e.Err.Error() }
+func (e *RegisterError) Unwrap() error { return e.Err }
+
+// InstallAndRegister is Install, then register(r) (the lease's
+// registration, package lease), with no round trip of its own: it rides
+// with the install's last statement string. Where no proxy can have
+// registered yet (a fresh install, or a copy of a template database whose
+// install-time values this install computes), it runs inside the
+// install's transaction, so that a new database's first registration pays
+// one commit, not two; a failure there rolls the install back too and is
+// an install error. Elsewhere (an installed or upgraded database, where
+// writers may hold the gate that a fencing registration waits for, and an
+// upgrade holds locks those writers may need) it runs after the COMMIT, as
+// a transaction of its own, and its failure is a *RegisterError. A fenced
+// registration fails with an error IsFenced recognizes either way.
+func InstallAndRegister(ctx context.Context, conn *pgx.Conn, r Registration) (Incarnation, error) {
+	var inc Incarnation
+	row, err := install(ctx, conn, fmt.Sprintf("SELECT r_id, r_generation, r_floor FROM %s.register(%d, %d, %s, %d)",
+		Schema, r.Generation, r.GraceMS, quoteLiteral(r.Host), r.PID))
+	if err != nil {
+		return inc, err
+	}
+	if len(row) != 3 {
+		return inc, &RegisterError{fmt.Errorf("storage: register answered %d columns, want 3", len(row))}
+	}
+	for i, dst := range []*int64{&inc.ID, &inc.Generation, &inc.Floor} {
+		if _, err := fmt.Sscan(string(row[i]), dst); err != nil {
+			return inc, &RegisterError{fmt.Errorf("storage: register: %q: %w", row[i], err)}
+		}
+	}
+	return inc, nil
+}
+
+// install is Install running then (a query of one row, "" for none) in its
+// last round trip, as InstallAndRegister describes, and returns then's
+// row.
+func install(ctx context.Context, conn *pgx.Conn, then string) ([][]byte, error) {
 	// One round trip (the simple protocol's multi-statement string) for
 	// the role, the lock and what is installed, and one for the script
-	// and its commit: a new database's first session waits for them (a
-	// copy of the template's registration runs beside the session's start,
-	// and was the longer of the two). Under load a round trip of the
-	// proxy's costs a wake-up on each side: 15-40 ms each at load 22, ten
-	// of them before (docs/corpus-cost.md, session 17).
+	// and its commit (and then): a new database's first session waits for
+	// them (a copy of the template's registration runs beside the
+	// session's start, and was the longer of the two). Under load a round
+	// trip of the proxy's costs a wake-up on each side: 15-40 ms each at
+	// load 22, ten of them before (docs/corpus-cost.md, session 17).
 	pc := conn.PgConn()
 	open := true
 	defer func() {
@@ -508,39 +568,36 @@ func Install(ctx context.Context, conn *pgx.Conn) error {
 		"LOCK TABLE pg_catalog.pg_event_trigger IN SHARE ROW EXCLUSIVE MODE;\n"+
 		installedVersionSQL).ReadAll()
 	if len(results) >= 2 && results[1].Err == nil && len(results[1].Rows) == 1 && string(results[1].Rows[0][0]) != "t" {
-		return fmt.Errorf("%w; role %q is not one: connect the proxy's backend as a superuser, or have one install it once", ErrNotSuperuser, results[1].Rows[0][1])
+		return nil, fmt.Errorf("%w; role %q is not one: connect the proxy's backend as a superuser, or have one install it once", ErrNotSuperuser, results[1].Rows[0][1])
 	}
 	if err != nil {
-		return fmt.Errorf("storage: install: %w", err)
+		return nil, fmt.Errorf("storage: install: %w", err)
 	}
 	if len(results) != 4 || len(results[1].Rows) != 1 || len(results[3].Rows) != 1 {
-		return fmt.Errorf("storage: install: unexpected answer to the version check (%d results)", len(results))
+		return nil, fmt.Errorf("storage: install: unexpected answer to the version check (%d results)", len(results))
 	}
 	row := results[3].Rows[0]
 	var v int
 	if _, err := fmt.Sscan(string(row[0]), &v); err != nil {
-		return fmt.Errorf("storage: install: version %q: %w", row[0], err)
+		return nil, fmt.Errorf("storage: install: version %q: %w", row[0], err)
 	}
 	copied := string(row[1]) == "t"
 	switch {
-	case v == SchemaVersion && !copied:
-		open = false
-		if _, err := pc.Exec(ctx, "COMMIT").ReadAll(); err != nil {
-			return fmt.Errorf("storage: install: %w", err)
-		}
-		return nil
 	case v > SchemaVersion:
-		return fmt.Errorf("storage: backend schema %q is at version %d, newer than this proxy's %d: upgrade the proxy", Schema, v, SchemaVersion)
+		return nil, fmt.Errorf("storage: backend schema %q is at version %d, newer than this proxy's %d: upgrade the proxy", Schema, v, SchemaVersion)
 	case v == -1:
-		return fmt.Errorf("%w: %s (drop it, or have a superuser own it)", ErrUntrustedSchema, row[2])
+		return nil, fmt.Errorf("%w: %s (drop it, or have a superuser own it)", ErrUntrustedSchema, row[2])
 	case v < 0:
-		return fmt.Errorf("storage: backend schema %q is at unknown version %d", Schema, v)
+		return nil, fmt.Errorf("storage: backend schema %q is at unknown version %d", Schema, v)
 	}
 	// The simple protocol runs the multi-statement script in the transaction.
 	// PL/pgSQL's validator would compile each of the script's hundred-odd
 	// functions as it is made (15% of a fresh install's backend CPU); the
 	// tests call them all.
-	script := "SET LOCAL check_function_bodies = off;\n"
+	var script string
+	if v < SchemaVersion || copied {
+		script = "SET LOCAL check_function_bodies = off;\n"
+	}
 	switch {
 	case v == 0:
 		script += freshInstallSettings + flatInstallSQL
@@ -552,18 +609,53 @@ func Install(ctx context.Context, conn *pgx.Conn) error {
 		// template's until now.
 		script += freshInstallSettings + reseedSQL
 	}
+	// then runs in the install's transaction only where nobody can have
+	// registered before it: nothing writes there yet, so a fencing
+	// registration's wait for the gate cannot hold up the lock every
+	// other proxy's install waits for. It runs as registrations always
+	// did, in origin mode (freshInstallSettings is on only for the
+	// script's own statements).
+	inside := then != "" && (v == 0 || copied)
+	if inside {
+		script += "\n;SET LOCAL session_replication_role = DEFAULT;\n" + then
+	}
 	// The commit rides with the script; after an error PostgreSQL skips
-	// it, and the deferred ROLLBACK ends the failed transaction.
-	results, err = pc.Exec(ctx, script+"\n;COMMIT").ReadAll()
-	if err != nil {
-		return fmt.Errorf("storage: install version %d: %w", SchemaVersion, err)
+	// it, and the deferred ROLLBACK ends the failed transaction. A then
+	// after the COMMIT runs in a transaction of its own, which PostgreSQL
+	// ends before it answers.
+	script += "\n;COMMIT"
+	if then != "" && !inside {
+		script += ";\n" + then
 	}
-	open = false
-	// A COMMIT of a transaction that failed unseen would answer ROLLBACK.
-	if n := len(results); n == 0 || results[n-1].CommandTag.String() != "COMMIT" {
-		return fmt.Errorf("storage: install version %d: the transaction did not commit", SchemaVersion)
+	results, err = pc.Exec(ctx, script).ReadAll()
+	committed := -1
+	for i, r := range results {
+		if r.Err == nil && r.CommandTag.String() == "COMMIT" {
+			committed = i
+		}
 	}
-	return nil
+	open = committed < 0 && err != nil
+	switch {
+	case err != nil && committed < 0:
+		return nil, fmt.Errorf("storage: install version %d: %w", SchemaVersion, err)
+	case err != nil:
+		return nil, &RegisterError{err}
+	case committed < 0:
+		// A COMMIT of a transaction that failed unseen would answer ROLLBACK.
+		return nil, fmt.Errorf("storage: install version %d: the transaction did not commit", SchemaVersion)
+	case then == "":
+		return nil, nil
+	}
+	// then's result: just before the COMMIT inside, just after it
+	// otherwise.
+	at := committed + 1
+	if inside {
+		at = committed - 1
+	}
+	if at < 0 || at >= len(results) || len(results[at].Rows) != 1 {
+		return nil, &RegisterError{fmt.Errorf("storage: no row from %q", then)}
+	}
+	return results[at].Rows[0], nil
 }
 
 // installedVersionSQL reads the highest installed schema version (0 if

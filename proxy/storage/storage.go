@@ -319,9 +319,15 @@ func SetRetentionQuery(rel string, d time.Duration, reset bool) string {
 	return "SELECT " + Schema + ".set_retention(" + quoteLiteral(rel) + "::regclass, " + ms + ")"
 }
 
-// quoteLiteral quotes s as an SQL string literal (standard_conforming_strings).
+// quoteLiteral quotes s as an SQL string literal: an escape string (E'...') when s
+// holds a backslash, which then means s whatever standard_conforming_strings
+// says.
 func quoteLiteral(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+	q := "'" + strings.ReplaceAll(s, "'", "''") + "'"
+	if strings.Contains(s, `\`) {
+		return "E" + strings.ReplaceAll(q, `\`, `\\`)
+	}
+	return q
 }
 
 // CodeFenced is the SQLSTATE of the fenced errors (Materialize reports
