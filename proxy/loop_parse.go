@@ -205,7 +205,7 @@ func (s *Session) admitParsedRead(batch []byte) ([]byte, bool) {
 	if named {
 		bound = name
 	}
-	guardLen, ok := s.encodeGuardedBind(ctx, &g, rec, st, closes, &s.loop.parse, bound, m, params, rest)
+	guardLen, ok := s.encodeGuardedBind(ctx, &g, rec, st, closes, &s.loop.parse, false, bound, m, params, rest)
 	if !ok {
 		r.undo(&ps)
 		return nil, false
