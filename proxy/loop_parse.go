@@ -178,7 +178,16 @@ func (s *Session) admitParsedRead(batch []byte) ([]byte, bool) {
 	}
 	g := guardedSend{c: c, hold: hold, guard: guardKey{rev: seen.revision, path: s.known.searchPathShown, pin: st.AsOf == nil}}
 	r := &s.be.reads
-	ps := parsedStmt{key: readStatementKey{text: pr.sql, types: pr.types, rev: g.guard.rev, path: g.guard.path}}
+	// The proxy's statement of a read of the present has the holes of one
+	// (present_read.go); the client's unnamed statement, parsed at the
+	// text's first use, is the rewrite.
+	text, types, oids := pr.sql, pr.types, pr.oids
+	present := g.guard.pin && rec.tsParam
+	if present {
+		pt := s.presentTextOf(rec, st)
+		text, types, oids = pt.text, pt.types, rec.parsed.declared
+	}
+	ps := parsedStmt{key: readStatementKey{text: text, types: types, rev: g.guard.rev, path: g.guard.path}}
 	name, made, named := r.statementFor(ps.key)
 	ps.named, ps.made = named, made
 	closes := s.loop.closes[:0]
@@ -191,7 +200,7 @@ func (s *Session) admitParsedRead(batch []byte) ([]byte, bool) {
 		// Closed first, as boundReadOf closes it.
 		ps.closing, r.closing = r.closing, nil
 		closes = append(append(closes, ps.closing...), name)
-		s.loop.parse = pgproto3.Parse{Name: name, Query: pr.sql, ParameterOIDs: pr.oids}
+		s.loop.parse = pgproto3.Parse{Name: name, Query: text, ParameterOIDs: oids}
 		recorded = pr.marked
 	default:
 		ps.closing, r.closing = r.closing, nil
@@ -205,7 +214,7 @@ func (s *Session) admitParsedRead(batch []byte) ([]byte, bool) {
 	if named {
 		bound = name
 	}
-	guardLen, ok := s.encodeGuardedBind(ctx, &g, rec, st, closes, &s.loop.parse, false, bound, m, params, rest)
+	guardLen, ok := s.encodeGuardedBind(ctx, &g, rec, st, closes, &s.loop.parse, false, present && named, bound, m, params, rest)
 	if !ok {
 		r.undo(&ps)
 		return nil, false

@@ -169,11 +169,11 @@ func (s *Session) encodeLoopRead(g *guardedSend, send func() error) bool {
 // length of the proxy's own part (the guard's and the Closes', and parse
 // when ownParse: the proxy's statement, presentStmt), whose answers the
 // loop drops, and false when nothing could be encoded (encodeLoopRead).
-// When ownParse is set, stmt is the proxy's statement of a read of the
-// present, whose holes read the guard's setting: bound without the
-// timestamp parameter.
+// When present is set, stmt is the proxy's statement of a read of the
+// present (presentStmt), whose holes read the guard's setting: bound
+// without the timestamp parameter.
 func (s *Session) encodeGuardedBind(ctx context.Context, g *guardedSend, rec *preparedStmt, st *planner.Statement,
-	closes []string, parse *pgproto3.Parse, ownParse bool, stmt string, m *pgproto3.Bind, params [][]byte, rest []byte) (int, bool) {
+	closes []string, parse *pgproto3.Parse, ownParse, present bool, stmt string, m *pgproto3.Bind, params [][]byte, rest []byte) (int, bool) {
 	s.timestampPhase(ctx, g.guard.pin)
 	lr := &s.loopRead
 	var ts []byte
@@ -207,7 +207,7 @@ func (s *Session) encodeGuardedBind(ctx context.Context, g *guardedSend, rec *pr
 				return err
 			}
 		}
-		if ownParse {
+		if present {
 			bind := &s.explicitBind
 			*bind = *m
 			bind.PreparedStatement = stmt
@@ -277,7 +277,7 @@ func (s *Session) admitBoundRead(batch []byte) ([]byte, bool) {
 	}
 	g := guardedSend{c: c, hold: hold, guard: guardKey{rev: seen.catalog.cat.Revision, pin: st.AsOf == nil}}
 	ps, closes, stmt, parse := s.presentStmt(rec, st, g.guard, m.PreparedStatement)
-	ownLen, ok := s.encodeGuardedBind(context.Background(), &g, rec, st, closes, parse, ps.named, stmt, m, m.Parameters, rest)
+	ownLen, ok := s.encodeGuardedBind(context.Background(), &g, rec, st, closes, parse, ps.named, ps.named, stmt, m, m.Parameters, rest)
 	if !ok {
 		s.be.reads.undo(&ps)
 		return nil, false

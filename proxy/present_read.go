@@ -58,6 +58,17 @@ type presentText struct {
 	types string // rec's declared types, encoded (oidsKey)
 }
 
+// presentTextOf is the text of the proxy's statement of rec's read of the
+// present st (its Template with readTSExpr holes) and rec's declared
+// parameter types, encoded.
+func (s *Session) presentTextOf(rec *preparedStmt, st *planner.Statement) *presentText {
+	pt := &s.loop.present
+	if pt.rec != rec {
+		*pt = presentText{rec: rec, text: st.Template.Render(readTSExpr), types: oidsKey(rec.parsed.declared)}
+	}
+	return pt
+}
+
 // presentStmt is the statement rec's read st binds in the loop: the
 // proxy's (ps.named, stmt its name; parse its Parse when the batch makes
 // it, behind the closes) for a read of the present (guard pins) from the
@@ -66,10 +77,7 @@ func (s *Session) presentStmt(rec *preparedStmt, st *planner.Statement, guard gu
 	if !guard.pin || !rec.tsParam || st.AsOf != nil || st.Template == nil || st.Template.Holes() == 0 {
 		return parsedStmt{}, nil, client, nil
 	}
-	pt := &s.loop.present
-	if pt.rec != rec {
-		*pt = presentText{rec: rec, text: st.Template.Render(readTSExpr), types: oidsKey(rec.parsed.declared)}
-	}
+	pt := s.presentTextOf(rec, st)
 	r := &s.be.reads
 	ps.key = readStatementKey{text: pt.text, types: pt.types, rev: guard.rev, path: rec.parsed.path}
 	name, made, named := r.statementFor(ps.key)

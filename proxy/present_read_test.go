@@ -136,3 +136,31 @@ func TestPresentReadBindsProxyStatement(t *testing.T) {
 		}
 	}
 }
+
+// TestPresentParsedReadBindsProxyStatement: a read of the present sent as
+// the unnamed statement's Parse (loop_parse.go) binds, from its second
+// use, the proxy's statement with the holes of a read of the present
+// (present_read.go), its answers the client's; without the change it
+// binds one with the client's rewrite (the coalesce of the timestamp
+// parameter).
+func TestPresentParsedReadBindsProxyStatement(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := newLoopClient(t, ctx)
+	table := newParsedReadTable(t, ctx, c, "lppr")
+	tsread := "SELECT abalance, mz_now() FROM " + table + " WHERE aid = $1"
+	c.handleBatch(t, ctx, parsedBatch(t, tsread, nil, true, "1"))
+	for aid := 2; aid < 8; aid++ {
+		answer, inLoop := c.turnBatch(t, ctx, parsedBatch(t, tsread, nil, true, fmt.Sprint(aid)))
+		if !inLoop {
+			t.Fatalf("aid %d: the loop gave the read back", aid)
+		}
+		checkAnswer(t, answer, "12T", fmt.Sprint(aid*10))
+	}
+	got := firstValueOf(t, query(t, ctx, c.s, c.client, "SELECT coalesce(string_agg((generic_plans + custom_plans) ||"+
+		" CASE WHEN statement LIKE '%coalesce%' THEN ' coalesce' ELSE '' END, ', '), '') FROM pg_prepared_statements"+
+		" WHERE name LIKE 'mzproxy_read_%' AND statement LIKE '%"+table+"%'"))
+	if got != "5" {
+		t.Fatalf("the proxy's statements of the read, runs: %q, want \"5\" (one, with the holes of a read of the present)", got)
+	}
+}
