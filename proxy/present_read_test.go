@@ -41,6 +41,9 @@ func TestPresentReadBindsProxyStatement(t *testing.T) {
 	}
 	prepare()
 	c.handleBatch(t, ctx, boundBatch(t, "tsread", false, "1"))
+	// The RowDescription of the client's statement, to compare with the
+	// proxy's: the client sees the same columns.
+	described := rowDescriptionOf(t, c.handleBatch(t, ctx, boundBatch(t, "tsread", true, "1")))
 	reads := func(from, to int) {
 		t.Helper()
 		for aid := from; aid < to; aid++ {
@@ -51,6 +54,9 @@ func TestPresentReadBindsProxyStatement(t *testing.T) {
 			first := "2"
 			if aid%2 == 0 {
 				first = "2T"
+				if got := rowDescriptionOf(t, answer); got != described {
+					t.Fatalf("aid %d: RowDescription %q, want the client's statement's %q", aid, got, described)
+				}
 			}
 			checkAnswer(t, answer, first, fmt.Sprint(aid*10))
 		}
@@ -66,8 +72,8 @@ func TestPresentReadBindsProxyStatement(t *testing.T) {
 	reads(2, 10)
 	// The goroutine's read and the text's first use in the loop bound the
 	// client's statement; the seven after it the proxy's.
-	if got := statements(); got != "proxy 7, tsread 2" {
-		t.Fatalf("the backend's statements of the read: %q, want \"proxy 7, tsread 2\"", got)
+	if got := statements(); got != "proxy 7, tsread 3" {
+		t.Fatalf("the backend's statements of the read: %q, want \"proxy 7, tsread 3\"", got)
 	}
 	// Unseen: the proxy's statement deallocated inside a function.
 	for _, sql := range []string{"SELECT " + table + "_drop()"} {
@@ -75,8 +81,8 @@ func TestPresentReadBindsProxyStatement(t *testing.T) {
 			t.Fatalf("%s: %s", sql, out)
 		}
 	}
-	if got := statements(); got != "tsread 2" {
-		t.Fatalf("after the function: %q, want \"tsread 2\"", got)
+	if got := statements(); got != "tsread 3" {
+		t.Fatalf("after the function: %q, want \"tsread 3\"", got)
 	}
 	answer, inLoop := c.turnBatch(t, ctx, boundBatch(t, "tsread", true, "11"))
 	if inLoop {
@@ -87,8 +93,8 @@ func TestPresentReadBindsProxyStatement(t *testing.T) {
 		t.Fatalf("%d holds after the read given back", n)
 	}
 	reads(12, 16)
-	if got := statements(); got != "proxy 3, tsread 4" {
-		t.Fatalf("after the read given back: %q, want \"proxy 3, tsread 4\" (made again at the second use)", got)
+	if got := statements(); got != "proxy 3, tsread 5" {
+		t.Fatalf("after the read given back: %q, want \"proxy 3, tsread 5\" (made again at the second use)", got)
 	}
 	// Seen: DISCARD ALL drops the client's statement too.
 	if out := query(t, ctx, c.s, c.client, "DISCARD ALL"); strings.Contains(out, "ERROR") {
@@ -163,4 +169,18 @@ func TestPresentParsedReadBindsProxyStatement(t *testing.T) {
 	if got != "5" {
 		t.Fatalf("the proxy's statements of the read, runs: %q, want \"5\" (one, with the holes of a read of the present)", got)
 	}
+}
+
+// rowDescriptionOf is the RowDescription frame of answer.
+func rowDescriptionOf(tb testing.TB, answer string) string {
+	tb.Helper()
+	for b := answer; len(b) >= 5; {
+		n := 1 + int(uint32(b[1])<<24|uint32(b[2])<<16|uint32(b[3])<<8|uint32(b[4]))
+		if b[0] == 'T' {
+			return b[:n]
+		}
+		b = b[n:]
+	}
+	tb.Fatalf("no RowDescription in %q", answer)
+	return ""
 }
