@@ -231,7 +231,7 @@ func (s *Session) admitParsedRead(batch []byte) ([]byte, bool) {
 		s.admitted(&m)
 		off += fn
 	}
-	*lr = loopRead{active: true, g: g, parsed: true, rec: recorded, stmt: ps, behind: behind,
+	*lr = loopRead{active: true, g: g, parsed: true, presentParse: present, rec: recorded, stmt: ps, behind: behind,
 		own: ownAnswers(lr.own[:0], lr.send.b[:guardLen]), send: lr.send, ts: lr.ts}
 	return lr.send.b, true
 }
@@ -290,7 +290,7 @@ func (s *Session) resumeLoopParse(ctx context.Context, m *pgproto3.Parse, frame 
 	lr := &s.loopRead
 	g, rec, behind, ps, gone := lr.g, lr.rec, lr.behind, lr.stmt, lr.gone
 	lr.active, lr.resume, lr.parsed, lr.rec, lr.stmt = false, false, false, nil, parsedStmt{}
-	lr.heldParse, lr.gone = false, false
+	lr.heldParse, lr.gone, lr.presentParse = false, false, false
 	// The backend runs the batch the loop sent until its ReadyForQuery:
 	// loopFlight stays set (handleStatement clears it at the end of the
 	// statement), so that a Cancel between the messages this goroutine
@@ -302,7 +302,9 @@ func (s *Session) resumeLoopParse(ctx context.Context, m *pgproto3.Parse, frame 
 	s.be.clientBatch = clientBatch
 	if err == nil && gone {
 		// The Bind of the proxy's statement failed with 26000 behind the
-		// client's ParseComplete, which the loop held: nothing of the
+		// client's ParseComplete, which the loop held, or the Parse of
+		// the proxy's statement of a read of the present failed in the
+		// client's Parse's place (loopAnswer): nothing of the
 		// answer reached the client, nothing of the read ran. The
 		// statement is forgotten (prepared again at the text's next
 		// uses), the answers up to the batch's ReadyForQuery dropped, and

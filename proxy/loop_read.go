@@ -11,6 +11,7 @@ import (
 	"github.com/mzproxy/mzproxy/frontend"
 	"github.com/mzproxy/mzproxy/frontend/evloop"
 	"github.com/mzproxy/mzproxy/frontend/wire"
+	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
 	"github.com/mzproxy/mzproxy/proxy/storage"
 	"github.com/mzproxy/mzproxy/timeouts"
@@ -82,7 +83,9 @@ type loopRead struct {
 	// statement of the client's (presentStmt), not the client's own;
 	// gone: as for a parsed read, its Bind answered 26000, and the
 	// session's goroutine serves the batch again (resumePresentBind).
-	present bool
+	// presentParse: a parsed read's stmt is the proxy's statement of a
+	// read of the present (admitParsedRead).
+	present, presentParse bool
 	ts      []byte // an AS OF read's timestamp parameter, reused
 	// own are the types of the answers to the proxy's own messages, in
 	// the order they come (ownAnswers), got how many of them came.
@@ -424,6 +427,15 @@ func (s *Session) loopAnswer(typ byte, frame []byte) evloop.Verdict {
 			lr.resume, lr.gone = true, true
 			return evloop.Back
 		}
+	}
+	if ps := &lr.stmt; lr.parsed && lr.presentParse && ps.made && typ == 'E' && errorCode(wire.Body(frame)) != string(pgerr.QueryCanceled) {
+		// The Parse of the proxy's statement of a read of the present, in
+		// the client's Parse's place, failed (a relation that does not
+		// exist): its error would point into a text other than the
+		// client's rewrite. Nothing ran: the session's goroutine serves
+		// the batch again, as resumeLoopParse does a statement gone.
+		lr.resume, lr.gone = true, true
+		return evloop.Back
 	}
 	if lr.present && typ == 'E' && readStatementGone(wire.Body(frame)) {
 		// The proxy's statement was gone (a function of the client's
