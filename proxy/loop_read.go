@@ -86,7 +86,7 @@ type loopRead struct {
 	// presentParse: a parsed read's stmt is the proxy's statement of a
 	// read of the present (admitParsedRead).
 	present, presentParse bool
-	ts      []byte // an AS OF read's timestamp parameter, reused
+	ts                    []byte // an AS OF read's timestamp parameter, reused
 	// own are the types of the answers to the proxy's own messages, in
 	// the order they come (ownAnswers), got how many of them came.
 	own    []byte
