@@ -223,6 +223,9 @@ type loopScratch struct {
 	parse      pgproto3.Parse
 	parsedRead parsedRead
 	closes     []string // the statements its batch closes
+	// present is the text of the proxy's statement a prepared read of the
+	// present binds (presentStmt), the last made.
+	present presentText
 }
 
 // named is whether the statement or portal name defined earlier in a

@@ -178,7 +178,16 @@ func (s *Session) admitParsedRead(batch []byte) ([]byte, bool) {
 	}
 	g := guardedSend{c: c, hold: hold, guard: guardKey{rev: seen.revision, path: s.known.searchPathShown, pin: st.AsOf == nil}}
 	r := &s.be.reads
-	ps := parsedStmt{key: readStatementKey{text: pr.sql, types: pr.types, rev: g.guard.rev, path: g.guard.path}}
+	// The proxy's statement of a read of the present has the holes of one
+	// (present_read.go); the client's unnamed statement, parsed at the
+	// text's first use, is the rewrite.
+	text, types, oids := pr.sql, pr.types, pr.oids
+	present := g.guard.pin && rec.tsParam
+	if present {
+		pt := s.presentTextOf(rec, st)
+		text, types, oids = pt.text, pt.types, rec.parsed.declared
+	}
+	ps := parsedStmt{key: readStatementKey{text: text, types: types, rev: g.guard.rev, path: g.guard.path}}
 	name, made, named := r.statementFor(ps.key)
 	ps.named, ps.made = named, made
 	closes := s.loop.closes[:0]
@@ -191,7 +200,7 @@ func (s *Session) admitParsedRead(batch []byte) ([]byte, bool) {
 		// Closed first, as boundReadOf closes it.
 		ps.closing, r.closing = r.closing, nil
 		closes = append(append(closes, ps.closing...), name)
-		s.loop.parse = pgproto3.Parse{Name: name, Query: pr.sql, ParameterOIDs: pr.oids}
+		s.loop.parse = pgproto3.Parse{Name: name, Query: text, ParameterOIDs: oids}
 		recorded = pr.marked
 	default:
 		ps.closing, r.closing = r.closing, nil
@@ -205,7 +214,7 @@ func (s *Session) admitParsedRead(batch []byte) ([]byte, bool) {
 	if named {
 		bound = name
 	}
-	guardLen, ok := s.encodeGuardedBind(ctx, &g, rec, st, closes, &s.loop.parse, bound, m, params, rest)
+	guardLen, ok := s.encodeGuardedBind(ctx, &g, rec, st, closes, &s.loop.parse, false, present && named, bound, m, params, rest)
 	if !ok {
 		r.undo(&ps)
 		return nil, false
@@ -222,7 +231,7 @@ func (s *Session) admitParsedRead(batch []byte) ([]byte, bool) {
 		s.admitted(&m)
 		off += fn
 	}
-	*lr = loopRead{active: true, g: g, parsed: true, rec: recorded, stmt: ps, behind: behind,
+	*lr = loopRead{active: true, g: g, parsed: true, presentParse: present, rec: recorded, stmt: ps, behind: behind,
 		own: ownAnswers(lr.own[:0], lr.send.b[:guardLen]), send: lr.send, ts: lr.ts}
 	return lr.send.b, true
 }
@@ -281,7 +290,7 @@ func (s *Session) resumeLoopParse(ctx context.Context, m *pgproto3.Parse, frame 
 	lr := &s.loopRead
 	g, rec, behind, ps, gone := lr.g, lr.rec, lr.behind, lr.stmt, lr.gone
 	lr.active, lr.resume, lr.parsed, lr.rec, lr.stmt = false, false, false, nil, parsedStmt{}
-	lr.heldParse, lr.gone = false, false
+	lr.heldParse, lr.gone, lr.presentParse = false, false, false
 	// The backend runs the batch the loop sent until its ReadyForQuery:
 	// loopFlight stays set (handleStatement clears it at the end of the
 	// statement), so that a Cancel between the messages this goroutine
@@ -293,7 +302,9 @@ func (s *Session) resumeLoopParse(ctx context.Context, m *pgproto3.Parse, frame 
 	s.be.clientBatch = clientBatch
 	if err == nil && gone {
 		// The Bind of the proxy's statement failed with 26000 behind the
-		// client's ParseComplete, which the loop held: nothing of the
+		// client's ParseComplete, which the loop held, or the Parse of
+		// the proxy's statement of a read of the present failed in the
+		// client's Parse's place (loopAnswer): nothing of the
 		// answer reached the client, nothing of the read ran. The
 		// statement is forgotten (prepared again at the text's next
 		// uses), the answers up to the batch's ReadyForQuery dropped, and

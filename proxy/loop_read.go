@@ -11,6 +11,7 @@ import (
 	"github.com/mzproxy/mzproxy/frontend"
 	"github.com/mzproxy/mzproxy/frontend/evloop"
 	"github.com/mzproxy/mzproxy/frontend/wire"
+	"github.com/mzproxy/mzproxy/pgerr"
 	"github.com/mzproxy/mzproxy/planner"
 	"github.com/mzproxy/mzproxy/proxy/storage"
 	"github.com/mzproxy/mzproxy/timeouts"
@@ -78,7 +79,14 @@ type loopRead struct {
 	// 26000 (a function of the client's dropped it, unseen), and the
 	// session's goroutine serves the read again (resumeLoopParse).
 	heldParse, gone bool
-	ts              []byte // an AS OF read's timestamp parameter, reused
+	// present: a prepared read of the present binds stmt, the proxy's
+	// statement of the client's (presentStmt), not the client's own;
+	// gone: as for a parsed read, its Bind answered 26000, and the
+	// session's goroutine serves the batch again (resumePresentBind).
+	// presentParse: a parsed read's stmt is the proxy's statement of a
+	// read of the present (admitParsedRead).
+	present, presentParse bool
+	ts                    []byte // an AS OF read's timestamp parameter, reused
 	// own are the types of the answers to the proxy's own messages, in
 	// the order they come (ownAnswers), got how many of them came.
 	own    []byte
@@ -161,10 +169,14 @@ func (s *Session) encodeLoopRead(g *guardedSend, send func() error) bool {
 // parse when the batch defines the statement (nil for a prepared one),
 // the client's Bind m of the statement stmt with params and the timestamp
 // parameter, and the client's messages rest behind it. It returns the
-// length of the guard's and the Closes' part (whose answers the loop
-// drops), and false when nothing could be encoded (encodeLoopRead).
+// length of the proxy's own part (the guard's and the Closes', and parse
+// when ownParse: the proxy's statement, presentStmt), whose answers the
+// loop drops, and false when nothing could be encoded (encodeLoopRead).
+// When present is set, stmt is the proxy's statement of a read of the
+// present (presentStmt), whose holes read the guard's setting: bound
+// without the timestamp parameter.
 func (s *Session) encodeGuardedBind(ctx context.Context, g *guardedSend, rec *preparedStmt, st *planner.Statement,
-	closes []string, parse *pgproto3.Parse, stmt string, m *pgproto3.Bind, params [][]byte, rest []byte) (int, bool) {
+	closes []string, parse *pgproto3.Parse, ownParse, present bool, stmt string, m *pgproto3.Bind, params [][]byte, rest []byte) (int, bool) {
 	s.timestampPhase(ctx, g.guard.pin)
 	lr := &s.loopRead
 	var ts []byte
@@ -174,7 +186,7 @@ func (s *Session) encodeGuardedBind(ctx context.Context, g *guardedSend, rec *pr
 	}
 	p := &s.loop.boundPortal
 	*p = portal{stmt: rec}
-	guardLen := 0
+	ownLen := 0
 	ok := s.encodeLoopRead(g, func() error {
 		if err := s.be.sendGuard(g.guard, &s.pinMsgs); err != nil {
 			return err
@@ -184,14 +196,28 @@ func (s *Session) encodeGuardedBind(ctx context.Context, g *guardedSend, rec *pr
 				return err
 			}
 		}
-		if err := s.be.w.Flush(); err != nil {
-			return err
-		}
-		guardLen = len(lr.send.b)
-		if parse != nil {
+		if parse != nil && ownParse {
 			if err := s.be.w.Send(parse); err != nil {
 				return err
 			}
+		}
+		if err := s.be.w.Flush(); err != nil {
+			return err
+		}
+		ownLen = len(lr.send.b)
+		if parse != nil && !ownParse {
+			if err := s.be.w.Send(parse); err != nil {
+				return err
+			}
+		}
+		if present {
+			bind := &s.explicitBind
+			*bind = *m
+			bind.PreparedStatement = stmt
+			if err := s.be.w.Send(bind); err != nil {
+				return err
+			}
+			return s.be.w.WriteFrame(rest)
 		}
 		client := m.PreparedStatement
 		m.PreparedStatement = stmt
@@ -202,7 +228,7 @@ func (s *Session) encodeGuardedBind(ctx context.Context, g *guardedSend, rec *pr
 		}
 		return s.be.w.WriteFrame(rest)
 	})
-	return guardLen, ok
+	return ownLen, ok
 }
 
 // admitBoundRead admits a client's batch that binds a prepared timestamped
@@ -253,13 +279,15 @@ func (s *Session) admitBoundRead(batch []byte) ([]byte, bool) {
 		return nil, false
 	}
 	g := guardedSend{c: c, hold: hold, guard: guardKey{rev: seen.catalog.cat.Revision, pin: st.AsOf == nil}}
-	guardLen, ok := s.encodeGuardedBind(context.Background(), &g, rec, st, nil, nil, m.PreparedStatement, m, m.Parameters, rest)
+	ps, closes, stmt, parse := s.presentStmt(rec, st, g.guard, m.PreparedStatement)
+	ownLen, ok := s.encodeGuardedBind(context.Background(), &g, rec, st, closes, parse, ps.named, ps.named, stmt, m, m.Parameters, rest)
 	if !ok {
+		s.be.reads.undo(&ps)
 		return nil, false
 	}
 	lr := &s.loopRead
-	*lr = loopRead{active: true, g: g, behind: behind, own: ownAnswers(lr.own[:0], lr.send.b[:guardLen]),
-		send: lr.send, ts: lr.ts}
+	*lr = loopRead{active: true, g: g, behind: behind, own: ownAnswers(lr.own[:0], lr.send.b[:ownLen]),
+		send: lr.send, ts: lr.ts, present: ps.named, stmt: ps}
 	return lr.send.b, true
 }
 
@@ -399,6 +427,21 @@ func (s *Session) loopAnswer(typ byte, frame []byte) evloop.Verdict {
 			lr.resume, lr.gone = true, true
 			return evloop.Back
 		}
+	}
+	if ps := &lr.stmt; lr.parsed && lr.presentParse && ps.made && typ == 'E' && errorCode(wire.Body(frame)) != string(pgerr.QueryCanceled) {
+		// The Parse of the proxy's statement of a read of the present, in
+		// the client's Parse's place, failed (a relation that does not
+		// exist): its error would point into a text other than the
+		// client's rewrite. Nothing ran: the session's goroutine serves
+		// the batch again, as resumeLoopParse does a statement gone.
+		lr.resume, lr.gone = true, true
+		return evloop.Back
+	}
+	if lr.present && typ == 'E' && readStatementGone(wire.Body(frame)) {
+		// The proxy's statement was gone (a function of the client's
+		// dropped it, unseen): nothing of the read ran.
+		lr.resume, lr.gone = true, true
+		return evloop.Back
 	}
 	g := &lr.g
 	if g.guard.pin {

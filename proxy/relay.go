@@ -419,6 +419,11 @@ func (s *Session) handleParse(ctx context.Context, m *pgproto3.Parse, frame []by
 // replayable write is held until its batch shows whether it can take the
 // optimistic loop (write.go).
 func (s *Session) handleBind(ctx context.Context, m *pgproto3.Bind, frame []byte) error {
+	if lr := &s.loopRead; lr.resume && lr.present {
+		// This Bind's read of the present, given back by the event loop
+		// with the proxy's statement bound.
+		return s.resumePresentBind(ctx, m, frame)
+	}
 	if s.loopRead.resume {
 		// This Bind's guarded read, given back by the event loop.
 		return s.resumeLoopBind(m)
