@@ -333,6 +333,26 @@ func writePieces(t *testing.T, c net.Conn, b []byte, rng *rand.Rand) {
 	}
 }
 
+// relayRound writes batch as the client, plays the backend's answer
+// (playBackend, in pieces seeded by round) and checks that the client
+// reads exactly answer.
+func relayRound(t *testing.T, client, backend net.Conn, batch, answer []byte, round int) {
+	t.Helper()
+	backendErr := make(chan error, 1)
+	go func() { backendErr <- playBackend(backend, batch, answer, rand.New(rand.NewSource(int64(round)))) }()
+	if _, err := client.Write(batch); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(answer))
+	_ = client.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(client, got); err != nil || !bytes.Equal(got, answer) {
+		t.Fatalf("round %d: answer %q, %v", round, got, err)
+	}
+	if err := <-backendErr; err != nil {
+		t.Fatalf("round %d: %v", round, err)
+	}
+}
+
 // playBackend reads the batch, checks it, and answers in random pieces.
 func playBackend(c net.Conn, batch, answer []byte, rng *rand.Rand) error {
 	got := make([]byte, len(batch))
@@ -562,19 +582,7 @@ func TestDelegatorFollowerServes(t *testing.T) {
 		&pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'I'})
 	const rounds = 3
 	for round := range rounds {
-		backendErr := make(chan error, 1)
-		go func() { backendErr <- playBackend(backend, batch, answer, rand.New(rand.NewSource(int64(round)))) }()
-		if _, err := client.Write(batch); err != nil {
-			t.Fatal(err)
-		}
-		got := make([]byte, len(answer))
-		_ = client.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.ReadFull(client, got); err != nil || !bytes.Equal(got, answer) {
-			t.Fatalf("round %d: answer %q, %v", round, got, err)
-		}
-		if err := <-backendErr; err != nil {
-			t.Fatalf("round %d: %v", round, err)
-		}
+		relayRound(t, client, backend, batch, answer, round)
 	}
 	if _, err := client.Write(encode(t, &pgproto3.Terminate{})); err != nil {
 		t.Fatal(err)

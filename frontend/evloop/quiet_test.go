@@ -5,7 +5,6 @@ package evloop
 import (
 	"bytes"
 	"io"
-	"math/rand"
 	"testing"
 	"time"
 
@@ -79,20 +78,8 @@ func TestQuieterSeesOnlyFramesWithState(t *testing.T) {
 			peer.mu.Lock()
 			peer.quiet = quiet
 			peer.mu.Unlock()
-			backendErr := make(chan error, 1)
-			go func() { backendErr <- playBackend(backend, batch, answer, rand.New(rand.NewSource(int64(round)))) }()
+			relayRound(t, client, backend, batch, answer, round)
 			round++
-			if _, err := client.Write(batch); err != nil {
-				t.Fatal(err)
-			}
-			got := make([]byte, len(answer))
-			_ = client.SetReadDeadline(time.Now().Add(10 * time.Second))
-			if _, err := io.ReadFull(client, got); err != nil || !bytes.Equal(got, answer) {
-				t.Fatalf("round %d: answer %q, %v", round, got, err)
-			}
-			if err := <-backendErr; err != nil {
-				t.Fatalf("round %d: %v", round, err)
-			}
 			want := a.seen
 			if quiet {
 				want = a.quiet

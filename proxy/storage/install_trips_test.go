@@ -37,24 +37,7 @@ func TestInstallRoundTrips(t *testing.T) {
 	if err := InstallTemplate(ctx, connect(t, cs)); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := pgx.ParseConfig(cs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var writes atomic.Int64
-	dial := cfg.DialFunc
-	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		nc, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return writeCounter{nc, &writes}, nil
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn, writes := countedConn(t, cs)
 	for _, step := range []string{"the copy's", "an installed database's"} {
 		before := writes.Load()
 		if err := Install(ctx, conn); err != nil {
@@ -95,28 +78,6 @@ func TestInstallRoundTrips(t *testing.T) {
 // it is.
 func TestInstallAndRegister(t *testing.T) {
 	ctx := context.Background()
-	// counted connects to cs and counts its round trips.
-	counted := func(cs string) (*pgx.Conn, *atomic.Int64) {
-		cfg, err := pgx.ParseConfig(cs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var writes atomic.Int64
-		dial := cfg.DialFunc
-		cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			nc, err := dial(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return writeCounter{nc, &writes}, nil
-		}
-		conn, err := pgx.ConnectConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close(ctx) })
-		return conn, &writes
-	}
 	// register runs InstallAndRegister and checks its round trips and
 	// that the connection is idle after it.
 	register := func(conn *pgx.Conn, writes *atomic.Int64, r Registration) (Incarnation, error) {
@@ -151,7 +112,7 @@ func TestInstallAndRegister(t *testing.T) {
 	}
 
 	t.Run("fresh install", func(t *testing.T) {
-		conn, writes := counted(newDB(t))
+		conn, writes := countedConn(t, newDB(t))
 		inc, err := register(conn, writes, Registration{GraceMS: 1000, Host: "h", PID: 1})
 		if err != nil {
 			t.Fatal(err)
@@ -166,7 +127,7 @@ func TestInstallAndRegister(t *testing.T) {
 		if err := InstallTemplate(ctx, connect(t, cs)); err != nil {
 			t.Fatal(err)
 		}
-		conn, writes := counted(cs)
+		conn, writes := countedConn(t, cs)
 		var key string
 		readKey := func() string {
 			t.Helper()
@@ -224,4 +185,30 @@ func TestInstallAndRegister(t *testing.T) {
 			t.Errorf("%d incarnations, want 2", n)
 		}
 	})
+}
+
+// countedConn connects to cs and counts the connection's writes (its
+// round trips: the client writes once per round trip).
+func countedConn(t *testing.T, cs string) (*pgx.Conn, *atomic.Int64) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writes atomic.Int64
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return writeCounter{nc, &writes}, nil
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	return conn, &writes
 }
