@@ -301,13 +301,7 @@ func TestGuardedReadInLoopRefused(t *testing.T) {
 // one row answers, nothing of the proxy's own in it.
 func checkAnswer(tb testing.TB, answer, first, want string) {
 	tb.Helper()
-	var types []byte
-	for b := []byte(answer); len(b) >= 5; {
-		n := 1 + int(binary.BigEndian.Uint32(b[1:5]))
-		types = append(types, b[0])
-		b = b[n:]
-	}
-	if string(types) != first+"DCZ" {
+	if types := answerTypes(answer); types != first+"DCZ" {
 		tb.Fatalf("answer's frames %q, want %sDCZ: %q", types, first, answer)
 	}
 	if got := firstValueOf(tb, answer); got != want {
@@ -319,23 +313,16 @@ func checkAnswer(tb testing.TB, answer, first, want string) {
 // number.
 func secondValueOf(tb testing.TB, answer string) uint64 {
 	tb.Helper()
-	for b := []byte(answer); len(b) > 5; {
-		n := 1 + int(binary.BigEndian.Uint32(b[1:5]))
-		if b[0] == 'D' {
-			row := &pgproto3.DataRow{}
-			if err := row.Decode(b[5:n]); err != nil || len(row.Values) < 2 {
-				tb.Fatalf("DataRow %q: %v", b[:n], err)
-			}
-			var v uint64
-			if _, err := fmt.Sscan(string(row.Values[1]), &v); err != nil {
-				tb.Fatal(err)
-			}
-			return v
-		}
-		b = b[n:]
+	f := frameOf(tb, answer, 'D')
+	row := &pgproto3.DataRow{}
+	if err := row.Decode([]byte(f[5:])); err != nil || len(row.Values) < 2 {
+		tb.Fatalf("DataRow %q: %v", f, err)
 	}
-	tb.Fatalf("no DataRow in %q", answer)
-	return 0
+	var v uint64
+	if _, err := fmt.Sscan(string(row.Values[1]), &v); err != nil {
+		tb.Fatal(err)
+	}
+	return v
 }
 
 // loopReadCases are bench/managed.sh's tsread and asof as simple Queries

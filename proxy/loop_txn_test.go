@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"strings"
 	"testing"
@@ -13,11 +14,37 @@ import (
 // answerTypes are the types of answer's frames.
 func answerTypes(answer string) string {
 	var types []byte
-	for b := []byte(answer); len(b) >= 5; {
-		types = append(types, b[0])
-		b = b[5+int(uint32(b[1])<<24|uint32(b[2])<<16|uint32(b[3])<<8|uint32(b[4]))-4:]
+	for _, f := range answerFrames(answer) {
+		types = append(types, f[0])
 	}
 	return string(types)
+}
+
+// answerFrames splits answer into its whole frames (a cut last one
+// left out).
+func answerFrames(answer string) []string {
+	var frames []string
+	for b := answer; len(b) >= 5; {
+		n := 1 + int(binary.BigEndian.Uint32([]byte(b[1:5])))
+		if n > len(b) {
+			break
+		}
+		frames = append(frames, b[:n])
+		b = b[n:]
+	}
+	return frames
+}
+
+// frameOf is answer's first frame of type typ.
+func frameOf(tb testing.TB, answer string, typ byte) string {
+	tb.Helper()
+	for _, f := range answerFrames(answer) {
+		if f[0] == typ {
+			return f
+		}
+	}
+	tb.Fatalf("no frame %q in %q", typ, answer)
+	return ""
 }
 
 // stepBatch runs a client's batch (a Query, or extended messages up to a

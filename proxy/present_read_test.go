@@ -43,7 +43,7 @@ func TestPresentReadBindsProxyStatement(t *testing.T) {
 	c.handleBatch(t, ctx, boundBatch(t, "tsread", false, "1"))
 	// The RowDescription of the client's statement, to compare with the
 	// proxy's: the client sees the same columns.
-	described := rowDescriptionOf(t, c.handleBatch(t, ctx, boundBatch(t, "tsread", true, "1")))
+	described := frameOf(t, c.handleBatch(t, ctx, boundBatch(t, "tsread", true, "1")), 'T')
 	reads := func(from, to int) {
 		t.Helper()
 		for aid := from; aid < to; aid++ {
@@ -54,7 +54,7 @@ func TestPresentReadBindsProxyStatement(t *testing.T) {
 			first := "2"
 			if aid%2 == 0 {
 				first = "2T"
-				if got := rowDescriptionOf(t, answer); got != described {
+				if got := frameOf(t, answer, 'T'); got != described {
 					t.Fatalf("aid %d: RowDescription %q, want the client's statement's %q", aid, got, described)
 				}
 			}
@@ -169,18 +169,4 @@ func TestPresentParsedReadBindsProxyStatement(t *testing.T) {
 	if got != "5" {
 		t.Fatalf("the proxy's statements of the read, runs: %q, want \"5\" (one, with the holes of a read of the present)", got)
 	}
-}
-
-// rowDescriptionOf is the RowDescription frame of answer.
-func rowDescriptionOf(tb testing.TB, answer string) string {
-	tb.Helper()
-	for b := answer; len(b) >= 5; {
-		n := 1 + int(uint32(b[1])<<24|uint32(b[2])<<16|uint32(b[3])<<8|uint32(b[4]))
-		if b[0] == 'T' {
-			return b[:n]
-		}
-		b = b[n:]
-	}
-	tb.Fatalf("no RowDescription in %q", answer)
-	return ""
 }

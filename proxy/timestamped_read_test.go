@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"strings"
 	"syscall"
@@ -133,18 +132,10 @@ func timestampedReadCases(tb testing.TB) []timestampedReadCase {
 // answer (as its client received it).
 func firstValueOf(tb testing.TB, answer string) string {
 	tb.Helper()
-	for b := []byte(answer); len(b) > 5; {
-		n := 1 + int(binary.BigEndian.Uint32(b[1:5]))
-		if b[0] == 'D' {
-			var value string
-			var seen bool
-			firstValue(b[:n], &value, &seen)
-			return value
-		}
-		b = b[n:]
-	}
-	tb.Fatalf("no DataRow in %q", answer)
-	return ""
+	var value string
+	var seen bool
+	firstValue([]byte(frameOf(tb, answer, 'D')), &value, &seen)
+	return value
 }
 
 // processCPU is the test process's CPU time so far, user and system.
