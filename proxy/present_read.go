@@ -137,11 +137,10 @@ func (s *Session) resumePresentBind(ctx context.Context, m *pgproto3.Bind, frame
 	}
 	if err != nil {
 		s.release(g.hold)
+		// A fatal error ends the session; an error that is not the
+		// backend's fails the batch unless it is served again.
 		var pe *pgerr.Error
-		if !rerun && (!errors.As(err, &pe) || pe.IsFatal()) {
-			return err
-		}
-		if pe != nil && pe.IsFatal() {
+		if errors.As(err, &pe) && pe.IsFatal() || pe == nil && !rerun {
 			return err
 		}
 		if err := s.dropQueryAnswers(); err != nil {
